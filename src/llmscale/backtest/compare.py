@@ -1,0 +1,169 @@
+"""Several policies over the same workload and seed, side by side, plus the oracle.
+
+Policies run in worker processes when ``jobs > 1`` (each simulation is
+single-threaded and independent); results come back in the order asked for.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue as queue_mod
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import asdict
+from typing import Any
+
+from llmscale.backtest.oracle import OracleSettings, run_oracle
+from llmscale.backtest.results import PolicyResult
+from llmscale.backtest.runner import BacktestSettings, run_policy
+from llmscale.workloads.model import Workload
+
+__all__ = ["ORACLE", "build_document", "run_backtest"]
+
+ORACLE = "oracle"
+
+_progress_queue: Any = None
+
+
+def _init_worker(q: Any) -> None:
+    global _progress_queue
+    _progress_queue = q
+
+
+class _Throttled:
+    """Report simulated time at most every ``every_s`` wall seconds."""
+
+    def __init__(self, name: str, sink: Callable[[str, float], None], every_s: float = 0.25) -> None:
+        self.name = name
+        self.sink = sink
+        self.every_s = every_s
+        self._last = 0.0
+
+    def __call__(self, t: float) -> None:
+        now = time.monotonic()
+        if now - self._last >= self.every_s:
+            self._last = now
+            self.sink(self.name, t)
+
+
+class _Decisions:
+    """Collects decision-log lines in memory (workers send them back with the result)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write(self, s: str) -> int:
+        self.lines.append(s)
+        return len(s)
+
+
+def _run_one(
+    name: str,
+    workload: Workload,
+    settings: BacktestSettings,
+    oracle: OracleSettings,
+    want_decisions: bool,
+) -> tuple[PolicyResult, list[str]]:
+    q = _progress_queue
+    progress = _Throttled(name, lambda n, t: q.put((n, t))) if q is not None else None
+    return _run_here(name, workload, settings, oracle, want_decisions, progress)
+
+
+def _run_here(
+    name: str,
+    workload: Workload,
+    settings: BacktestSettings,
+    oracle: OracleSettings,
+    want_decisions: bool,
+    progress: Callable[[float], None] | None,
+) -> tuple[PolicyResult, list[str]]:
+    sink = _Decisions() if want_decisions else None
+    if name == ORACLE:
+        result = run_oracle(workload, settings, oracle, decisions_out=sink, progress=progress)  # type: ignore[arg-type]
+    else:
+        result = run_policy(workload, name, settings, decisions_out=sink, progress=progress)  # type: ignore[arg-type]
+    return result, (sink.lines if sink else [])
+
+
+def run_backtest(
+    workload: Workload,
+    policies: Sequence[str],
+    settings: BacktestSettings,
+    *,
+    oracle: OracleSettings | None = None,
+    include_oracle: bool = True,
+    jobs: int = 1,
+    want_decisions: bool = False,
+    on_progress: Callable[[str, float], None] | None = None,
+) -> tuple[list[PolicyResult], PolicyResult | None, list[str]]:
+    """Run each policy (and the oracle) on the same workload; returns (results, oracle, decision lines)."""
+    oracle = oracle or OracleSettings()
+    names = list(policies) + ([ORACLE] if include_oracle else [])
+    outputs: dict[str, tuple[PolicyResult, list[str]]] = {}
+    if jobs <= 1 or len(names) == 1:
+        for name in names:
+            progress = _Throttled(name, on_progress) if on_progress else None
+            outputs[name] = _run_here(name, workload, settings, oracle, want_decisions, progress)
+    else:
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(names)), mp_context=ctx, initializer=_init_worker, initargs=(q,)
+        ) as pool:
+            # The oracle is the longest run: start it first so it overlaps the rest.
+            order = sorted(names, key=lambda n: n != ORACLE)
+            futures: dict[str, Future[tuple[PolicyResult, list[str]]]] = {
+                name: pool.submit(_run_one, name, workload, settings, oracle, want_decisions) for name in order
+            }
+            pending = set(futures)
+            while pending:
+                try:
+                    name, t = q.get(timeout=0.2)
+                    if on_progress:
+                        on_progress(name, t)
+                except queue_mod.Empty:
+                    pass
+                for name in list(pending):
+                    if futures[name].done():
+                        outputs[name] = futures[name].result()
+                        pending.discard(name)
+                        if on_progress:
+                            on_progress(name, float("inf"))
+    results = [outputs[n][0] for n in policies]
+    oracle_result = outputs[ORACLE][0] if include_oracle else None
+    lines = [line for n in names for line in outputs[n][1]]
+    return results, oracle_result, lines
+
+
+def build_document(
+    workload: Workload,
+    settings: BacktestSettings,
+    results: Sequence[PolicyResult],
+    oracle_result: PolicyResult | None,
+    *,
+    with_series: bool,
+) -> dict[str, Any]:
+    """The JSON document of a backtest (``--json``); with series it also feeds the report."""
+    sim = asdict(settings.sim)
+    config: dict[str, Any] = {
+        "model": settings.model,
+        "gpu": settings.gpu,
+        "tp": settings.tp,
+        "min_replicas": settings.min_replicas,
+        "max_replicas": settings.max_replicas,
+        "initial_replicas": settings.initial_replicas,
+        "slo_ttft_s": settings.slo_ttft_s,
+        "slo_tpot_s": settings.slo_tpot_s,
+        "seed": settings.seed,
+        "policy_params": settings.policy_params,
+        **{f"sim_{k}": (None if v == float("inf") else v) for k, v in sim.items()},
+    }
+    workload_doc: dict[str, Any] = {"name": workload.name, **workload.summary()}
+    workload_doc["source"] = dict(workload.meta)
+    return {
+        "workload": workload_doc,
+        "config": config,
+        "results": [r.as_json(with_series=with_series) for r in results],
+        "oracle": oracle_result.as_json(with_series=with_series) if oracle_result else None,
+    }

@@ -1,0 +1,248 @@
+"""The oracle: the fewest replicas per control interval that meet the SLO, knowing the future.
+
+For each control interval in turn, the oracle snapshots the simulated fleet at
+the interval's start and searches (with the simulator itself) for the smallest
+replica count under which the requests *arriving in that interval* meet the
+SLO at the target rate. It then commits that count and moves on. Replicas it
+adds are Ready at the interval's start because it launched them one cold start
+earlier — and it pays for that: every added replica is charged
+``cold_start_s x GPUs`` on top of its simulated life. Scale-downs drain with
+no grace deadline (knowing the future, it never kills a generation).
+
+Greedy interval by interval, this is a lower bound on GPU-hours for the SLO in
+the sense practitioners use it (what perfect foresight would have spent), not
+a proven global optimum: a policy may beat it by a little where holding
+capacity a bit longer avoids a second cold start.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import IO, Any
+
+import numpy as np
+
+from llmscale.backtest.results import PolicyResult, slo_met, summarize
+from llmscale.backtest.runner import BacktestSettings, _SeriesRecorder, build_fleet, series_step_for
+from llmscale.sim.fleet import Fleet
+from llmscale.sim.request import Status
+from llmscale.workloads.model import Workload
+
+__all__ = ["OracleSettings", "run_oracle"]
+
+
+@dataclass(frozen=True)
+class OracleSettings:
+    interval_s: float = 60.0
+    #: share of an interval's servable requests that must meet the SLO
+    target: float = 0.99
+    #: how long after an interval's end its requests are followed to judge them
+    tail_s: float = 60.0
+
+
+def _snapshot(fleet: Fleet) -> Fleet:
+    # Share what is read-only (the model, the workload arrays) and the outcome
+    # arrays, which every trial overwrites for the requests it resolves; the
+    # committed run is always the last writer for the span it commits.
+    memo: dict[int, Any] = {
+        id(fleet.perf): fleet.perf,
+        id(fleet._arr): fleet._arr,
+        id(fleet._inp): fleet._inp,
+        id(fleet._out): fleet._out,
+        id(fleet.status): fleet.status,
+        id(fleet.ttft_s): fleet.ttft_s,
+        id(fleet.e2e_s): fleet.e2e_s,
+        id(fleet.tpot_s): fleet.tpot_s,
+        id(fleet.first_token_at_s): fleet.first_token_at_s,
+        id(fleet.finish_at_s): fleet.finish_at_s,
+    }
+    return copy.deepcopy(fleet, memo)
+
+
+def run_oracle(
+    workload: Workload,
+    settings: BacktestSettings,
+    oracle: OracleSettings | None = None,
+    *,
+    decisions_out: IO[str] | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> PolicyResult:
+    oracle = oracle or OracleSettings()
+    wall0 = time.perf_counter()
+    cold_start_s = settings.sim.pending_s + settings.sim.loading_s + settings.sim.warmup_s
+    sim = replace(settings.sim, grace_s=math.inf)
+    settings = replace(settings, sim=sim)
+    fleet = build_fleet(workload, settings, 0)
+    step_s = series_step_for(workload.duration_s)
+    recorder = _SeriesRecorder(fleet, step_s)
+    arrivals = workload.arrival_s
+    last_arrival = float(arrivals[-1]) if arrivals.size else 0.0
+    num_intervals = int(last_arrival // oracle.interval_s) + 1
+    lo_bound = max(1, settings.min_replicas)
+    hi_bound = settings.max_replicas
+    n_prev = settings.initial_replicas
+    next_sample = step_s
+    trials_total = 0
+    for k in range(num_intervals):
+        t0 = k * oracle.interval_s
+        t1 = t0 + oracle.interval_s
+        i0, i1 = np.searchsorted(arrivals, [t0, t1], side="left")
+        cache: dict[int, float] = {}
+
+        def attainment(n: int, t0: float = t0, t1: float = t1, i0: int = int(i0), i1: int = int(i1),
+                       cache: dict[int, float] = cache) -> float:
+            if n not in cache:
+                trial = _snapshot(fleet)
+                _scale(trial, n, t0, cold_start_s)
+                trial.run_until(t1 + oracle.tail_s)
+                cache[n] = _interval_attainment(trial, i0, i1, settings)
+            return cache[n]
+
+        if i1 == i0:
+            n = lo_bound
+        else:
+            n = _smallest_meeting(attainment, n_prev, lo_bound, hi_bound, oracle.target)
+        trials_total += len(cache)
+        _scale(fleet, n, t0, cold_start_s)
+        if decisions_out is not None:
+            import json
+
+            decisions_out.write(
+                json.dumps(
+                    {
+                        "time_s": t0,
+                        "policy": "oracle",
+                        "desired": n,
+                        "rule": "smallest-meeting-slo",
+                        "inputs": {
+                            "requests": int(i1 - i0),
+                            "target": oracle.target,
+                            "trials": {str(m): round(a, 4) for m, a in sorted(cache.items())},
+                        },
+                    }
+                )
+                + "\n"
+            )
+        n_prev = n
+        while next_sample <= t1:
+            fleet.run_until(next_sample)
+            recorder.sample(next_sample)
+            next_sample += step_s
+        fleet.run_until(t1)
+        if progress is not None:
+            progress(t1)
+    # After the last interval: let in-flight work finish at the last count.
+    horizon = last_arrival + settings.drain_horizon_s
+    t = fleet.now
+    while fleet.unresolved > 0 and t <= horizon:
+        t = next_sample
+        fleet.run_until(t)
+        recorder.sample(t)
+        next_sample += step_s
+    fleet.finish(fleet.now)
+    _clear_unresolved(fleet)
+    end_s = max(fleet.last_resolved_s, last_arrival)
+    result = summarize(
+        "oracle",
+        workload,
+        fleet,
+        recorder.cols,
+        settings,
+        end_s=end_s,
+        wall_s=time.perf_counter() - wall0,
+        ticks=num_intervals,
+    )
+    result.summary["oracle_interval_s"] = oracle.interval_s
+    result.summary["oracle_target"] = oracle.target
+    result.summary["oracle_trials"] = trials_total
+    return result
+
+
+def _scale(fleet: Fleet, n: int, now: float, cold_start_s: float) -> None:
+    active = sum(1 for r in fleet.replicas if r.phase < 4)
+    if n > active and now > 0.0:
+        fleet.prepaid_gpu_s += (n - active) * cold_start_s * fleet.gpus_per_replica
+    fleet.scale_to(n, now, warm=True)
+
+
+def _interval_attainment(trial: Fleet, i0: int, i1: int, settings: BacktestSettings) -> float:
+    status = np.frombuffer(bytes(trial.status[i0:i1]), dtype=np.uint8)
+    ttft = np.asarray(trial.ttft_s[i0:i1], dtype=np.float64)
+    tpot = np.asarray(trial.tpot_s[i0:i1], dtype=np.float64)
+    servable = status != Status.REJECTED
+    if not servable.any():
+        return 1.0
+    met = slo_met(status, ttft, tpot, settings.slo_ttft_s, settings.slo_tpot_s)
+    # Still generating at the end of the tail but with a timely first token: judged on TTFT.
+    in_flight = (status == Status.IN_FLIGHT) & (np.nan_to_num(ttft, nan=math.inf) <= settings.slo_ttft_s)
+    return float((met | in_flight).sum()) / float(servable.sum())
+
+
+def _smallest_meeting(
+    attainment: Callable[[int], float], start: int, lo: int, hi: int, target: float
+) -> int:
+    """Smallest n in [lo, hi] with attainment(n) >= target, searching outward from ``start``.
+
+    Attainment is (nearly) monotone in n; gallop from the previous interval's
+    count, then bisect. If even ``hi`` misses, returns ``hi``.
+    """
+    start = min(max(start, lo), hi)
+    if attainment(start) >= target:
+        good = start
+        step = 1
+        bad = lo - 1
+        while good - step >= lo:
+            if attainment(good - step) >= target:
+                good -= step
+                step *= 2
+            else:
+                bad = good - step
+                break
+        # bisect in (bad, good]
+        while good - bad > 1:
+            mid = (good + bad) // 2
+            if attainment(mid) >= target:
+                good = mid
+            else:
+                bad = mid
+        return good
+    bad = start
+    step = 1
+    good = hi + 1
+    while bad + step <= hi:
+        if attainment(bad + step) >= target:
+            good = bad + step
+            break
+        bad += step
+        step *= 2
+    if good > hi:
+        if attainment(hi) >= target:
+            good = hi
+        else:
+            return hi
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        if attainment(mid) >= target:
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def _clear_unresolved(fleet: Fleet) -> None:
+    """Requests still in flight in the committed fleet: undo what trial runs wrote for them."""
+    for r in fleet.replicas:
+        for req in (*r.order, *r.waiting):
+            _reset(fleet, req.idx)
+    for req in fleet.gateway:
+        _reset(fleet, req.idx)
+
+
+def _reset(fleet: Fleet, i: int) -> None:
+    fleet.status[i] = Status.IN_FLIGHT
+    fleet.ttft_s[i] = fleet.e2e_s[i] = fleet.tpot_s[i] = math.nan
+    fleet.finish_at_s[i] = fleet.first_token_at_s[i] = math.nan

@@ -1,0 +1,190 @@
+"""Per-policy results of a backtest: the summary row, its time series, and SLO accounting."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from llmscale.sim.request import Status
+
+if TYPE_CHECKING:
+    from llmscale.backtest.runner import BacktestSettings
+    from llmscale.sim.fleet import Fleet
+    from llmscale.workloads.model import Workload
+
+__all__ = ["SUMMARY_KEYS", "PolicyResult", "slo_met", "summarize"]
+
+#: the keys of one result row in the JSON output, in order (a contract for scripts)
+SUMMARY_KEYS = (
+    "policy",
+    "requests",
+    "completed",
+    "rejected",
+    "timed_out",
+    "killed_by_scale_down",
+    "in_flight_at_end",
+    "slo_attainment",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "tpot_p99_s",
+    "e2e_p50_s",
+    "e2e_p99_s",
+    "gpu_hours",
+    "replicas_mean",
+    "replicas_max",
+    "scale_events",
+    "direction_changes",
+    "mean_gpu_util",
+    "makespan_s",
+    "wall_s",
+)
+
+
+@dataclass
+class PolicyResult:
+    summary: dict[str, Any]
+    series: dict[str, list[Any]] = field(default_factory=dict)
+
+    @property
+    def policy(self) -> str:
+        return str(self.summary["policy"])
+
+    def as_json(self, *, with_series: bool = False) -> dict[str, Any]:
+        out = dict(self.summary)
+        if with_series:
+            out["series"] = self.series
+        return out
+
+
+def _pct(values: np.ndarray, q: float) -> float | None:
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return None
+    return round(float(np.percentile(values, q)), 6)
+
+
+def slo_met(
+    status: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray, slo_ttft_s: float, slo_tpot_s: float
+) -> np.ndarray:
+    """Boolean per request: completed with TTFT <= SLO and TPOT <= SLO (one-token outputs have no TPOT)."""
+    completed = status == Status.COMPLETED
+    ttft_ok = np.nan_to_num(ttft_s, nan=math.inf) <= slo_ttft_s
+    tpot_ok = np.isnan(tpot_s) | (np.nan_to_num(tpot_s, nan=0.0) <= slo_tpot_s)
+    return completed & ttft_ok & tpot_ok
+
+
+def _direction_changes(desired: list[int]) -> int:
+    changes = 0
+    last_dir = 0
+    prev = desired[0] if desired else 0
+    for d in desired[1:]:
+        if d != prev:
+            direction = 1 if d > prev else -1
+            if last_dir and direction != last_dir:
+                changes += 1
+            last_dir = direction
+            prev = d
+    return changes
+
+
+def per_minute_p99_ttft(
+    arrival_s: np.ndarray, ttft_s: np.ndarray, status: np.ndarray, timeout_s: float, end_s: float
+) -> tuple[list[float], list[float | None]]:
+    """P99 TTFT of the requests arriving in each minute; a request that never got a first
+    token counts at the client time-out (it waited at least that long)."""
+    ttft = ttft_s.copy()
+    no_token = np.isnan(ttft) & (status != Status.REJECTED)
+    ttft[no_token] = timeout_s
+    minutes = int(math.ceil(max(end_s, float(arrival_s[-1]) if arrival_s.size else 0.0) / 60.0)) or 1
+    idx = np.minimum((arrival_s // 60.0).astype(np.int64), minutes - 1)
+    order = np.argsort(idx, kind="stable")
+    idx_sorted = idx[order]
+    ttft_sorted = ttft[order]
+    bounds = np.searchsorted(idx_sorted, np.arange(minutes + 1))
+    t_out: list[float] = []
+    p_out: list[float | None] = []
+    for m in range(minutes):
+        chunk = ttft_sorted[bounds[m] : bounds[m + 1]]
+        chunk = chunk[~np.isnan(chunk)]
+        t_out.append(m * 60.0 + 30.0)
+        p_out.append(round(float(np.percentile(chunk, 99)), 5) if chunk.size else None)
+    return t_out, p_out
+
+
+def summarize(
+    policy: str,
+    workload: Workload,
+    fleet: Fleet,
+    series: dict[str, list[Any]],
+    settings: BacktestSettings,
+    *,
+    end_s: float,
+    wall_s: float,
+    ticks: int,
+) -> PolicyResult:
+    status = np.frombuffer(bytes(fleet.status), dtype=np.uint8)
+    ttft = np.asarray(fleet.ttft_s, dtype=np.float64)
+    tpot = np.asarray(fleet.tpot_s, dtype=np.float64)
+    e2e = np.asarray(fleet.e2e_s, dtype=np.float64)
+    finish = np.asarray(fleet.finish_at_s, dtype=np.float64)
+    n = int(status.size)
+    met = slo_met(status, ttft, tpot, settings.slo_ttft_s, settings.slo_tpot_s)
+    first_arrival = float(workload.arrival_s[0]) if n else 0.0
+    last_finish = float(np.nanmax(finish)) if np.any(~np.isnan(finish)) else first_arrival
+    counts = np.bincount(status, minlength=len(Status.NAMES))
+    desired = series.get("desired_replicas", [])
+    alive = [
+        p + lo + w + r + d
+        for p, lo, w, r, d in zip(
+            series.get("replicas_pending", []),
+            series.get("replicas_loading", []),
+            series.get("replicas_warmup", []),
+            series.get("replicas_ready", []),
+            series.get("replicas_draining", []),
+            strict=True,
+        )
+    ]
+    util = [u for u in series.get("gpu_util", []) if u is not None]
+    ready = [r for r, u in zip(series.get("replicas_ready", []), series.get("gpu_util", []), strict=True) if u is not None]
+    mean_util = sum(u * r for u, r in zip(util, ready, strict=True)) / sum(ready) if sum(ready) else None
+    summary: dict[str, Any] = {
+        "policy": policy,
+        "requests": n,
+        "completed": int(counts[Status.COMPLETED]),
+        "rejected": int(counts[Status.REJECTED]),
+        "timed_out": int(counts[Status.TIMED_OUT]),
+        "killed_by_scale_down": int(counts[Status.KILLED]),
+        "in_flight_at_end": int(counts[Status.IN_FLIGHT]),
+        "slo_attainment": round(float(met.sum()) / n, 6) if n else None,
+        "ttft_p50_s": _pct(ttft, 50),
+        "ttft_p95_s": _pct(ttft, 95),
+        "ttft_p99_s": _pct(ttft, 99),
+        "tpot_p50_s": _pct(tpot, 50),
+        "tpot_p99_s": _pct(tpot, 99),
+        "e2e_p50_s": _pct(e2e, 50),
+        "e2e_p99_s": _pct(e2e, 99),
+        "gpu_hours": round(fleet.gpu_seconds(end_s) / 3600.0, 5),
+        "replicas_mean": round(sum(alive) / len(alive), 3) if alive else None,
+        "replicas_max": max(alive) if alive else None,
+        "scale_events": fleet.scale_events,
+        "direction_changes": _direction_changes(desired),
+        "mean_gpu_util": None if mean_util is None else round(mean_util, 4),
+        "makespan_s": round(last_finish - first_arrival, 3),
+        "wall_s": round(wall_s, 3),
+    }
+    minute_t, minute_p99 = per_minute_p99_ttft(
+        workload.arrival_s, ttft, status, fleet.config.timeout_s, end_s
+    )
+    step = series["t_s"][1] - series["t_s"][0] if len(series.get("t_s", [])) > 1 else 10.0
+    edges = np.concatenate([[0.0], np.asarray(series.get("t_s", []), dtype=np.float64)])
+    counts_per_step = np.histogram(workload.arrival_s, bins=edges)[0] if edges.size > 1 else np.array([])
+    out_series = dict(series)
+    out_series["arrival_rps"] = [round(float(c) / step, 4) for c in counts_per_step]
+    out_series["minute_t_s"] = minute_t
+    out_series["ttft_p99_s_per_minute"] = minute_p99
+    return PolicyResult(summary=summary, series=out_series)

@@ -1,0 +1,237 @@
+"""Run one policy over a workload on the simulated fleet, with the real controller loop.
+
+The clock is a ManualClock; time advances to the next controller tick or the
+next series sample, the fleet processes everything up to it, then the
+controller observes and acts — the same ``reconcile_once`` the live loop uses.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from llmscale.backtest.results import PolicyResult, summarize
+from llmscale.clock import ManualClock
+from llmscale.controller.loop import ControllerState, reconcile_once
+from llmscale.errors import ConfigError
+from llmscale.guards import GuardConfig
+from llmscale.policies.base import Policy, PolicyContext, create_policy
+from llmscale.policies.static import StaticPolicy
+from llmscale.sim.exporter import SimMetricSource
+from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.types import Phase
+from llmscale.workloads.model import Workload
+
+__all__ = ["BacktestSettings", "build_fleet", "run_policy", "series_step_for"]
+
+
+@dataclass(frozen=True)
+class BacktestSettings:
+    """Everything a backtest needs besides the workload and the policy name."""
+
+    model: str = "llama-3-8b"
+    gpu: str = "h100-80gb"
+    tp: int = 1
+    min_replicas: int = 1
+    max_replicas: int = 64
+    initial_replicas: int = 4
+    slo_ttft_s: float = 2.0
+    slo_tpot_s: float = 0.1
+    seed: int = 0
+    sim: SimConfig = field(default_factory=SimConfig)
+    #: parameters per policy name (from --replicas and --policy-config)
+    policy_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: after the last arrival, keep simulating at most this long for in-flight work
+    drain_horizon_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        GuardConfig(self.min_replicas, self.max_replicas)  # validates the bounds
+        if not self.min_replicas <= self.initial_replicas <= self.max_replicas:
+            raise ConfigError(
+                f"initial_replicas = {self.initial_replicas}, must be within "
+                f"[min_replicas {self.min_replicas}, max_replicas {self.max_replicas}]"
+            )
+        if self.slo_ttft_s <= 0 or self.slo_tpot_s <= 0:
+            raise ConfigError(f"SLOs must be > 0 (slo_ttft_s = {self.slo_ttft_s}, slo_tpot_s = {self.slo_tpot_s})")
+
+    def with_cold_start(self) -> BacktestSettings:
+        """Fill the lifecycle durations from the performance catalogue's published cold starts."""
+        from dataclasses import replace
+
+        from llmscale.perf import cold_start
+
+        cs = cold_start(self.model, self.gpu, self.tp)
+        return replace(
+            self, sim=replace(self.sim, pending_s=cs.pending_s, loading_s=cs.loading_s, warmup_s=cs.warmup_s)
+        )
+
+    def context(self) -> PolicyContext:
+        s = self.sim
+        return PolicyContext(
+            min_replicas=self.min_replicas,
+            max_replicas=self.max_replicas,
+            slo_ttft_s=self.slo_ttft_s,
+            slo_tpot_s=self.slo_tpot_s,
+            model=self.model,
+            gpu=self.gpu,
+            tp=self.tp,
+            cold_start_s=s.pending_s + s.loading_s + s.warmup_s,
+            extra={"initial_replicas": self.initial_replicas, "max_num_seqs": s.max_num_seqs},
+        )
+
+
+def series_step_for(duration_s: float) -> float:
+    """Sample every 10 s, coarser for long traces so a series stays under ~1,500 points."""
+    return max(10.0, math.ceil(duration_s / 1500.0 / 10.0) * 10.0)
+
+
+def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas: int) -> Fleet:
+    from llmscale.perf import get_perf_model
+
+    perf = get_perf_model(settings.model, settings.gpu, settings.tp)
+    return Fleet(
+        perf,
+        settings.sim,
+        workload.arrival_s,
+        workload.input_tokens,
+        workload.output_tokens,
+        initial_replicas=initial_replicas,
+        gpus_per_replica=settings.tp,
+    )
+
+
+class _SeriesRecorder:
+    """Samples the fleet at a fixed step for the report's time series."""
+
+    def __init__(self, fleet: Fleet, step_s: float) -> None:
+        self.fleet = fleet
+        self.step_s = step_s
+        self.cols: dict[str, list[Any]] = {
+            k: []
+            for k in (
+                "t_s",
+                "queue_depth",
+                "running",
+                "replicas_pending",
+                "replicas_loading",
+                "replicas_warmup",
+                "replicas_ready",
+                "replicas_draining",
+                "desired_replicas",
+                "gpu_util",
+                "bw_util",
+                "kv_usage",
+                "gpu_hours_cum",
+            )
+        }
+        self._prev_t = 0.0
+        self._prev = fleet.counter_totals()
+        perf: Any = fleet.perf
+        self._peak_bw = float(perf.gpu.hbm_bandwidth_bytes_s)
+
+    def sample(self, t: float) -> None:
+        fleet = self.fleet
+        fleet.sync_all(t)
+        counts = [0] * len(Phase)
+        waiting = len(fleet.gateway)
+        running = 0
+        kv = []
+        for r in fleet.replicas:
+            counts[r.phase] += 1
+            waiting += r.num_waiting
+            running += r.num_running
+            if r.phase == Phase.READY:
+                kv.append(r.kv_usage())
+        busy, _active, dram = fleet.counter_totals()
+        dt = t - self._prev_t
+        serving = counts[Phase.READY] + counts[Phase.DRAINING]
+        c = self.cols
+        c["t_s"].append(round(t, 3))
+        c["queue_depth"].append(waiting)
+        c["running"].append(running)
+        c["replicas_pending"].append(counts[Phase.PENDING])
+        c["replicas_loading"].append(counts[Phase.LOADING])
+        c["replicas_warmup"].append(counts[Phase.WARMUP])
+        c["replicas_ready"].append(counts[Phase.READY])
+        c["replicas_draining"].append(counts[Phase.DRAINING])
+        c["desired_replicas"].append(fleet.spec_replicas)
+        if dt > 0 and serving:
+            c["gpu_util"].append(round(min(1.0, (busy - self._prev[0]) / dt / serving), 4))
+            c["bw_util"].append(round(min(1.0, (dram - self._prev[2]) / dt / serving / self._peak_bw), 4))
+        else:
+            c["gpu_util"].append(None)
+            c["bw_util"].append(None)
+        c["kv_usage"].append(round(sum(kv) / len(kv), 4) if kv else None)
+        c["gpu_hours_cum"].append(round(fleet.gpu_seconds(t) / 3600.0, 5))
+        self._prev_t = t
+        self._prev = (busy, _active, dram)
+
+
+def run_policy(
+    workload: Workload,
+    policy_name: str,
+    settings: BacktestSettings,
+    *,
+    decisions_out: IO[str] | None = None,
+    progress: Callable[[float], None] | None = None,
+    policy: Policy[Any] | None = None,
+) -> PolicyResult:
+    """Simulate ``policy_name`` on ``workload``. ``progress`` gets the simulated time now and then."""
+    wall0 = time.perf_counter()
+    if policy is None:
+        policy = create_policy(policy_name, settings.context(), settings.policy_params.get(policy_name))
+    initial = settings.initial_replicas
+    guards = GuardConfig(settings.min_replicas, settings.max_replicas)
+    if isinstance(policy, StaticPolicy):
+        # A fixed fleet is the user's explicit choice, warm from the start; bounds are for autoscalers.
+        initial = policy.replicas
+        guards = GuardConfig(0, max(initial, settings.max_replicas))
+    fleet = build_fleet(workload, settings, initial)
+    source = SimMetricSource(fleet)
+    clock = ManualClock()
+    state = ControllerState(policy_state=policy.initial_state())
+    step_s = series_step_for(workload.duration_s)
+    recorder = _SeriesRecorder(fleet, step_s)
+    tick_s = float(policy.tick_s)
+    next_tick = tick_s
+    next_sample = step_s
+    last_arrival = float(workload.arrival_s[-1]) if workload.num_requests else 0.0
+    horizon = last_arrival + settings.drain_horizon_s
+    ticks = 0
+    while True:
+        t = min(next_tick, next_sample)
+        fleet.run_until(t)
+        clock.advance_to(t)
+        if t >= next_sample:
+            recorder.sample(t)
+            next_sample += step_s
+        if t >= next_tick:
+            record, state = reconcile_once(clock.now_s(), source, policy, guards, fleet, state)
+            ticks += 1
+            if decisions_out is not None:
+                decisions_out.write(json.dumps(record.as_json()) + "\n")
+            next_tick += tick_s
+        if progress is not None:
+            progress(t)
+        if fleet.arrivals_done and fleet.unresolved == 0:
+            break
+        if t > horizon:
+            break
+    fleet.finish(clock.now_s())
+    # The run ends when the last request is resolved (or at the horizon), not at the next tick.
+    end_s = max(fleet.last_resolved_s, last_arrival)
+    wall_s = time.perf_counter() - wall0
+    return summarize(
+        policy_name,
+        workload,
+        fleet,
+        recorder.cols,
+        settings,
+        end_s=end_s,
+        wall_s=wall_s,
+        ticks=ticks,
+    )

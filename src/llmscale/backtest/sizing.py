@@ -1,0 +1,74 @@
+"""How many requests/s one replica sustains within the SLO, measured with the simulator itself.
+
+Used for sensible defaults (the warm starting fleet, a static fleet sized for
+the peak) and by capacity-planning policies. The probe replays a steady
+Poisson stream with the workload's own request lengths (bootstrapped) against
+one replica and bisects on the rate until 99% of requests meet the SLO.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from llmscale.backtest.results import slo_met
+from llmscale.sim.fleet import Fleet, SimConfig
+
+__all__ = ["replica_capacity_rps", "replicas_for_rate"]
+
+_PROBE_S = 240.0
+_WARM_S = 30.0
+
+
+def _attainment(
+    perf: Any, sim: SimConfig, rate: float, inp: np.ndarray, out: np.ndarray, slo: tuple[float, float], seed: int
+) -> float:
+    rng = np.random.default_rng(seed)
+    n = max(50, int(rate * _PROBE_S))
+    arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+    pick = rng.integers(0, inp.size, n)
+    fleet = Fleet(perf, sim, arrivals, inp[pick], out[pick], initial_replicas=1, gpus_per_replica=1)
+    fleet.run_until(float(arrivals[-1]) + 120.0)
+    fleet.finish(fleet.now)
+    status = np.frombuffer(bytes(fleet.status), dtype=np.uint8)
+    met = slo_met(status, np.asarray(fleet.ttft_s), np.asarray(fleet.tpot_s), slo[0], slo[1])
+    keep = arrivals >= _WARM_S  # judge the steady state, not the empty start
+    return float(met[keep].mean()) if keep.any() else float(met.mean())
+
+
+def replica_capacity_rps(
+    perf: Any,
+    sim: SimConfig,
+    input_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    *,
+    target: float = 0.99,
+    seed: int = 0,
+) -> float:
+    """Highest Poisson rate (req/s) at which one replica keeps ``target`` of requests within the SLO."""
+    sim = replace(sim, step_noise=0.0, max_queue=None)
+    inp = np.asarray(input_tokens, dtype=np.int64)
+    out = np.asarray(output_tokens, dtype=np.int64)
+    slo = (slo_ttft_s, slo_tpot_s)
+    lo, hi = 0.0, 1.0
+    while _attainment(perf, sim, hi, inp, out, slo, seed) >= target:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e4:
+            return hi
+    for _ in range(7):
+        mid = 0.5 * (lo + hi)
+        if _attainment(perf, sim, mid, inp, out, slo, seed) >= target:
+            lo = mid
+        else:
+            hi = mid
+    return max(lo, 1e-3)
+
+
+def replicas_for_rate(rate_rps: float, capacity_rps: float) -> int:
+    """Replicas to carry ``rate_rps`` at ``capacity_rps`` each (at least one)."""
+    return max(1, math.ceil(rate_rps / capacity_rps))

@@ -1,0 +1,300 @@
+"""The ``llmscale`` command line: wiring only; the work lives in the packages it calls."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from llmscale.errors import ConfigError, LlmscaleError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="llmscale",
+    help=(
+        "SLO-aware autoscaling for LLM inference fleets (vLLM, TGI, Triton on Kubernetes).\n\n"
+        "Prove a policy before deploying it: `llmscale backtest` replays a request trace on a calibrated, "
+        "simulated fleet and compares autoscaling policies side by side against an oracle that knows the future."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _split_policies(values: list[str] | None) -> list[str]:
+    from llmscale.policies.base import policy_names
+
+    names: list[str] = []
+    for v in values or []:
+        names.extend(p.strip() for p in v.split(",") if p.strip())
+    if not names or "all" in names:
+        return policy_names()
+    known = set(policy_names())
+    for n in names:
+        if n not in known:
+            raise ConfigError(f"--policy {n!r} is not a policy; known: {', '.join(sorted(known))}, or 'all'")
+    seen: list[str] = []
+    for n in names:
+        if n not in seen:
+            seen.append(n)
+    return seen
+
+
+def _load_policy_config(path: Path | None) -> dict[str, dict[str, Any]]:
+    if path is None:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"--policy-config {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--policy-config {path}: not valid YAML: {e}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ConfigError(f"--policy-config {path}: expected a mapping of policy name -> parameters")
+    return {str(k): dict(v) for k, v in data.items()}
+
+
+def _load_workload(
+    trace: Path | None, fmt: str, preset: str | None, seed: int, start_s: float | None, duration_s: float | None,
+    rate_scale: float,
+) -> Any:
+    from llmscale.workloads import load_trace, make_preset
+    from llmscale.workloads import rate_scale as scale
+    from llmscale.workloads import window
+
+    if trace is not None and preset is not None:
+        raise ConfigError("give either --trace or --workload, not both")
+    if trace is not None:
+        w = load_trace(trace, fmt, seed=seed, start_s=start_s, duration_s=duration_s)
+    else:
+        w = make_preset(preset or "default", seed=seed)
+        if start_s is not None or duration_s is not None:
+            w = window(w, start_s or 0.0, duration_s if duration_s is not None else w.duration_s + 1.0)
+    if rate_scale <= 0:
+        raise ConfigError(f"--rate-scale = {rate_scale}, must be > 0")
+    if rate_scale != 1.0:
+        w = scale(w, rate_scale, seed=seed)
+    return w
+
+
+@app.command()
+def backtest(
+    trace: Annotated[
+        Path | None, typer.Option(help="Request trace to replay (Azure/BurstGPT/plain CSV, Mooncake JSONL, ServeGen).")
+    ] = None,
+    format: Annotated[
+        str, typer.Option("--format", help="Trace format: auto, azure, mooncake, burstgpt, servegen, csv.")
+    ] = "auto",
+    workload: Annotated[
+        str | None,
+        typer.Option("--workload", help="Built-in workload preset instead of a trace (see `llmscale workloads`)."),
+    ] = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option("--policy", help="Policy to run; repeat or comma-separate; 'all' (default) runs every one."),
+    ] = None,
+    replicas: Annotated[
+        int | None, typer.Option(help="Replicas of the `static` policy (default: enough for the peak minute).")
+    ] = None,
+    min_replicas: Annotated[int, typer.Option(help="Lower bound for autoscaling policies.")] = 1,
+    max_replicas: Annotated[
+        int | None, typer.Option(help="Upper bound (default: max(64, 2 x the peak minute's need)).")
+    ] = None,
+    initial_replicas: Annotated[
+        int | None, typer.Option(help="Ready replicas at time 0 (default: enough for the first 5 minutes).")
+    ] = None,
+    model: Annotated[str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")] = "llama-3-8b",
+    gpu: Annotated[str, typer.Option(help="GPU: a100-80gb, h100-80gb, h200.")] = "h100-80gb",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")] = 1,
+    rate_scale: Annotated[
+        float, typer.Option(help="Multiply the arrival rate, keeping the trace's duration and shape.")
+    ] = 1.0,
+    start_s: Annotated[float | None, typer.Option(help="Start of the window to replay (s from the first request).")] = None,
+    duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
+    slo_ttft_s: Annotated[float, typer.Option(help="SLO on time to first token (s).")] = 2.0,
+    slo_tpot_s: Annotated[float, typer.Option(help="SLO on mean time per output token after the first (s).")] = 0.1,
+    seed: Annotated[int, typer.Option(help="Seed for every random draw; same seed, same results.")] = 0,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write results as JSON to PATH ('-' for stdout: JSON only there).")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option(help="Write a self-contained HTML report (default report.html with no arguments).")
+    ] = None,
+    decisions: Annotated[Path | None, typer.Option(help="Write one JSON line per controller tick to PATH.")] = None,
+    policy_config: Annotated[
+        Path | None, typer.Option(help="YAML file: policy name -> {parameter: value}.")
+    ] = None,
+    oracle: Annotated[bool, typer.Option(help="Also run the oracle (lower bound on GPU-hours).")] = True,
+    timeout_s: Annotated[float, typer.Option(help="A client gives up after this long without a first token (s).")] = 60.0,
+    grace_s: Annotated[float, typer.Option(help="Grace period of a draining replica before it is killed (s).")] = 30.0,
+    jobs: Annotated[int, typer.Option(help="Policies simulated in parallel processes (default: CPU count).")] = 0,
+) -> None:
+    """Replay a workload on a simulated fleet under each policy; print the comparison and write a report.
+
+    With no arguments: the embedded `default` workload (an hour shaped from the Azure conversation
+    trace, with a daily-style ramp and a flash crowd) on Llama-3-8B / H100, every policy plus the
+    oracle, a table on the terminal and report.html.
+    """
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from llmscale.backtest.compare import build_document, run_backtest
+    from llmscale.backtest.runner import BacktestSettings, build_fleet
+    from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
+    from llmscale.sim.fleet import SimConfig
+
+    json_to_stdout = json_out == "-"
+    console = Console(stderr=json_to_stdout)
+    err = Console(stderr=True)
+    no_args = trace is None and workload is None and report is None and json_out is None
+    if no_args:
+        report = Path("report.html")
+
+    names = _split_policies(policy)
+    params = _load_policy_config(policy_config)
+    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale)
+
+    sim = SimConfig(timeout_s=timeout_s, grace_s=grace_s, seed=seed)
+    base = BacktestSettings(
+        model=model, gpu=gpu, tp=tp, min_replicas=min_replicas, max_replicas=min_replicas,
+        initial_replicas=min_replicas, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, seed=seed, sim=sim,
+    ).with_cold_start()
+
+    # Size the defaults from what one replica sustains on this workload's lengths.
+    need_auto = replicas is None or max_replicas is None or initial_replicas is None
+    summary = w.summary()
+    if need_auto:
+        probe = build_fleet(w, base, 0)
+        with err.status("Measuring one replica's capacity on this workload..."):
+            cap = replica_capacity_rps(
+                probe.perf, base.sim, w.input_tokens, w.output_tokens, slo_ttft_s, slo_tpot_s, seed=seed
+            )
+        peak_need = replicas_for_rate(float(summary["peak_1min_rps"]), cap)
+        first = w.arrival_s < min(300.0, w.duration_s + 1.0)
+        first_rate = float(first.sum()) / min(300.0, max(w.duration_s, 1.0))
+        err.print(
+            f"[dim]one replica sustains ~{cap:.2f} req/s within the SLO on this workload; "
+            f"peak minute needs ~{peak_need} replicas[/]"
+        )
+    if max_replicas is None:
+        max_replicas = max(64, 2 * peak_need, min_replicas)
+    if initial_replicas is None:
+        initial_replicas = min(max_replicas, max(min_replicas, replicas_for_rate(first_rate * 1.1, cap)))
+    if replicas is None:
+        replicas = peak_need
+    if "static" in names:
+        params.setdefault("static", {}).setdefault("replicas", replicas)
+    settings = replace(
+        base, max_replicas=max_replicas, initial_replicas=initial_replicas, policy_params=params
+    )
+    if jobs <= 0:
+        jobs = os.cpu_count() or 1
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    end_s = float(w.duration_s)
+    all_names = [*names, *(["oracle"] if oracle else [])]
+    with Progress(
+        TextColumn("{task.description:<16}"),
+        BarColumn(),
+        TextColumn("{task.fields[sim]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+        disable=not err.is_terminal and "LLMSCALE_PROGRESS" not in os.environ,
+    ) as bar:
+        tasks = {n: bar.add_task(n, total=max(end_s, 1.0), sim="") for n in all_names}
+
+        def on_progress(name: str, t: float) -> None:
+            if t == float("inf"):
+                bar.update(tasks[name], completed=max(end_s, 1.0), sim="done")
+            else:
+                bar.update(tasks[name], completed=min(t, end_s), sim=f"t={t:,.0f}s")
+
+        results, oracle_result, lines = run_backtest(
+            w, names, settings, include_oracle=oracle, jobs=jobs, want_decisions=decisions is not None,
+            on_progress=on_progress,
+        )
+        for n in all_names:
+            on_progress(n, float("inf"))
+
+    doc = build_document(w, settings, results, oracle_result, with_series=False)
+    from llmscale.report import comparison_table
+
+    console.print(comparison_table(doc))
+    if json_out is not None:
+        text = json.dumps(doc, indent=2)
+        if json_to_stdout:
+            sys.stdout.write(text + "\n")
+        else:
+            Path(json_out).write_text(text + "\n")
+            console.print(f"results: {json_out}")
+    if decisions is not None:
+        decisions.write_text("".join(lines))
+        console.print(f"decision log: {decisions} ({len(lines)} ticks)")
+    if report is not None:
+        from llmscale.report import render_report
+
+        full = build_document(w, settings, results, oracle_result, with_series=True)
+        render_report(full, report)
+        console.print(f"report: {report}")
+
+
+@app.command("policies")
+def policies_cmd() -> None:
+    """List every policy with a one-line description and its parameters."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from llmscale.policies.base import POLICIES, policy_names
+
+    table = Table(title="llmscale policies")
+    table.add_column("name")
+    table.add_column("what it does")
+    table.add_column("parameters (defaults)")
+    for name in policy_names():
+        info = POLICIES[name]
+        table.add_row(name, info.summary, ", ".join(f"{k}={v}" for k, v in info.defaults.items()))
+    Console().print(table)
+
+
+@app.command("workloads")
+def workloads_cmd() -> None:
+    """List the built-in workload presets."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from llmscale.workloads import PRESETS
+
+    table = Table(title="workload presets (--workload NAME)")
+    table.add_column("name")
+    table.add_column("description")
+    for name, preset in PRESETS.items():
+        table.add_row(name, getattr(preset, "description", ""))
+    Console().print(table)
+
+
+def main() -> None:
+    try:
+        app()
+    except LlmscaleError as e:
+        typer.echo(f"llmscale: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("llmscale: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""The Cluster protocol: what the controller needs from whatever runs the replicas."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from llmscale.types import ReplicaView
+
+__all__ = ["Cluster"]
+
+
+class Cluster(Protocol):
+    """Implemented by the simulator, the Kubernetes scale subresource and the KEDA scaler."""
+
+    @property
+    def spec_replicas(self) -> int:
+        """Replicas last asked for (the scale spec)."""
+        ...
+
+    def scale_to(self, n: int, now_s: float) -> None:
+        """Ask for ``n`` active replicas at ``now_s``; pre: n >= 0. Raises ActuationError on failure."""
+        ...
+
+    def replicas_view(self) -> tuple[ReplicaView, ...]:
+        """Every replica not yet gone, with its lifecycle phase."""
+        ...

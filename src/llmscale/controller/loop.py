@@ -1,0 +1,58 @@
+"""One controller tick: observe -> signals -> decide -> guard -> actuate, and its record.
+
+The backtest drives :func:`reconcile_once` with a simulated clock; the live
+loop calls the same function with wall time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llmscale.cluster.base import Cluster
+from llmscale.guards import GuardConfig, apply_guards
+from llmscale.metrics.source import MetricSource
+from llmscale.policies.base import Policy
+from llmscale.signals.fleet import compute_signals
+from llmscale.types import Observation, TickRecord
+
+__all__ = ["ControllerState", "reconcile_once"]
+
+#: observations kept for windowed signals (at a 15 s tick: the last 5 minutes)
+WINDOW_LEN = 20
+
+
+@dataclass(frozen=True)
+class ControllerState:
+    policy_state: Any
+    window: tuple[Observation, ...] = ()
+
+
+def reconcile_once(
+    now_s: float,
+    source: MetricSource,
+    policy: Policy[Any],
+    guards: GuardConfig,
+    cluster: Cluster,
+    state: ControllerState,
+) -> tuple[TickRecord, ControllerState]:
+    """Run one tick at ``now_s``; scales ``cluster`` when the guarded decision differs from its spec."""
+    obs = source.observe(now_s)
+    window = (*state.window, obs)[-WINDOW_LEN:]
+    signals = compute_signals(window)
+    decision, policy_state = policy.decide(signals, state.policy_state, now_s)
+    outcome = apply_guards(decision, signals, guards)
+    applied = outcome.desired != cluster.spec_replicas
+    if applied:
+        cluster.scale_to(outcome.desired, now_s)
+    record = TickRecord(
+        time_s=now_s,
+        policy=policy.name,
+        fleet=signals.fleet,
+        proposed=decision,
+        final=outcome.desired,
+        guard=outcome.guard,
+        guard_note=outcome.note,
+        applied=applied,
+    )
+    return record, ControllerState(policy_state=policy_state, window=window)

@@ -1,0 +1,143 @@
+"""Metric names of the exporters llmscale reads, in one table.
+
+Names, types and histogram buckets are vLLM's, TGI's, Triton's and the DCGM
+exporter's own (sources: vllm ``vllm/v1/metrics/loggers.py`` and
+``vllm/engine/metrics.py``; dcgm-exporter ``etc/default-counters.csv`` and
+``etc/dcp-metrics-included.csv``; see docs/notes/exporters-and-peer-autoscalers.md).
+The simulator exports under these names so that the same signal code reads a
+simulated fleet and a live one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "DCGM",
+    "HISTOGRAM_BOUNDS",
+    "SIM",
+    "TGI",
+    "TRITON",
+    "VLLM",
+    "VLLM_OLD",
+    "Names",
+]
+
+# vLLM V1 histogram buckets (verbatim figures from vllm/v1/metrics/loggers.py).
+TTFT_BUCKETS_S = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+ITL_BUCKETS_S = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+    1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+REQUEST_LATENCY_BUCKETS_S = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+    40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+#: Buckets the simulator uses for each latency histogram family.
+HISTOGRAM_BOUNDS: dict[str, tuple[float, ...]] = {
+    "ttft": TTFT_BUCKETS_S,
+    "itl": ITL_BUCKETS_S,
+    "e2e": REQUEST_LATENCY_BUCKETS_S,
+}
+
+
+@dataclass(frozen=True)
+class Names:
+    """Names one backend generation uses for the quantities llmscale reads (None: not exported)."""
+
+    running: str | None
+    waiting: str | None
+    kv_usage: str | None  # 0..1
+    preemptions: str | None  # counter
+    prompt_tokens: str | None  # counter
+    generation_tokens: str | None  # counter
+    ttft: str | None  # histogram, seconds
+    e2e: str | None  # histogram, seconds
+    itl: str | None  # histogram, seconds per output token (per token)
+    tpot: str | None  # histogram, per-request mean seconds per output token
+    queue_time: str | None  # histogram, seconds
+
+
+#: vLLM V1, current names (0.11+).
+VLLM = Names(
+    running="vllm:num_requests_running",
+    waiting="vllm:num_requests_waiting",
+    kv_usage="vllm:kv_cache_usage_perc",
+    preemptions="vllm:num_preemptions_total",
+    prompt_tokens="vllm:prompt_tokens_total",
+    generation_tokens="vllm:generation_tokens_total",
+    ttft="vllm:time_to_first_token_seconds",
+    e2e="vllm:e2e_request_latency_seconds",
+    itl="vllm:inter_token_latency_seconds",
+    tpot="vllm:request_time_per_output_token_seconds",
+    queue_time="vllm:request_queue_time_seconds",
+)
+
+#: vLLM V0 and V1 before 0.9/0.11: the KV gauge and per-token latency had these names.
+VLLM_OLD = Names(
+    running="vllm:num_requests_running",
+    waiting="vllm:num_requests_waiting",
+    kv_usage="vllm:gpu_cache_usage_perc",
+    preemptions="vllm:num_preemptions_total",
+    prompt_tokens="vllm:prompt_tokens_total",
+    generation_tokens="vllm:generation_tokens_total",
+    ttft="vllm:time_to_first_token_seconds",
+    e2e="vllm:e2e_request_latency_seconds",
+    itl="vllm:time_per_output_token_seconds",
+    tpot=None,
+    queue_time="vllm:request_queue_time_seconds",
+)
+
+#: Hugging Face text-generation-inference (no time-to-first-token metric exists).
+TGI = Names(
+    running="tgi_batch_current_size",
+    waiting="tgi_queue_size",
+    kv_usage=None,
+    preemptions=None,
+    prompt_tokens=None,
+    generation_tokens=None,
+    ttft=None,
+    e2e="tgi_request_duration",
+    itl="tgi_request_mean_time_per_token_duration",
+    tpot=None,
+    queue_time="tgi_request_queue_duration",
+)
+
+#: NVIDIA Triton (plain server metrics; TRT-LLM's are labelled families).
+TRITON = Names(
+    running=None,
+    waiting="nv_inference_pending_request_count",
+    kv_usage=None,
+    preemptions=None,
+    prompt_tokens=None,
+    generation_tokens=None,
+    ttft=None,
+    e2e=None,
+    itl=None,
+    tpot=None,
+    queue_time=None,
+)
+
+
+class DCGM:
+    """DCGM exporter fields (metric name = field name)."""
+
+    GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent 0-100
+    MEM_COPY_UTIL = "DCGM_FI_DEV_MEM_COPY_UTIL"  # percent 0-100
+    FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
+    FB_FREE = "DCGM_FI_DEV_FB_FREE"  # MiB
+    GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0-1
+    SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"  # ratio 0-1
+    DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"  # ratio 0-1
+    TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"  # ratio 0-1
+
+
+class SIM:
+    """Series only the simulator exports (no real exporter has them)."""
+
+    L2_MISS = "llmscale_sim:gpu_l2_miss_ratio"  # a proxy: share of the step's time bound by HBM traffic
+    KV_BLOCKS_TOTAL = "llmscale_sim:kv_blocks_total"

@@ -1,0 +1,99 @@
+"""The Policy protocol and the registry that maps names to factories.
+
+A policy is a pure function of (signals, its own state, now): no I/O, no wall
+clock, no globals. It returns a Decision that names the rule that fired and
+the numbers that fired it, and its next state (a frozen dataclass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from llmscale.errors import ConfigError
+from llmscale.types import Decision, Signals
+
+__all__ = ["POLICIES", "Policy", "PolicyContext", "PolicyInfo", "create_policy", "policy_names", "register"]
+
+S = TypeVar("S")
+
+
+class Policy(Protocol[S]):
+    """Decides desired replicas. Pre: ``now_s`` never decreases between calls."""
+
+    name: str
+    #: how often the controller calls :meth:`decide`, seconds (e.g. HPA's 15 s sync period)
+    tick_s: float
+
+    def initial_state(self) -> S: ...
+
+    def decide(self, signals: Signals, state: S, now_s: float) -> tuple[Decision, S]:
+        """Return the decision at ``now_s`` and the next state; no side effects."""
+        ...
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy may know about the deployment besides signals (model, GPU, SLOs, bounds)."""
+
+    min_replicas: int = 1
+    max_replicas: int = 100
+    slo_ttft_s: float = 2.0
+    slo_tpot_s: float = 0.1
+    model: str = "llama-3-8b"
+    gpu: str = "h100-80gb"
+    tp: int = 1
+    #: cold start of a new replica, seconds (pending + loading + warmup)
+    cold_start_s: float = 90.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    name: str
+    summary: str
+    factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]
+    defaults: Mapping[str, Any]
+
+
+POLICIES: dict[str, PolicyInfo] = {}
+
+
+def register(
+    name: str, summary: str, defaults: Mapping[str, Any]
+) -> Callable[[Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]], Any]:
+    """Class/function decorator adding a policy factory to :data:`POLICIES`."""
+
+    def wrap(factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]) -> Any:
+        POLICIES[name] = PolicyInfo(name, summary, factory, dict(defaults))
+        return factory
+
+    return wrap
+
+
+def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | None = None) -> Policy[Any]:
+    """Build a registered policy; unknown names or parameters raise ConfigError naming them."""
+    _load_builtin_policies()
+    info = POLICIES.get(name)
+    if info is None:
+        known = ", ".join(sorted(POLICIES))
+        raise ConfigError(f"unknown policy {name!r}; known policies: {known}")
+    merged = dict(info.defaults)
+    for key, value in (params or {}).items():
+        if key not in info.defaults:
+            raise ConfigError(
+                f"policy {name!r} has no parameter {key!r}; parameters: {', '.join(sorted(info.defaults))}"
+            )
+        merged[key] = value
+    return info.factory(ctx, merged)
+
+
+def _load_builtin_policies() -> None:
+    # Imported for their @register side effect, lazily so importing llmscale stays cheap.
+    from llmscale.policies import hpa, static  # noqa: F401
+
+
+def policy_names() -> list[str]:
+    _load_builtin_policies()
+    return sorted(POLICIES)

@@ -1,0 +1,183 @@
+"""``hpa-gpu-util``: the Kubernetes HPA (autoscaling/v2) on a per-pod GPU-utilisation metric.
+
+The common production set-up the design documents show failing: DCGM's
+``DCGM_FI_DEV_GPU_UTIL`` exposed per pod (prometheus-adapter) as a Pods metric
+with an AverageValue target of 70 (percent). Re-implemented from the
+algorithm in kubernetes/kubernetes ``pkg/controller/podautoscaler``
+(``replica_calculator.go``, ``horizontal.go``):
+
+- sync period 15 s; tolerance 0.1 (no change while |ratio - 1| <= 0.1);
+- ratio = mean over pods with a sample / target; Pending pods are ignored; pods
+  that are running but have no sample are "missing": counted at the target
+  on a scale-down and at 0 on a scale-up, then the ratio is recomputed and
+  the change dropped if it flips direction or falls within tolerance;
+  desired = ceil(ratio x number of pods counted);
+- default behaviour: scale-up stabilisation 0 s with rate policies
+  "4 pods or 100% per 15 s, whichever is more"; scale-down stabilisation
+  300 s (the highest recommendation of the window wins) and 100% per 15 s;
+- min/max replicas bound the result.
+
+Unready pods are only discounted by HPA for CPU; for a Pods metric a pod that
+is still loading its model reports a GPU utilisation near 0 and is averaged
+in, as it is on a real cluster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llmscale.policies.base import PolicyContext, register
+from llmscale.types import Decision, Signals
+
+__all__ = ["HpaConfig", "HpaPolicy", "HpaState", "hpa_replicas_for_metric"]
+
+
+@dataclass(frozen=True)
+class HpaConfig:
+    metric: str = "DCGM_FI_DEV_GPU_UTIL"
+    target: float = 70.0
+    tolerance: float = 0.1
+    sync_s: float = 15.0
+    up_stabilization_s: float = 0.0
+    down_stabilization_s: float = 300.0
+    up_pods_per_period: int = 4
+    up_percent_per_period: float = 100.0
+    down_percent_per_period: float = 100.0
+    period_s: float = 15.0
+    min_replicas: int = 1
+    max_replicas: int = 100
+
+
+@dataclass(frozen=True)
+class HpaState:
+    #: (time_s, unstabilised recommendation), newest last
+    recommendations: tuple[tuple[float, int], ...] = ()
+    #: (time_s, replica change) of scale events, for the rate policies
+    events: tuple[tuple[float, int], ...] = ()
+
+
+def hpa_replicas_for_metric(
+    values: Mapping[str, float | None], target: float, tolerance: float, current: int
+) -> tuple[int, float | None, str]:
+    """HPA's replica count for a Pods metric with an AverageValue target.
+
+    ``values`` maps every counted pod (Pending pods excluded) to its sample, or
+    None when the pod has no sample. Returns (replicas, usage ratio, rule).
+    Worked example: pods at 90 and 80 with target 70 -> ratio 85/70 = 1.214,
+    outside tolerance, desired = ceil(1.214 x 2) = 3.
+    """
+    present = [v for v in values.values() if v is not None]
+    missing = len(values) - len(present)
+    if not present:
+        return current, None, "no-metrics"
+    ratio = sum(present) / len(present) / target
+    if missing == 0:
+        if abs(1.0 - ratio) <= tolerance:
+            return current, ratio, "within-tolerance"
+        return math.ceil(ratio * len(present)), ratio, "scale"
+    # Missing pods: assume the conservative value for the direction of change.
+    fill = target if ratio < 1.0 else 0.0
+    new_ratio = (sum(present) + fill * missing) / (len(present) + missing) / target
+    if abs(1.0 - new_ratio) <= tolerance or (ratio < 1.0) != (new_ratio < 1.0):
+        return current, new_ratio, "within-tolerance"
+    desired = math.ceil(new_ratio * (len(present) + missing))
+    if (new_ratio > 1.0 and desired < current) or (new_ratio < 1.0 and desired > current):
+        return current, new_ratio, "direction-flip"
+    return desired, new_ratio, "scale"
+
+
+@dataclass(frozen=True)
+class HpaPolicy:
+    config: HpaConfig
+    name: str = "hpa-gpu-util"
+
+    @property
+    def tick_s(self) -> float:
+        return self.config.sync_s
+
+    def initial_state(self) -> HpaState:
+        return HpaState()
+
+    def decide(self, signals: Signals, state: HpaState, now_s: float) -> tuple[Decision, HpaState]:
+        cfg = self.config
+        current = signals.fleet.spec_replicas
+        values: dict[str, float | None] = {}
+        for pod, metrics in signals.per_replica.items():
+            values[pod] = metrics.get(cfg.metric)
+        raw, ratio, rule = hpa_replicas_for_metric(values, cfg.target, cfg.tolerance, current)
+        mean = None
+        present = [v for v in values.values() if v is not None]
+        if present:
+            mean = sum(present) / len(present)
+
+        # Stabilisation: record the raw recommendation, then bound by the windows.
+        keep_s = max(cfg.up_stabilization_s, cfg.down_stabilization_s)
+        recs = tuple(r for r in state.recommendations if now_s - r[0] < keep_s) + ((now_s, raw),)
+        up_rec = min(n for t, n in recs if now_s - t <= cfg.up_stabilization_s)
+        down_rec = max(n for t, n in recs if now_s - t <= cfg.down_stabilization_s)
+        stabilized = current
+        if stabilized < up_rec:
+            stabilized = up_rec
+        if stabilized > down_rec:
+            stabilized = down_rec
+        if stabilized != raw:
+            rule = "scale-down-stabilized" if raw < stabilized else "scale-up-stabilized"
+
+        # Rate policies relative to the replicas at the start of the period.
+        events = tuple(e for e in state.events if now_s - e[0] < cfg.period_s)
+        added = sum(d for _, d in events if d > 0)
+        removed = -sum(d for _, d in events if d < 0)
+        start = current - added + removed
+        desired = stabilized
+        if desired > current:
+            limit = max(start + cfg.up_pods_per_period, math.ceil(start * (1 + cfg.up_percent_per_period / 100)))
+            if desired > limit:
+                desired = limit
+                rule = "scale-up-rate-limited"
+        elif desired < current:
+            limit = int(start * (1 - cfg.down_percent_per_period / 100))
+            if desired < limit:
+                desired = limit
+                rule = "scale-down-rate-limited"
+        desired = max(cfg.min_replicas, min(cfg.max_replicas, desired))
+        if desired != current:
+            events = (*events, (now_s, desired - current))
+        decision = Decision(
+            desired,
+            rule,
+            {
+                "metric_mean": mean,
+                "target": cfg.target,
+                "usage_ratio": ratio,
+                "raw_recommendation": float(raw),
+                "pods_counted": float(len(values)),
+            },
+        )
+        return decision, HpaState(recommendations=recs, events=events)
+
+
+_DEFAULTS = {
+    "metric": "DCGM_FI_DEV_GPU_UTIL",
+    "target": 70.0,
+    "tolerance": 0.1,
+    "sync_s": 15.0,
+    "down_stabilization_s": 300.0,
+}
+
+
+@register("hpa-gpu-util", "Kubernetes HPA v2 on per-pod GPU utilisation, target 70%", _DEFAULTS)
+def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HpaPolicy:
+    return HpaPolicy(
+        HpaConfig(
+            metric=str(params["metric"]),
+            target=float(params["target"]),
+            tolerance=float(params["tolerance"]),
+            sync_s=float(params["sync_s"]),
+            down_stabilization_s=float(params["down_stabilization_s"]),
+            min_replicas=ctx.min_replicas,
+            max_replicas=ctx.max_replicas,
+        )
+    )

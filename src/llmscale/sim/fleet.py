@@ -1,0 +1,398 @@
+"""A simulated serving fleet: replicas with lifecycles, a router, a gateway queue, one event loop.
+
+The fleet implements the ``Cluster`` protocol (``scale_to``, ``replicas``) so the
+controller loop drives it exactly as it drives Kubernetes. Time only moves in
+:meth:`Fleet.run_until`; arrivals come from the workload's sorted arrays (never
+pushed on the heap), and the heap holds replica iteration ends and lifecycle
+transitions as ``(time_s, seq, kind, obj, tag)`` with a per-fleet counter, so
+runs are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from llmscale.errors import ConfigError
+from llmscale.metrics.names import HISTOGRAM_BOUNDS
+from llmscale.sim.replica import BLOCK_TOKENS, Replica
+from llmscale.sim.request import Req, Status
+from llmscale.types import Phase, ReplicaView
+
+__all__ = ["Fleet", "SimConfig"]
+
+_STEP = 0
+_PHASE = 1
+_GRACE = 2
+
+_by_outstanding = attrgetter("outstanding")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How each replica is configured and how the fleet behaves. Durations in seconds."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    gpu_memory_utilization: float = 0.9
+    max_model_len: int | None = None  # None: the model's context length
+    pending_s: float = 60.0
+    loading_s: float = 20.0
+    warmup_s: float = 10.0
+    grace_s: float = 30.0  # Kubernetes' default terminationGracePeriodSeconds
+    timeout_s: float = 60.0  # a client gives up after this long without a first token
+    max_queue: int | None = None  # gateway queue bound while no replica is ready; None = unbounded
+    router: str = "least-outstanding"
+    step_noise: float = 0.0  # sigma of a lognormal factor on step time, drawn once per jump
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1:
+            raise ConfigError(f"max_num_seqs = {self.max_num_seqs}, must be >= 1")
+        if self.max_num_batched_tokens < 1:
+            raise ConfigError(f"max_num_batched_tokens = {self.max_num_batched_tokens}, must be >= 1")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ConfigError(f"gpu_memory_utilization = {self.gpu_memory_utilization}, must be in (0, 1]")
+        for name in ("pending_s", "loading_s", "warmup_s", "grace_s", "timeout_s", "step_noise"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} = {getattr(self, name)}, must be >= 0")
+        if self.router not in ("least-outstanding", "round-robin"):
+            raise ConfigError(f"router = {self.router!r}, must be 'least-outstanding' or 'round-robin'")
+
+
+class Fleet:
+    """The simulated cluster. Pre: workload arrays sorted by arrival time."""
+
+    def __init__(
+        self,
+        perf: Any,
+        config: SimConfig,
+        arrival_s: np.ndarray,
+        input_tokens: np.ndarray,
+        output_tokens: np.ndarray,
+        *,
+        initial_replicas: int,
+        gpus_per_replica: int,
+    ) -> None:
+        self.perf = perf
+        self.config = config
+        self.gpus_per_replica = gpus_per_replica
+        self.total_blocks = int(perf.kv_capacity_blocks(config.gpu_memory_utilization, BLOCK_TOKENS))
+        self.max_model_len = config.max_model_len or int(getattr(perf.model, "max_context_tokens", 8192))
+        self._arr = arrival_s.tolist()
+        self._inp = input_tokens.tolist()
+        self._out = output_tokens.tolist()
+        n = len(self._arr)
+        self.num_requests = n
+        self._next = 0
+        self.now = 0.0
+        self._heap: list[tuple[float, int, int, Any, int]] = []
+        self._seq = 0
+        self._rng = random.Random(config.seed)
+        self._noise_sigma = config.step_noise
+
+        # Per-request outcomes (plain lists: cheap single writes on the hot path).
+        nan = math.nan
+        self.status = bytearray(n)
+        self.ttft_s = [nan] * n
+        self.e2e_s = [nan] * n
+        self.tpot_s = [nan] * n
+        self.first_token_at_s = [nan] * n
+        self.finish_at_s = [nan] * n
+        self.unresolved = 0
+        self.counts = [0] * len(Status.NAMES)
+
+        self.replicas: list[Replica] = []  # not yet gone
+        self.ready: list[Replica] = []  # routable
+        self.gateway: deque[Req] = deque()
+        self._rr = 0
+        self._names = 0
+        self.spec_replicas = 0
+        self.scale_events = 0
+        self._gone_counters = [0.0, 0.0, 0.0]  # busy_s, active_s, dram_bytes of gone replicas
+        self.last_event_s = 0.0
+        self.last_resolved_s = 0.0
+        #: GPU-seconds paid outside the simulated span (the oracle's early-provisioned cold starts)
+        self.prepaid_gpu_s = 0.0
+        self._gone_spans: list[tuple[float, float]] = []  # (created_s, gone_s) of replicas gone
+
+        for _ in range(initial_replicas):
+            self._start_replica(0.0, warm=True)
+        self.spec_replicas = initial_replicas
+
+    # ---------------------------------------------------------------- engine
+
+    def noise(self) -> float:
+        """Multiplicative step-time noise, drawn once per jump or prefill iteration."""
+        if self._noise_sigma <= 0.0:
+            return 1.0
+        return math.exp(self._rng.gauss(0.0, self._noise_sigma))
+
+    def push_step(self, t: float, replica: Replica) -> None:
+        self._seq += 1
+        heappush(self._heap, (t, self._seq, _STEP, replica, replica.version))
+
+    def _push(self, t: float, kind: int, obj: Any, tag: int) -> None:
+        self._seq += 1
+        heappush(self._heap, (t, self._seq, kind, obj, tag))
+
+    def run_until(self, t_end: float) -> None:
+        """Process every arrival and event with time <= ``t_end``; then ``now = t_end``."""
+        heap = self._heap
+        arr = self._arr
+        n = self.num_requests
+        i = self._next
+        inf = math.inf
+        while True:
+            ta = arr[i] if i < n else inf
+            th = heap[0][0] if heap else inf
+            if ta <= th:
+                if ta > t_end:
+                    break
+                self.now = ta
+                self._arrive(i, ta)
+                i += 1
+                self._next = i
+            else:
+                if th > t_end:
+                    break
+                t, _, kind, obj, tag = heappop(heap)
+                self.now = t
+                if kind == _STEP:
+                    if obj.version == tag and obj.kind:
+                        obj.on_step_end(t)
+                        self.last_event_s = t
+                elif kind == _PHASE:
+                    if obj.phase == tag:
+                        self._advance_phase(obj, t)
+                elif obj.phase == Phase.DRAINING:
+                    self._kill(obj, t)
+        self._next = i
+        self.now = t_end
+
+    @property
+    def arrivals_done(self) -> bool:
+        return self._next >= self.num_requests
+
+    @property
+    def next_arrival_s(self) -> float:
+        return self._arr[self._next] if self._next < self.num_requests else math.inf
+
+    # --------------------------------------------------------------- routing
+
+    def _arrive(self, i: int, now: float) -> None:
+        req = Req(i, now, self._inp[i], self._out[i])
+        self.unresolved += 1
+        need = req.input_tokens + req.output_tokens
+        if need > self.max_model_len or -(-need // BLOCK_TOKENS) > self.total_blocks:
+            # vLLM answers 400 for a request longer than the model's context.
+            self._resolve(req, Status.REJECTED)
+            return
+        if self.ready:
+            self._route(req, now)
+        elif self.config.max_queue is not None and len(self.gateway) >= self.config.max_queue:
+            self._resolve(req, Status.REJECTED)
+        else:
+            self.gateway.append(req)
+
+    def _route(self, req: Req, now: float) -> None:
+        ready = self.ready
+        if self.config.router == "round-robin":
+            self._rr = (self._rr + 1) % len(ready)
+            target = ready[self._rr]
+        else:
+            target = min(ready, key=_by_outstanding)
+        target.enqueue(req, now)
+
+    def _flush_gateway(self, now: float) -> None:
+        gateway = self.gateway
+        timeout_s = self.config.timeout_s
+        while gateway and self.ready:
+            req = gateway.popleft()
+            if now - req.arrival_s >= timeout_s:
+                self._resolve(req, Status.TIMED_OUT)
+            else:
+                self._route(req, now)
+
+    def expire_gateway(self, now: float) -> None:
+        """Count clients that gave up while waiting in front of an empty fleet."""
+        gateway = self.gateway
+        timeout_s = self.config.timeout_s
+        while gateway and now - gateway[0].arrival_s >= timeout_s:
+            self._resolve(gateway.popleft(), Status.TIMED_OUT)
+
+    # ------------------------------------------------------ replica callbacks
+
+    def on_first_token(self, req: Req, now: float) -> None:
+        """A request got its first token (its TTFT is written when it is resolved)."""
+
+    def on_complete(self, req: Req, now: float) -> None:
+        i = req.idx
+        self.finish_at_s[i] = now
+        self.e2e_s[i] = now - req.arrival_s
+        self.tpot_s[i] = (now - req.first_token_s) / (req.output_tokens - 1) if req.output_tokens > 1 else math.nan
+        self._resolve(req, Status.COMPLETED)
+
+    def on_timed_out(self, req: Req, now: float) -> None:
+        self._resolve(req, Status.TIMED_OUT)
+
+    def _resolve(self, req: Req, status: int) -> None:
+        # Every outcome field is written here, at resolution, so a resolution is
+        # always complete (the oracle's trial runs rely on it).
+        i = req.idx
+        self.status[i] = status
+        first = req.first_token_s
+        self.first_token_at_s[i] = first if first >= 0.0 else math.nan
+        self.ttft_s[i] = first - req.arrival_s if first >= 0.0 else math.nan
+        if status != Status.COMPLETED:
+            self.finish_at_s[i] = self.e2e_s[i] = self.tpot_s[i] = math.nan
+        self.counts[status] += 1
+        self.unresolved -= 1
+        self.last_resolved_s = self.now
+
+    def on_drained(self, replica: Replica, now: float) -> None:
+        self._gone(replica, now)
+
+    # ------------------------------------------------------------- lifecycle
+
+    def _start_replica(self, now: float, *, warm: bool) -> Replica:
+        cfg = self.config
+        self._names += 1
+        r = Replica(
+            f"replica-{self._names}",
+            self,
+            self.perf,
+            total_blocks=self.total_blocks,
+            max_seqs=cfg.max_num_seqs,
+            max_batched_tokens=cfg.max_num_batched_tokens,
+            timeout_s=cfg.timeout_s,
+            created_s=now,
+            phase=Phase.READY if warm else Phase.PENDING,
+            histogram_bounds=HISTOGRAM_BOUNDS,
+        )
+        self.replicas.append(r)
+        if warm:
+            self.ready.append(r)
+        else:
+            self._push(now + cfg.pending_s, _PHASE, r, Phase.PENDING)
+        return r
+
+    def _advance_phase(self, r: Replica, now: float) -> None:
+        cfg = self.config
+        r.phase_since_s = now
+        if r.phase == Phase.PENDING:
+            r.phase = Phase.LOADING
+            self._push(now + cfg.loading_s, _PHASE, r, Phase.LOADING)
+        elif r.phase == Phase.LOADING:
+            r.phase = Phase.WARMUP
+            self._push(now + cfg.warmup_s, _PHASE, r, Phase.WARMUP)
+        elif r.phase == Phase.WARMUP:
+            r.phase = Phase.READY
+            self.ready.append(r)
+            self._flush_gateway(now)
+
+    def _drain(self, r: Replica, now: float) -> None:
+        self.ready.remove(r)
+        r.phase = Phase.DRAINING
+        r.phase_since_s = now
+        if r.outstanding == 0 and not r.busy:
+            self._gone(r, now)
+        else:
+            self._push(now + self.config.grace_s, _GRACE, r, 0)
+
+    def _kill(self, r: Replica, now: float) -> None:
+        r.sync(now)
+        for req in r.kill_all(now):
+            self._resolve(req, Status.KILLED)
+        self._gone(r, now)
+
+    def _gone(self, r: Replica, now: float) -> None:
+        r.sync(now)
+        r.phase = Phase.GONE
+        r.phase_since_s = now
+        r.gone_s = now
+        r.version += 1
+        self.replicas.remove(r)
+        if r in self.ready:
+            self.ready.remove(r)
+        self._gone_spans.append((r.created_s, now))
+        g = self._gone_counters
+        g[0] += r.busy_s
+        g[1] += r.active_s
+        g[2] += r.dram_bytes
+
+    # ------------------------------------------------------ Cluster protocol
+
+    def replicas_view(self) -> tuple[ReplicaView, ...]:
+        return tuple(ReplicaView(r.name, r.phase, r.phase_since_s, r.created_s) for r in self.replicas)
+
+    def scale_to(self, n: int, now: float, *, warm: bool = False) -> None:
+        """Make ``n`` replicas active (ready or on the way); pre: n >= 0, ``now`` is the fleet's time.
+
+        Growing adds Pending replicas that pay the full cold start. Shrinking first
+        cancels replicas that are not ready yet (newest first, as a ReplicaSet
+        deletes unready pods first), then drains the least-loaded ready ones.
+        ``warm=True`` adds replicas that are Ready at once (the oracle, which
+        provisioned them a cold start ahead and pays for that separately).
+        """
+        if n < 0:
+            raise ConfigError(f"scale_to({n}): replicas must be >= 0")
+        active = [r for r in self.replicas if r.phase < Phase.DRAINING]
+        if n != self.spec_replicas:
+            self.scale_events += 1
+        self.spec_replicas = n
+        if n > len(active):
+            for _ in range(n - len(active)):
+                self._start_replica(now, warm=warm)
+            if warm:
+                self._flush_gateway(now)
+        elif n < len(active):
+            surplus = len(active) - n
+            starting = sorted((r for r in active if r.phase < Phase.READY), key=lambda r: -r.created_s)
+            for r in starting[:surplus]:
+                self._gone(r, now)
+            surplus -= min(surplus, len(starting))
+            if surplus:
+                for r in sorted(self.ready, key=_by_outstanding)[:surplus]:
+                    self._drain(r, now)
+
+    # ------------------------------------------------------------ accounting
+
+    def sync_all(self, now: float) -> None:
+        for r in self.replicas:
+            r.sync(now)
+        self.expire_gateway(now)
+
+    def gpu_seconds(self, now: float) -> float:
+        """GPU-seconds up to ``now``: every GPU of every replica from Pending until Gone."""
+        total = sum(max(0.0, min(gone, now) - created) for created, gone in self._gone_spans)
+        total += sum(max(0.0, now - r.created_s) for r in self.replicas)
+        return total * self.gpus_per_replica + self.prepaid_gpu_s
+
+    def counter_totals(self) -> tuple[float, float, float]:
+        """(SM-busy seconds, iteration-active seconds, DRAM bytes) over all replicas ever."""
+        g = self._gone_counters
+        busy, active, dram = g[0], g[1], g[2]
+        for r in self.replicas:
+            busy += r.busy_s
+            active += r.active_s
+            dram += r.dram_bytes
+        return busy, active, dram
+
+    def finish(self, now: float) -> None:
+        """Close the books at ``now``: clients still waiting past their time-out have given up."""
+        self.sync_all(now)
+        timeout_s = self.config.timeout_s
+        for r in self.replicas:
+            for req in list(r.waiting):
+                if req.first_token_s < 0.0 and now - req.arrival_s >= timeout_s:
+                    r.waiting.remove(req)
+                    r.outstanding -= 1
+                    self._resolve(req, Status.TIMED_OUT)

@@ -1,0 +1,204 @@
+"""Frozen value types that cross layers.
+
+Observation flows from a MetricSource to the signal functions, Signals to a
+Policy, a Decision back to the controller and a TickRecord into the decision
+log. Units are in the names; ``None`` means "no observation", never zero.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Decision",
+    "FleetView",
+    "Histogram",
+    "Observation",
+    "Phase",
+    "ReplicaSample",
+    "ReplicaView",
+    "SignalValue",
+    "Signals",
+    "TickRecord",
+]
+
+
+class Phase(enum.IntEnum):
+    """Replica lifecycle. Only READY replicas take new requests."""
+
+    PENDING = 0  # scheduled or waiting for a node; image pull
+    LOADING = 1  # process up, loading weights
+    WARMUP = 2  # compiling, capturing CUDA graphs, profiling KV memory
+    READY = 3
+    DRAINING = 4  # no new requests; finishes in-flight work or is killed at the grace deadline
+    GONE = 5
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+#: Phases that are capacity on the way: a policy must not scale up again for them.
+STARTING_PHASES = (Phase.PENDING, Phase.LOADING, Phase.WARMUP)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """What the cluster says about one replica."""
+
+    name: str
+    phase: Phase
+    since_s: float  # when it entered ``phase``
+    created_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    """Replica counts by lifecycle phase plus the target's desired count (the scale spec)."""
+
+    spec_replicas: int
+    pending: int = 0
+    loading: int = 0
+    warmup: int = 0
+    ready: int = 0
+    draining: int = 0
+
+    @property
+    def starting(self) -> int:
+        """Replicas on the way (pending + loading + warmup)."""
+        return self.pending + self.loading + self.warmup
+
+    @property
+    def active(self) -> int:
+        """Replicas that are or will become ready (not draining)."""
+        return self.starting + self.ready
+
+    @staticmethod
+    def from_replicas(spec_replicas: int, replicas: tuple[ReplicaView, ...]) -> FleetView:
+        counts = [0] * len(Phase)
+        for r in replicas:
+            counts[r.phase] += 1
+        return FleetView(
+            spec_replicas=spec_replicas,
+            pending=counts[Phase.PENDING],
+            loading=counts[Phase.LOADING],
+            warmup=counts[Phase.WARMUP],
+            ready=counts[Phase.READY],
+            draining=counts[Phase.DRAINING],
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "spec": self.spec_replicas,
+            "pending": self.pending,
+            "loading": self.loading,
+            "warmup": self.warmup,
+            "ready": self.ready,
+            "draining": self.draining,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """A Prometheus-style histogram: upper bounds (ascending, last is +Inf) and cumulative counts."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    sum: float
+    count: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSample:
+    """One replica's metrics at one scrape, under the exporters' own metric names.
+
+    ``ok`` is False when the scrape failed: the replica is *unknown*, and its
+    ``values`` are empty; it must never be read as zero load.
+    """
+
+    replica: str
+    phase: Phase
+    ok: bool
+    values: Mapping[str, float] = field(default_factory=dict)
+    histograms: Mapping[str, Histogram] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Everything observed at ``time_s``: per-replica samples plus the fleet's lifecycle view."""
+
+    time_s: float
+    fleet: FleetView
+    replicas: tuple[ReplicaSample, ...]
+    #: requests waiting in front of the fleet (a gateway queue), when the source can see one
+    gateway_queue: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SignalValue:
+    """A signal's value; ``value is None`` means invalid (missing, stale or undefined)."""
+
+    value: float | None
+    note: str = ""
+
+    @property
+    def valid(self) -> bool:
+        return self.value is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    """Named signal values computed from a window of observations, plus the fleet view."""
+
+    time_s: float
+    fleet: FleetView
+    values: Mapping[str, SignalValue]
+    #: per-replica values of a few signals, for policies that reason per pod (HPA)
+    per_replica: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    #: replicas whose scrape failed: unknown load
+    unknown_replicas: int = 0
+
+    def get(self, name: str) -> float | None:
+        v = self.values.get(name)
+        return None if v is None else v.value
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A policy's answer: desired replicas and why, with the numbers that fired the rule."""
+
+    desired: int
+    rule: str
+    inputs: Mapping[str, float | None] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TickRecord:
+    """One controller tick, as written to the decision log (one JSON line)."""
+
+    time_s: float
+    policy: str
+    fleet: FleetView
+    proposed: Decision
+    final: int
+    guard: str | None
+    guard_note: str
+    applied: bool
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "time_s": round(self.time_s, 3),
+            "policy": self.policy,
+            "replicas": self.fleet.as_dict(),
+            "desired_before_guards": self.proposed.desired,
+            "desired": self.final,
+            "rule": self.proposed.rule,
+            "inputs": {k: (None if v is None else round(v, 6)) for k, v in self.proposed.inputs.items()},
+            "note": self.proposed.note,
+            "guard": self.guard,
+            "guard_note": self.guard_note,
+            "applied": self.applied,
+        }
