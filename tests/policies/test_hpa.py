@@ -64,3 +64,14 @@ def test_bounds_apply_last():
     policy = HpaPolicy(replace(CFG, max_replicas=5))
     d, _ = policy.decide(signals(0.0, 4, [700.0] * 4), HpaState(), 0.0)
     assert d.desired == 5
+
+
+def test_a_new_hpa_does_not_shrink_before_its_window_passes():
+    # recordInitialRecommendation: the first window holds the current replicas (4).
+    policy = HpaPolicy(CFG)
+    d, state = policy.decide(signals(0.0, 4, [1, 1, 1, 1]), HpaState(), 0.0)
+    assert d.desired == 4
+    d, state = policy.decide(signals(299.0, 4, [1, 1, 1, 1]), state, 299.0)
+    assert d.desired == 4
+    d, state = policy.decide(signals(301.0, 4, [1, 1, 1, 1]), state, 301.0)
+    assert d.desired == 1

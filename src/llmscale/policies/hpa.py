@@ -115,9 +115,15 @@ class HpaPolicy:
 
         # Stabilisation: record the raw recommendation, then bound by the windows.
         keep_s = max(cfg.up_stabilization_s, cfg.down_stabilization_s)
-        recs = tuple(r for r in state.recommendations if now_s - r[0] < keep_s) + ((now_s, raw),)
-        up_rec = min(n for t, n in recs if now_s - t <= cfg.up_stabilization_s)
-        down_rec = max(n for t, n in recs if now_s - t <= cfg.down_stabilization_s)
+        # Like the controller's recordInitialRecommendation: the window starts holding the
+        # replicas the target had when the HPA first saw it, so it cannot shrink at once.
+        history = state.recommendations or ((now_s, current),)
+        older = tuple(r for r in history if now_s - r[0] < keep_s)
+        # A stored recommendation counts while it is strictly inside its window (a 0 s window
+        # holds only the recommendation just made).
+        up_rec = min([raw, *(n for t, n in older if now_s - t < cfg.up_stabilization_s)])
+        down_rec = max([raw, *(n for t, n in older if now_s - t < cfg.down_stabilization_s)])
+        recs = (*older, (now_s, raw))
         stabilized = current
         if stabilized < up_rec:
             stabilized = up_rec

@@ -51,6 +51,8 @@ class SimConfig:
     max_queue: int | None = None  # gateway queue bound while no replica is ready; None = unbounded
     router: str = "least-outstanding"
     step_noise: float = 0.0  # sigma of a lognormal factor on step time, drawn once per jump
+    #: cap on decode steps per jump; None = unbounded. 1 steps token by token (the benchmark's baseline)
+    max_jump_steps: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -276,6 +278,7 @@ class Fleet:
             created_s=now,
             phase=Phase.READY if warm else Phase.PENDING,
             histogram_bounds=HISTOGRAM_BOUNDS,
+            max_jump=cfg.max_jump_steps,
         )
         self.replicas.append(r)
         if warm:

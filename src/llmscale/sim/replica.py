@@ -71,6 +71,7 @@ class Replica:
         "hist_ttft",
         "kind",
         "max_batched_tokens",
+        "max_jump",
         "max_seqs",
         "n_dec",
         "name",
@@ -113,6 +114,7 @@ class Replica:
         created_s: float,
         phase: Phase,
         histogram_bounds: dict[str, tuple[float, ...]],
+        max_jump: int | None = None,
     ) -> None:
         self.name = name
         self.fleet = fleet
@@ -122,6 +124,7 @@ class Replica:
         self.max_seqs = max_seqs
         self.max_batched_tokens = max_batched_tokens
         self.timeout_s = timeout_s
+        self.max_jump = max_jump
         self.created_s = created_s
         self.phase = phase
         self.phase_since_s = created_s
@@ -474,6 +477,8 @@ class Replica:
                 break
             heappop(heap)
         n = f - self.counter
+        if self.max_jump is not None and n > self.max_jump:
+            n = self.max_jump
         n_dec = self.n_dec
         free = self.total_blocks - self.blocks_used
         if free < n_dec * ((n + 15) >> 4):
