@@ -123,6 +123,8 @@ class Fleet:
         self.last_resolved_s = 0.0
         #: GPU-seconds paid outside the simulated span (the oracle's early-provisioned cold starts)
         self.prepaid_gpu_s = 0.0
+        #: (drain started, killed at, requests killed) for every replica killed at its grace deadline
+        self.kill_log: list[tuple[float, float, int]] = []
         self._gone_spans: list[tuple[float, float]] = []  # (created_s, gone_s) of replicas gone
 
         for _ in range(initial_replicas):
@@ -312,8 +314,10 @@ class Fleet:
 
     def _kill(self, r: Replica, now: float) -> None:
         r.sync(now)
-        for req in r.kill_all(now):
+        killed = r.kill_all(now)
+        for req in killed:
             self._resolve(req, Status.KILLED)
+        self.kill_log.append((r.phase_since_s, now, len(killed)))
         self._gone(r, now)
 
     def _gone(self, r: Replica, now: float) -> None:

@@ -1,0 +1,11 @@
+"""Reports of a backtest: a terminal comparison table and a self-contained HTML page of charts.
+
+Importing this package is cheap: plotly and rich are imported only when a report is built.
+"""
+
+from __future__ import annotations
+
+from llmscale.report.html import build_figures, render_report
+from llmscale.report.table import comparison_table
+
+__all__ = ["build_figures", "comparison_table", "render_report"]

@@ -1,0 +1,272 @@
+"""Pieces shared by the terminal table and the HTML report.
+
+Both renderers must show the *same* columns, formatted the *same* way, and give each policy the
+*same* colour, so all of that lives here. Nothing in this module imports plotly, rich or numpy:
+it is imported by the CLI's ``--json``/table path, which should start fast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from llmscale.errors import ConfigError
+
+__all__ = [
+    "COLUMNS",
+    "MISSING",
+    "ORACLE_COLOR",
+    "ORACLE_LABEL",
+    "PALETTE",
+    "Column",
+    "Row",
+    "best_rows",
+    "fmt_count",
+    "fmt_float",
+    "fmt_mean",
+    "fmt_pct",
+    "fmt_seconds",
+    "number",
+    "policy_style",
+    "report_title",
+    "rows_of",
+    "section",
+    "slo_text",
+]
+
+#: Shown for a metric that has no value (``None``/NaN), e.g. a TTFT percentile with no requests.
+MISSING = "—"
+
+#: Categorical palette (d3 "category10"): well-separated hues that also read on a terminal.
+#: With more policies than colours the palette cycles and :func:`policy_style` switches the dash
+#: pattern / marker symbol, so policy 11 is "blue, dashed" rather than a second "blue, solid".
+PALETTE: tuple[str, ...] = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+_DASHES: tuple[str, ...] = ("solid", "dash", "dot", "dashdot")
+_SYMBOLS: tuple[str, ...] = ("circle", "square", "diamond", "triangle-up")
+
+#: The oracle is drawn near-black and dashed everywhere so it never looks like "one more policy".
+ORACLE_COLOR = "#222222"
+ORACLE_LABEL = "oracle (lower bound)"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the comparison: a policy's summary plus how to draw it."""
+
+    policy: str
+    """Name exactly as in the document (unescaped)."""
+    label: str
+    """Display name; the oracle gets :data:`ORACLE_LABEL`."""
+    summary: Mapping[str, Any]
+    """The result mapping itself (summary keys + optional ``series``)."""
+    index: int
+    """Position among the non-oracle policies (drives the colour); -1 for the oracle."""
+    is_oracle: bool
+
+    @property
+    def color(self) -> str:
+        """Hex colour used for this policy in every chart and table."""
+        return policy_style(self.index)[0] if not self.is_oracle else ORACLE_COLOR
+
+    @property
+    def dash(self) -> str:
+        """Plotly dash style for this policy's lines."""
+        return policy_style(self.index)[1] if not self.is_oracle else "dash"
+
+    @property
+    def symbol(self) -> str:
+        """Plotly marker symbol for this policy's points."""
+        return policy_style(self.index)[2] if not self.is_oracle else "star"
+
+    @property
+    def series(self) -> Mapping[str, Any] | None:
+        """The sampled time series, or ``None`` when the result carries none."""
+        series = self.summary.get("series")
+        return series if isinstance(series, Mapping) else None
+
+
+def policy_style(index: int) -> tuple[str, str, str]:
+    """Colour, dash and marker symbol for the ``index``-th policy (cycling past the palette)."""
+    cycle, slot = divmod(max(index, 0), len(PALETTE))
+    return PALETTE[slot], _DASHES[cycle % len(_DASHES)], _SYMBOLS[cycle % len(_SYMBOLS)]
+
+
+def rows_of(doc: Mapping[str, Any]) -> list[Row]:
+    """The policies of a backtest document in display order: results as given, oracle last.
+
+    Raises :class:`~llmscale.errors.ConfigError` when ``doc`` is not shaped like the output of
+    ``llmscale backtest --json`` (so the CLI prints a message instead of a ``KeyError``).
+    """
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f"backtest document must be a mapping, got {type(doc).__name__}")
+    results = doc.get("results") or []
+    if not isinstance(results, Sequence) or isinstance(results, str | bytes):
+        raise ConfigError(f"backtest document: 'results' must be a list, got {type(results).__name__}")
+    rows: list[Row] = []
+    for i, result in enumerate(results):
+        if not isinstance(result, Mapping):
+            raise ConfigError(
+                f"backtest document: results[{i}] must be a mapping, got {type(result).__name__}"
+            )
+        name = str(result.get("policy", f"policy {i + 1}"))
+        rows.append(Row(policy=name, label=name, summary=result, index=i, is_oracle=False))
+    oracle = doc.get("oracle")
+    if isinstance(oracle, Mapping):
+        name = str(oracle.get("policy", "oracle"))
+        rows.append(Row(policy=name, label=ORACLE_LABEL, summary=oracle, index=-1, is_oracle=True))
+    return rows
+
+
+def number(value: Any) -> float | None:
+    """``value`` as a finite float, or ``None`` for None/NaN/inf/non-numbers."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def fmt_float(value: Any, sig: int = 3) -> str:
+    """``sig`` significant digits in fixed-point notation (never ``1e-05``), thousands separated."""
+    x = number(value)
+    if x is None:
+        return MISSING
+    if x == 0:
+        return "0"
+    # Decimals needed for `sig` significant digits; capped so tiny values don't print 12 zeros.
+    decimals = min(max(sig - 1 - math.floor(math.log10(abs(x))), 0), 6)
+    return f"{x:,.{decimals}f}"
+
+
+def fmt_seconds(value: Any) -> str:
+    """A latency in seconds, 3 significant digits (``0.0423``, ``1.23``, ``123``)."""
+    return fmt_float(value, 3)
+
+
+def fmt_pct(value: Any) -> str:
+    """A 0-1 fraction as a percentage.
+
+    Near 100 % two decimals are shown, and the value is truncated rather than rounded, so 99.996 %
+    attainment never displays as a perfect ``100.00%``: the difference matters for an SLO.
+    """
+    x = number(value)
+    if x is None:
+        return MISSING
+    pct = x * 100.0
+    if pct >= 99.0:
+        return f"{math.floor(pct * 100.0) / 100.0:.2f}%"
+    return f"{pct:.1f}%"
+
+
+def fmt_count(value: Any) -> str:
+    """An integer count with thousands separators."""
+    x = number(value)
+    if x is None:
+        return MISSING
+    return f"{round(x):,d}"
+
+
+def fmt_mean(value: Any) -> str:
+    """A mean of small integers (e.g. replicas): one decimal."""
+    x = number(value)
+    return MISSING if x is None else f"{x:,.1f}"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One numeric column of the comparison table."""
+
+    key: str
+    """Key in a result summary."""
+    header: str
+    """Short header shown in both renderers; a newline splits it into two lines so the 13 columns
+    fit a terminal or a page side by side (the second line is often the unit)."""
+    fmt: Callable[[Any], str]
+    """Formats a raw value (``None`` -> :data:`MISSING`)."""
+    best: Literal["max", "min"] | None = None
+    """Whether the best (highlighted) value is the largest or the smallest; ``None``: no highlight."""
+    help: str = ""
+    """Longer description (HTML ``title`` tooltip)."""
+
+
+#: The columns of the comparison (after the policy name), in order.
+COLUMNS: tuple[Column, ...] = (
+    Column(
+        "slo_attainment", "SLO\nattain.", fmt_pct, "max", "Share of requests meeting both TTFT and TPOT SLOs"
+    ),
+    Column("ttft_p50_s", "TTFT\np50 s", fmt_seconds, None, "Median time to first token"),
+    Column("ttft_p99_s", "TTFT\np99 s", fmt_seconds, None, "99th percentile time to first token"),
+    Column("tpot_p50_s", "TPOT\np50 s", fmt_seconds, None, "Median time per output token"),
+    Column("tpot_p99_s", "TPOT\np99 s", fmt_seconds, None, "99th percentile time per output token"),
+    Column(
+        "gpu_hours", "GPU\nhours", lambda v: fmt_float(v, 4), "min", "GPU-hours paid (all replica states)"
+    ),
+    Column("replicas_mean", "Repl.\nmean", fmt_mean, None, "Time-weighted mean replica count"),
+    Column("replicas_max", "Repl.\nmax", fmt_count, None, "Peak replica count"),
+    Column("scale_events", "Scale\nevents", fmt_count, None, "Number of scaling actions"),
+    Column("killed_by_scale_down", "Killed", fmt_count, None, "Requests killed by a scale-down"),
+    Column("timed_out", "Timed\nout", fmt_count, None, "Requests that timed out"),
+    Column("rejected", "Rejected", fmt_count, None, "Requests rejected (queue full)"),
+)
+
+
+def best_rows(rows: Sequence[Row], column: Column) -> set[int]:
+    """Indices (into ``rows``) holding the best value of ``column``, ties included.
+
+    The oracle is excluded: it plans with hindsight, so "beating" it is not a meaningful win and
+    highlighting it would hide which *real* policy did best.
+    """
+    if column.best is None:
+        return set()
+    values = {i: number(r.summary.get(column.key)) for i, r in enumerate(rows) if not r.is_oracle}
+    present = {i: v for i, v in values.items() if v is not None}
+    if not present:
+        return set()
+    target = max(present.values()) if column.best == "max" else min(present.values())
+    # Tolerance: two policies whose values print identically should both be highlighted.
+    tol = 1e-9 * max(1.0, abs(target))
+    return {i for i, v in present.items() if abs(v - target) <= tol}
+
+
+def section(doc: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``doc[key]`` when it is a mapping (``workload``, ``config``), else an empty one."""
+    value = doc.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def report_title(doc: Mapping[str, Any]) -> str:
+    """One-line description of a backtest: workload, model, GPU and tensor parallelism."""
+    workload, config = section(doc, "workload"), section(doc, "config")
+    title = f"Backtest: {workload.get('name') or 'unnamed workload'}"
+    model, gpu, tp = config.get("model"), config.get("gpu"), config.get("tp")
+    setup = " ".join(
+        bit
+        for bit in (str(model) if model else "", (f"on {tp}×{gpu}" if tp else f"on {gpu}") if gpu else "")
+        if bit
+    )
+    return f"{title} — {setup}" if setup else title
+
+
+def slo_text(doc: Mapping[str, Any]) -> str:
+    """``"SLO: TTFT ≤ 2 s, TPOT ≤ 0.1 s"`` from the config (empty when the config has no SLO)."""
+    config = section(doc, "config")
+    bits = []
+    for key, name in (("slo_ttft_s", "TTFT"), ("slo_tpot_s", "TPOT")):
+        if number(config.get(key)) is not None:
+            bits.append(f"{name} ≤ {fmt_seconds(config[key])} s")
+    return "SLO: " + ", ".join(bits) if bits else ""
