@@ -27,6 +27,15 @@ app = typer.Typer(
 )
 
 
+def _console(*, stderr: bool) -> Any:
+    """A rich console; when output is not a terminal (a file, CI) use a wide page, not 80 columns."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    wide = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, width=180 if wide else None)
+
+
 def _split_policies(values: list[str] | None) -> list[str]:
     from llmscale.policies.base import policy_names
 
@@ -147,16 +156,14 @@ def backtest(
     """
     from dataclasses import replace
 
-    from rich.console import Console
-
     from llmscale.backtest.compare import build_document, run_backtest
     from llmscale.backtest.runner import BacktestSettings, build_fleet
     from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
     from llmscale.sim.fleet import SimConfig
 
     json_to_stdout = json_out == "-"
-    console = Console(stderr=json_to_stdout)
-    err = Console(stderr=True)
+    console = _console(stderr=json_to_stdout)
+    err = _console(stderr=True)
     no_args = trace is None and workload is None and report is None and json_out is None
     if no_args:
         report = Path("report.html")
