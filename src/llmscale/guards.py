@@ -1,26 +1,67 @@
 """Guards every policy gets, applied the same way after ``decide``.
 
-A guard sees the policy's proposal and the signals and may change the
-number, saying why. They are ordered; the first that changes the proposal is
-named in the decision log (later ones may still clamp it further).
+A policy proposes; the guards dispose. Each guard is switchable per policy
+(a policy's ``guard_overrides`` are merged over :class:`GuardConfig`'s
+defaults, and a user's ``--policy-config`` over both). They run in a fixed
+order, each seeing the previous one's output; the decision log names every
+guard that changed the number and why.
+
+Order (why): missing data first (never act blind), then the time-based
+filters (confirmation, cooldowns, stabilisation), then what the fleet is
+already doing (capacity on the way), then size limits (rate limits, safe
+scale-down headroom, drain readiness), then resources (GPU budget) and
+bounds last, so the result always lies in [min_replicas, max_replicas].
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.types import Decision, Signals
 
-__all__ = ["GuardConfig", "GuardOutcome", "apply_guards"]
+__all__ = ["GUARD_FIELDS", "GuardConfig", "GuardOutcome", "GuardState", "apply_guards", "eviction_window_s"]
 
 
 @dataclass(frozen=True)
 class GuardConfig:
+    """Every guard's switch and parameters. ``None`` or 0 switches a limit off."""
+
     min_replicas: int = 1
     max_replicas: int = 100
-    #: never shrink while a serving replica's scrape failed or the policy had no data
+    #: never shrink while a serving replica's scrape failed or the policy had no data (Knative's ErrNoData)
     hold_on_missing_data: bool = True
+    #: consecutive ticks a scale-up / scale-down proposal must repeat before it is acted on
+    confirm_up_ticks: int = 1
+    confirm_down_ticks: int = 1
+    #: seconds after a scale-up before another scale-up; after any scale event before a scale-down
+    cooldown_up_s: float = 0.0
+    cooldown_down_s: float = 0.0
+    #: HPA-style stabilisation: the lowest (up) / highest (down) proposal over the window wins
+    stabilization_up_s: float = 0.0
+    stabilization_down_s: float = 0.0
+    #: replicas starting (pending/loading/warmup) cover a scale-up before new ones are added
+    pending_aware: bool = True
+    #: rate limits per decision: at most +step or x ratio up, -step or /ratio down (None = off)
+    max_up_step: int | None = None
+    max_up_ratio: float | None = None
+    max_down_step: int | None = None
+    max_down_ratio: float | None = None
+    #: seed 002 5.4: after shrinking N -> M, usage x N/M must stay under this (None = off)
+    headroom_max_usage: float | None = 0.80
+    #: check KV-cache usage / framebuffer usage in the headroom guard. vLLM preallocates its KV pool,
+    #: so framebuffer use reads ~90% at any load: the VRAM check is off by default for vLLM.
+    headroom_kv: bool = True
+    headroom_vram: bool = False
+    #: seed 004 / 003 4.3: shrink only after the proposal held for the eviction window, drain
+    #: cordoned replicas until idle (never kill a generation), and reclaim them on a scale-up
+    drain_aware: bool = True
+    #: a GPU budget for the whole target (None = unlimited): scale-ups beyond it are refused
+    gpu_budget: int | None = None
+    gpus_per_replica: int = 1
 
     def __post_init__(self) -> None:
         if self.min_replicas < 0:
@@ -29,34 +70,218 @@ class GuardConfig:
             raise ConfigError(
                 f"max_replicas = {self.max_replicas}, must be >= min_replicas ({self.min_replicas})"
             )
+        for name in ("confirm_up_ticks", "confirm_down_ticks"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} = {getattr(self, name)}, must be >= 1")
+        for name in ("cooldown_up_s", "cooldown_down_s", "stabilization_up_s", "stabilization_down_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} = {getattr(self, name)}, must be >= 0")
+        for name in ("max_up_ratio", "max_down_ratio"):
+            v = getattr(self, name)
+            if v is not None and v < 1.0:
+                raise ConfigError(f"{name} = {v}, must be >= 1 (a ratio of replicas)")
+        if self.headroom_max_usage is not None and not 0.0 < self.headroom_max_usage <= 1.0:
+            raise ConfigError(f"headroom_max_usage = {self.headroom_max_usage}, must be in (0, 1]")
+
+    def merged(self, overrides: Mapping[str, Any]) -> GuardConfig:
+        """This config with ``overrides`` applied; unknown names raise ConfigError naming them."""
+        unknown = sorted(set(overrides) - set(GUARD_FIELDS))
+        if unknown:
+            raise ConfigError(f"unknown guard setting(s) {unknown}; known: {', '.join(GUARD_FIELDS)}")
+        return replace(self, **dict(overrides))
+
+
+GUARD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GuardConfig))
+
+
+@dataclass(frozen=True)
+class GuardState:
+    last_up_s: float = -math.inf
+    last_change_s: float = -math.inf
+    up_streak: int = 0
+    down_streak: int = 0
+    #: (time_s, proposal) within the longest stabilisation / eviction window
+    history: tuple[tuple[float, int], ...] = ()
+    #: when the current run of scale-down proposals began (for the eviction window)
+    down_since_s: float | None = None
 
 
 @dataclass(frozen=True)
 class GuardOutcome:
     desired: int
+    #: the first guard that changed the proposal (None: it passed unchanged)
     guard: str | None
     note: str
+    #: every guard that changed the number, in order, with its reason
+    trail: tuple[tuple[str, str], ...] = field(default_factory=tuple)
 
 
-def apply_guards(decision: Decision, signals: Signals, cfg: GuardConfig) -> GuardOutcome:
-    """Bound and sanity-check a proposal. Post: min_replicas <= desired <= max_replicas."""
-    current = signals.fleet.spec_replicas
-    desired = decision.desired
-    guard: str | None = None
-    note = ""
+def eviction_window_s(std_qps: float, p95_latency_ms: float) -> float:
+    """Seed 003 4.3's safe eviction window: max(30, 15 + 2.5 std_qps + 0.8 p95_ms) seconds.
+
+    Worked example from the seed's table: evening peak, sigma 18.6 req/s and
+    P95 42 ms -> 15 + 46.5 + 33.6 = 95 s (the table rounds its own figure to 128).
+    """
+    return max(30.0, 15.0 + 2.5 * std_qps + 0.8 * p95_latency_ms)
+
+
+def apply_guards(
+    decision: Decision,
+    signals: Signals,
+    cfg: GuardConfig,
+    state: GuardState,
+    now_s: float,
+) -> tuple[GuardOutcome, GuardState]:
+    """Guard a proposal at ``now_s``. Post: min_replicas <= desired <= max_replicas."""
+    fleet = signals.fleet
+    current = fleet.spec_replicas
+    proposal = decision.desired
+    desired = proposal
+    trail: list[tuple[str, str]] = []
+
+    def change(name: str, new: int, why: str) -> None:
+        nonlocal desired
+        if new != desired:
+            trail.append((name, why))
+            desired = new
+
+    # 1. Missing data: a scrape gap must never shrink the fleet.
     if cfg.hold_on_missing_data and desired < current:
         if signals.unknown_replicas > 0:
-            desired, guard = current, "hold-on-missing-data"
-            note = f"{signals.unknown_replicas} serving replica(s) unscraped: load unknown, not zero"
-        elif decision.rule == "no-metrics":
-            desired, guard = current, "hold-on-missing-data"
-            note = "policy had no metrics"
+            change(
+                "hold-on-missing-data",
+                current,
+                f"{signals.unknown_replicas} serving replica(s) unscraped: load unknown, not zero",
+            )
+        elif decision.rule.startswith("no-data") or decision.rule == "no-metrics":
+            change("hold-on-missing-data", current, "the policy had no data")
+
+    # 2. Confirmation over consecutive ticks.
+    up_streak = state.up_streak + 1 if desired > current else 0
+    down_streak = state.down_streak + 1 if desired < current else 0
+    if desired > current and up_streak < cfg.confirm_up_ticks:
+        change("confirm", current, f"scale-up seen {up_streak}/{cfg.confirm_up_ticks} ticks")
+    if desired < current and down_streak < cfg.confirm_down_ticks:
+        change("confirm", current, f"scale-down seen {down_streak}/{cfg.confirm_down_ticks} ticks")
+
+    # 3. Cooldowns (asymmetric: up after up; down after any change).
+    if desired > current and now_s - state.last_up_s < cfg.cooldown_up_s:
+        change(
+            "cooldown",
+            current,
+            f"last scale-up {now_s - state.last_up_s:.0f}s ago < {cfg.cooldown_up_s:.0f}s",
+        )
+    if desired < current and now_s - state.last_change_s < cfg.cooldown_down_s:
+        change(
+            "cooldown",
+            current,
+            f"last change {now_s - state.last_change_s:.0f}s ago < {cfg.cooldown_down_s:.0f}s",
+        )
+
+    # 4. Stabilisation windows over the (post-cooldown) proposals.
+    keep_s = max(cfg.stabilization_up_s, cfg.stabilization_down_s, _EVICTION_HISTORY_S)
+    history = tuple(h for h in state.history if now_s - h[0] < keep_s)
+    if cfg.stabilization_down_s > 0 and desired < current:
+        hi = max([desired, *(n for t, n in history if now_s - t < cfg.stabilization_down_s)])
+        change(
+            "stabilization", min(hi, current), f"highest proposal in the last {cfg.stabilization_down_s:.0f}s"
+        )
+    if cfg.stabilization_up_s > 0 and desired > current:
+        lo = min([desired, *(n for t, n in history if now_s - t < cfg.stabilization_up_s)])
+        change(
+            "stabilization", max(lo, current), f"lowest proposal in the last {cfg.stabilization_up_s:.0f}s"
+        )
+    history = (*history, (now_s, proposal))
+
+    # 5. Capacity on the way covers a scale-up first (no 2 -> 4 -> 8 -> 16 while loading).
+    if cfg.pending_aware and desired > current and fleet.starting > 0:
+        covered = max(current, desired - fleet.starting)
+        change("pending-aware", covered, f"{fleet.starting} replica(s) already starting")
+
+    # 6. Rate limits.
+    if desired > current:
+        cap = current + cfg.max_up_step if cfg.max_up_step is not None else None
+        if cfg.max_up_ratio is not None:
+            by_ratio = max(current + 1, math.floor(current * cfg.max_up_ratio))
+            cap = by_ratio if cap is None else min(cap, by_ratio)
+        if cap is not None and desired > cap:
+            change("rate-limit", cap, f"at most {cap - current} more replica(s) per decision")
+    elif desired < current:
+        floor_n = current - cfg.max_down_step if cfg.max_down_step is not None else None
+        if cfg.max_down_ratio is not None:
+            by_ratio = min(current - 1, math.ceil(current / cfg.max_down_ratio))
+            floor_n = by_ratio if floor_n is None else max(floor_n, by_ratio)
+        if floor_n is not None and desired < floor_n:
+            change("rate-limit", floor_n, f"at most {current - floor_n} fewer replica(s) per decision")
+
+    # 7. Safe scale-down headroom: the survivors must absorb the load.
+    if cfg.headroom_max_usage is not None and desired < current:
+        limit = cfg.headroom_max_usage
+        usages = []
+        if cfg.headroom_kv:
+            usages.append(("KV", signals.get("kv_usage_mean")))
+        if cfg.headroom_vram:
+            usages.append(("VRAM", signals.get("vram_used_ratio")))
+        serving = max(1, fleet.ready)
+        for label, usage in usages:
+            if usage is None:
+                continue
+            # Keep the fewest replicas m with usage x serving / m_serving < limit.
+            target = desired
+            while target < current and usage * serving / max(1, serving - (current - target)) >= limit:
+                target += 1
+            if target > desired:
+                change(
+                    "headroom",
+                    target,
+                    f"{label} {usage:.2f} x {serving}/{max(1, serving - (current - desired))} "
+                    f">= {limit:.2f} after shrinking",
+                )
+
+    # 8. Drain readiness (seed 003 4.3): shrink only once the proposal to shrink has held for the
+    #    eviction window; the cluster then cordons the victims and removes them only when idle.
+    down_since = (
+        (state.down_since_s if state.down_since_s is not None else now_s) if proposal < current else None
+    )
+    if cfg.drain_aware and desired < current and down_since is not None:
+        # The seed scales with "P95 response latency" of a web service (8-42 ms); for an LLM
+        # service the comparable response is the first token, so TTFT P95 is used.
+        window = eviction_window_s(_std_rate(signals), 1000.0 * (signals.get("ttft_p95_s") or 0.0))
+        held = now_s - down_since
+        if held < window:
+            change("drain", current, f"shrink proposed for {held:.0f}s < eviction window {window:.0f}s")
+
+    # 9. GPU budget (resource admission).
+    if cfg.gpu_budget is not None and desired > current:
+        fits = cfg.gpu_budget // max(1, cfg.gpus_per_replica)
+        if desired > fits:
+            change("gpu-budget", max(current, fits), f"GPU budget {cfg.gpu_budget} fits {fits} replica(s)")
+
+    # 10. Bounds, always last.
     if desired < cfg.min_replicas:
-        note = note or f"{desired} < min_replicas {cfg.min_replicas}"
-        guard = guard or "bounds"
-        desired = cfg.min_replicas
+        change("bounds", cfg.min_replicas, f"below min_replicas {cfg.min_replicas}")
     elif desired > cfg.max_replicas:
-        note = note or f"{desired} > max_replicas {cfg.max_replicas}"
-        guard = guard or "bounds"
-        desired = cfg.max_replicas
-    return GuardOutcome(desired, guard, note)
+        change("bounds", cfg.max_replicas, f"above max_replicas {cfg.max_replicas}")
+
+    new_state = GuardState(
+        last_up_s=now_s if desired > current else state.last_up_s,
+        last_change_s=now_s if desired != current else state.last_change_s,
+        # A streak confirms one move; once acted on, the next move needs its own confirmation.
+        up_streak=0 if desired > current else up_streak,
+        down_streak=0 if desired < current else down_streak,
+        history=history,
+        down_since_s=None if desired < current else down_since,
+    )
+    first = trail[0] if trail else (None, "")
+    note = "; ".join(f"{g}: {why}" for g, why in trail)
+    return GuardOutcome(desired, first[0], note, tuple(trail)), new_state
+
+
+#: proposals kept for the eviction window's history (longest window seed 003's table gives: 128 s)
+_EVICTION_HISTORY_S = 600.0
+
+
+def _std_rate(signals: Signals) -> float:
+    """Spread of the request rate the eviction window scales with (0 when unknown)."""
+    v = signals.get("request_rate_std_rps")
+    return 0.0 if v is None else v

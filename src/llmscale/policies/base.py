@@ -20,7 +20,12 @@ S = TypeVar("S")
 
 
 class Policy(Protocol[S]):
-    """Decides desired replicas. Pre: ``now_s`` never decreases between calls."""
+    """Decides desired replicas. Pre: ``now_s`` never decreases between calls.
+
+    A policy may also carry ``guard_overrides: Mapping[str, Any]`` — field
+    values of :class:`llmscale.guards.GuardConfig` it needs (e.g. its
+    documented cooldowns); the controller merges them over the defaults.
+    """
 
     name: str
     #: how often the controller calls :meth:`decide`, seconds (e.g. HPA's 15 s sync period)
@@ -90,8 +95,18 @@ def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | Non
 
 
 def _load_builtin_policies() -> None:
-    # Imported for their @register side effect, lazily so importing llmscale stays cheap.
-    from llmscale.policies import hpa, static  # noqa: F401
+    """Import every module of this package once, for its @register side effect.
+
+    Lazily, so importing llmscale stays cheap; a new policy module needs no edit here.
+    """
+    import importlib
+    import pkgutil
+
+    import llmscale.policies as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if not mod.name.startswith("_") and mod.name != "base":
+            importlib.import_module(f"llmscale.policies.{mod.name}")
 
 
 def policy_names() -> list[str]:
