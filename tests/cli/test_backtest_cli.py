@@ -80,11 +80,26 @@ def test_bad_trace_line_is_named_with_exit_code_2(tmp_path: Path):
         pytest.param(["--policy", "nope"], "nope", id="unknown-policy"),
         pytest.param(["--min-replicas", "5", "--max-replicas", "3"], "max_replicas", id="bounds"),
         pytest.param(["--model", "gpt-9"], "gpt-9", id="unknown-model"),
-        pytest.param(["--trace", "/nonexistent/trace.csv"], "/nonexistent/trace.csv", id="missing-file"),
+        pytest.param(["--rate-scale", "0"], "--rate-scale", id="rate-scale"),
     ],
 )
 def test_bad_options_exit_2_with_a_message(args, needle):
     p = run("backtest", "--workload", "flash-crowd", "--duration-s", "60", "--no-oracle", *args)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert needle in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        pytest.param(["--trace", "/nonexistent/trace.csv"], "/nonexistent/trace.csv", id="missing-file"),
+        pytest.param(["--trace", "x.csv", "--workload", "default"], "not both", id="trace-and-workload"),
+        pytest.param(["--workload", "nope"], "nope", id="unknown-preset"),
+    ],
+)
+def test_bad_workload_options_exit_2(args, needle):
+    p = run("backtest", "--no-oracle", *args)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert needle in p.stderr
     assert "Traceback" not in p.stderr

@@ -11,7 +11,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 from llmscale.backtest.results import PolicyResult, summarize
@@ -26,7 +26,7 @@ from llmscale.sim.fleet import Fleet, SimConfig
 from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
-__all__ = ["BacktestSettings", "build_fleet", "run_policy", "series_step_for"]
+__all__ = ["BacktestSettings", "build_fleet", "guard_config_for", "run_policy", "series_step_for"]
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,6 @@ class BacktestSettings:
 
     def with_cold_start(self) -> BacktestSettings:
         """Fill the lifecycle durations from the performance catalogue's published cold starts."""
-        from dataclasses import replace
-
         from llmscale.perf import cold_start
 
         cs = cold_start(self.model, self.gpu, self.tp)
@@ -82,6 +80,12 @@ class BacktestSettings:
             cold_start_s=s.pending_s + s.loading_s + s.warmup_s,
             extra={"initial_replicas": self.initial_replicas, "max_num_seqs": s.max_num_seqs},
         )
+
+
+def guard_config_for(policy: Policy[Any], settings: BacktestSettings, user: dict[str, Any]) -> GuardConfig:
+    """Defaults, then what the policy declares it needs, then the user's overrides (``guards:`` in YAML)."""
+    base = GuardConfig(settings.min_replicas, settings.max_replicas, gpus_per_replica=settings.tp)
+    return base.merged(getattr(policy, "guard_overrides", {}) or {}).merged(user)
 
 
 def series_step_for(duration_s: float) -> float:
@@ -182,14 +186,16 @@ def run_policy(
 ) -> PolicyResult:
     """Simulate ``policy_name`` on ``workload``. ``progress`` gets the simulated time now and then."""
     wall0 = time.perf_counter()
+    params = dict(settings.policy_params.get(policy_name) or {})
+    guard_params = params.pop("guards", None) or {}
     if policy is None:
-        policy = create_policy(policy_name, settings.context(), settings.policy_params.get(policy_name))
+        policy = create_policy(policy_name, settings.context(), params)
     initial = settings.initial_replicas
-    guards = GuardConfig(settings.min_replicas, settings.max_replicas)
+    guards = guard_config_for(policy, settings, guard_params)
     if isinstance(policy, StaticPolicy):
         # A fixed fleet is the user's explicit choice, warm from the start; bounds are for autoscalers.
         initial = policy.replicas
-        guards = GuardConfig(0, max(initial, settings.max_replicas))
+        guards = replace(guards, min_replicas=0, max_replicas=max(initial, settings.max_replicas))
     fleet = build_fleet(workload, settings, initial)
     source = SimMetricSource(fleet)
     clock = ManualClock()

@@ -17,8 +17,12 @@ class Cluster(Protocol):
         """Replicas last asked for (the scale spec)."""
         ...
 
-    def scale_to(self, n: int, now_s: float) -> None:
-        """Ask for ``n`` active replicas at ``now_s``; pre: n >= 0. Raises ActuationError on failure."""
+    def scale_to(self, n: int, now_s: float, *, drain_until_idle: bool = False) -> None:
+        """Ask for ``n`` active replicas at ``now_s``; pre: n >= 0. Raises ActuationError on failure.
+
+        ``drain_until_idle``: replicas removed by a shrink stop taking requests and leave only
+        once idle (never killed at a grace deadline); a later scale-up reclaims them first.
+        """
         ...
 
     def replicas_view(self) -> tuple[ReplicaView, ...]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.cluster.base import Cluster
-from llmscale.guards import GuardConfig, apply_guards
+from llmscale.guards import GuardConfig, GuardState, apply_guards
 from llmscale.metrics.source import MetricSource
 from llmscale.policies.base import Policy
 from llmscale.signals.fleet import compute_signals
@@ -26,6 +26,7 @@ WINDOW_LEN = 20
 class ControllerState:
     policy_state: Any
     window: tuple[Observation, ...] = ()
+    guard_state: GuardState = GuardState()
 
 
 def reconcile_once(
@@ -41,10 +42,10 @@ def reconcile_once(
     window = (*state.window, obs)[-WINDOW_LEN:]
     signals = compute_signals(window)
     decision, policy_state = policy.decide(signals, state.policy_state, now_s)
-    outcome = apply_guards(decision, signals, guards)
+    outcome, guard_state = apply_guards(decision, signals, guards, state.guard_state, now_s)
     applied = outcome.desired != cluster.spec_replicas
     if applied:
-        cluster.scale_to(outcome.desired, now_s)
+        cluster.scale_to(outcome.desired, now_s, drain_until_idle=guards.drain_aware)
     record = TickRecord(
         time_s=now_s,
         policy=policy.name,
@@ -55,4 +56,4 @@ def reconcile_once(
         guard_note=outcome.note,
         applied=applied,
     )
-    return record, ControllerState(policy_state=policy_state, window=window)
+    return record, ControllerState(policy_state=policy_state, window=window, guard_state=guard_state)

@@ -176,7 +176,7 @@ class Fleet:
                 elif kind == _PHASE:
                     if obj.phase == tag:
                         self._advance_phase(obj, t)
-                elif obj.phase == Phase.DRAINING:
+                elif obj.phase == Phase.DRAINING and obj.drain_epoch == tag and not obj.drain_until_idle:
                     self._kill(obj, t)
         self._next = i
         self.now = t_end
@@ -303,14 +303,16 @@ class Fleet:
             self.ready.append(r)
             self._flush_gateway(now)
 
-    def _drain(self, r: Replica, now: float) -> None:
+    def _drain(self, r: Replica, now: float, *, until_idle: bool = False) -> None:
         self.ready.remove(r)
         r.phase = Phase.DRAINING
         r.phase_since_s = now
+        r.drain_until_idle = until_idle
+        r.drain_epoch += 1
         if r.outstanding == 0 and not r.busy:
             self._gone(r, now)
-        else:
-            self._push(now + self.config.grace_s, _GRACE, r, 0)
+        elif not until_idle:
+            self._push(now + self.config.grace_s, _GRACE, r, r.drain_epoch)
 
     def _kill(self, r: Replica, now: float) -> None:
         r.sync(now)
@@ -340,14 +342,18 @@ class Fleet:
     def replicas_view(self) -> tuple[ReplicaView, ...]:
         return tuple(ReplicaView(r.name, r.phase, r.phase_since_s, r.created_s) for r in self.replicas)
 
-    def scale_to(self, n: int, now: float, *, warm: bool = False) -> None:
+    def scale_to(self, n: int, now: float, *, warm: bool = False, drain_until_idle: bool = False) -> None:
         """Make ``n`` replicas active (ready or on the way); pre: n >= 0, ``now`` is the fleet's time.
 
-        Growing adds Pending replicas that pay the full cold start. Shrinking first
-        cancels replicas that are not ready yet (newest first, as a ReplicaSet
-        deletes unready pods first), then drains the least-loaded ready ones.
-        ``warm=True`` adds replicas that are Ready at once (the oracle, which
-        provisioned them a cold start ahead and pays for that separately).
+        Growing first reclaims replicas that are draining until idle (they are
+        warm), then adds Pending replicas that pay the full cold start.
+        Shrinking first cancels replicas that are not ready yet (newest first,
+        as a ReplicaSet deletes unready pods first), then drains the
+        least-loaded ready ones: with ``drain_until_idle`` they leave once
+        idle, otherwise they are killed at the grace deadline (Kubernetes'
+        terminationGracePeriodSeconds). ``warm=True`` adds replicas that are
+        Ready at once (the oracle, which provisioned them a cold start ahead
+        and pays for that separately).
         """
         if n < 0:
             raise ConfigError(f"scale_to({n}): replicas must be >= 0")
@@ -356,9 +362,17 @@ class Fleet:
             self.scale_events += 1
         self.spec_replicas = n
         if n > len(active):
-            for _ in range(n - len(active)):
+            missing = n - len(active)
+            for r in [r for r in self.replicas if r.phase == Phase.DRAINING and r.drain_until_idle][:missing]:
+                # Cordoned, still warm: put it back in service instead of paying a cold start.
+                r.phase = Phase.READY
+                r.phase_since_s = now
+                r.drain_until_idle = False
+                self.ready.append(r)
+                missing -= 1
+            for _ in range(missing):
                 self._start_replica(now, warm=warm)
-            if warm:
+            if self.gateway:
                 self._flush_gateway(now)
         elif n < len(active):
             surplus = len(active) - n
@@ -368,7 +382,7 @@ class Fleet:
             surplus -= min(surplus, len(starting))
             if surplus:
                 for r in sorted(self.ready, key=_by_outstanding)[:surplus]:
-                    self._drain(r, now)
+                    self._drain(r, now, until_idle=drain_until_idle)
 
     # ------------------------------------------------------------ accounting
 

@@ -60,6 +60,8 @@ class Replica:
         "counter",
         "created_s",
         "dram_bytes",
+        "drain_epoch",
+        "drain_until_idle",
         "fin_heap",
         "fleet",
         "gen_tokens_total",
@@ -129,6 +131,8 @@ class Replica:
         self.phase = phase
         self.phase_since_s = created_s
         self.gone_s = -1.0
+        self.drain_until_idle = False
+        self.drain_epoch = 0
 
         self.waiting: deque[Req] = deque()
         self.prefilling: list[Req] = []
