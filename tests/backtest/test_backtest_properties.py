@@ -59,10 +59,10 @@ def test_requests_conserved_and_replicas_within_bounds(seed, rate, policy, max_r
         assert active.max() <= s.max_replicas
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000))
 def test_same_seed_gives_identical_json_apart_from_wall_time(seed):
-    w = small_workload(seed, 10.0, 240.0)
+    w = small_workload(seed, 8.0, 180.0)
     s = quick_settings(seed=seed, sim=replace(quick_settings().sim, step_noise=0.05, seed=seed))
 
     def doc() -> str:

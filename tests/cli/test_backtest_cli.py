@@ -38,7 +38,7 @@ def check_doc(doc: dict, policies: list[str], oracle: bool) -> None:
     [
         pytest.param("traces/azure_llm_2023_conv.csv", "auto", ["--rate-scale", "3", "--duration-s", "600"], id="azure"),
         pytest.param("traces/mooncake_synthetic_trace.jsonl", "mooncake",
-                     ["--model", "llama-3.1-8b", "--duration-s", "300"], id="mooncake"),
+                     ["--model", "llama-3.1-8b", "--duration-s", "120"], id="mooncake"),
         pytest.param("traces/servegen/raw_m-small", "servegen",
                      ["--start-s", "36000", "--duration-s", "300", "--rate-scale", "0.02"], id="servegen-raw"),
         pytest.param("traces/servegen/language_m-large_total_rate_10min.csv", "auto",
