@@ -27,22 +27,27 @@ TRACE = REPO.parent / "shared" / "data" / "traces" / "azure_llm_2023_conv.csv"
 
 def _settings(replicas: int, **sim_overrides: object):  # type: ignore[no-untyped-def]
     from llmscale.backtest.runner import BacktestSettings
-    from llmscale.sim.fleet import SimConfig
 
     s = BacktestSettings(
-        model="llama-3-8b", gpu="h100-80gb", tp=1, min_replicas=replicas, max_replicas=replicas,
-        initial_replicas=replicas, policy_params={"static": {"replicas": replicas}},
+        model="llama-3-8b",
+        gpu="h100-80gb",
+        tp=1,
+        min_replicas=replicas,
+        max_replicas=replicas,
+        initial_replicas=replicas,
+        policy_params={"static": {"replicas": replicas}},
     ).with_cold_start()
     return replace(s, sim=replace(s.sim, **sim_overrides)) if sim_overrides else s
 
 
 def _workload(rate_scale: float):  # type: ignore[no-untyped-def]
-    from llmscale.workloads import load_trace, rate_scale as scale
+    from llmscale.workloads import load_trace
+    from llmscale.workloads import rate_scale as scale
 
     return scale(load_trace(TRACE, "azure"), rate_scale, seed=0)
 
 
-def _one_run(rate_scale: float, replicas: int, out: "mp.Queue[str]") -> None:
+def _one_run(rate_scale: float, replicas: int, out: mp.Queue[str]) -> None:
     from llmscale.backtest.runner import run_policy
 
     w = _workload(rate_scale)
@@ -50,8 +55,16 @@ def _one_run(rate_scale: float, replicas: int, out: "mp.Queue[str]") -> None:
     r = run_policy(w, "static", _settings(replicas))
     wall = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    out.put(json.dumps({"requests": w.num_requests, "wall_s": wall, "peak_mb": peak_mb,
-                        "slo_attainment": r.summary["slo_attainment"]}))
+    out.put(
+        json.dumps(
+            {
+                "requests": w.num_requests,
+                "wall_s": wall,
+                "peak_mb": peak_mb,
+                "slo_attainment": r.summary["slo_attainment"],
+            }
+        )
+    )
 
 
 def main() -> int:
@@ -70,10 +83,15 @@ def main() -> int:
     w = _workload(args.rate_scale)
     base = _settings(1)
     perf = build_fleet(w, base, 0).perf
-    cap = replica_capacity_rps(perf, base.sim, w.input_tokens, w.output_tokens, base.slo_ttft_s, base.slo_tpot_s)
+    cap = replica_capacity_rps(
+        perf, base.sim, w.input_tokens, w.output_tokens, base.slo_ttft_s, base.slo_tpot_s
+    )
     replicas = replicas_for_rate(float(w.summary()["peak_1min_rps"]), cap)
-    print(f"workload: {w.num_requests:,} requests over {w.duration_s:,.0f} s "
-          f"(mean {w.num_requests / w.duration_s:.1f} req/s); one replica ~{cap:.2f} req/s -> static fleet of {replicas}")
+    print(
+        f"workload: {w.num_requests:,} requests over {w.duration_s:,.0f} s "
+        f"(mean {w.num_requests / w.duration_s:.1f} req/s); "
+        f"one replica ~{cap:.2f} req/s -> static fleet of {replicas}"
+    )
 
     ctx = mp.get_context("spawn")
     rows = []
@@ -84,12 +102,16 @@ def main() -> int:
         row = json.loads(q.get())
         p.join()
         rows.append(row)
-        print(f"run {i + 1}: {row['requests'] / row['wall_s']:,.0f} req/s  wall {row['wall_s']:.2f} s  "
-              f"peak {row['peak_mb']:.0f} MB  SLO attainment {row['slo_attainment']:.4f}")
+        print(
+            f"run {i + 1}: {row['requests'] / row['wall_s']:,.0f} req/s  wall {row['wall_s']:.2f} s  "
+            f"peak {row['peak_mb']:.0f} MB  SLO attainment {row['slo_attainment']:.4f}"
+        )
     rate = statistics.median(r["requests"] / r["wall_s"] for r in rows)
     peak = max(r["peak_mb"] for r in rows)
-    print(f"median: {rate:,.0f} simulated requests per wall-second; peak memory {peak:.0f} MB "
-          f"(target >= 50,000 req/s, < 1024 MB)")
+    print(
+        f"median: {rate:,.0f} simulated requests per wall-second; peak memory {peak:.0f} MB "
+        f"(target >= 50,000 req/s, < 1024 MB)"
+    )
 
     # Same process, same window: closed-form jumps vs stepping every decode token.
     win = window(w, 600.0, 600.0)
@@ -98,9 +120,11 @@ def main() -> int:
         t0 = time.perf_counter()
         run_policy(win, "static", _settings(replicas, max_jump_steps=cap_steps))
         timings[label] = time.perf_counter() - t0
-    print(f"10-minute window ({win.num_requests:,} requests): jumps {timings['jumps']:.2f} s, "
-          f"token-by-token {timings['token-by-token']:.2f} s -> jumps are "
-          f"{timings['token-by-token'] / timings['jumps']:.1f}x faster")
+    print(
+        f"10-minute window ({win.num_requests:,} requests): jumps {timings['jumps']:.2f} s, "
+        f"token-by-token {timings['token-by-token']:.2f} s -> jumps are "
+        f"{timings['token-by-token'] / timings['jumps']:.1f}x faster"
+    )
     return 0
 
 

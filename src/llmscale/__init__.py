@@ -1,4 +1,4 @@
-"""llmscale: an SLO-aware autoscaler for LLM inference fleets, with a calibrated simulator to prove policies."""
+"""llmscale: an SLO-aware autoscaler for LLM inference fleets, with a simulator to prove policies."""
 
 from __future__ import annotations
 

@@ -18,8 +18,9 @@ app = typer.Typer(
     name="llmscale",
     help=(
         "SLO-aware autoscaling for LLM inference fleets (vLLM, TGI, Triton on Kubernetes).\n\n"
-        "Prove a policy before deploying it: `llmscale backtest` replays a request trace on a calibrated, "
-        "simulated fleet and compares autoscaling policies side by side against an oracle that knows the future."
+        "Prove a policy before deploying it: `llmscale backtest` replays a request trace on a "
+        "calibrated, simulated fleet and compares autoscaling policies side by side against an "
+        "oracle that knows the future."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -74,12 +75,16 @@ def _load_policy_config(path: Path | None) -> dict[str, dict[str, Any]]:
 
 
 def _load_workload(
-    trace: Path | None, fmt: str, preset: str | None, seed: int, start_s: float | None, duration_s: float | None,
+    trace: Path | None,
+    fmt: str,
+    preset: str | None,
+    seed: int,
+    start_s: float | None,
+    duration_s: float | None,
     rate_scale: float,
 ) -> Any:
-    from llmscale.workloads import load_trace, make_preset
+    from llmscale.workloads import load_trace, make_preset, window
     from llmscale.workloads import rate_scale as scale
-    from llmscale.workloads import window
 
     if trace is not None and preset is not None:
         raise ConfigError("give either --trace or --workload, not both")
@@ -99,21 +104,27 @@ def _load_workload(
 @app.command()
 def backtest(
     trace: Annotated[
-        Path | None, typer.Option(help="Request trace to replay (Azure/BurstGPT/plain CSV, Mooncake JSONL, ServeGen).")
+        Path | None,
+        typer.Option(help="Request trace to replay (Azure/BurstGPT/plain CSV, Mooncake JSONL, ServeGen)."),
     ] = None,
     format: Annotated[
         str, typer.Option("--format", help="Trace format: auto, azure, mooncake, burstgpt, servegen, csv.")
     ] = "auto",
     workload: Annotated[
         str | None,
-        typer.Option("--workload", help="Built-in workload preset instead of a trace (see `llmscale workloads`)."),
+        typer.Option(
+            "--workload", help="Built-in workload preset instead of a trace (see `llmscale workloads`)."
+        ),
     ] = None,
     policy: Annotated[
         list[str] | None,
-        typer.Option("--policy", help="Policy to run; repeat or comma-separate; 'all' (default) runs every one."),
+        typer.Option(
+            "--policy", help="Policy to run; repeat or comma-separate; 'all' (default) runs every one."
+        ),
     ] = None,
     replicas: Annotated[
-        int | None, typer.Option(help="Replicas of the `static` policy (default: enough for the peak minute).")
+        int | None,
+        typer.Option(help="Replicas of the `static` policy (default: enough for the peak minute)."),
     ] = None,
     min_replicas: Annotated[int, typer.Option(help="Lower bound for autoscaling policies.")] = 1,
     max_replicas: Annotated[
@@ -122,31 +133,47 @@ def backtest(
     initial_replicas: Annotated[
         int | None, typer.Option(help="Ready replicas at time 0 (default: enough for the first 5 minutes).")
     ] = None,
-    model: Annotated[str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")] = "llama-3-8b",
+    model: Annotated[
+        str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
+    ] = "llama-3-8b",
     gpu: Annotated[str, typer.Option(help="GPU: a100-80gb, h100-80gb, h200.")] = "h100-80gb",
     tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")] = 1,
     rate_scale: Annotated[
         float, typer.Option(help="Multiply the arrival rate, keeping the trace's duration and shape.")
     ] = 1.0,
-    start_s: Annotated[float | None, typer.Option(help="Start of the window to replay (s from the first request).")] = None,
+    start_s: Annotated[
+        float | None, typer.Option(help="Start of the window to replay (s from the first request).")
+    ] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
     slo_ttft_s: Annotated[float, typer.Option(help="SLO on time to first token (s).")] = 2.0,
-    slo_tpot_s: Annotated[float, typer.Option(help="SLO on mean time per output token after the first (s).")] = 0.1,
+    slo_tpot_s: Annotated[
+        float, typer.Option(help="SLO on mean time per output token after the first (s).")
+    ] = 0.1,
     seed: Annotated[int, typer.Option(help="Seed for every random draw; same seed, same results.")] = 0,
     json_out: Annotated[
-        str | None, typer.Option("--json", help="Write results as JSON to PATH ('-' for stdout: JSON only there).")
+        str | None,
+        typer.Option("--json", help="Write results as JSON to PATH ('-' for stdout: JSON only there)."),
     ] = None,
     report: Annotated[
-        Path | None, typer.Option(help="Write a self-contained HTML report (default report.html with no arguments).")
+        Path | None,
+        typer.Option(help="Write a self-contained HTML report (default report.html with no arguments)."),
     ] = None,
-    decisions: Annotated[Path | None, typer.Option(help="Write one JSON line per controller tick to PATH.")] = None,
+    decisions: Annotated[
+        Path | None, typer.Option(help="Write one JSON line per controller tick to PATH.")
+    ] = None,
     policy_config: Annotated[
         Path | None, typer.Option(help="YAML file: policy name -> {parameter: value}.")
     ] = None,
     oracle: Annotated[bool, typer.Option(help="Also run the oracle (lower bound on GPU-hours).")] = True,
-    timeout_s: Annotated[float, typer.Option(help="A client gives up after this long without a first token (s).")] = 60.0,
-    grace_s: Annotated[float, typer.Option(help="Grace period of a draining replica before it is killed (s).")] = 30.0,
-    jobs: Annotated[int, typer.Option(help="Policies simulated in parallel processes (default: CPU count).")] = 0,
+    timeout_s: Annotated[
+        float, typer.Option(help="A client gives up after this long without a first token (s).")
+    ] = 60.0,
+    grace_s: Annotated[
+        float, typer.Option(help="Grace period of a draining replica before it is killed (s).")
+    ] = 30.0,
+    jobs: Annotated[
+        int, typer.Option(help="Policies simulated in parallel processes (default: CPU count).")
+    ] = 0,
 ) -> None:
     """Replay a workload on a simulated fleet under each policy; print the comparison and write a report.
 
@@ -174,8 +201,16 @@ def backtest(
 
     sim = SimConfig(timeout_s=timeout_s, grace_s=grace_s, seed=seed)
     base = BacktestSettings(
-        model=model, gpu=gpu, tp=tp, min_replicas=min_replicas, max_replicas=min_replicas,
-        initial_replicas=min_replicas, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, seed=seed, sim=sim,
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        min_replicas=min_replicas,
+        max_replicas=min_replicas,
+        initial_replicas=min_replicas,
+        slo_ttft_s=slo_ttft_s,
+        slo_tpot_s=slo_tpot_s,
+        seed=seed,
+        sim=sim,
     ).with_cold_start()
 
     # Size the defaults from what one replica sustains on this workload's lengths.
@@ -230,7 +265,12 @@ def backtest(
                 bar.update(tasks[name], completed=min(t, end_s), sim=f"t={t:,.0f}s")
 
         results, oracle_result, lines = run_backtest(
-            w, names, settings, include_oracle=oracle, jobs=jobs, want_decisions=decisions is not None,
+            w,
+            names,
+            settings,
+            include_oracle=oracle,
+            jobs=jobs,
+            want_decisions=decisions is not None,
             on_progress=on_progress,
         )
         for n in all_names:

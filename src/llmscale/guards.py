@@ -121,8 +121,14 @@ def eviction_window_s(std_qps: float, p95_latency_ms: float) -> float:
 
     Worked example from the seed's table: evening peak, sigma 18.6 req/s and
     P95 42 ms -> 15 + 46.5 + 33.6 = 95 s (the table rounds its own figure to 128).
+    Capped at :data:`EVICTION_WINDOW_MAX_S`.
     """
-    return max(30.0, 15.0 + 2.5 * std_qps + 0.8 * p95_latency_ms)
+    return min(EVICTION_WINDOW_MAX_S, max(30.0, 15.0 + 2.5 * std_qps + 0.8 * p95_latency_ms))
+
+
+#: The seed's table tops out at 128 s; a fleet in trouble (TTFT P95 of tens of seconds) would
+#: otherwise get a window of hours and never shrink again. 300 s bounds it.
+EVICTION_WINDOW_MAX_S = 300.0
 
 
 def apply_guards(

@@ -16,13 +16,21 @@ from llmscale.workloads import Workload, flash_crowd
 
 
 def small_workload(seed: int, rate: float, duration_s: float) -> Workload:
-    return flash_crowd(rate, duration_s, spike_start_s=duration_s / 3, spike_duration_s=duration_s / 6,
-                       multiplier=4.0, seed=seed)
+    return flash_crowd(
+        rate,
+        duration_s,
+        spike_start_s=duration_s / 3,
+        spike_duration_s=duration_s / 6,
+        multiplier=4.0,
+        seed=seed,
+    )
 
 
 def quick_settings(**kw) -> BacktestSettings:
     base = BacktestSettings(
-        min_replicas=1, max_replicas=6, initial_replicas=2,
+        min_replicas=1,
+        max_replicas=6,
+        initial_replicas=2,
         sim=SimConfig(pending_s=20.0, loading_s=10.0, warmup_s=5.0, grace_s=10.0, timeout_s=30.0),
     )
     return replace(base, **kw)
@@ -47,15 +55,24 @@ def test_requests_conserved_and_replicas_within_bounds(seed, rate, policy, max_r
 
     r = run_policy(w, policy, s, decisions_out=Sink())  # type: ignore[arg-type]
     row = r.summary
-    accounted = (row["completed"] + row["rejected"] + row["timed_out"] + row["killed_by_scale_down"]
-                 + row["in_flight_at_end"])
+    accounted = (
+        row["completed"]
+        + row["rejected"]
+        + row["timed_out"]
+        + row["killed_by_scale_down"]
+        + row["in_flight_at_end"]
+    )
     assert accounted == row["requests"] == w.num_requests
     if policy != "static":
         for line in lines:
             tick = json.loads(line)
             assert s.min_replicas <= tick["desired"] <= s.max_replicas
-        active = np.add.reduce([r.series[k] for k in ("replicas_pending", "replicas_loading",
-                                                      "replicas_warmup", "replicas_ready")])
+        active = np.add.reduce(
+            [
+                r.series[k]
+                for k in ("replicas_pending", "replicas_loading", "replicas_warmup", "replicas_ready")
+            ]
+        )
         assert active.max() <= s.max_replicas
 
 

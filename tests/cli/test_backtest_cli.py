@@ -17,15 +17,22 @@ LLMSCALE = [sys.executable, "-m", "llmscale.cli"]
 
 def run(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, COLUMNS="200")
-    return subprocess.run([*LLMSCALE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
+    return subprocess.run(
+        [*LLMSCALE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
 
 
 def check_doc(doc: dict, policies: list[str], oracle: bool) -> None:
     assert [r["policy"] for r in doc["results"]] == policies
     for row in doc["results"] + ([doc["oracle"]] if oracle else []):
         assert set(SUMMARY_KEYS) <= set(row)
-        accounted = (row["completed"] + row["rejected"] + row["timed_out"] + row["killed_by_scale_down"]
-                     + row["in_flight_at_end"])
+        accounted = (
+            row["completed"]
+            + row["rejected"]
+            + row["timed_out"]
+            + row["killed_by_scale_down"]
+            + row["in_flight_at_end"]
+        )
         assert accounted == row["requests"] == doc["workload"]["requests"]
         assert 0.0 <= row["slo_attainment"] <= 1.0
         assert row["gpu_hours"] > 0
@@ -36,19 +43,44 @@ def check_doc(doc: dict, policies: list[str], oracle: bool) -> None:
 @pytest.mark.parametrize(
     ("trace", "fmt", "extra"),
     [
-        pytest.param("traces/azure_llm_2023_conv.csv", "auto", ["--rate-scale", "3", "--duration-s", "600"], id="azure"),
-        pytest.param("traces/mooncake_synthetic_trace.jsonl", "mooncake",
-                     ["--model", "llama-3.1-8b", "--duration-s", "120"], id="mooncake"),
-        pytest.param("traces/servegen/raw_m-small", "servegen",
-                     ["--start-s", "36000", "--duration-s", "300", "--rate-scale", "0.02"], id="servegen-raw"),
-        pytest.param("traces/servegen/language_m-large_total_rate_10min.csv", "auto",
-                     ["--start-s", "0", "--duration-s", "600", "--rate-scale", "0.1"], id="servegen-total"),
+        pytest.param(
+            "traces/azure_llm_2023_conv.csv", "auto", ["--rate-scale", "3", "--duration-s", "600"], id="azure"
+        ),
+        pytest.param(
+            "traces/mooncake_synthetic_trace.jsonl",
+            "mooncake",
+            ["--model", "llama-3.1-8b", "--duration-s", "120"],
+            id="mooncake",
+        ),
+        pytest.param(
+            "traces/servegen/raw_m-small",
+            "servegen",
+            ["--start-s", "36000", "--duration-s", "300", "--rate-scale", "0.02"],
+            id="servegen-raw",
+        ),
+        pytest.param(
+            "traces/servegen/language_m-large_total_rate_10min.csv",
+            "auto",
+            ["--start-s", "0", "--duration-s", "600", "--rate-scale", "0.1"],
+            id="servegen-total",
+        ),
     ],
 )
 def test_replays_every_shared_trace_format(shared_data: Path, tmp_path: Path, trace, fmt, extra):
     out = tmp_path / "out.json"
-    p = run("backtest", "--trace", str(shared_data / trace), "--format", fmt, "--policy", "static,hpa-gpu-util",
-            "--no-oracle", "--json", str(out), *extra)
+    p = run(
+        "backtest",
+        "--trace",
+        str(shared_data / trace),
+        "--format",
+        fmt,
+        "--policy",
+        "static,hpa-gpu-util",
+        "--no-oracle",
+        "--json",
+        str(out),
+        *extra,
+    )
     assert p.returncode == 0, p.stderr
     check_doc(json.loads(out.read_text()), ["static", "hpa-gpu-util"], oracle=False)
 
@@ -56,7 +88,9 @@ def test_replays_every_shared_trace_format(shared_data: Path, tmp_path: Path, tr
 def test_burstgpt_format_and_json_on_stdout(tmp_path: Path):
     trace = tmp_path / "burst.csv"
     rows = ["Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"]
-    rows += [f"{i * 0.5:.1f},ChatGPT,{200 + i},{50 + i % 7},{250 + i + i % 7},Conversation log" for i in range(400)]
+    rows += [
+        f"{i * 0.5:.1f},ChatGPT,{200 + i},{50 + i % 7},{250 + i + i % 7},Conversation log" for i in range(400)
+    ]
     trace.write_text("\n".join(rows) + "\n")
     p = run("backtest", "--trace", str(trace), "--policy", "static", "--replicas", "2", "--json", "-")
     assert p.returncode == 0, p.stderr

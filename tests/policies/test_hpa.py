@@ -14,7 +14,9 @@ CFG = HpaConfig(min_replicas=1, max_replicas=50)
 
 def signals(now_s: float, spec: int, utils: list[float | None]) -> Signals:
     per = {f"pod-{i}": ({} if u is None else {"DCGM_FI_DEV_GPU_UTIL": u}) for i, u in enumerate(utils)}
-    return Signals(time_s=now_s, fleet=FleetView(spec_replicas=spec, ready=len(utils)), values={}, per_replica=per)
+    return Signals(
+        time_s=now_s, fleet=FleetView(spec_replicas=spec, ready=len(utils)), values={}, per_replica=per
+    )
 
 
 @pytest.mark.parametrize(

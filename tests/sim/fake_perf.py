@@ -40,8 +40,14 @@ class FakeGpu:
 
 
 class FakePerf:
-    def __init__(self, blocks: int = 10_000, base_s: float = 0.010, per_seq_s: float = 1e-4,
-                 per_ctx_s: float = 1e-6, per_prefill_tok_s: float = 1e-4) -> None:
+    def __init__(
+        self,
+        blocks: int = 10_000,
+        base_s: float = 0.010,
+        per_seq_s: float = 1e-4,
+        per_ctx_s: float = 1e-6,
+        per_prefill_tok_s: float = 1e-4,
+    ) -> None:
         self.blocks = blocks
         self.base_s = base_s
         self.per_seq_s = per_seq_s
@@ -60,5 +66,9 @@ class FakePerf:
     def step(self, prefill_tokens: int, pairs: float, n_prefill: int, n_dec: int, ctx: int) -> StepCost:
         aff = self.decode_affine(n_dec)
         d = aff.base_s + aff.per_ctx_s * ctx + self.per_prefill_tok_s * prefill_tokens
-        return StepCost(d, aff.busy_base_s + 0.9 * self.per_prefill_tok_s * prefill_tokens,
-                        aff.bytes_base + aff.bytes_per_ctx * ctx, 0.001)
+        return StepCost(
+            d,
+            aff.busy_base_s + 0.9 * self.per_prefill_tok_s * prefill_tokens,
+            aff.bytes_base + aff.bytes_per_ctx * ctx,
+            0.001,
+        )

@@ -146,8 +146,16 @@ def test_requests_are_conserved_and_no_kill_before_grace(n, rate, blocks, seed, 
     inputs = rng.integers(1, 400, n)
     outputs = rng.integers(1, 400, n)
     f = make_fleet(
-        arrivals, inputs, outputs, replicas=2, perf=FakePerf(blocks=blocks), grace_s=grace_s,
-        pending_s=1.0, loading_s=1.0, warmup_s=1.0, timeout_s=10.0,
+        arrivals,
+        inputs,
+        outputs,
+        replicas=2,
+        perf=FakePerf(blocks=blocks),
+        grace_s=grace_s,
+        pending_s=1.0,
+        loading_s=1.0,
+        warmup_s=1.0,
+        timeout_s=10.0,
     )
     for t, k in sorted(scale_plan):
         f.run_until(t)
@@ -194,7 +202,9 @@ def test_closed_form_jumps_match_stepping_token_by_token(seed, blocks):
     outputs = rng.integers(1, 200, n)
     runs = []
     for cap in (None, 1):
-        f = make_fleet(arrivals, inputs, outputs, replicas=2, perf=FakePerf(blocks=blocks), max_jump_steps=cap)
+        f = make_fleet(
+            arrivals, inputs, outputs, replicas=2, perf=FakePerf(blocks=blocks), max_jump_steps=cap
+        )
         f.run_until(500.0)
         runs.append(f)
     fast, slow = runs

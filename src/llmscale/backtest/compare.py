@@ -114,7 +114,8 @@ def run_backtest(
             # The oracle is the longest run: start it first so it overlaps the rest.
             order = sorted(names, key=lambda n: n != ORACLE)
             futures: dict[str, Future[tuple[PolicyResult, list[str]]]] = {
-                name: pool.submit(_run_one, name, workload, settings, oracle, want_decisions) for name in order
+                name: pool.submit(_run_one, name, workload, settings, oracle, want_decisions)
+                for name in order
             }
             pending = set(futures)
             while pending:

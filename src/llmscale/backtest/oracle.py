@@ -93,8 +93,14 @@ def run_oracle(
         i0, i1 = np.searchsorted(arrivals, [t0, t1], side="left")
         cache: dict[int, float] = {}
 
-        def attainment(n: int, t0: float = t0, t1: float = t1, i0: int = int(i0), i1: int = int(i1),
-                       cache: dict[int, float] = cache) -> float:
+        def attainment(
+            n: int,
+            t0: float = t0,
+            t1: float = t1,
+            i0: int = int(i0),
+            i1: int = int(i1),
+            cache: dict[int, float] = cache,
+        ) -> float:
             if n not in cache:
                 trial = _snapshot(fleet)
                 _scale(trial, n, t0, cold_start_s)
@@ -102,10 +108,12 @@ def run_oracle(
                 cache[n] = _interval_attainment(trial, i0, i1, settings)
             return cache[n]
 
-        if i1 == i0:
-            n = lo_bound
-        else:
-            n = _smallest_meeting(attainment, n_prev, lo_bound, hi_bound, oracle.target)
+        no_arrivals = i1 == i0
+        n = (
+            lo_bound
+            if no_arrivals
+            else _smallest_meeting(attainment, n_prev, lo_bound, hi_bound, oracle.target)
+        )
         trials_total += len(cache)
         _scale(fleet, n, t0, cold_start_s)
         if decisions_out is not None:
@@ -182,9 +190,7 @@ def _interval_attainment(trial: Fleet, i0: int, i1: int, settings: BacktestSetti
     return float((met | in_flight).sum()) / float(servable.sum())
 
 
-def _smallest_meeting(
-    attainment: Callable[[int], float], start: int, lo: int, hi: int, target: float
-) -> int:
+def _smallest_meeting(attainment: Callable[[int], float], start: int, lo: int, hi: int, target: float) -> int:
     """Smallest n in [lo, hi] with attainment(n) >= target, searching outward from ``start``.
 
     Attainment is (nearly) monotone in n; gallop from the previous interval's

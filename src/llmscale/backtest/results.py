@@ -75,7 +75,8 @@ def slo_met(
     completed = status == Status.COMPLETED
     ttft_ok = np.nan_to_num(ttft_s, nan=math.inf) <= slo_ttft_s
     tpot_ok = np.isnan(tpot_s) | (np.nan_to_num(tpot_s, nan=0.0) <= slo_tpot_s)
-    return completed & ttft_ok & tpot_ok
+    met: np.ndarray = completed & ttft_ok & tpot_ok
+    return met
 
 
 def _direction_changes(desired: list[int]) -> int:
@@ -100,7 +101,7 @@ def per_minute_p99_ttft(
     ttft = ttft_s.copy()
     no_token = np.isnan(ttft) & (status != Status.REJECTED)
     ttft[no_token] = timeout_s
-    minutes = int(math.ceil(max(end_s, float(arrival_s[-1]) if arrival_s.size else 0.0) / 60.0)) or 1
+    minutes = math.ceil(max(end_s, float(arrival_s[-1]) if arrival_s.size else 0.0) / 60.0) or 1
     idx = np.minimum((arrival_s // 60.0).astype(np.int64), minutes - 1)
     order = np.argsort(idx, kind="stable")
     idx_sorted = idx[order]
@@ -150,7 +151,11 @@ def summarize(
         )
     ]
     util = [u for u in series.get("gpu_util", []) if u is not None]
-    ready = [r for r, u in zip(series.get("replicas_ready", []), series.get("gpu_util", []), strict=True) if u is not None]
+    ready = [
+        r
+        for r, u in zip(series.get("replicas_ready", []), series.get("gpu_util", []), strict=True)
+        if u is not None
+    ]
     mean_util = sum(u * r for u, r in zip(util, ready, strict=True)) / sum(ready) if sum(ready) else None
     summary: dict[str, Any] = {
         "policy": policy,

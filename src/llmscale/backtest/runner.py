@@ -56,7 +56,9 @@ class BacktestSettings:
                 f"[min_replicas {self.min_replicas}, max_replicas {self.max_replicas}]"
             )
         if self.slo_ttft_s <= 0 or self.slo_tpot_s <= 0:
-            raise ConfigError(f"SLOs must be > 0 (slo_ttft_s = {self.slo_ttft_s}, slo_tpot_s = {self.slo_tpot_s})")
+            raise ConfigError(
+                f"SLOs must be > 0 (slo_ttft_s = {self.slo_ttft_s}, slo_tpot_s = {self.slo_tpot_s})"
+            )
 
     def with_cold_start(self) -> BacktestSettings:
         """Fill the lifecycle durations from the performance catalogue's published cold starts."""

@@ -24,7 +24,13 @@ _WARM_S = 30.0
 
 
 def _attainment(
-    perf: Any, sim: SimConfig, rate: float, inp: np.ndarray, out: np.ndarray, slo: tuple[float, float], seed: int
+    perf: Any,
+    sim: SimConfig,
+    rate: float,
+    inp: np.ndarray,
+    out: np.ndarray,
+    slo: tuple[float, float],
+    seed: int,
 ) -> float:
     rng = np.random.default_rng(seed)
     n = max(50, int(rate * _PROBE_S))

@@ -6,7 +6,7 @@ loop calls the same function with wall time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llmscale.cluster.base import Cluster
@@ -26,7 +26,7 @@ WINDOW_LEN = 20
 class ControllerState:
     policy_state: Any
     window: tuple[Observation, ...] = ()
-    guard_state: GuardState = GuardState()
+    guard_state: GuardState = field(default_factory=GuardState)
 
 
 def reconcile_once(

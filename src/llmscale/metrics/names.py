@@ -21,6 +21,7 @@ __all__ = [
     "VLLM",
     "VLLM_OLD",
     "Names",
+    "VllmMetric",
 ]
 
 # vLLM V1 histogram buckets (verbatim figures from vllm/v1/metrics/loggers.py).
@@ -43,6 +44,24 @@ HISTOGRAM_BOUNDS: dict[str, tuple[float, ...]] = {
     "itl": ITL_BUCKETS_S,
     "e2e": REQUEST_LATENCY_BUCKETS_S,
 }
+
+
+class VllmMetric:
+    """vLLM's metric names as plain strings (the exporter writes all of them)."""
+
+    RUNNING = "vllm:num_requests_running"
+    WAITING = "vllm:num_requests_waiting"
+    KV_USAGE = "vllm:kv_cache_usage_perc"
+    KV_USAGE_OLD = "vllm:gpu_cache_usage_perc"
+    PREEMPTIONS = "vllm:num_preemptions_total"
+    PROMPT_TOKENS = "vllm:prompt_tokens_total"
+    GENERATION_TOKENS = "vllm:generation_tokens_total"
+    TTFT = "vllm:time_to_first_token_seconds"
+    E2E = "vllm:e2e_request_latency_seconds"
+    ITL = "vllm:inter_token_latency_seconds"
+    ITL_OLD = "vllm:time_per_output_token_seconds"
+    TPOT = "vllm:request_time_per_output_token_seconds"
+    QUEUE_TIME = "vllm:request_queue_time_seconds"
 
 
 @dataclass(frozen=True)

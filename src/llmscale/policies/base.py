@@ -27,9 +27,15 @@ class Policy(Protocol[S]):
     documented cooldowns); the controller merges them over the defaults.
     """
 
-    name: str
-    #: how often the controller calls :meth:`decide`, seconds (e.g. HPA's 15 s sync period)
-    tick_s: float
+    @property
+    def name(self) -> str:
+        """The registered name."""
+        ...
+
+    @property
+    def tick_s(self) -> float:
+        """How often the controller calls :meth:`decide`, seconds (e.g. HPA's 15 s sync period)."""
+        ...
 
     def initial_state(self) -> S: ...
 

@@ -14,7 +14,8 @@ algorithm in kubernetes/kubernetes ``pkg/controller/podautoscaler``
   desired = ceil(ratio x number of pods counted);
 - default behaviour: scale-up stabilisation 0 s with rate policies
   "4 pods or 100% per 15 s, whichever is more"; scale-down stabilisation
-  300 s (the highest recommendation of the window wins) and 100% per 15 s;
+  300 s (the highest recommendation of the window wins) and 100% per 15 s
+  (:func:`llmscale.policies._hpa_behavior.apply_hpa_behavior`, shared with ``keda-queue``);
 - min/max replicas bound the result.
 
 Unready pods are only discounted by HPA for CPU; for a Pods metric a pod that
@@ -29,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmscale.policies._hpa_behavior import HpaBehavior, HpaState, apply_hpa_behavior
 from llmscale.policies.base import PolicyContext, register
 from llmscale.types import Decision, Signals
 
@@ -49,14 +51,6 @@ class HpaConfig:
     period_s: float = 15.0
     min_replicas: int = 1
     max_replicas: int = 100
-
-
-@dataclass(frozen=True)
-class HpaState:
-    #: (time_s, unstabilised recommendation), newest last
-    recommendations: tuple[tuple[float, int], ...] = ()
-    #: (time_s, replica change) of scale events, for the rate policies
-    events: tuple[tuple[float, int], ...] = ()
 
 
 def hpa_replicas_for_metric(
@@ -113,44 +107,17 @@ class HpaPolicy:
         if present:
             mean = sum(present) / len(present)
 
-        # Stabilisation: record the raw recommendation, then bound by the windows.
-        keep_s = max(cfg.up_stabilization_s, cfg.down_stabilization_s)
-        # Like the controller's recordInitialRecommendation: the window starts holding the
-        # replicas the target had when the HPA first saw it, so it cannot shrink at once.
-        history = state.recommendations or ((now_s, current),)
-        older = tuple(r for r in history if now_s - r[0] < keep_s)
-        # A stored recommendation counts while it is strictly inside its window (a 0 s window
-        # holds only the recommendation just made).
-        up_rec = min([raw, *(n for t, n in older if now_s - t < cfg.up_stabilization_s)])
-        down_rec = max([raw, *(n for t, n in older if now_s - t < cfg.down_stabilization_s)])
-        recs = (*older, (now_s, raw))
-        stabilized = current
-        if stabilized < up_rec:
-            stabilized = up_rec
-        if stabilized > down_rec:
-            stabilized = down_rec
-        if stabilized != raw:
-            rule = "scale-down-stabilized" if raw < stabilized else "scale-up-stabilized"
-
-        # Rate policies relative to the replicas at the start of the period.
-        events = tuple(e for e in state.events if now_s - e[0] < cfg.period_s)
-        added = sum(d for _, d in events if d > 0)
-        removed = -sum(d for _, d in events if d < 0)
-        start = current - added + removed
-        desired = stabilized
-        if desired > current:
-            limit = max(start + cfg.up_pods_per_period, math.ceil(start * (1 + cfg.up_percent_per_period / 100)))
-            if desired > limit:
-                desired = limit
-                rule = "scale-up-rate-limited"
-        elif desired < current:
-            limit = int(start * (1 - cfg.down_percent_per_period / 100))
-            if desired < limit:
-                desired = limit
-                rule = "scale-down-rate-limited"
-        desired = max(cfg.min_replicas, min(cfg.max_replicas, desired))
-        if desired != current:
-            events = (*events, (now_s, desired - current))
+        behavior = HpaBehavior(
+            up_stabilization_s=cfg.up_stabilization_s,
+            down_stabilization_s=cfg.down_stabilization_s,
+            up_pods_per_period=cfg.up_pods_per_period,
+            up_percent_per_period=cfg.up_percent_per_period,
+            down_percent_per_period=cfg.down_percent_per_period,
+            period_s=cfg.period_s,
+        )
+        desired, rule, next_state = apply_hpa_behavior(
+            raw, current, rule, behavior, cfg.min_replicas, cfg.max_replicas, state, now_s
+        )
         decision = Decision(
             desired,
             rule,
@@ -162,7 +129,7 @@ class HpaPolicy:
                 "pods_counted": float(len(values)),
             },
         )
-        return decision, HpaState(recommendations=recs, events=events)
+        return decision, next_state
 
 
 _DEFAULTS = {

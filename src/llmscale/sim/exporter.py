@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmscale.metrics.names import DCGM, SIM, VLLM, VLLM_OLD
+from llmscale.metrics.names import DCGM, SIM
+from llmscale.metrics.names import VllmMetric as V
 from llmscale.sim.fleet import Fleet
 from llmscale.types import FleetView, Observation, Phase, ReplicaSample
 
@@ -65,13 +66,13 @@ class SimMetricSource:
             l2 = mem_time / (mem_time + sm) if (mem_time + sm) > 0 else 0.0
             kv = r.kv_usage()
             values = {
-                VLLM.running: float(r.num_running),
-                VLLM.waiting: float(r.num_waiting),
-                VLLM.kv_usage: kv,
-                VLLM_OLD.kv_usage: kv,
-                VLLM.preemptions: float(r.num_preemptions),
-                VLLM.prompt_tokens: float(r.prompt_tokens_total),
-                VLLM.generation_tokens: float(r.gen_tokens_total),
+                V.RUNNING: float(r.num_running),
+                V.WAITING: float(r.num_waiting),
+                V.KV_USAGE: kv,
+                V.KV_USAGE_OLD: kv,
+                V.PREEMPTIONS: float(r.num_preemptions),
+                V.PROMPT_TOKENS: float(r.prompt_tokens_total),
+                V.GENERATION_TOKENS: float(r.gen_tokens_total),
                 DCGM.GPU_UTIL: 100.0 * sm,
                 DCGM.MEM_COPY_UTIL: 100.0 * bw,
                 DCGM.SM_ACTIVE: sm,
@@ -83,20 +84,18 @@ class SimMetricSource:
                 SIM.KV_BLOCKS_TOTAL: float(r.total_blocks),
             }
             hists = {
-                VLLM.ttft: r.hist_ttft.snapshot(),
-                VLLM.e2e: r.hist_e2e.snapshot(),
-                VLLM.itl: r.hist_itl.snapshot(),
-                VLLM_OLD.itl: r.hist_itl.snapshot(),
-                VLLM.tpot: r.hist_tpot.snapshot(),
-                VLLM.queue_time: r.hist_queue.snapshot(),
+                V.TTFT: r.hist_ttft.snapshot(),
+                V.E2E: r.hist_e2e.snapshot(),
+                V.ITL: r.hist_itl.snapshot(),
+                V.ITL_OLD: r.hist_itl.snapshot(),
+                V.TPOT: r.hist_tpot.snapshot(),
+                V.QUEUE_TIME: r.hist_queue.snapshot(),
             }
             samples.append(ReplicaSample(r.name, r.phase, ok=True, values=values, histograms=hists))
         for name in list(last):
             if name not in seen:
                 del last[name]
-        fleet_view = FleetView.from_replicas(
-            fleet.spec_replicas, tuple(fleet.replicas_view())
-        )
+        fleet_view = FleetView.from_replicas(fleet.spec_replicas, tuple(fleet.replicas_view()))
         return Observation(
             time_s=now_s, fleet=fleet_view, replicas=tuple(samples), gateway_queue=len(fleet.gateway)
         )

@@ -241,7 +241,9 @@ class Fleet:
         i = req.idx
         self.finish_at_s[i] = now
         self.e2e_s[i] = now - req.arrival_s
-        self.tpot_s[i] = (now - req.first_token_s) / (req.output_tokens - 1) if req.output_tokens > 1 else math.nan
+        self.tpot_s[i] = (
+            (now - req.first_token_s) / (req.output_tokens - 1) if req.output_tokens > 1 else math.nan
+        )
         self._resolve(req, Status.COMPLETED)
 
     def on_timed_out(self, req: Req, now: float) -> None:

@@ -24,7 +24,7 @@ class BucketHistogram:
         if list(bounds) != sorted(bounds) or len(set(bounds)) != len(bounds):
             raise ValueError(f"histogram bounds must be strictly ascending: {bounds}")
         # The last bucket is +Inf, as in Prometheus exposition.
-        self.bounds: tuple[float, ...] = tuple(bounds) + (math.inf,)
+        self.bounds: tuple[float, ...] = (*bounds, math.inf)
         self._upper = self.bounds
         self.counts = [0.0] * len(self.bounds)
         self.sum = 0.0
@@ -55,7 +55,7 @@ class BucketHistogram:
         done = 0  # how many of the n values are <= upper[i-1]
         while i < i_last:
             # values <= upper[i]: j <= (upper[i] - first) / step
-            below = int(math.floor((upper[i] - first) / step)) + 1
+            below = math.floor((upper[i] - first) / step) + 1
             if below > n:
                 below = n
             counts[i] += (below - done) * weight

@@ -59,9 +59,9 @@ class Replica:
         "chunks",
         "counter",
         "created_s",
-        "dram_bytes",
         "drain_epoch",
         "drain_until_idle",
+        "dram_bytes",
         "fin_heap",
         "fleet",
         "gen_tokens_total",
@@ -315,7 +315,6 @@ class Replica:
             self.counter += 1
             self.sum_kv += n_dec
         counter = self.counter
-        fleet = self.fleet
         for req, chunk in self.chunks:
             if req.state != PREFILLING or req.replica is not self:
                 continue  # preempted while its chunk ran: its work is lost (recompute)

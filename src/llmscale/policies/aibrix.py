@@ -1,0 +1,222 @@
+"""``aibrix-apa``: the AIBrix APA (application-specific pod autoscaler) on KV-cache usage or queue per pod.
+
+Re-implemented from vllm-project/aibrix (main branch, 2025):
+``pkg/controller/podautoscaler/algorithm/apa.go`` (``computeTargetReplicas``),
+``context/context.go`` (``NewBaseScalingContext``), ``metrics/client.go``
+(windows) and ``podautoscaler_controller.go`` (``computeScaleDecision``,
+``stabilizeRecommendation``):
+
+- metric (parameter ``metric``): ``kv_usage_mean`` (vLLM ``kv_cache_usage_perc``,
+  0..1) with target 0.5 -- the value of AIBrix's ``samples/autoscaling/apa.yaml``
+  -- or ``queue_per_replica`` (``num_requests_waiting``) with target 100, the
+  value of ``samples/autoscaling/multimetrics-apa.yaml`` (set ``target`` for a
+  real service: a queue of 100 per replica is far past any TTFT SLO);
+- each sync (``DefaultResyncInterval`` 10 s, ``tick_s``) the per-pod mean is
+  recorded; the value used is its average over the stable window
+  (``DefaultStableWindowDuration`` 180 s, ``spec.observeWindowSeconds``);
+- ``ratio = value / target``; above ``1 + up tolerance`` (0.1):
+  ``min(ceil(N x ratio), ceil(2 x N))``; below ``1 - down tolerance`` (0.1):
+  ``max(ceil(N x ratio), floor(N / 2))``; otherwise N (the current replicas),
+  with max scale-up / scale-down rates 2 (E.g. KV 0.56 on 4 replicas with
+  target 0.5: ratio 1.12 > 1.1, ceil(4.48) = 5; KV 0.54: 1.08, kept);
+- the cooldown windows (``ScaleUpCooldownWindow`` 0 s, ``ScaleDownCooldownWindow``
+  300 s) filter the recommendation as ``stabilizeRecommendation`` does: every
+  recommendation is recorded; a scale-up takes the *highest* of the
+  scale-up window, a scale-down the *lowest* of the scale-down window.
+  Note the direction: AIBrix keeps the minimum for a scale-down, so the
+  300 s window does not delay a scale-down -- it can only deepen it to a
+  lower recommendation seen in the last 300 s. This is reproduced as
+  written (``tests/policies/test_peer_aibrix.py`` pins it); llmscale's drain
+  guard still waits for the eviction window before any replica goes;
+- min/max replicas bound the result; ``ScaleToZero`` is false by default.
+
+Missing data: before PR vllm-project/aibrix#2592 a failed metric fetch was
+turned into a value of 0 and APA scaled down; since that fix the reconcile
+fails (``FailedComputeScale``) and nothing is scaled. This policy follows
+the fixed behaviour: an invalid signal gives a ``no-data`` decision that
+holds the current replicas and records nothing in the window.
+
+Guards: ``guard_overrides`` =
+:data:`~llmscale.policies._hpa_behavior.PEER_GUARD_OVERRIDES`: APA's tolerance
+band, rates and cooldown filter run inside ``decide``; llmscale's pending-
+aware cap and KV-headroom check, which the real project does not have, are
+off. Hold-on-missing-data, drain-aware scale-down and the bounds stay on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from llmscale.errors import ConfigError
+from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_non_negative, check_positive, clamp
+from llmscale.policies.base import PolicyContext, register
+from llmscale.types import Decision, Signals
+
+__all__ = ["ApaConfig", "ApaPolicy", "ApaState", "apa_replicas"]
+
+#: Default target per metric, from AIBrix's sample PodAutoscalers.
+APA_DEFAULT_TARGETS: dict[str, float] = {"kv_usage_mean": 0.5, "queue_per_replica": 100.0}
+
+
+@dataclass(frozen=True)
+class ApaConfig:
+    metric: str = "kv_usage_mean"
+    target: float = 0.5
+    up_tolerance: float = 0.1
+    down_tolerance: float = 0.1
+    max_scale_up_rate: float = 2.0
+    max_scale_down_rate: float = 2.0
+    scale_up_cooldown_s: float = 0.0
+    scale_down_cooldown_s: float = 300.0
+    window_s: float = 180.0
+    sync_s: float = 10.0
+    min_replicas: int = 1
+    max_replicas: int = 100
+
+
+@dataclass(frozen=True)
+class ApaState:
+    #: (time_s, per-pod mean) within the stable window, oldest first
+    samples: tuple[tuple[float, float], ...] = ()
+    #: (time_s, recommendation) within the longest cooldown window
+    recommendations: tuple[tuple[float, int], ...] = ()
+
+
+def apa_replicas(
+    current: int,
+    value: float,
+    target: float,
+    up_tol: float,
+    down_tol: float,
+    up_rate: float,
+    down_rate: float,
+) -> tuple[int, str]:
+    """APA's ``computeTargetReplicas``: (replicas, rule). E.g. (4, 0.56, 0.5, 0.1, 0.1, 2, 2) -> (5, ...)."""
+    ratio = value / target
+    n = float(current)
+    if ratio > 1.0 + up_tol:
+        expected = math.ceil(n * ratio)
+        cap = math.ceil(up_rate * n)
+        return (cap, "scale-up-rate-limited") if expected > cap else (expected, "scale-up")
+    if ratio < 1.0 - down_tol:
+        expected = math.ceil(n * ratio)
+        floor_n = math.floor(n / down_rate)
+        return (floor_n, "scale-down-rate-limited") if expected < floor_n else (expected, "scale-down")
+    return current, "within-tolerance"
+
+
+@dataclass(frozen=True)
+class ApaPolicy:
+    config: ApaConfig
+    name: str = "aibrix-apa"
+    guard_overrides: ClassVar[Mapping[str, Any]] = PEER_GUARD_OVERRIDES
+
+    @property
+    def tick_s(self) -> float:
+        return self.config.sync_s
+
+    def initial_state(self) -> ApaState:
+        return ApaState()
+
+    def decide(self, signals: Signals, state: ApaState, now_s: float) -> tuple[Decision, ApaState]:
+        cfg = self.config
+        current = signals.fleet.spec_replicas
+        value_now = signals.get(cfg.metric)
+        if value_now is None or not math.isfinite(value_now):
+            held = clamp(current, cfg.min_replicas, cfg.max_replicas)
+            return Decision(held, "no-data", {}, f"{cfg.metric} unavailable (FailedComputeScale)"), state
+
+        samples = (*(s for s in state.samples if now_s - s[0] < cfg.window_s), (now_s, value_now))
+        value = sum(v for _, v in samples) / len(samples)
+        rec, rule = apa_replicas(
+            current,
+            value,
+            cfg.target,
+            cfg.up_tolerance,
+            cfg.down_tolerance,
+            cfg.max_scale_up_rate,
+            cfg.max_scale_down_rate,
+        )
+
+        # stabilizeRecommendation: record, then pick within the window of the direction.
+        keep_s = max(cfg.scale_up_cooldown_s, cfg.scale_down_cooldown_s)
+        recs = (*(r for r in state.recommendations if now_s - r[0] < keep_s), (now_s, rec))
+        stabilized = current
+        if rec != current:
+            window_s = cfg.scale_up_cooldown_s if rec > current else cfg.scale_down_cooldown_s
+            # Only recommendations strictly after now - window count (Go's ``After(cutoff)``):
+            # a 0 s window holds none, and the recommendation itself is used.
+            in_window = [n for t, n in recs if t > now_s - window_s] or [rec]
+            stabilized = max(in_window) if rec > current else min(in_window)
+            if stabilized != rec:
+                rule = "scale-up-window-max" if rec > current else "scale-down-window-min"
+
+        desired = clamp(stabilized, cfg.min_replicas, cfg.max_replicas)
+        inputs: dict[str, float | None] = {
+            cfg.metric: value,
+            "metric_now": value_now,
+            "target": cfg.target,
+            "ratio": value / cfg.target,
+            "recommendation": float(rec),
+            "window_samples": float(len(samples)),
+        }
+        return Decision(desired, rule, inputs), ApaState(samples=samples, recommendations=recs)
+
+
+_DEFAULTS: dict[str, Any] = {
+    "metric": "kv_usage_mean",
+    "target": None,
+    "up_tolerance": 0.1,
+    "down_tolerance": 0.1,
+    "max_scale_up_rate": 2.0,
+    "max_scale_down_rate": 2.0,
+    "scale_up_cooldown_s": 0.0,
+    "scale_down_cooldown_s": 300.0,
+    "window_s": 180.0,
+    "sync_s": 10.0,
+}
+
+
+@register(
+    "aibrix-apa",
+    "AIBrix APA on KV usage (target 0.5) or queue per pod: 10% tolerance, rates 2x, 180 s window",
+    _DEFAULTS,
+)
+def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ApaPolicy:
+    metric = str(params["metric"])
+    if metric not in APA_DEFAULT_TARGETS:
+        raise ConfigError(f"aibrix-apa: metric = {metric!r}, must be one of {', '.join(APA_DEFAULT_TARGETS)}")
+    target = APA_DEFAULT_TARGETS[metric] if params["target"] is None else float(params["target"])
+    cfg = ApaConfig(
+        metric=metric,
+        target=target,
+        up_tolerance=float(params["up_tolerance"]),
+        down_tolerance=float(params["down_tolerance"]),
+        max_scale_up_rate=float(params["max_scale_up_rate"]),
+        max_scale_down_rate=float(params["max_scale_down_rate"]),
+        scale_up_cooldown_s=float(params["scale_up_cooldown_s"]),
+        scale_down_cooldown_s=float(params["scale_down_cooldown_s"]),
+        window_s=float(params["window_s"]),
+        sync_s=float(params["sync_s"]),
+        min_replicas=ctx.min_replicas,
+        max_replicas=ctx.max_replicas,
+    )
+    check_positive(
+        "aibrix-apa",
+        target=cfg.target,
+        max_scale_up_rate=cfg.max_scale_up_rate,
+        max_scale_down_rate=cfg.max_scale_down_rate,
+        window_s=cfg.window_s,
+        sync_s=cfg.sync_s,
+    )
+    check_non_negative(
+        "aibrix-apa",
+        up_tolerance=cfg.up_tolerance,
+        down_tolerance=cfg.down_tolerance,
+        scale_up_cooldown_s=cfg.scale_up_cooldown_s,
+        scale_down_cooldown_s=cfg.scale_down_cooldown_s,
+    )
+    return ApaPolicy(cfg)

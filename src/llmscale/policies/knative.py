@@ -1,0 +1,260 @@
+"""``knative-kpa``: the Knative Pod Autoscaler (KPA) on in-flight requests per pod, panic mode included.
+
+Re-implemented from knative/serving (v1.x) ``pkg/autoscaler/scaling/autoscaler.go``
+(``Scale``, ``newAutoscaler``) and ``pkg/reconciler/autoscaling/kpa/scaler.go``
+(``applyBounds``, ``handleScaleToZero``), with the defaults of
+``config/core/configmaps/autoscaler.yaml``:
+
+- metric: concurrency, i.e. requests in flight. For a vLLM replica that is
+  ``running + waiting`` (llmscale's ``running`` + ``queue_waiting`` signals, the
+  gateway queue included as Knative counts the activator's buffer);
+- target per pod ``target_concurrency`` = container-concurrency-target-default
+  100 x container-concurrency-target-percentage 70 % = **70** (Knative's
+  default for unlimited container concurrency). A vLLM replica does not
+  queue like a web server: a user sets ``containerConcurrency`` to the batch
+  the replica serves well (e.g. ``max_num_seqs``) and the target follows as
+  70 % of it; 70 is kept as the default and exposed;
+- stable window 60 s, panic window 10 % of it (6 s), averages of the per-tick
+  totals in each window (Knative averages per-second buckets; llmscale's
+  signals arrive once per 2 s tick, the KPA's own ``tick-interval``, and the
+  samples are kept in the state);
+- desired stable / panic pods = ceil(average / target), each bounded to
+  ``[floor(ready / max-scale-down-rate 2), ceil(ready x max-scale-up-rate 1000)]``
+  with ``ready = max(1, ready pods)`` -- so one decision at most halves the
+  ready pods (E.g. 10 ready, no load: floor(10 / 2) = 5);
+- panic: entered when ``ceil(panic average / target) / ready >= 200 %``; each
+  tick still over the threshold restarts the 60 s clock; left when not over
+  it and 60 s have passed. In panic the desired count is the larger of
+  stable and panic, and never decreases (ratcheted). A new autoscaler starts
+  in panic when more than one pod is ready, holding the ready count (metric
+  history lost on restart must not scale a fleet down);
+- ``scale-down-delay`` (default 0: off) keeps the highest count of its window;
+- bounds: ``applyBounds(min, max)``; scale to zero only when ``min_replicas`` is
+  0 and ``enable-scale-to-zero`` (true): the last pod stays until the
+  desired count has been 0 for ``scale-to-zero-grace-period`` (30 s).
+
+Deviations: when this tick's concurrency cannot be computed the decision is
+``no-data`` and holds (Knative would still average older buckets if any
+were left in the window); the activator's burst capacity (which decides
+whether the activator stays in the request path) is not modelled; the
+scale-to-zero grace is counted from the first desired-zero tick rather
+than from the moment the activator is confirmed in the path.
+
+Guards: ``guard_overrides`` =
+:data:`~llmscale.policies._hpa_behavior.PEER_GUARD_OVERRIDES`: Knative's
+windows, panic ratchet and rate limits run inside ``decide``; llmscale's
+pending-aware cap and KV-headroom check, which the real project does not have,
+are off. Hold-on-missing-data, drain-aware scale-down and the bounds stay on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_non_negative, check_positive, clamp
+from llmscale.policies.base import PolicyContext, register
+from llmscale.types import Decision, Signals
+
+__all__ = ["KpaConfig", "KpaPolicy", "KpaState"]
+
+
+@dataclass(frozen=True)
+class KpaConfig:
+    target_concurrency: float = 70.0
+    stable_window_s: float = 60.0
+    panic_window_pct: float = 10.0
+    panic_threshold_pct: float = 200.0
+    max_scale_up_rate: float = 1000.0
+    max_scale_down_rate: float = 2.0
+    scale_to_zero_grace_s: float = 30.0
+    enable_scale_to_zero: bool = True
+    scale_down_delay_s: float = 0.0
+    tick_s: float = 2.0
+    min_replicas: int = 1
+    max_replicas: int = 100
+
+    @property
+    def panic_window_s(self) -> float:
+        return self.stable_window_s * self.panic_window_pct / 100.0
+
+
+@dataclass(frozen=True)
+class KpaState:
+    #: (time_s, total concurrency) within the stable window, oldest first
+    samples: tuple[tuple[float, float], ...] = ()
+    #: Knative's ``panicTime``: None when not panicking
+    panic_time_s: float | None = None
+    max_panic_pods: int = 0
+    started: bool = False
+    #: (time_s, desired) for the scale-down delay window
+    delay_window: tuple[tuple[float, int], ...] = ()
+    #: when the bounded desired count first became 0 (scale-to-zero grace)
+    zero_since_s: float | None = None
+
+
+def _window_mean(samples: tuple[tuple[float, float], ...], now_s: float, window_s: float) -> float | None:
+    vals = [v for t, v in samples if now_s - t < window_s]
+    return sum(vals) / len(vals) if vals else None
+
+
+@dataclass(frozen=True)
+class KpaPolicy:
+    config: KpaConfig
+    name: str = "knative-kpa"
+    guard_overrides: ClassVar[Mapping[str, Any]] = PEER_GUARD_OVERRIDES
+
+    @property
+    def tick_s(self) -> float:
+        return self.config.tick_s
+
+    def initial_state(self) -> KpaState:
+        return KpaState()
+
+    def decide(self, signals: Signals, state: KpaState, now_s: float) -> tuple[Decision, KpaState]:
+        cfg = self.config
+        fleet = signals.fleet
+        if not state.started:
+            # newAutoscaler: start in panic holding the ready pods when more than one is ready.
+            if fleet.ready > 1:
+                state = KpaState(panic_time_s=now_s, max_panic_pods=fleet.ready, started=True)
+            else:
+                state = KpaState(started=True)
+        running = signals.get("running")
+        waiting = signals.get("queue_waiting")
+        if running is None or waiting is None:
+            held = clamp(fleet.spec_replicas, cfg.min_replicas, cfg.max_replicas)
+            missing = "running" if running is None else "queue_waiting"
+            return Decision(held, "no-data", {"ready": float(fleet.ready)}, f"{missing} unavailable"), state
+
+        concurrency = running + waiting
+        kept = tuple(s for s in state.samples if now_s - s[0] < cfg.stable_window_s)
+        samples = (*kept, (now_s, concurrency))
+        stable = _window_mean(samples, now_s, cfg.stable_window_s)
+        panic = _window_mean(samples, now_s, cfg.panic_window_s)
+        # The sample just added is inside both windows.
+        assert stable is not None and panic is not None
+
+        ready = float(max(1, fleet.ready))
+        max_up = math.ceil(cfg.max_scale_up_rate * ready)
+        max_down = math.floor(ready / cfg.max_scale_down_rate)
+        dspc = math.ceil(stable / cfg.target_concurrency)
+        dppc = math.ceil(panic / cfg.target_concurrency)
+        stable_pods = int(min(max(dspc, max_down), max_up))
+        panic_pods = int(min(max(dppc, max_down), max_up))
+
+        over = dppc / ready >= cfg.panic_threshold_pct / 100.0
+        panic_time = state.panic_time_s
+        max_panic = state.max_panic_pods
+        if over:
+            panic_time = now_s  # enter, or extend the panic
+        elif panic_time is not None and panic_time + cfg.stable_window_s < now_s:
+            panic_time, max_panic = None, 0  # the surge has reached the stable window
+
+        desired = stable_pods
+        rule = "stable"
+        if panic_time is not None:
+            desired = max(stable_pods, panic_pods)
+            rule = "panic"
+            if desired > max_panic:
+                max_panic = desired
+            elif desired < max_panic:
+                rule = "panic-no-scale-down"
+            desired = max_panic
+
+        delay_window = state.delay_window
+        if cfg.scale_down_delay_s > 0:
+            delay_window = (
+                *(d for d in delay_window if now_s - d[0] < cfg.scale_down_delay_s),
+                (now_s, desired),
+            )
+            delayed = max(n for _, n in delay_window)
+            if delayed != desired:
+                desired, rule = delayed, "scale-down-delayed"
+
+        desired = clamp(desired, cfg.min_replicas, cfg.max_replicas)
+        zero_since = None
+        if desired == 0:
+            if not cfg.enable_scale_to_zero:
+                desired, rule = 1, "scale-to-zero-disabled"
+            else:
+                zero_since = now_s if state.zero_since_s is None else state.zero_since_s
+                if now_s - zero_since < cfg.scale_to_zero_grace_s:
+                    desired, rule = min(1, cfg.max_replicas), "scale-to-zero-grace"
+                else:
+                    rule = "scale-to-zero"
+
+        inputs: dict[str, float | None] = {
+            "observed_stable": stable,
+            "observed_panic": panic,
+            "target": cfg.target_concurrency,
+            "desired_stable_pods": float(dspc),
+            "desired_panic_pods": float(dppc),
+            "ready": ready,
+            "max_scale_up": float(max_up),
+            "max_scale_down": float(max_down),
+            "in_panic": 1.0 if panic_time is not None else 0.0,
+        }
+        next_state = KpaState(
+            samples=samples,
+            panic_time_s=panic_time,
+            max_panic_pods=max_panic,
+            started=True,
+            delay_window=delay_window,
+            zero_since_s=zero_since,
+        )
+        return Decision(desired, rule, inputs), next_state
+
+
+_DEFAULTS: dict[str, Any] = {
+    "target_concurrency": 70.0,
+    "stable_window_s": 60.0,
+    "panic_window_pct": 10.0,
+    "panic_threshold_pct": 200.0,
+    "max_scale_up_rate": 1000.0,
+    "max_scale_down_rate": 2.0,
+    "scale_to_zero_grace_s": 30.0,
+    "enable_scale_to_zero": True,
+    "scale_down_delay_s": 0.0,
+    "tick_s": 2.0,
+}
+
+
+@register(
+    "knative-kpa",
+    "Knative KPA on in-flight requests per pod (target 70): 60 s stable / 6 s panic windows",
+    _DEFAULTS,
+)
+def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> KpaPolicy:
+    cfg = KpaConfig(
+        target_concurrency=float(params["target_concurrency"]),
+        stable_window_s=float(params["stable_window_s"]),
+        panic_window_pct=float(params["panic_window_pct"]),
+        panic_threshold_pct=float(params["panic_threshold_pct"]),
+        max_scale_up_rate=float(params["max_scale_up_rate"]),
+        max_scale_down_rate=float(params["max_scale_down_rate"]),
+        scale_to_zero_grace_s=float(params["scale_to_zero_grace_s"]),
+        enable_scale_to_zero=bool(params["enable_scale_to_zero"]),
+        scale_down_delay_s=float(params["scale_down_delay_s"]),
+        tick_s=float(params["tick_s"]),
+        min_replicas=ctx.min_replicas,
+        max_replicas=ctx.max_replicas,
+    )
+    check_positive(
+        "knative-kpa",
+        target_concurrency=cfg.target_concurrency,
+        stable_window_s=cfg.stable_window_s,
+        panic_window_pct=cfg.panic_window_pct,
+        panic_threshold_pct=cfg.panic_threshold_pct,
+        max_scale_up_rate=cfg.max_scale_up_rate,
+        max_scale_down_rate=cfg.max_scale_down_rate,
+        tick_s=cfg.tick_s,
+    )
+    check_non_negative(
+        "knative-kpa",
+        scale_to_zero_grace_s=cfg.scale_to_zero_grace_s,
+        scale_down_delay_s=cfg.scale_down_delay_s,
+    )
+    return KpaPolicy(cfg)

@@ -1,0 +1,302 @@
+"""dynamo-sla and dynamo-load: engine capacity from a stub step-time model, predictors, load scaling."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import pytest
+
+from llmscale.errors import ConfigError
+from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.dynamo import (
+    KV_METRIC,
+    RUNNING_METRIC,
+    WAITING_METRIC,
+    DynamoLoadConfig,
+    DynamoLoadPolicy,
+    DynamoSlaConfig,
+    DynamoSlaPolicy,
+    DynamoSlaState,
+    add_point,
+    agg_engine_capacity,
+    constant_forecast,
+    kalman_forecast,
+)
+from llmscale.types import FleetView, Signals, SignalValue
+
+
+class _Cost(NamedTuple):
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class LinearStep:
+    """A stub engine for hand-computed numbers: base + per prompt token + per decode-context token."""
+
+    base_s: float = 0.01
+    per_prefill_token_s: float = 1e-4
+    per_ctx_token_s: float = 1e-5
+
+    def step(self, prefill_tokens, prefill_attn_pairs, num_prefill_seqs, num_decode, decode_ctx_tokens):
+        return _Cost(
+            self.base_s + self.per_prefill_token_s * prefill_tokens + self.per_ctx_token_s * decode_ctx_tokens
+        )
+
+
+STUB = LinearStep()
+
+
+# -- engine capacity ---------------------------------------------------------------------------------
+# ISL 1000, OSL 100: a batch of bs decodes carries bs x 1000/100 = 10 bs prefill tokens and bs x 1050
+# context, so ITL = 0.01 + 1e-4 x 10 bs + 1e-5 x 1050 bs = 0.01 + 0.0115 bs; the TTFT of a new prompt
+# is one chunk of (10 bs + 1000) tokens at that context: 0.01 + 1e-4 (10 bs + 1000) + 0.0105 bs.
+
+
+@pytest.mark.parametrize(
+    ("ttft_sla", "itl_sla", "batch", "rps"),
+    [
+        pytest.param(2.0, 0.05, 3, 3 / (100 * 0.0445), id="itl-50ms-bs-3"),
+        pytest.param(2.0, 0.10, 7, 7 / (100 * 0.0905), id="itl-100ms-bs-7"),
+        pytest.param(0.15, 0.10, 3, 3 / (100 * 0.0445), id="ttft-150ms-binds-first-at-bs-4"),
+        pytest.param(2.0, 0.01, 1, 1 / (100 * 0.0215), id="unreachable-keeps-batch-1-rate"),
+    ],
+)
+def test_agg_engine_capacity_hand_computed(ttft_sla, itl_sla, batch, rps):
+    cap = agg_engine_capacity(STUB, 1000.0, 100.0, ttft_sla, itl_sla, 8192, None, 256)
+    assert cap.batch == batch
+    assert cap.engine_rps == pytest.approx(rps)
+
+
+@pytest.mark.parametrize(
+    ("max_kv", "max_seqs", "isl", "osl", "batch"),
+    [
+        pytest.param(2 * 1050, 256, 1000.0, 100.0, 2, id="kv-cache-fits-2-requests"),
+        pytest.param(None, 1, 1000.0, 100.0, 1, id="max-num-seqs-1"),
+        # 8000 / (8192 - x) <= 1 -> x <= 192: beyond it prefill cannot keep up with decode egress.
+        pytest.param(None, 256, 8000.0, 1.0, 192, id="prefill-decode-balance-192"),
+    ],
+)
+def test_agg_engine_capacity_caps(max_kv, max_seqs, isl, osl, batch):
+    flat = LinearStep(0.01, 0.0, 0.0)  # every iteration 10 ms: only the caps bind
+    cap = agg_engine_capacity(flat, isl, osl, 10.0, 10.0, 8192, max_kv, max_seqs)
+    assert cap.batch == batch
+    assert cap.engine_rps == pytest.approx(batch / (osl * 0.01))
+
+
+def test_no_request_shape_gives_no_capacity():
+    assert agg_engine_capacity(STUB, 0.0, 100.0, 2.0, 0.05, 8192, None, 256).engine_rps == 0.0
+
+
+# -- predictors ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        pytest.param([0.0, 0.0, 5.0, 0.0], (5.0, 0.0), id="leading-idle-zeros-skipped"),
+        pytest.param([3.0, math.nan, None], (3.0, 0.0), id="nan-reads-as-0-none-is-skipped"),
+        pytest.param([], (), id="empty"),
+    ],
+)
+def test_add_point(values, expected):
+    h: tuple[float, ...] = ()
+    for v in values:
+        h = add_point(h, v)
+    assert h == expected
+
+
+def test_constant_predictor_is_the_last_value():
+    assert constant_forecast([1.0, 5.0, 3.0]) == 3.0
+    assert constant_forecast([]) is None
+
+
+@pytest.mark.parametrize(
+    ("history", "expected", "tol"),
+    [
+        pytest.param([7.0], 7.0, 1e-9, id="one-point-is-the-level"),
+        pytest.param([50.0] * 20, 50.0, 1e-6, id="constant-stays"),
+        pytest.param([10.0 * k for k in range(1, 41)], 410.0, 1.0, id="ramp-forecasts-the-next-step"),
+    ],
+)
+def test_kalman_local_linear_trend(history, expected, tol):
+    assert kalman_forecast(history, 1.0, 0.1, 10.0) == pytest.approx(expected, abs=tol)
+
+
+# -- dynamo-sla --------------------------------------------------------------------------------------------
+
+SLA_CFG = DynamoSlaConfig(ttft_sla_s=2.0, itl_sla_s=0.05, max_kv_tokens=None, min_replicas=1, max_replicas=64)
+
+
+def traffic(spec: int, rate: float | None, isl: float | None = 1000.0, osl: float | None = 100.0) -> Signals:
+    return Signals(
+        time_s=0.0,
+        fleet=FleetView(spec_replicas=spec, ready=spec),
+        values={
+            "request_rate_rps": SignalValue(rate),
+            "prompt_len_mean_tokens": SignalValue(isl),
+            "decode_steps_mean": SignalValue(osl),
+        },
+    )
+
+
+def test_replicas_are_predicted_demand_over_engine_capacity():
+    policy = DynamoSlaPolicy(SLA_CFG, STUB)
+    state = DynamoSlaState()
+    for t in (60.0, 120.0):
+        d, state = policy.decide(traffic(2, 10.0), state, t)
+        assert (d.desired, d.rule) == (2, "observing")
+    d, state = policy.decide(traffic(2, 10.0), state, 180.0)
+    # 10 req/s / (3 / (100 x 0.0445)) = 14.8 -> 15 replicas.
+    assert (d.desired, d.rule) == (15, "throughput")
+    assert d.inputs["engine_rps"] == pytest.approx(3 / 4.45)
+    assert d.inputs["predicted_num_req"] == pytest.approx(1800.0)
+    # The next interval is observed before the next decision.
+    d, state = policy.decide(traffic(15, 5.0), state, 240.0)
+    assert d.rule == "observing"
+
+
+def test_interval_mean_is_rate_weighted_for_the_request_shape():
+    policy = DynamoSlaPolicy(SLA_CFG, STUB)
+    state = DynamoSlaState()
+    for t, rate, isl in ((60.0, 2.0, 400.0), (120.0, 6.0, 1200.0), (180.0, 10.0, 1000.0)):
+        d, state = policy.decide(traffic(1, rate, isl=isl), state, t)
+    assert d.inputs["observed_rate_rps"] == pytest.approx(6.0)
+    assert d.inputs["predicted_isl"] == pytest.approx((2 * 400 + 6 * 1200 + 10 * 1000) / 18)
+
+
+def test_no_demand_goes_to_min_endpoint():
+    policy = DynamoSlaPolicy(SLA_CFG, STUB)
+    state = DynamoSlaState()
+    for t in (60.0, 120.0):
+        _, state = policy.decide(traffic(4, 10.0), state, t)
+    _, state = policy.decide(traffic(4, 10.0), state, 180.0)
+    for t in (240.0, 300.0):
+        _, state = policy.decide(traffic(4, 0.0, None, None), state, t)
+    d, _ = policy.decide(traffic(4, 0.0, None, None), state, 360.0)
+    assert (d.desired, d.rule) == (1, "no-demand")
+
+
+def test_no_rate_in_the_interval_is_no_data_and_holds():
+    policy = DynamoSlaPolicy(SLA_CFG, STUB)
+    state = DynamoSlaState()
+    for t in (60.0, 120.0, 180.0):
+        d, state = policy.decide(traffic(6, None), state, t)
+    assert (d.desired, d.rule) == (6, "no-data")
+
+
+def test_gpu_budget_caps_the_plan():
+    policy = DynamoSlaPolicy(replace(SLA_CFG, max_gpu_budget=8, gpus_per_engine=2), STUB)
+    state = DynamoSlaState()
+    for t in (60.0, 120.0, 180.0):
+        d, state = policy.decide(traffic(2, 10.0), state, t)
+    assert (d.desired, d.rule) == (4, "gpu-budget")
+
+
+def test_with_the_calibrated_perf_model():
+    pytest.importorskip("llmscale.perf")
+    ctx = PolicyContext(slo_ttft_s=2.0, slo_tpot_s=0.05, min_replicas=1, max_replicas=200)
+    policy = create_policy("dynamo-sla", ctx)
+    assert isinstance(policy, DynamoSlaPolicy)
+    desired = []
+    for rate in (2.0, 20.0):
+        state = DynamoSlaState()
+        for t in (60.0, 120.0, 180.0):
+            d, state = policy.decide(traffic(1, rate, isl=1000.0, osl=200.0), state, t)
+        assert d.rule == "throughput"
+        assert d.inputs["est_itl_s"] <= 0.05
+        desired.append(d.desired)
+    assert 1 <= desired[0] < desired[1]
+    assert desired[1] <= math.ceil(10 * desired[0]) + 1  # capacity per engine is the same
+
+
+def test_unknown_predictor_is_refused():
+    with pytest.raises(ConfigError, match="arima"):
+        create_policy("dynamo-sla", PolicyContext(), {"load_predictor": "arima"})
+
+
+# -- dynamo-load -------------------------------------------------------------------------------------------
+
+LOAD_CFG = DynamoLoadConfig(
+    ttft_sla_s=2.0, itl_sla_s=0.1, max_kv_tokens=100_000, min_replicas=1, max_replicas=64
+)
+CHEAP_CTX = LinearStep(per_ctx_token_s=1e-6)
+
+
+def engines(
+    kvs: list[float],
+    waiting: float | list[float] = 0.0,
+    running: float = 2.0,
+    *,
+    spec: int | None = None,
+    isl: float = 1000.0,
+) -> Signals:
+    queues = waiting if isinstance(waiting, list) else [waiting] * len(kvs)
+    per = {
+        f"pod-{i}": {KV_METRIC: kv, WAITING_METRIC: q, RUNNING_METRIC: running}
+        for i, (kv, q) in enumerate(zip(kvs, queues, strict=True))
+    }
+    n = len(kvs)
+    return Signals(
+        time_s=0.0,
+        fleet=FleetView(spec_replicas=n if spec is None else spec, ready=n),
+        values={
+            "prompt_len_mean_tokens": SignalValue(isl),
+            "decode_steps_mean": SignalValue(100.0),
+            "prompt_tps": SignalValue(0.0),
+        },
+        per_replica=per,
+    )
+
+
+@pytest.mark.parametrize(
+    ("sig", "expected", "rule"),
+    [
+        # 20 waiting x 1000 tokens = 20,000 queued: three chunks at 50,000 decode KV, 2.3 s > 2 s on both.
+        pytest.param(engines([0.5, 0.5], waiting=20.0), 3, "scale-up-ttft", id="all-engines-over-ttft-slo"),
+        # Only pod-0 is over the SLO: no scale-up; its queue doubled on one engine fails the N/(N-1) check.
+        pytest.param(
+            engines([0.5, 0.5], waiting=[20.0, 0.0]),
+            2,
+            "scale-down-refused-consolidation",
+            id="one-engine-over-slo-is-not-all",
+        ),
+        # KV 0.1: post-consolidation TTFT 0.125 s and ITL 0.03 s, both within 80 % of the SLOs.
+        pytest.param(engines([0.1, 0.1, 0.1]), 2, "scale-down-consolidation-ok", id="n-1-fits"),
+        # KV 0.6 x 2/1 = 120,000 tokens >= the 100,000-token cache: refused.
+        pytest.param(engines([0.6, 0.6]), 2, "scale-down-refused-consolidation", id="n-1-overflows-kv"),
+        pytest.param(engines([0.1]), 1, "no-change", id="one-engine-cannot-shrink"),
+    ],
+)
+def test_load_scaling_changes_by_one(sig, expected, rule):
+    d, _ = DynamoLoadPolicy(LOAD_CFG, CHEAP_CTX).decide(sig, None, 0.0)
+    assert (d.desired, d.rule) == (expected, rule)
+
+
+def test_load_scaling_observes_only_while_scaling():
+    d, _ = DynamoLoadPolicy(LOAD_CFG, STUB).decide(engines([0.9, 0.9], spec=3), None, 0.0)
+    assert (d.desired, d.rule) == (3, "scaling-in-progress")
+
+
+def test_load_scaling_holds_on_a_missing_engine_metric():
+    sig = engines([0.1, 0.1, 0.1])
+    per = dict(sig.per_replica)
+    per["pod-1"] = {}
+    d, _ = DynamoLoadPolicy(LOAD_CFG, CHEAP_CTX).decide(replace(sig, per_replica=per), None, 0.0)
+    assert (d.desired, d.rule) == (3, "no-data")
+
+
+@pytest.mark.parametrize(
+    ("target", "kvs", "waiting", "expected"),
+    [
+        pytest.param("throughput", [0.95, 0.5], 60.0, 3, id="throughput-any-over-100pct-with-queue"),
+        pytest.param("throughput", [0.5, 0.55], 0.0, 1, id="throughput-all-under-60pct"),
+        pytest.param("latency", [0.45, 0.0], 0.0, 3, id="latency-any-over-40pct"),
+        pytest.param("latency", [0.2, 0.05], 0.0, 2, id="latency-not-all-under-10pct"),
+    ],
+)
+def test_easy_mode_kv_thresholds(target, kvs, waiting, expected):
+    cfg = replace(LOAD_CFG, optimization_target=target)
+    d, _ = DynamoLoadPolicy(cfg, STUB).decide(engines(kvs, waiting=waiting, isl=100.0), None, 0.0)
+    assert d.desired == expected
