@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
 
 from llmscale.metrics.names import DCGM, HISTOGRAM_BOUNDS, SIM, VLLM, VLLM_OLD
 from llmscale.types import FleetView, Histogram, Observation, Phase, ReplicaSample
@@ -18,8 +19,12 @@ BOUNDS = (0.1, 0.5, 1.0, INF)
 
 def hist(cumulative: Sequence[float], bounds: Sequence[float] = BOUNDS) -> Histogram:
     """A histogram from cumulative counts (the last one is the total)."""
-    return Histogram(bounds=tuple(bounds), cumulative=tuple(float(c) for c in cumulative), sum=0.0,
-                     count=float(cumulative[-1]))
+    return Histogram(
+        bounds=tuple(bounds),
+        cumulative=tuple(float(c) for c in cumulative),
+        sum=0.0,
+        count=float(cumulative[-1]),
+    )
 
 
 def sample(
@@ -36,7 +41,6 @@ def sample(
 
 
 def obs(time_s: float, *replicas: ReplicaSample, gateway: int | None = None) -> Observation:
-    view = FleetView.from_replicas(len(replicas), ())
     ready = sum(1 for r in replicas if r.phase == Phase.READY)
     view = FleetView(spec_replicas=len(replicas), ready=ready)
     return Observation(time_s=time_s, fleet=view, replicas=tuple(replicas), gateway_queue=gateway)
@@ -99,14 +103,9 @@ def synthetic_fleet(
             hists = {}
             for f, b in fams.items():
                 counts = st[f]
-                for _ in range(3):
-                    counts[rng.randrange(len(counts))] += rng.randint(1, 20)
-                cum = []
-                run = 0.0
-                for c in counts:
-                    run += c
-                    cum.append(run)
-                hists[f] = Histogram(bounds=(*b, INF), cumulative=tuple(cum), sum=run * 0.5, count=run)
+                counts[rng.randrange(len(counts))] += rng.randint(1, 60)
+                cum = tuple(accumulate(counts))
+                hists[f] = Histogram(bounds=(*b, INF), cumulative=cum, sum=cum[-1] * 0.5, count=cum[-1])
             hists[VLLM_OLD.itl] = hists[VLLM.itl]
             c = st["c"]
             c[0] += rng.randint(10_000, 20_000)

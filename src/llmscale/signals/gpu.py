@@ -1,0 +1,237 @@
+"""GPU signals from DCGM fields: utilisation, composite, effective VRAM, bandwidth tail; queue entropy.
+
+* ``gpu_composite_util`` (seed 000 chapter 1): ``max(gpu_util, mem_copy_util)``
+  per replica, then the mean. A decode-bound replica reads GPU_UTIL 9 % with
+  MEM_COPY_UTIL 92 %: composite 92 %, which is what the seed's fixed HPA
+  scales on (threshold 35 %). A replica reporting one of the two uses it.
+* ``effective_vram`` (seed 000 3.3): ``0.4 used/total + 0.3 bw/bw_max + 0.3 l2_miss/0.8``
+  per replica, then the mean. ``used/total`` = FB_USED / (FB_USED + FB_FREE);
+  ``bw/bw_max`` = DCGM_FI_PROF_DRAM_ACTIVE (already a 0-1 ratio of peak) or,
+  without profiling fields, MEM_COPY_UTIL / 100; ``l2_miss`` =
+  ``llmscale_sim:gpu_l2_miss_ratio``. No standard exporter publishes an L2
+  miss rate (DCGM has no such field), so on a live fleet the signal is
+  invalid rather than computed from two thirds of its formula. ``l2_miss/0.8``
+  is capped at 1: the seed calls 0.8 "severe", and the cap keeps the weights
+  summing to a 0..1 ratio.
+* ``bw_saturation_p95`` (seed 004): the 95th percentile of each serving
+  replica's bandwidth ratio over the last 60 s, then the mean over replicas.
+  The seed samples every 100 ms (600 samples a minute); the window holds one
+  sample per observation (5 at a 15 s tick), so the P95 interpolates between
+  the two largest (numpy's default "linear" rule) and is closer to a max.
+* ``queue_entropy`` (seed 004): see :func:`normalized_entropy`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from llmscale.metrics.names import DCGM, SIM
+from llmscale.signals.window import FleetWindow, start_index
+from llmscale.types import Phase, SignalValue
+
+__all__ = [
+    "BW_WINDOW_S",
+    "ENTROPY_EPSILON",
+    "ENTROPY_WINDOW_S",
+    "L2_MISS_SEVERE",
+    "bandwidth_ratio",
+    "composite_util",
+    "effective_vram",
+    "fb_used_ratio",
+    "gpu_signals",
+    "normalized_entropy",
+    "percentile_linear",
+]
+
+#: seed 004: bandwidth saturation is the P95 over a 60 s sliding window
+BW_WINDOW_S = 60.0
+#: seed 004: queue entropy over the past 30 s
+ENTROPY_WINDOW_S = 30.0
+#: seed 004 writes ``log2(p_i + eps)`` without a value for eps; 1e-8 is the documents' only
+#: explicit epsilon (seed 003 2.5's normaliser). It only matters as p_i -> 0, where p*log(p) -> 0 anyway.
+ENTROPY_EPSILON = 1e-8
+#: seed 000 3.3: an L2 miss rate above 0.8 is a severe memory-access bottleneck
+L2_MISS_SEVERE = 0.8
+
+
+def composite_util(gpu_util_pct: float | None, mem_copy_util_pct: float | None) -> float | None:
+    """Seed 000 chapter 1: ``max(gpu_util, mem_copy_util)`` in percent; either alone if one is missing."""
+    if gpu_util_pct is None:
+        return mem_copy_util_pct
+    if mem_copy_util_pct is None:
+        return gpu_util_pct
+    return max(gpu_util_pct, mem_copy_util_pct)
+
+
+def fb_used_ratio(values: Mapping[str, float]) -> float | None:
+    """Framebuffer used / (used + free); 14820 MiB used of 24576 (seed 000's example) -> 0.603."""
+    used = values.get(DCGM.FB_USED)
+    free = values.get(DCGM.FB_FREE)
+    if used is None or free is None or used + free <= 0.0:
+        return None
+    return used / (used + free)
+
+
+def bandwidth_ratio(values: Mapping[str, float]) -> float | None:
+    """Memory-bandwidth use as a 0-1 ratio of peak: DRAM_ACTIVE, else MEM_COPY_UTIL / 100."""
+    v = values.get(DCGM.DRAM_ACTIVE)
+    if v is None:
+        pct = values.get(DCGM.MEM_COPY_UTIL)
+        if pct is None:
+            return None
+        v = pct / 100.0
+    return min(max(v, 0.0), 1.0)
+
+
+def effective_vram(used_ratio: float, bw_ratio: float, l2_miss_ratio: float) -> float:
+    """Seed 000 3.3: ``0.4 used/total + 0.3 bw/bw_max + 0.3 min(l2_miss/0.8, 1)``.
+
+    Worked: 90 % of VRAM used, bandwidth at 60 % of peak, L2 miss 0.4:
+    0.4 x 0.9 + 0.3 x 0.6 + 0.3 x 0.5 = 0.36 + 0.18 + 0.15 = 0.69.
+    """
+    return 0.4 * used_ratio + 0.3 * bw_ratio + 0.3 * min(max(l2_miss_ratio, 0.0) / L2_MISS_SEVERE, 1.0)
+
+
+def percentile_linear(xs: Sequence[float], q: float) -> float:
+    """The ``q``-quantile of samples by linear interpolation between closest ranks (numpy's default).
+
+    Position ``q x (n - 1)`` in the sorted samples: (0.2, 0.4, 0.5, 0.7, 0.9) at
+    q = 0.95 is position 3.8, so 0.7 + 0.8 x (0.9 - 0.7) = 0.86. Pre: xs non-empty.
+    """
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def normalized_entropy(queue: Sequence[float], eps: float = ENTROPY_EPSILON) -> float | None:
+    """Seed 004's queue entropy: ``p_i = q_i / sum(q)``, ``-sum p_i log2(p_i + eps) / log2(n)``, in [0, 1].
+
+    The "distribution" is the seed's: each sample's share of the window's total
+    queue, one bin per sample, so the entropy measures how evenly the queue is
+    spread over time. Worked: a steady queue (5, 5, 5) -> 1.0; one burst
+    (0, 0, 9) -> 0.0; (1, 2, 3) -> p = (1/6, 1/3, 1/2), H = 1.459 bits,
+    / log2(3) = 1.585 -> 0.921. Note the reading this gives: a *steady* queue
+    scores 1 ("maximum uncertainty" in the seed's words) and a lone burst 0,
+    so a high value means "queueing everywhere in the window", not randomness.
+    A queue empty throughout returns 0 (nothing queued, nothing uncertain);
+    fewer than 2 samples return None (log2(1) = 0: nothing to normalise by).
+    """
+    n = len(queue)
+    if n < 2:
+        return None
+    total = math.fsum(queue)
+    if not total > 0.0:
+        return 0.0
+    h = 0.0
+    for q in queue:
+        if q > 0.0:
+            p = q / total
+            h -= p * math.log2(p + eps)
+    return min(max(h / math.log2(n), 0.0), 1.0)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def gpu_signals(fw: FleetWindow) -> dict[str, SignalValue]:
+    """gpu_util_mean, mem_copy_util_mean, gpu_composite_util, effective_vram, vram_used_ratio,
+    bw_saturation_p95 and queue_entropy."""
+    util: list[float] = []
+    copy: list[float] = []
+    composite: list[float] = []
+    used: list[float] = []
+    eff: list[float] = []
+    for s in fw.known:
+        vals = s.values
+        u = vals.get(DCGM.GPU_UTIL)
+        c = vals.get(DCGM.MEM_COPY_UTIL)
+        if u is not None:
+            util.append(u)
+        if c is not None:
+            copy.append(c)
+        m = composite_util(u, c)
+        if m is not None:
+            composite.append(m)
+        fb = fb_used_ratio(vals)
+        if fb is None:
+            continue
+        used.append(fb)
+        bw = bandwidth_ratio(vals)
+        l2 = vals.get(SIM.L2_MISS)
+        if bw is not None and l2 is not None:
+            eff.append(effective_vram(fb, bw, l2))
+
+    def mean_or_none(xs: list[float], what: str) -> SignalValue:
+        if not xs:
+            return SignalValue(None, f"no serving replica reports {what}")
+        return SignalValue(_mean(xs), f"{len(xs)} replica(s)")
+
+    values = {
+        "gpu_util_mean": mean_or_none(util, DCGM.GPU_UTIL),
+        "mem_copy_util_mean": mean_or_none(copy, DCGM.MEM_COPY_UTIL),
+        "gpu_composite_util": mean_or_none(composite, "GPU or memory-copy utilisation"),
+        "vram_used_ratio": mean_or_none(used, "FB_USED and FB_FREE"),
+    }
+    if eff:
+        values["effective_vram"] = SignalValue(_mean(eff), f"{len(eff)} replica(s)")
+    elif used:
+        values["effective_vram"] = SignalValue(None, f"no {SIM.L2_MISS} (no real exporter has L2 misses)")
+    else:
+        values["effective_vram"] = SignalValue(None, "no serving replica reports framebuffer use")
+    values["bw_saturation_p95"] = bw_saturation_p95(fw)
+    values["queue_entropy"] = queue_entropy(fw)
+    return values
+
+
+def bw_saturation_p95(fw: FleetWindow, window_s: float = BW_WINDOW_S) -> SignalValue:
+    """Seed 004: mean over serving replicas of each one's P95 bandwidth ratio over ``window_s``."""
+    start = start_index(fw, window_s)
+    spans = fw.spans(start)
+    ready = Phase.READY
+    dram, copy = DCGM.DRAM_ACTIVE, DCGM.MEM_COPY_UTIL
+    p95s: list[float] = []
+    samples = 0
+    for s_now in fw.known:
+        span = spans.get(s_now.replica)
+        if span is None:
+            continue
+        xs = []
+        for _, s in span.entries:
+            if s.phase == ready:
+                vals = s.values
+                v = vals.get(dram)
+                if v is None:
+                    pct = vals.get(copy)
+                    if pct is None:
+                        continue
+                    v = pct / 100.0
+                xs.append(v)
+        if xs:
+            samples += len(xs)
+            # clamping is monotone, so clamping the percentile equals the percentile of clamped samples
+            p95s.append(min(max(percentile_linear(xs, 0.95), 0.0), 1.0))
+    if not p95s:
+        return SignalValue(None, "no serving replica reports memory bandwidth")
+    per = samples / len(p95s)
+    return SignalValue(
+        _mean(p95s), f"{len(p95s)} replica(s), {per:.1f} sample(s) each in {window_s:.0f} s (seed: 600)"
+    )
+
+
+def queue_entropy(fw: FleetWindow, window_s: float = ENTROPY_WINDOW_S) -> SignalValue:
+    """Seed 004: normalised entropy of the fleet's waiting queue over the observations in ``window_s``.
+
+    One sample per observation (3 at a 15 s tick, where the seed has 30
+    one-second samples), each the waiting requests on serving replicas
+    (extrapolated over unknown ones) plus the gateway queue.
+    """
+    start = start_index(fw, window_s)
+    series = [q for t in fw.totals[start:] if (q := t.queue()) is not None]
+    h = normalized_entropy(series)
+    if h is None:
+        return SignalValue(None, f"needs 2 queue samples in {window_s:.0f} s, has {len(series)}")
+    return SignalValue(h, f"{len(series)} sample(s) in {window_s:.0f} s (seed: 30 one-second samples)")

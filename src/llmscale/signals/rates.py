@@ -1,0 +1,273 @@
+"""Counter rates and request shape: requests/s, tokens/s, preemptions/s, prompt and decode lengths.
+
+Rates (seed 000 3.1 names the request-shape signals; 2.4 the adaptive window):
+
+* each replica present in the newest observation (serving, starting or
+  draining; scrape ok or not) contributes its counter increase between its
+  oldest and newest successful samples within ``window_s``, divided by *its*
+  sampled span, and the fleet rate is the sum (PromQL's ``sum(rate(...))``).
+  So a replica made ready 30 s ago counts at its current rate, not at half
+  of it; a replica whose latest scrape failed counts at its last known rate
+  (unknown is not zero load); a replica gone from the fleet no longer counts,
+  because its load has moved to the survivors and would be counted twice;
+* finished requests are the increase of the E2E histogram's count;
+* ``prompt_len_mean_tokens`` = prompt-token increase / finished-request
+  increase, and ``decode_steps_mean`` = generation-token increase / finished,
+  summed over the same replicas. Tokens are counted when processed and
+  requests when finished, so the ratio is the mean length of requests *seen*
+  in the window, exact in steady state.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from operator import add
+
+from llmscale.signals.histograms import LATENCY_WINDOW_S, counter_increase
+from llmscale.signals.window import (
+    E2E,
+    GENERATION_TOKENS,
+    PREEMPTIONS,
+    PROMPT_TOKENS,
+    FleetWindow,
+    start_index,
+)
+from llmscale.types import ReplicaSample, SignalValue
+
+__all__ = [
+    "THROUGHPUT_HISTORY_STEPS",
+    "CounterRates",
+    "StepRates",
+    "adaptive_window_ms",
+    "counter_rates",
+    "population_std",
+    "rate_signals",
+    "step_rates",
+]
+
+#: seed 000 2.4: the adaptive window looks at the last 5 throughput samples
+THROUGHPUT_HISTORY_STEPS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class CounterRates:
+    """Fleet rates over the window (None: no replica has two samples of that counter)."""
+
+    request_rps: float | None
+    prompt_tps: float | None
+    generation_tps: float | None
+    preemptions_per_s: float | None
+    finished: float  # requests finished in the window, over replicas with both counters
+    prompt_tokens: float  # prompt tokens over the replicas counted in ``finished``
+    generation_tokens: float  # generated tokens over the replicas counted in ``finished``
+    replicas: int  # replicas with two samples in the window
+
+
+def _scalar(s: ReplicaSample, names: tuple[str, ...]) -> str | None:
+    vals = s.values
+    for n in names:
+        if n in vals:
+            return n
+    return None
+
+
+def _e2e_name(s: ReplicaSample) -> str | None:
+    for n in E2E:
+        if n in s.histograms:
+            return n
+    return None
+
+
+def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> CounterRates:
+    """Sum of per-replica counter rates over ``window_s``; see the module docstring for who counts."""
+    start = start_index(fw, window_s)
+    spans = fw.spans(start)
+    obs = fw.observations
+    rates: list[float | None] = [None, None, None, None]  # requests, prompt, generation, preemptions
+    finished = prompt = gen = 0.0
+    replicas = 0
+    for s_now in fw.newest.replicas:
+        span = spans.get(s_now.replica)
+        if span is None or len(span.entries) < 2:
+            continue
+        entries = span.entries
+        first, last = entries[0][1], entries[-1][1]
+        dt = obs[entries[-1][0]].time_s - obs[entries[0][0]].time_s
+        if not dt > 0.0:
+            continue
+        replicas += 1
+        incs: list[float | None] = [None, None, None, None]
+        e2e = _e2e_name(last)
+        if e2e is not None:
+            if span.restarted:
+                incs[0] = counter_increase(
+                    [s.histograms[e2e].count for _, s in entries if e2e in s.histograms]
+                )
+            elif e2e in first.histograms:
+                incs[0] = last.histograms[e2e].count - first.histograms[e2e].count
+        for k, names in ((1, PROMPT_TOKENS), (2, GENERATION_TOKENS), (3, PREEMPTIONS)):
+            name = _scalar(last, names)
+            if name is None:
+                continue
+            if span.restarted:
+                incs[k] = counter_increase([s.values[name] for _, s in entries if name in s.values])
+            else:
+                v0 = first.values.get(name)
+                if v0 is not None:
+                    incs[k] = last.values[name] - v0
+        for k in range(4):
+            inc = incs[k]
+            if inc is not None:
+                prev = rates[k]
+                rates[k] = inc / dt if prev is None else prev + inc / dt
+        n_done, n_prompt, n_gen = incs[0], incs[1], incs[2]
+        if n_done is not None and n_prompt is not None and n_gen is not None:
+            finished += n_done
+            prompt += n_prompt
+            gen += n_gen
+    return CounterRates(rates[0], rates[1], rates[2], rates[3], finished, prompt, gen, replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRates:
+    """Fleet rates of each controller step in the window, oldest first (steps with no data left out)."""
+
+    requests_rps: list[float]
+    generation_tps: list[float]
+
+
+def step_rates(fw: FleetWindow) -> StepRates:
+    """Per-step fleet rates of finished requests and generated tokens over the whole window.
+
+    A step's rate sums the replicas with a successful sample at both of its
+    ends (reset-aware, like :func:`counter_increase`); a replica with a failed
+    scrape at either end is left out of that step, so a failed scrape makes
+    that step's rate read low by the replica's share (a gap, not a zero: the
+    replica is back in the next step). Steps no replica covers are skipped.
+    """
+    obs = fw.observations
+    n = len(obs)
+    req = [0.0] * n
+    gen = [0.0] * n
+    req_seen = [False] * n
+    gen_seen = [False] * n
+    # Replicas sampled at every observation with both counters never going down (the
+    # usual case) are summed per observation in bulk: one comprehension per replica and
+    # one C-level add, instead of a Python step per sample. 20 x 500 samples: ~3x faster.
+    bulk_req = [0.0] * n
+    bulk_gen = [0.0] * n
+    bulk = 0
+    for entries in fw.history.values():
+        if len(entries) < 2:
+            continue
+        last = entries[-1][1]
+        g_name = _scalar(last, GENERATION_TOKENS)
+        e2e = _e2e_name(last)
+        if len(entries) == n and g_name is not None and e2e is not None:
+            try:
+                gs = [s.values[g_name] for _, s in entries]
+                cs = [s.histograms[e2e].count for _, s in entries]
+            except KeyError:
+                pass
+            else:
+                if gs == sorted(gs) and cs == sorted(cs):
+                    bulk_gen = list(map(add, bulk_gen, gs))
+                    bulk_req = list(map(add, bulk_req, cs))
+                    bulk += 1
+                    continue
+        prev_i = -2
+        prev_g: float | None = None
+        prev_c: float | None = None
+        for i, s in entries:
+            g = s.values.get(g_name) if g_name is not None else None
+            h = s.histograms.get(e2e) if e2e is not None else None
+            c = h.count if h is not None else None
+            if i == prev_i + 1:
+                if g is not None and prev_g is not None:
+                    gen[i] += g - prev_g if g >= prev_g else g
+                    gen_seen[i] = True
+                if c is not None and prev_c is not None:
+                    req[i] += c - prev_c if c >= prev_c else c
+                    req_seen[i] = True
+            prev_i, prev_g, prev_c = i, g, c
+    if bulk:
+        for i in range(1, n):
+            gen[i] += bulk_gen[i] - bulk_gen[i - 1]
+            req[i] += bulk_req[i] - bulk_req[i - 1]
+            gen_seen[i] = req_seen[i] = True
+    requests: list[float] = []
+    generation: list[float] = []
+    for i in range(1, n):
+        dt = obs[i].time_s - obs[i - 1].time_s
+        if dt > 0.0:
+            if req_seen[i]:
+                requests.append(req[i] / dt)
+            if gen_seen[i]:
+                generation.append(gen[i] / dt)
+    return StepRates(requests, generation)
+
+
+def population_std(xs: list[float]) -> float:
+    """Standard deviation with divisor n (``np.std``'s default, which seed 000 2.4 calls)."""
+    n = len(xs)
+    mean = sum(xs) / n
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / n)
+
+
+def adaptive_window_ms(std_tps: float) -> float:
+    """Seed 000 2.4's adaptive throughput window, verbatim.
+
+    ``base = max(200, int(1000 / (1 + 0.02 * std)))``, then clamped to 100..2000 ms.
+    Worked: std 0 -> 1000 ms; std 50 tokens/s -> int(1000/2) = 500 ms;
+    std 1000 -> int(1000/21) = 47 -> 200 ms. As written the result always
+    lies in [200, 1000] ms (``max(200, .)`` and ``1000/(1+x) <= 1000`` make the
+    100..2000 clamp inert), and a *larger* spread gives a *narrower* window,
+    although the seed's prose says "the larger the fluctuation, the wider the
+    window". The formula is implemented as written; the contradiction is noted
+    here for whoever tunes it.
+    """
+    base = max(200, int(1000.0 / (1.0 + std_tps * 0.02)))
+    return float(min(max(base, 100), 2000))
+
+
+def rate_signals(
+    fw: FleetWindow, window_s: float = LATENCY_WINDOW_S
+) -> tuple[dict[str, SignalValue], CounterRates]:
+    """The rate, request-shape and throughput-window signals; also the raw rates for the predictors."""
+    r = counter_rates(fw, window_s)
+    short = f"no replica has two samples within {window_s:.0f} s"
+    note = f"{r.replicas} replica(s) over {window_s:.0f} s"
+
+    def rate(v: float | None, what: str) -> SignalValue:
+        return SignalValue(v, note) if v is not None else SignalValue(None, f"{short} of {what}")
+
+    if r.finished > 0.0:
+        prompt_len = SignalValue(r.prompt_tokens / r.finished, f"{r.finished:.0f} finished requests")
+        decode = SignalValue(r.generation_tokens / r.finished, f"{r.finished:.0f} finished requests")
+    else:
+        prompt_len = decode = SignalValue(None, "no request finished in the window")
+    per_step = step_rates(fw)
+    steps = per_step.generation_tps[-THROUGHPUT_HISTORY_STEPS:]
+    if len(steps) >= 2:
+        window_ms = SignalValue(
+            adaptive_window_ms(population_std(steps)),
+            f"std of the last {len(steps)} per-step generation tokens/s (seed: 5 one-second samples)",
+        )
+    else:
+        window_ms = SignalValue(None, "needs generation-token throughput of 2 steps or more")
+    values = {
+        "request_rate_rps": rate(r.request_rps, "the E2E histogram count"),
+        "request_rate_std_rps": SignalValue(
+            population_std(per_step.requests_rps), f"over {len(per_step.requests_rps)} step(s)"
+        )
+        if len(per_step.requests_rps) >= 2
+        else SignalValue(None, "needs the request rate of 2 steps or more"),
+        "prompt_tps": rate(r.prompt_tps, "prompt tokens"),
+        "generation_tps": rate(r.generation_tps, "generation tokens"),
+        "preemptions_per_s": rate(r.preemptions_per_s, "preemptions"),
+        "prompt_len_mean_tokens": prompt_len,
+        "decode_steps_mean": decode,
+        "throughput_window_ms": window_ms,
+    }
+    return values, r
