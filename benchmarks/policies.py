@@ -1,0 +1,153 @@
+"""Every policy against the oracle on two real load shapes: SLO attainment vs GPU-hours.
+
+Traces (Llama-3-8B on H100, SLO TTFT <= 2 s and TPOT <= 0.1 s):
+
+- ``azure-x20``: the Azure LLM conversation trace at --rate-scale 20 (~387,000 requests, 58 min);
+- ``servegen-ramp``: two hours of the ServeGen m-large total-rate curve from hour 21 of day 1,
+  which holds the day's ramp to its peak (151 -> 583 req/s), rate-scaled by 0.3 so the fleet
+  needs about 5 to 20 replicas.
+
+For each trace it prints every policy's attainment, GPU-hours and GPU-hours relative to the
+oracle, and checks the acceptance of the policy issue: ``slo`` reaches >= 99% attainment at
+<= 1.3x the oracle's GPU-hours and no other policy has both higher attainment and fewer
+GPU-hours. Policies run in parallel processes (--jobs).
+
+    .venv/bin/python benchmarks/policies.py [--jobs 2] [--trace azure-x20] [--policy slo,static]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "traces"
+
+TRACES = {
+    "azure-x20": {"path": "azure_llm_2023_conv.csv", "fmt": "azure", "rate_scale": 20.0},
+    "servegen-ramp": {
+        "path": "servegen/language_m-large_total_rate_10min.csv",
+        "fmt": "servegen",
+        "start_s": 75600.0,
+        "duration_s": 7200.0,
+        "rate_scale": 0.3,
+    },
+}
+
+
+def load(name: str):  # type: ignore[no-untyped-def]
+    from llmscale.workloads import load_trace, rate_scale
+
+    spec = TRACES[name]
+    w = load_trace(
+        DATA / str(spec["path"]),
+        str(spec["fmt"]),
+        seed=0,
+        start_s=spec.get("start_s"),  # type: ignore[arg-type]
+        duration_s=spec.get("duration_s"),  # type: ignore[arg-type]
+    )
+    k = float(spec["rate_scale"])  # type: ignore[arg-type]
+    return rate_scale(w, k, seed=0) if k != 1.0 else w
+
+
+def settings_for(w):  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from llmscale.backtest.runner import BacktestSettings, build_fleet
+    from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
+
+    base = BacktestSettings(
+        model="llama-3-8b", gpu="h100-80gb", tp=1, slo_ttft_s=2.0, slo_tpot_s=0.1
+    ).with_cold_start()
+    perf = build_fleet(w, base, 0).perf
+    cap = replica_capacity_rps(perf, base.sim, w.input_tokens, w.output_tokens, 2.0, 0.1)
+    peak = replicas_for_rate(float(w.summary()["peak_1min_rps"]), cap)
+    first = float((w.arrival_s < 300.0).sum()) / 300.0
+    initial = replicas_for_rate(first * 1.1, cap)
+    return (
+        replace(
+            base,
+            min_replicas=1,
+            max_replicas=max(64, 2 * peak),
+            initial_replicas=initial,
+            policy_params={"static": {"replicas": peak}},
+        ),
+        cap,
+        peak,
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--trace", action="append", choices=sorted(TRACES))
+    ap.add_argument("--policy", help="comma-separated subset (default: all)")
+    ap.add_argument("--json", help="write all results here")
+    args = ap.parse_args()
+    if not DATA.is_dir():
+        print(f"needs {DATA} (../shared/data beside the checkout)", file=sys.stderr)
+        return 2
+
+    from llmscale.backtest.compare import run_backtest
+    from llmscale.policies.base import policy_names
+
+    policies = args.policy.split(",") if args.policy else policy_names()
+    failures: list[str] = []
+    everything = {}
+    for name in args.trace or list(TRACES):
+        w = load(name)
+        settings, cap, peak = settings_for(w)
+        t0 = time.perf_counter()
+        results, oracle, _ = run_backtest(w, policies, settings, include_oracle=True, jobs=args.jobs)
+        wall = time.perf_counter() - t0
+        assert oracle is not None
+        o_gpu = oracle.summary["gpu_hours"]
+        print(
+            f"\n{name}: {w.num_requests:,} requests over {w.duration_s / 60:.0f} min; one replica ~{cap:.2f} req/s; "
+            f"peak minute needs {peak}; initial fleet {settings.initial_replicas}; wall {wall:.0f} s"
+        )
+        print(
+            f"{'policy':<22}{'SLO attain.':>12}{'GPU-hours':>11}{'x oracle':>10}{'TTFT p99':>10}{'killed':>8}"
+        )
+        rows = [r.summary for r in results] + [oracle.summary]
+        for row in sorted(rows, key=lambda r: -float(r["slo_attainment"] or 0)):
+            print(
+                f"{row['policy']:<22}{100 * row['slo_attainment']:>11.2f}%{row['gpu_hours']:>11.2f}"
+                f"{row['gpu_hours'] / o_gpu:>10.2f}{row['ttft_p99_s'] or float('nan'):>10.2f}"
+                f"{row['killed_by_scale_down']:>8}"
+            )
+        everything[name] = rows
+        by = {r["policy"]: r for r in rows}
+        if "slo" in by:
+            slo = by["slo"]
+            ok_att = slo["slo_attainment"] >= 0.99
+            ok_cost = slo["gpu_hours"] <= 1.3 * o_gpu
+            dominators = [
+                r["policy"]
+                for r in rows
+                if r["policy"] not in ("slo", "oracle")
+                and r["slo_attainment"] > slo["slo_attainment"]
+                and r["gpu_hours"] < slo["gpu_hours"]
+            ]
+            print(
+                f"slo: attainment {100 * slo['slo_attainment']:.2f}% (>= 99%: {'yes' if ok_att else 'NO'}), "
+                f"GPU-hours {slo['gpu_hours'] / o_gpu:.2f}x oracle (<= 1.3x: {'yes' if ok_cost else 'NO'}), "
+                f"dominated by: {', '.join(dominators) or 'none'}"
+            )
+            if not (ok_att and ok_cost and not dominators):
+                failures.append(name)
+        killers = [r["policy"] for r in rows if r["killed_by_scale_down"]]
+        print(f"policies that killed requests on scale-down: {', '.join(killers) or 'none'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(everything, indent=2))
+    if failures:
+        print(f"\nacceptance NOT met on: {', '.join(failures)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
