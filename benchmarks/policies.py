@@ -106,7 +106,8 @@ def main() -> int:
         assert oracle is not None
         o_gpu = oracle.summary["gpu_hours"]
         print(
-            f"\n{name}: {w.num_requests:,} requests over {w.duration_s / 60:.0f} min; one replica ~{cap:.2f} req/s; "
+            f"\n{name}: {w.num_requests:,} requests over {w.duration_s / 60:.0f} min; "
+            f"one replica ~{cap:.2f} req/s; "
             f"peak minute needs {peak}; initial fleet {settings.initial_replicas}; wall {wall:.0f} s"
         )
         print(
