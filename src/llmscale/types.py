@@ -187,6 +187,8 @@ class TickRecord:
     guard: str | None
     guard_note: str
     applied: bool
+    #: seed 004 3.2's fleet state: idle, warmup, steady, saturated, degraded, graceful-shrink
+    fleet_state: str = "steady"
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -201,4 +203,5 @@ class TickRecord:
             "guard": self.guard,
             "guard_note": self.guard_note,
             "applied": self.applied,
+            "fleet_state": self.fleet_state,
         }

@@ -218,7 +218,15 @@ def run_policy(
             recorder.sample(t)
             next_sample += step_s
         if t >= next_tick:
-            record, state = reconcile_once(clock.now_s(), source, policy, guards, fleet, state)
+            record, state = reconcile_once(
+                clock.now_s(),
+                source,
+                policy,
+                guards,
+                fleet,
+                state,
+                slo=(settings.slo_ttft_s, settings.slo_tpot_s),
+            )
             ticks += 1
             if decisions_out is not None:
                 decisions_out.write(json.dumps(record.as_json()) + "\n")

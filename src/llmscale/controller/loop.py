@@ -14,9 +14,9 @@ from llmscale.guards import GuardConfig, GuardState, apply_guards
 from llmscale.metrics.source import MetricSource
 from llmscale.policies.base import Policy
 from llmscale.signals.fleet import compute_signals
-from llmscale.types import Observation, TickRecord
+from llmscale.types import Observation, Signals, TickRecord
 
-__all__ = ["ControllerState", "reconcile_once"]
+__all__ = ["ControllerState", "fleet_state", "reconcile_once"]
 
 #: observations kept for windowed signals (at a 15 s tick: the last 5 minutes)
 WINDOW_LEN = 20
@@ -29,6 +29,33 @@ class ControllerState:
     guard_state: GuardState = field(default_factory=GuardState)
 
 
+def fleet_state(signals: Signals, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> str:
+    """Seed 004 3.2's fleet state machine, read off the signals (first match wins).
+
+    degraded: the SLO is being missed (TTFT or inter-token P99 over target);
+    graceful-shrink: replicas are draining; warmup: replicas are starting;
+    saturated: requests queue or the KV cache is over 80%; idle: nothing running or
+    waiting; steady otherwise.
+    """
+    ttft = signals.get("ttft_p99_s")
+    itl = signals.get("itl_p99_s")
+    if (slo_ttft_s is not None and ttft is not None and ttft > slo_ttft_s) or (
+        slo_tpot_s is not None and itl is not None and itl > slo_tpot_s
+    ):
+        return "degraded"
+    if signals.fleet.draining:
+        return "graceful-shrink"
+    if signals.fleet.starting:
+        return "warmup"
+    queue = signals.get("queue_waiting") or 0.0
+    kv = signals.get("kv_usage_mean") or 0.0
+    if queue > 0 or kv > 0.8:
+        return "saturated"
+    if (signals.get("running") or 0.0) == 0 and queue == 0:
+        return "idle"
+    return "steady"
+
+
 def reconcile_once(
     now_s: float,
     source: MetricSource,
@@ -36,6 +63,8 @@ def reconcile_once(
     guards: GuardConfig,
     cluster: Cluster,
     state: ControllerState,
+    *,
+    slo: tuple[float, float] | None = None,
 ) -> tuple[TickRecord, ControllerState]:
     """Run one tick at ``now_s``; scales ``cluster`` when the guarded decision differs from its spec."""
     obs = source.observe(now_s)
@@ -55,5 +84,6 @@ def reconcile_once(
         guard=outcome.guard,
         guard_note=outcome.note,
         applied=applied,
+        fleet_state=fleet_state(signals, *(slo or (None, None))),
     )
     return record, ControllerState(policy_state=policy_state, window=window, guard_state=guard_state)
