@@ -11,9 +11,10 @@ Three parts, each answering a failure of the policies users run today:
    ``max_num_seqs`` and the KV cache). GPU utilisation never enters it.
 2. **A forecast one cold start ahead.** A replica asked for now serves in
    ``cold_start_s``; the policy smooths the arrival rate (served rate plus
-   the change of requests in the system) with Holt's linear method and plans
-   for the rate it forecasts at ``now + cold_start_s`` — never below the
-   current smoothed rate.
+   the change of requests in the system), fits its trend over the last
+   ``trend_ticks`` ticks, and plans for the rate it forecasts at
+   ``now + cold_start_s`` (rising trends only) plus ``burst_z`` times the
+   recent spread of the raw rate around the smoothed one.
 3. **A reactive path for what the forecast missed.** A backlog (queue
    beyond what the fleet drains in ``drain_s``) or a TTFT P99 above the SLO
    adds the replicas that clear it; a flash crowd is met at the next tick,
@@ -46,11 +47,14 @@ class SloConfig:
     slo_tpot_s: float = 0.1
     cold_start_s: float = 110.0
     tick_s: float = 15.0
-    #: plan each replica at this share of its SLO capacity (headroom for Poisson bursts)
-    target_utilization: float = 0.85
-    #: Holt smoothing of the arrival rate: level and trend weights per tick
-    alpha: float = 0.5
-    beta: float = 0.2
+    #: plan each replica at this share of its SLO capacity
+    target_utilization: float = 0.9
+    #: smoothing of the arrival rate per tick
+    alpha: float = 0.4
+    #: ticks of smoothed levels the trend is fitted over
+    trend_ticks: int = 8
+    #: plan for level + burst_z x the spread of recent arrival rates around it
+    burst_z: float = 1.0
     #: a backlog should drain within this many seconds
     drain_s: float = 30.0
     #: queue per serving replica tolerated before the reactive path acts
@@ -70,7 +74,8 @@ class SloConfig:
 @dataclass(frozen=True)
 class SloState:
     level_rps: float | None = None
-    trend_rps_per_s: float = 0.0
+    #: recent (time_s, smoothed level, raw arrival estimate), oldest first
+    history: tuple[tuple[float, float, float], ...] = ()
     last_t: float | None = None
     last_in_system: float | None = None
     prompt_tokens: float | None = None
@@ -158,6 +163,22 @@ def replica_capacity_rps(
     return max(lo_rate, 1e-3)
 
 
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (t, y) points, per second (0 for fewer than two distinct times)."""
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    if var <= 0.0:
+        return 0.0
+    return sum((t - mt) * (y - my) for t, y in points) / var
+
+
+def _spread(residuals: list[float]) -> float:
+    """Root mean square of the residuals (how far raw arrival rates stray from the level)."""
+    return math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else 0.0
+
+
 def _bucket(x: float) -> int:
     """Round a token count to ~5% log buckets so the capacity cache stays small."""
     if x <= 1:
@@ -172,7 +193,7 @@ class SloPolicy:
     guard_overrides: Mapping[str, Any] = field(
         default_factory=lambda: {
             "pending_aware": False,
-            "stabilization_down_s": 300.0,
+            "stabilization_down_s": 180.0,
             "headroom_max_usage": 0.80,
             "drain_aware": True,
         }
@@ -212,14 +233,13 @@ class SloPolicy:
         arrivals = served
         if state.last_t is not None and state.last_in_system is not None and now_s > state.last_t:
             arrivals = max(0.0, served + (in_system - state.last_in_system) / (now_s - state.last_t))
-        dt = now_s - state.last_t if state.last_t is not None else c.tick_s
-        if state.level_rps is None:
-            level, trend = arrivals, 0.0
-        else:
-            predicted = state.level_rps + state.trend_rps_per_s * dt
-            level = c.alpha * arrivals + (1 - c.alpha) * predicted
-            trend = c.beta * (level - state.level_rps) / max(dt, 1e-9) + (1 - c.beta) * state.trend_rps_per_s
-        forecast = max(level, level + trend * c.cold_start_s)
+        level = arrivals if state.level_rps is None else c.alpha * arrivals + (1 - c.alpha) * state.level_rps
+        history = (*state.history, (now_s, level, arrivals))[-c.trend_ticks :]
+        trend = _slope([(t, lv) for t, lv, _ in history]) if len(history) >= 4 else 0.0
+        spread = _spread([a - lv for _, lv, a in history]) if len(history) >= 4 else 0.0
+        # Only a rising trend is extrapolated one cold start ahead; a falling one is left to the
+        # scale-down guards (stabilisation, headroom, drain), which are slow on purpose.
+        forecast = level + max(0.0, trend) * c.cold_start_s + c.burst_z * spread
 
         prompt = signals.get("prompt_len_mean_tokens") or state.prompt_tokens or c.default_prompt_tokens
         output = signals.get("decode_steps_mean") or state.output_tokens or c.default_output_tokens
@@ -252,6 +272,8 @@ class SloPolicy:
             {
                 "arrival_rps": round(arrivals, 4),
                 "level_rps": round(level, 4),
+                "trend_rps_per_s": round(trend, 5),
+                "spread_rps": round(spread, 4),
                 "forecast_rps": round(forecast, 4),
                 "capacity_rps_per_replica": round(cap, 4),
                 "prompt_tokens": round(prompt, 1),
@@ -262,7 +284,7 @@ class SloPolicy:
         )
         new_state = SloState(
             level_rps=level,
-            trend_rps_per_s=trend,
+            history=history,
             last_t=now_s,
             last_in_system=in_system,
             prompt_tokens=prompt,
@@ -272,9 +294,10 @@ class SloPolicy:
 
 
 _DEFAULTS: dict[str, Any] = {
-    "target_utilization": 0.85,
-    "alpha": 0.5,
-    "beta": 0.2,
+    "target_utilization": 0.9,
+    "alpha": 0.4,
+    "trend_ticks": 8,
+    "burst_z": 1.0,
     "drain_s": 30.0,
     "queue_per_replica": 4.0,
     "tick_s": 15.0,
@@ -295,7 +318,8 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             tick_s=float(params["tick_s"]),
             target_utilization=float(params["target_utilization"]),
             alpha=float(params["alpha"]),
-            beta=float(params["beta"]),
+            trend_ticks=int(params["trend_ticks"]),
+            burst_z=float(params["burst_z"]),
             drain_s=float(params["drain_s"]),
             queue_per_replica=float(params["queue_per_replica"]),
             min_replicas=ctx.min_replicas,

@@ -1,0 +1,235 @@
+"""``bandwidth-entropy``: seed 004's decoder memory-bandwidth saturation x request-queue entropy.
+
+Seed 004 ("stop scaling LLMs on CPU utilisation: decoder bandwidth saturation
++ queue entropy"), chapter 1's decision functions on ``bw_saturation_p95``
+(P95 of the bandwidth ratio over 60 s) and ``queue_entropy`` (normalised
+Shannon entropy of the per-second queue over 30 s):
+
+* ``shouldScaleUp``: bandwidth > 0.85 *and* entropy > 0.72 -> scale up. Its
+  table: above 0.9 and 0.8 "severe bandwidth bottleneck, tail latency about
+  to explode: scale out 1-2 instances at once" -> +2 there, +1 otherwise;
+* ``shouldScaleDown``: bandwidth < 0.4 *and* entropy < 0.25, "both below the
+  safe thresholds for 5 minutes (sliding window)" -> -1 (the table's "scale
+  in 1 instance safely"). The 5 minutes are the guard's
+  ``confirm_down_ticks`` = ceil(300 s / tick): the scale-down proposal must
+  repeat on every tick of 5 minutes, and each further -1 needs 5 more.
+
+Section 4.2's "lag compensation" (``computeCompensatedScore``: weights 1, 0.8,
+0.64, ... from the newest sample back over the last 5 minutes, weighted
+mean; "the decaying weights flatten short jitter so that scaling follows the
+real trend") is applied to both signals before the scale-down test, where
+flapping comes from (shrinking on a dip, growing back on the next sample).
+The scale-up test reads the raw signals: the seed's table says "scale out
+at once", and the bandwidth signal is already a 60 s P95.
+``compensate_up: true`` applies the compensation to the scale-up test too.
+
+Section 4.2's 90 s warm-up buffer ("the warm-up period is 90 s; traffic moves
+to a new pod only after its readiness probe passes"): for 90 s after the
+number of ready replicas rises the fleet's signals still reflect the load
+without the newcomer, so no further scale-up is judged (rule
+``warmup-buffer``); the state remembers the ready count and when it last rose.
+
+Section 3.1's fusion table (entropy [0, 0.3) "stable": bandwidth 0.8 /
+entropy 0.2; [0.3, 0.7) "jitter": 0.5 / 0.5; [0.7, 1] "burst": 0.2 / 0.8)
+gives ``fused_score`` in the decision's inputs, for the log; the seed's
+decision functions do not use it, and neither does this policy.
+
+Note the entropy as llmscale computes it (:func:`llmscale.signals.gpu.normalized_entropy`):
+a queue that is non-empty and even over the window scores near 1, a lone
+burst near 0 and an empty queue 0, so "entropy > 0.72" reads "requests have
+been queueing all through the window".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llmscale.errors import ConfigError
+from llmscale.policies.base import PolicyContext, register
+from llmscale.types import Decision, Signals
+
+__all__ = [
+    "BandwidthEntropyConfig",
+    "BandwidthEntropyPolicy",
+    "BandwidthEntropyState",
+    "compensated",
+    "fusion_weights",
+]
+
+
+@dataclass(frozen=True)
+class BandwidthEntropyConfig:
+    bw_up: float = 0.85
+    entropy_up: float = 0.72
+    bw_severe: float = 0.9
+    entropy_severe: float = 0.8
+    bw_down: float = 0.4
+    entropy_down: float = 0.25
+    hold_down_s: float = 300.0
+    lag_decay: float = 0.8
+    lag_window_s: float = 300.0
+    compensate_up: bool = False
+    warmup_buffer_s: float = 90.0
+    tick_s: float = 15.0
+
+
+@dataclass(frozen=True)
+class BandwidthEntropyState:
+    #: (time_s, bandwidth, entropy) samples within the lag window, oldest first
+    history: tuple[tuple[float, float, float], ...] = ()
+    prev_ready: int | None = None
+    last_ready_rise_s: float | None = None
+
+
+def compensated(samples: Sequence[float], decay: float) -> float:
+    """Seed 004 4.2's ``computeCompensatedScore``: weights 1, decay, decay^2 ... from the newest back.
+
+    Worked: (0.3, 0.5, 0.9) oldest first, decay 0.8 ->
+    (0.9 + 0.8 x 0.5 + 0.64 x 0.3) / (1 + 0.8 + 0.64) = 1.492 / 2.44 = 0.611.
+    Pre: samples non-empty.
+    """
+    w = 1.0
+    total = weights = 0.0
+    for x in reversed(samples):
+        total += w * x
+        weights += w
+        w *= decay
+    return total / weights
+
+
+def fusion_weights(entropy: float) -> tuple[float, float]:
+    """Seed 004 3.1's table: (bandwidth weight, entropy weight) for the entropy's regime."""
+    if entropy < 0.3:
+        return 0.8, 0.2
+    if entropy < 0.7:
+        return 0.5, 0.5
+    return 0.2, 0.8
+
+
+@dataclass(frozen=True)
+class BandwidthEntropyPolicy:
+    config: BandwidthEntropyConfig
+    name: str = "bandwidth-entropy"
+
+    @property
+    def tick_s(self) -> float:
+        return self.config.tick_s
+
+    @property
+    def guard_overrides(self) -> Mapping[str, Any]:
+        # 5 min at a 15 s tick = 20 consecutive scale-down proposals.
+        return {"confirm_down_ticks": max(1, math.ceil(self.config.hold_down_s / self.config.tick_s))}
+
+    def initial_state(self) -> BandwidthEntropyState:
+        return BandwidthEntropyState()
+
+    def decide(
+        self, signals: Signals, state: BandwidthEntropyState, now_s: float
+    ) -> tuple[Decision, BandwidthEntropyState]:
+        cfg = self.config
+        fleet = signals.fleet
+        current = fleet.spec_replicas
+        ready_rise = state.last_ready_rise_s
+        if state.prev_ready is not None and fleet.ready > state.prev_ready:
+            ready_rise = now_s
+        bw = signals.get("bw_saturation_p95")
+        ent = signals.get("queue_entropy")
+        history = tuple(h for h in state.history if now_s - h[0] < cfg.lag_window_s)
+        if bw is None or ent is None:
+            new_state = BandwidthEntropyState(history, fleet.ready, ready_rise)
+            missing = [n for n, v in (("bw_saturation_p95", bw), ("queue_entropy", ent)) if v is None]
+            note = f"missing {', '.join(missing)}"
+            return Decision(current, "no-data", {"bw_p95": bw, "entropy": ent}, note), new_state
+        history = (*history, (now_s, bw, ent))
+        new_state = BandwidthEntropyState(history, fleet.ready, ready_rise)
+        bw_c = compensated([h[1] for h in history], cfg.lag_decay)
+        ent_c = compensated([h[2] for h in history], cfg.lag_decay)
+        w_bw, w_ent = fusion_weights(ent)
+        inputs: dict[str, float | None] = {
+            "bw_p95": bw,
+            "entropy": ent,
+            "bw_compensated": bw_c,
+            "entropy_compensated": ent_c,
+            "fused_score": w_bw * bw + w_ent * ent,
+            "samples": float(len(history)),
+        }
+        up_bw, up_ent = (bw_c, ent_c) if cfg.compensate_up else (bw, ent)
+        if up_bw > cfg.bw_up and up_ent > cfg.entropy_up:
+            since = None if ready_rise is None else now_s - ready_rise
+            if since is not None and since < cfg.warmup_buffer_s:
+                inputs["since_ready_s"] = since
+                note = (
+                    f"a replica became ready {since:.0f}s ago (< {cfg.warmup_buffer_s:.0f}s warm-up buffer)"
+                )
+                return Decision(current, "warmup-buffer", inputs, note), new_state
+            severe = up_bw > cfg.bw_severe and up_ent > cfg.entropy_severe
+            step = 2 if severe else 1
+            rule = "severe-bandwidth-entropy" if severe else "bandwidth-and-entropy-high"
+            note = f"bandwidth {up_bw:.2f} > {cfg.bw_up:g} and entropy {up_ent:.2f} > {cfg.entropy_up:g}"
+            return Decision(current + step, rule, inputs, note), new_state
+        if bw_c < cfg.bw_down and ent_c < cfg.entropy_down and current > 0:
+            note = (
+                f"compensated bandwidth {bw_c:.2f} < {cfg.bw_down:g} and entropy {ent_c:.2f} < "
+                f"{cfg.entropy_down:g} (held {cfg.hold_down_s:.0f}s by the guard)"
+            )
+            return Decision(current - 1, "bandwidth-and-entropy-low", inputs, note), new_state
+        return Decision(current, "hold", inputs), new_state
+
+
+_DEFAULTS: dict[str, Any] = {
+    "bw_up": 0.85,
+    "entropy_up": 0.72,
+    "bw_severe": 0.9,
+    "entropy_severe": 0.8,
+    "bw_down": 0.4,
+    "entropy_down": 0.25,
+    "hold_down_s": 300.0,
+    "lag_decay": 0.8,
+    "lag_window_s": 300.0,
+    "compensate_up": False,
+    "warmup_buffer_s": 90.0,
+    "tick_s": 15.0,
+}
+
+
+@register(
+    "bandwidth-entropy",
+    "seed 004: bandwidth P95 > 0.85 and queue entropy > 0.72 -> +1 (+2 above 0.9/0.8); "
+    "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer",
+    _DEFAULTS,
+)
+def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPolicy:
+    cfg = BandwidthEntropyConfig(
+        bw_up=float(params["bw_up"]),
+        entropy_up=float(params["entropy_up"]),
+        bw_severe=float(params["bw_severe"]),
+        entropy_severe=float(params["entropy_severe"]),
+        bw_down=float(params["bw_down"]),
+        entropy_down=float(params["entropy_down"]),
+        hold_down_s=float(params["hold_down_s"]),
+        lag_decay=float(params["lag_decay"]),
+        lag_window_s=float(params["lag_window_s"]),
+        compensate_up=bool(params["compensate_up"]),
+        warmup_buffer_s=float(params["warmup_buffer_s"]),
+        tick_s=float(params["tick_s"]),
+    )
+    if cfg.tick_s <= 0 or cfg.lag_window_s <= 0:
+        raise ConfigError(
+            f"bandwidth-entropy tick_s = {cfg.tick_s} and lag_window_s = {cfg.lag_window_s} must be > 0"
+        )
+    if not 0.0 < cfg.lag_decay <= 1.0:
+        raise ConfigError(f"bandwidth-entropy lag_decay = {cfg.lag_decay}, must be in (0, 1]")
+    if cfg.bw_down >= cfg.bw_up or cfg.entropy_down >= cfg.entropy_up:
+        raise ConfigError(
+            f"bandwidth-entropy down thresholds ({cfg.bw_down}, {cfg.entropy_down}) must be below the up "
+            f"thresholds ({cfg.bw_up}, {cfg.entropy_up})"
+        )
+    if cfg.hold_down_s < 0 or cfg.warmup_buffer_s < 0:
+        raise ConfigError(
+            f"bandwidth-entropy hold_down_s = {cfg.hold_down_s} and warmup_buffer_s = {cfg.warmup_buffer_s} "
+            "must be >= 0"
+        )
+    return BandwidthEntropyPolicy(cfg)

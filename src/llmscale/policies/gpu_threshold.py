@@ -1,0 +1,182 @@
+"""``gpu-mem-copy`` and ``effective-vram``: seed 000's fixed HPA metrics, as HPA target tracking.
+
+Both are metrics the seed puts *into an HPA* in place of plain GPU
+utilisation, so both reuse HPA's replica calculation
+(:func:`llmscale.policies.hpa.hpa_replicas_for_metric`: tolerance 0.1,
+desired = ceil(ratio x pods), pods without a sample counted at the target on
+a scale-down and at 0 on a scale-up) and HPA's default 300 s scale-down
+stabilisation, expressed as ``guard_overrides`` (``stabilization_down_s``).
+HPA's scale-up rate policy ("4 pods or 100 % per 15 s, whichever is more")
+has no exact guard equivalent (the guard's caps take the lesser) and is left
+off; the guard's pending-aware check keeps a burst from being counted twice.
+
+``gpu-mem-copy`` — seed 000 chapter 1, "the fixed scaling configuration":
+stop scaling on ``nvidia.com/gpu`` requests; collect DCGM's
+``DCGM_FI_DEV_GPU_UTIL`` and ``DCGM_FI_DEV_MEM_COPY_UTIL``; "in the HPA define
+the composite ``max(gpu_util, mem_copy_util) > 35%`` as the scale-out
+threshold". A threshold in an HPA is a target: 35 % (``target_pct``) per pod.
+Per pod the composite is the larger of the two fields (either alone when a
+pod reports only one), exactly as ``gpu_composite_util``; pods come from
+``Signals.per_replica`` (Pending and Draining pods are not there; a running
+pod without a scrape is "missing"). Without per-pod values the fleet mean
+``gpu_composite_util`` stands for every ready replica and starting replicas
+are missing. Worked (``test_seed_gpu_threshold.py``): 4 pods at composite
+92 % (GPU 9 %, copy 92 %) -> ratio 2.63 -> ceil(2.63 x 4) = 11 replicas.
+
+``effective-vram`` — seed 000 3.3, "Effective VRAM Utilization instead of raw
+GPU utilisation": ``0.4 used/total + 0.3 bw/bw_max + 0.3 l2_miss/0.8`` (signal
+``effective_vram``, a 0..1 ratio). Section 3.3 gives no threshold of its own;
+its measurements put a 38-41 % throughput loss at 89 % and 94 %, and section
+4.3's table scales out "above 85 % of GPU memory": the target is 0.85
+(``target``). The fleet mean stands for every ready replica; starting
+replicas are missing (counted at the target on the way down, so a fleet
+that is still loading cannot be shrunk by them). Note vLLM preallocates its
+KV pool, so ``used/total`` reads ~0.9 at any load and contributes a constant
+0.36: at idle the ratio is ~0.42 / 0.85 and the fleet shrinks by about half
+each stabilised step, as HPA does with any metric that has a floor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llmscale.errors import ConfigError
+from llmscale.metrics.names import DCGM
+from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.hpa import hpa_replicas_for_metric
+from llmscale.signals.gpu import composite_util
+from llmscale.types import Decision, Signals
+
+__all__ = ["EffectiveVramPolicy", "GpuMemCopyPolicy", "HpaTarget", "hpa_decision", "pod_values"]
+
+
+@dataclass(frozen=True)
+class HpaTarget:
+    target: float
+    tolerance: float = 0.1
+    tick_s: float = 15.0
+    down_stabilization_s: float = 300.0
+
+
+def pod_values(signals: Signals, fleet_value: float | None) -> dict[str, float | None]:
+    """HPA's pods for a fleet-mean metric: every ready replica at the mean, starting ones missing."""
+    fleet = signals.fleet
+    values: dict[str, float | None] = {f"ready-{i}": fleet_value for i in range(fleet.ready)}
+    values.update({f"starting-{i}": None for i in range(fleet.loading + fleet.warmup)})
+    return values
+
+
+def hpa_decision(signals: Signals, values: Mapping[str, float | None], t: HpaTarget, metric: str) -> Decision:
+    """HPA's replica calculation on ``values`` as a Decision (``no-data`` when no pod has a sample)."""
+    current = signals.fleet.spec_replicas
+    present = [v for v in values.values() if v is not None]
+    mean = sum(present) / len(present) if present else None
+    inputs: dict[str, float | None] = {
+        "metric_mean": mean,
+        "target": t.target,
+        "pods_counted": float(len(values)),
+        "pods_with_sample": float(len(present)),
+    }
+    if not present:
+        return Decision(current, "no-data", inputs, f"no pod reports {metric}")
+    desired, ratio, rule = hpa_replicas_for_metric(values, t.target, t.tolerance, current)
+    desired = max(0, desired)  # a negative sample (a broken exporter) must not propose negative replicas
+    inputs["usage_ratio"] = ratio
+    if rule == "scale":
+        rule = "scale-up" if desired > current else ("scale-down" if desired < current else "hold")
+    note = f"{metric} mean {mean:.3g} / target {t.target:g}"
+    return Decision(desired, rule, inputs, note)
+
+
+def _overrides(t: HpaTarget) -> dict[str, Any]:
+    return {"stabilization_down_s": t.down_stabilization_s}
+
+
+@dataclass(frozen=True)
+class GpuMemCopyPolicy:
+    """Seed 000 chapter 1: HPA on ``max(GPU_UTIL, MEM_COPY_UTIL)`` per pod with a 35 % target."""
+
+    config: HpaTarget
+    name: str = "gpu-mem-copy"
+
+    @property
+    def tick_s(self) -> float:
+        return self.config.tick_s
+
+    @property
+    def guard_overrides(self) -> Mapping[str, Any]:
+        return _overrides(self.config)
+
+    def initial_state(self) -> None:
+        return None
+
+    def decide(self, signals: Signals, state: None, now_s: float) -> tuple[Decision, None]:
+        values: dict[str, float | None] = {
+            pod: composite_util(m.get(DCGM.GPU_UTIL), m.get(DCGM.MEM_COPY_UTIL))
+            for pod, m in signals.per_replica.items()
+        }
+        if not any(v is not None for v in values.values()):
+            values = pod_values(signals, signals.get("gpu_composite_util"))
+        return hpa_decision(signals, values, self.config, "max(gpu_util, mem_copy_util) %"), None
+
+
+@dataclass(frozen=True)
+class EffectiveVramPolicy:
+    """Seed 000 3.3: HPA on Effective VRAM Utilization with a 0.85 target."""
+
+    config: HpaTarget
+    name: str = "effective-vram"
+
+    @property
+    def tick_s(self) -> float:
+        return self.config.tick_s
+
+    @property
+    def guard_overrides(self) -> Mapping[str, Any]:
+        return _overrides(self.config)
+
+    def initial_state(self) -> None:
+        return None
+
+    def decide(self, signals: Signals, state: None, now_s: float) -> tuple[Decision, None]:
+        values = pod_values(signals, signals.get("effective_vram"))
+        return hpa_decision(signals, values, self.config, "effective_vram"), None
+
+
+def _target(name: str, params: Mapping[str, Any], key: str) -> HpaTarget:
+    t = HpaTarget(
+        target=float(params[key]),
+        tolerance=float(params["tolerance"]),
+        tick_s=float(params["tick_s"]),
+        down_stabilization_s=float(params["down_stabilization_s"]),
+    )
+    if t.target <= 0 or t.tick_s <= 0:
+        raise ConfigError(f"{name} {key} = {t.target} and tick_s = {t.tick_s} must be > 0")
+    if not 0.0 <= t.tolerance < 1.0:
+        raise ConfigError(f"{name} tolerance = {t.tolerance}, must be in [0, 1)")
+    if t.down_stabilization_s < 0:
+        raise ConfigError(f"{name} down_stabilization_s = {t.down_stabilization_s}, must be >= 0")
+    return t
+
+
+_HPA_COMMON: dict[str, Any] = {"tolerance": 0.1, "tick_s": 15.0, "down_stabilization_s": 300.0}
+
+
+@register(
+    "gpu-mem-copy",
+    "seed 000 ch.1: HPA on max(GPU_UTIL, MEM_COPY_UTIL) per pod, target 35%",
+    {"target_pct": 35.0, **_HPA_COMMON},
+)
+def _make_mem_copy(ctx: PolicyContext, params: Mapping[str, Any]) -> GpuMemCopyPolicy:
+    return GpuMemCopyPolicy(_target("gpu-mem-copy", params, "target_pct"))
+
+
+@register(
+    "effective-vram",
+    "seed 000 3.3: HPA on 0.4 used/total + 0.3 bw/bw_max + 0.3 l2_miss/0.8, target 0.85",
+    {"target": 0.85, **_HPA_COMMON},
+)
+def _make_effective_vram(ctx: PolicyContext, params: Mapping[str, Any]) -> EffectiveVramPolicy:
+    return EffectiveVramPolicy(_target("effective-vram", params, "target"))
