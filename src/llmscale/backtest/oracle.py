@@ -40,8 +40,9 @@ class OracleSettings:
     interval_s: float = 60.0
     #: share of an interval's servable requests that must meet the SLO
     target: float = 0.99
-    #: how long after an interval's end its requests are followed to judge them
-    tail_s: float = 60.0
+    #: how long after an interval's end its requests are followed to judge them: TTFT is settled
+    #: within seconds; a request still generating then is judged on its first token
+    tail_s: float = 30.0
 
 
 def _snapshot(fleet: Fleet) -> Fleet:
