@@ -200,6 +200,8 @@ def test_get_perf_model_is_memoised_and_validates() -> None:
     with pytest.raises(ConfigError):
         PerfModel("llama-3-8b", "h100", 1, stack="tgi")
     assert "llama-3-8b" in repr(get_perf_model("llama-3-8b", "h100", 1))
+    np = pytest.importorskip("numpy")
+    assert get_perf_model("llama-3-8b", "h100", np.int64(2)) is get_perf_model("llama-3-8b", "h100", 2)
 
 
 def test_import_has_no_side_effects() -> None:

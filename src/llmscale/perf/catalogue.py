@@ -1,0 +1,425 @@
+"""Catalogue of model architectures and GPUs the performance model knows.
+
+Every number here is a public fact, cited next to it: architecture facts come
+from each model's Hugging Face ``config.json``, hardware facts from NVIDIA's
+data sheets. Nothing in this file is fitted; fitted efficiencies live in
+``coefficients.json`` (see :mod:`llmscale.perf.step_time`).
+
+Look-ups accept short names (``llama-3-8b``), Hugging Face ids
+(``meta-llama/Meta-Llama-3-8B``) and a few common spellings, case-insensitively.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from numbers import Integral
+from types import MappingProxyType
+from typing import Final, TypeVar
+
+from llmscale.errors import ConfigError
+
+__all__ = [
+    "GPUS",
+    "MODELS",
+    "SUPPORTED_TP",
+    "GpuSpec",
+    "ModelSpec",
+    "get_gpu",
+    "get_model",
+    "validate_tp",
+]
+
+#: Tensor-parallel degrees the model supports: one node of up to 8 GPUs.
+SUPPORTED_TP: Final[tuple[int, ...]] = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A decoder-only transformer, as far as serving cost is concerned.
+
+    ``param_count`` is the published total (embeddings included); the
+    per-layer linear-layer parameter count used for FLOPs is derived from the
+    shape fields so that it stays consistent with them.
+    """
+
+    name: str
+    hf_id: str
+    aliases: tuple[str, ...]
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    param_count: int
+    bytes_per_param: int = 2
+    #: SwiGLU-style MLP (gate, up and down projections) vs a plain 2-matrix MLP (BLOOM).
+    gated_mlp: bool = True
+    #: Longest sequence the model was trained for (config.json max_position_embeddings).
+    max_context_tokens: int = 4096
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Weights of the matmuls of one layer (QKV, output projection, MLP), all TP shards together."""
+        q_dim = self.num_heads * self.head_dim
+        kv_dim = self.num_kv_heads * self.head_dim
+        attn = self.hidden_size * (q_dim + 2 * kv_dim) + q_dim * self.hidden_size
+        mlp = (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size
+        return attn + mlp
+
+    @property
+    def weights_bytes(self) -> int:
+        """Bytes of all weights at ``bytes_per_param`` (bf16: 2), e.g. Llama-3-8B: 8.03e9 x 2 = 16.1 GB."""
+        return self.param_count * self.bytes_per_param
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes of one token over all layers and all TP shards.
+
+        K and V, each ``num_kv_heads * head_dim`` values per layer, at
+        ``bytes_per_param`` bytes: Llama-3-8B = 2 x 32 x 8 x 128 x 2 = 131,072 B
+        (128 KiB); Llama-2-7B (no GQA) = 512 KiB.
+        """
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.bytes_per_param
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One GPU's data-sheet figures.
+
+    ``family`` groups GPUs that share fitted efficiency coefficients (same SM
+    generation and NVLink generation): A100 SXM and PCIe are ``"a100"``, H100
+    and H200 are ``"h100"``.
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    family: str
+    #: Dense (not 2:4 sparse) bf16 tensor-core FLOP/s.
+    peak_bf16_flops: float
+    hbm_bandwidth_bytes_s: float
+    #: Device memory as the driver reports it (nvidia-smi "Total"), in bytes.
+    memory_bytes: int
+    #: NVLink bandwidth per GPU, one direction, bytes/s.
+    nvlink_bandwidth_bytes_s: float
+    #: Board power (W), informational.
+    tdp_w: float
+
+
+_MIB: Final = 1024 * 1024
+
+# -- GPUs -------------------------------------------------------------------
+# A100 SXM4 80GB: NVIDIA A100 data sheet: 312 TFLOP/s bf16 dense tensor core,
+# 2,039 GB/s HBM2e, NVLink 3 600 GB/s total (300 GB/s each way), 400 W.
+# nvidia-smi reports 81,920 MiB.
+_A100_SXM = GpuSpec(
+    name="a100-80gb",
+    aliases=("a100", "a100-sxm", "a100-80gb-sxm", "a100-sxm4-80gb", "nvidia-a100-80gb", "a100-80g"),
+    family="a100",
+    peak_bf16_flops=312e12,
+    hbm_bandwidth_bytes_s=2.039e12,
+    memory_bytes=81_920 * _MIB,
+    nvlink_bandwidth_bytes_s=300e9,
+    tdp_w=400.0,
+)
+# A100 PCIe 80GB: same data sheet: 312 TFLOP/s bf16, 1,935 GB/s, 300 W; NVLink
+# bridge between pairs, 600 GB/s total. Used by the Sarathi-Serve artifacts.
+_A100_PCIE = GpuSpec(
+    name="a100-80gb-pcie",
+    aliases=("a100-pcie", "a100-pcie-80gb"),
+    family="a100",
+    peak_bf16_flops=312e12,
+    hbm_bandwidth_bytes_s=1.935e12,
+    memory_bytes=81_920 * _MIB,
+    nvlink_bandwidth_bytes_s=300e9,
+    tdp_w=300.0,
+)
+# H100 SXM5 80GB: NVIDIA H100 data sheet: 989 TFLOP/s bf16 dense (1,979 with
+# sparsity), 3.35 TB/s HBM3, NVLink 4 900 GB/s total (450 each way), 700 W.
+# nvidia-smi reports 81,559 MiB.
+_H100_SXM = GpuSpec(
+    name="h100-80gb",
+    aliases=("h100", "h100-sxm", "h100-80gb-sxm", "h100-sxm5-80gb", "nvidia-h100-80gb", "h100-80g"),
+    family="h100",
+    peak_bf16_flops=989e12,
+    hbm_bandwidth_bytes_s=3.35e12,
+    memory_bytes=81_559 * _MIB,
+    nvlink_bandwidth_bytes_s=450e9,
+    tdp_w=700.0,
+)
+# H200 SXM 141GB: NVIDIA H200 data sheet: same GH100 die as H100 (989 TFLOP/s
+# bf16 dense), 4.8 TB/s HBM3e, 141 GB, NVLink 4 900 GB/s total, 700 W.
+# nvidia-smi reports 143,771 MiB.
+_H200 = GpuSpec(
+    name="h200",
+    aliases=("h200-141gb", "h200-sxm", "nvidia-h200"),
+    family="h100",
+    peak_bf16_flops=989e12,
+    hbm_bandwidth_bytes_s=4.8e12,
+    memory_bytes=143_771 * _MIB,
+    nvlink_bandwidth_bytes_s=450e9,
+    tdp_w=700.0,
+)
+
+# -- Models -----------------------------------------------------------------
+# Shapes and max_position_embeddings from each model's config.json on the
+# Hugging Face Hub; parameter counts from the model cards (equal, to 0.01 %,
+# to the count the shapes give).
+_LLAMA2_7B = ModelSpec(
+    name="llama-2-7b",
+    hf_id="meta-llama/Llama-2-7b-hf",
+    aliases=("llama2-7b", "meta-llama/Llama-2-7b-chat-hf", "Llama-2-7b-hf", "Llama-2-7b-chat-hf"),
+    num_layers=32,
+    hidden_size=4096,
+    num_heads=32,
+    num_kv_heads=32,
+    head_dim=128,
+    intermediate_size=11008,
+    vocab_size=32000,
+    param_count=6_738_415_616,
+)
+_LLAMA2_13B = ModelSpec(
+    name="llama-2-13b",
+    hf_id="meta-llama/Llama-2-13b-hf",
+    aliases=("llama2-13b", "meta-llama/Llama-2-13b-chat-hf", "Llama-2-13b-hf", "Llama-2-13b-chat-hf"),
+    num_layers=40,
+    hidden_size=5120,
+    num_heads=40,
+    num_kv_heads=40,
+    head_dim=128,
+    intermediate_size=13824,
+    vocab_size=32000,
+    param_count=13_015_864_320,
+)
+_LLAMA3_8B = ModelSpec(
+    name="llama-3-8b",
+    hf_id="meta-llama/Meta-Llama-3-8B",
+    aliases=(
+        "llama3-8b",
+        "meta-llama/Meta-Llama-3-8B-Instruct",
+        "Meta-Llama-3-8B",
+    ),
+    num_layers=32,
+    hidden_size=4096,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=128256,
+    param_count=8_030_261_248,
+    max_context_tokens=8192,
+)
+# Llama-3.1-8B: Llama-3-8B's shapes with a 128k context (RoPE scaling).
+_LLAMA31_8B = replace(
+    _LLAMA3_8B,
+    name="llama-3.1-8b",
+    hf_id="meta-llama/Llama-3.1-8B",
+    aliases=(
+        "llama3.1-8b",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Meta-Llama-3.1-8B",
+        "meta-llama/Meta-Llama-3.1-8B-Instruct",
+    ),
+    max_context_tokens=131072,
+)
+_MISTRAL_7B = ModelSpec(
+    name="mistral-7b",
+    hf_id="mistralai/Mistral-7B-v0.1",
+    aliases=(
+        "mistral-7b-v0.1",
+        "mistralai/Mistral-7B-Instruct-v0.1",
+        "mistralai/Mistral-7B-Instruct-v0.2",
+        "mistral-7b-instruct",
+    ),
+    num_layers=32,
+    hidden_size=4096,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=32000,
+    param_count=7_241_732_096,
+    max_context_tokens=32768,
+)
+_LLAMA2_70B = ModelSpec(
+    name="llama-2-70b",
+    hf_id="meta-llama/Llama-2-70b-hf",
+    aliases=("llama2-70b", "meta-llama/Llama-2-70b-chat-hf", "Llama-2-70b-hf", "Llama-2-70b-chat-hf"),
+    num_layers=80,
+    hidden_size=8192,
+    num_heads=64,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=28672,
+    vocab_size=32000,
+    param_count=68_976_648_192,
+)
+_LLAMA3_70B = ModelSpec(
+    name="llama-3-70b",
+    hf_id="meta-llama/Meta-Llama-3-70B",
+    aliases=(
+        "llama3-70b",
+        "meta-llama/Meta-Llama-3-70B-Instruct",
+        "Meta-Llama-3-70B",
+    ),
+    num_layers=80,
+    hidden_size=8192,
+    num_heads=64,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=28672,
+    vocab_size=128256,
+    param_count=70_553_706_496,
+    max_context_tokens=8192,
+)
+_LLAMA31_70B = replace(
+    _LLAMA3_70B,
+    name="llama-3.1-70b",
+    hf_id="meta-llama/Llama-3.1-70B",
+    aliases=(
+        "llama3.1-70b",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "meta-llama/Meta-Llama-3.1-70B",
+        "meta-llama/Meta-Llama-3.1-70B-Instruct",
+    ),
+    max_context_tokens=131072,
+)
+_CODELLAMA_34B = ModelSpec(
+    name="codellama-34b",
+    hf_id="codellama/CodeLlama-34b-hf",
+    aliases=(
+        "code-llama-34b",
+        "codellama/CodeLlama-34b-Instruct-hf",
+        "CodeLlama-34b-Instruct-hf",
+        "CodeLlama-34b-hf",
+    ),
+    num_layers=48,
+    hidden_size=8192,
+    num_heads=64,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=22016,
+    vocab_size=32000,
+    param_count=33_743_970_304,
+    max_context_tokens=16384,
+)
+_YI_34B = ModelSpec(
+    name="yi-34b",
+    hf_id="01-ai/Yi-34B",
+    aliases=("01-ai/Yi-34B-200K", "01-ai/Yi-34B-Chat", "yi-34b-200k"),
+    num_layers=60,
+    hidden_size=7168,
+    num_heads=56,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=20480,
+    vocab_size=64000,
+    param_count=34_388_917_248,
+)
+# BLOOM-176B: bigscience/bloom config.json: n_layer 70, hidden 14336, n_head 112
+# (multi-head attention, ALiBi), 4h = 57,344 GELU MLP, vocab 250,880; 176,247M params.
+_BLOOM_176B = ModelSpec(
+    name="bloom-176b",
+    hf_id="bigscience/bloom",
+    aliases=("bloom", "bloom176b"),
+    num_layers=70,
+    hidden_size=14336,
+    num_heads=112,
+    num_kv_heads=112,
+    head_dim=128,
+    intermediate_size=57344,
+    vocab_size=250880,
+    param_count=176_247_271_424,
+    gated_mlp=False,
+    max_context_tokens=2048,
+)
+
+
+_T = TypeVar("_T", ModelSpec, GpuSpec)
+
+
+def _index(entries: Iterable[tuple[_T, Sequence[str]]]) -> MappingProxyType[str, _T]:
+    """Lower-cased look-up keys -> item; a key "org/name" is also reachable as "name"."""
+    by_key: dict[str, _T] = {}
+    for item, keys in entries:
+        for key in keys:
+            k = key.lower()
+            if k in by_key and by_key[k] is not item:
+                raise RuntimeError(f"duplicate catalogue key {key!r}")  # pragma: no cover - static data
+            by_key[k] = item
+            if "/" in k:
+                by_key.setdefault(k.split("/", 1)[1], item)
+    return MappingProxyType(by_key)
+
+
+#: Models by canonical short name.
+MODELS: Final[MappingProxyType[str, ModelSpec]] = MappingProxyType(
+    {
+        m.name: m
+        for m in (
+            _LLAMA2_7B,
+            _LLAMA2_13B,
+            _LLAMA3_8B,
+            _LLAMA31_8B,
+            _MISTRAL_7B,
+            _LLAMA2_70B,
+            _LLAMA3_70B,
+            _LLAMA31_70B,
+            _CODELLAMA_34B,
+            _YI_34B,
+            _BLOOM_176B,
+        )
+    }
+)
+#: GPUs by canonical short name.
+GPUS: Final[MappingProxyType[str, GpuSpec]] = MappingProxyType(
+    {g.name: g for g in (_A100_SXM, _A100_PCIE, _H100_SXM, _H200)}
+)
+
+_MODEL_KEYS: Final = _index((m, (m.name, m.hf_id, *m.aliases)) for m in MODELS.values())
+_GPU_KEYS: Final = _index((g, (g.name, *g.aliases)) for g in GPUS.values())
+
+
+def get_model(name: str | ModelSpec) -> ModelSpec:
+    """Return the :class:`ModelSpec` for a short name or Hugging Face id (case-insensitive).
+
+    Raises :class:`~llmscale.errors.ConfigError` naming the known models when unknown.
+    """
+    if isinstance(name, ModelSpec):
+        return name
+    spec = _MODEL_KEYS.get(name.strip().lower())
+    if spec is None:
+        known = ", ".join(f"{m.name} ({m.hf_id})" for m in MODELS.values())
+        raise ConfigError(f"model = {name!r} is unknown; known models: {known}")
+    return spec
+
+
+def get_gpu(name: str | GpuSpec) -> GpuSpec:
+    """Return the :class:`GpuSpec` for a GPU name or alias (case-insensitive).
+
+    Raises :class:`~llmscale.errors.ConfigError` naming the known GPUs when unknown.
+    """
+    if isinstance(name, GpuSpec):
+        return name
+    spec = _GPU_KEYS.get(name.strip().lower())
+    if spec is None:
+        known = ", ".join(f"{g.name} (aliases: {', '.join(g.aliases)})" for g in GPUS.values())
+        raise ConfigError(f"gpu = {name!r} is unknown; known GPUs: {known}")
+    return spec
+
+
+def validate_tp(model: ModelSpec, tp: int) -> None:
+    """Check that ``tp`` is supported and divides the model's attention heads.
+
+    vLLM shards query heads and KV heads across the TP ranks, so both counts
+    must be multiples of ``tp`` (Llama-3-8B's 8 KV heads allow tp 1, 2, 4, 8).
+    """
+    if isinstance(tp, bool) or not isinstance(tp, Integral) or int(tp) not in SUPPORTED_TP:
+        raise ConfigError(f"tp = {tp!r}, must be one of {', '.join(map(str, SUPPORTED_TP))}")
+    if model.num_heads % tp or model.num_kv_heads % tp:
+        raise ConfigError(
+            f"tp = {tp} does not divide {model.name}'s {model.num_heads} attention heads "
+            f"and {model.num_kv_heads} KV heads"
+        )
