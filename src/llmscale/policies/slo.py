@@ -47,14 +47,16 @@ class SloConfig:
     slo_tpot_s: float = 0.1
     cold_start_s: float = 110.0
     tick_s: float = 15.0
-    #: plan each replica at this share of its SLO capacity
-    target_utilization: float = 0.9
+    #: plan each replica at this share of its SLO capacity (the capacity already holds the SLO
+    #: for 99% of a steady Poisson stream: 1.0 measured 99.96% attainment on Azure x20)
+    target_utilization: float = 1.0
     #: smoothing of the arrival rate per tick
     alpha: float = 0.4
     #: ticks of smoothed levels the trend is fitted over
     trend_ticks: int = 8
-    #: plan for level + burst_z x the spread of recent arrival rates around it
-    burst_z: float = 1.0
+    #: plan for level + burst_z x the spread of recent arrival rates around it (off by default:
+    #: the reactive path covers bursts more cheaply on the traces measured)
+    burst_z: float = 0.0
     #: a backlog should drain within this many seconds
     drain_s: float = 30.0
     #: queue per serving replica tolerated before the reactive path acts
@@ -294,10 +296,10 @@ class SloPolicy:
 
 
 _DEFAULTS: dict[str, Any] = {
-    "target_utilization": 0.9,
+    "target_utilization": 1.0,
     "alpha": 0.4,
     "trend_ticks": 8,
-    "burst_z": 1.0,
+    "burst_z": 0.0,
     "drain_s": 30.0,
     "queue_per_replica": 4.0,
     "tick_s": 15.0,
