@@ -200,6 +200,9 @@ def backtest(
     grace_s: Annotated[
         float, typer.Option(help="Grace period of a draining replica before it is killed (s).")
     ] = 30.0,
+    router: Annotated[
+        str, typer.Option(help="How the gateway spreads requests: least-outstanding or round-robin.")
+    ] = "least-outstanding",
     jobs: Annotated[
         int, typer.Option(help="Policies simulated in parallel processes (default: CPU count).")
     ] = 0,
@@ -223,7 +226,7 @@ def backtest(
     params = _load_policy_config(policy_config)
     w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale)
 
-    sim = SimConfig(timeout_s=timeout_s, grace_s=grace_s, seed=seed)
+    sim = SimConfig(timeout_s=timeout_s, grace_s=grace_s, seed=seed, router=router)
     base = BacktestSettings(
         model=model,
         gpu=gpu,
