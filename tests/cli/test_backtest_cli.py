@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +17,25 @@ LLMSCALE = [sys.executable, "-m", "llmscale.cli"]
 
 
 def run(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in its own process group; on a time-out the whole group (its worker
+    processes too) is killed before the test fails."""
     env = dict(os.environ, COLUMNS="200")
-    return subprocess.run(
-        [*LLMSCALE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    proc = subprocess.Popen(
+        [*LLMSCALE, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
     )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def check_doc(doc: dict, policies: list[str], oracle: bool) -> None:
