@@ -106,6 +106,12 @@ def main() -> int:
             f"run {i + 1}: {row['requests'] / row['wall_s']:,.0f} req/s  wall {row['wall_s']:.2f} s  "
             f"peak {row['peak_mb']:.0f} MB  SLO attainment {row['slo_attainment']:.4f}"
         )
+    # This machine's speed varies a lot with what else runs on it: print a fixed pure-Python
+    # reference so numbers from different runs can be compared.
+    t0 = time.perf_counter()
+    sum(range(10**7))
+    ref_s = time.perf_counter() - t0
+    print(f"machine reference: sum(range(10**7)) took {ref_s:.3f} s (a quiet modern core: ~0.2 s)")
     rate = statistics.median(r["requests"] / r["wall_s"] for r in rows)
     peak = max(r["peak_mb"] for r in rows)
     print(
