@@ -18,6 +18,7 @@ capacity a bit longer avoids a second cold start.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
 from collections.abc import Callable
@@ -27,9 +28,10 @@ from typing import IO, Any
 import numpy as np
 
 from llmscale.backtest.results import PolicyResult, slo_met, summarize
-from llmscale.backtest.runner import BacktestSettings, _SeriesRecorder, build_fleet, series_step_for
+from llmscale.backtest.runner import BacktestSettings, SeriesRecorder, build_fleet, series_step_for
 from llmscale.sim.fleet import Fleet
 from llmscale.sim.request import Status
+from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
 __all__ = ["OracleSettings", "run_oracle"]
@@ -79,7 +81,7 @@ def run_oracle(
     settings = replace(settings, sim=sim)
     fleet = build_fleet(workload, settings, 0)
     step_s = series_step_for(workload.duration_s)
-    recorder = _SeriesRecorder(fleet, step_s)
+    recorder = SeriesRecorder(fleet, step_s)
     arrivals = workload.arrival_s
     last_arrival = float(arrivals[-1]) if arrivals.size else 0.0
     num_intervals = int(last_arrival // oracle.interval_s) + 1
@@ -118,8 +120,6 @@ def run_oracle(
         trials_total += len(cache)
         _scale(fleet, n, t0, cold_start_s)
         if decisions_out is not None:
-            import json
-
             decisions_out.write(
                 json.dumps(
                     {
@@ -163,7 +163,6 @@ def run_oracle(
         settings,
         end_s=end_s,
         wall_s=time.perf_counter() - wall0,
-        ticks=num_intervals,
     )
     result.summary["oracle_interval_s"] = oracle.interval_s
     result.summary["oracle_target"] = oracle.target
@@ -172,7 +171,7 @@ def run_oracle(
 
 
 def _scale(fleet: Fleet, n: int, now: float, cold_start_s: float) -> None:
-    active = sum(1 for r in fleet.replicas if r.phase < 4)
+    active = sum(1 for r in fleet.replicas if r.phase < Phase.DRAINING)
     if n > active and now > 0.0:
         fleet.prepaid_gpu_s += (n - active) * cold_start_s * fleet.gpus_per_replica
     fleet.scale_to(n, now, warm=True)

@@ -126,7 +126,6 @@ def summarize(
     *,
     end_s: float,
     wall_s: float,
-    ticks: int,
 ) -> PolicyResult:
     status = np.frombuffer(bytes(fleet.status), dtype=np.uint8)
     ttft = np.asarray(fleet.ttft_s, dtype=np.float64)

@@ -110,7 +110,7 @@ def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas
     )
 
 
-class _SeriesRecorder:
+class SeriesRecorder:
     """Samples the fleet at a fixed step for the report's time series."""
 
     def __init__(self, fleet: Fleet, step_s: float) -> None:
@@ -203,13 +203,12 @@ def run_policy(
     clock = ManualClock()
     state = ControllerState(policy_state=policy.initial_state())
     step_s = series_step_for(workload.duration_s)
-    recorder = _SeriesRecorder(fleet, step_s)
+    recorder = SeriesRecorder(fleet, step_s)
     tick_s = float(policy.tick_s)
     next_tick = tick_s
     next_sample = step_s
     last_arrival = float(workload.arrival_s[-1]) if workload.num_requests else 0.0
     horizon = last_arrival + settings.drain_horizon_s
-    ticks = 0
     while True:
         t = min(next_tick, next_sample)
         fleet.run_until(t)
@@ -227,7 +226,6 @@ def run_policy(
                 state,
                 slo=(settings.slo_ttft_s, settings.slo_tpot_s),
             )
-            ticks += 1
             if decisions_out is not None:
                 decisions_out.write(json.dumps(record.as_json()) + "\n")
             next_tick += tick_s
@@ -249,5 +247,4 @@ def run_policy(
         settings,
         end_s=end_s,
         wall_s=wall_s,
-        ticks=ticks,
     )

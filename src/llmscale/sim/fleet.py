@@ -119,7 +119,6 @@ class Fleet:
         self.spec_replicas = 0
         self.scale_events = 0
         self._gone_counters = [0.0, 0.0, 0.0]  # busy_s, active_s, dram_bytes of gone replicas
-        self.last_event_s = 0.0
         self.last_resolved_s = 0.0
         #: GPU-seconds paid outside the simulated span (the oracle's early-provisioned cold starts)
         self.prepaid_gpu_s = 0.0
@@ -172,7 +171,6 @@ class Fleet:
                 if kind == _STEP:
                     if obj.version == tag and obj.kind:
                         obj.on_step_end(t)
-                        self.last_event_s = t
                 elif kind == _PHASE:
                     if obj.phase == tag:
                         self._advance_phase(obj, t)
