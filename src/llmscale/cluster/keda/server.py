@@ -1,0 +1,401 @@
+"""KEDA external scaler: the controller's decision served over KEDA's ``externalscaler`` gRPC protocol.
+
+When KEDA already owns a Deployment, llmscale does not patch the scale subresource itself. It
+publishes its decision here, and a ScaledObject with a trigger of type ``external`` (KEDA polls
+``IsActive``) or ``external-push`` (KEDA holds ``StreamIsActive`` open) drives the Deployment::
+
+    triggers:
+      - type: external-push
+        metadata:
+          scalerAddress: llmscale.llmscale-system:9090
+          metricName: llmscale-desired-replicas   # optional; this is the default
+
+* :class:`KedaScaler` holds one ScaledObject's decision and implements the ``Cluster`` protocol, so
+  ``reconcile_once`` actuates through it exactly as through Kubernetes or the simulator.
+* :class:`ExternalScalerServicer` answers KEDA from those holders, keyed by the ScaledObject's
+  namespace and name (what KEDA sends in ``ScaledObjectRef``; not the Deployment's name).
+* :func:`serve` starts a gRPC server on ``address`` (default ``127.0.0.1:0``, a free loopback port).
+
+Before the first decision there is nothing to serve: unary calls answer ``UNAVAILABLE`` and a stream
+sends nothing yet, so KEDA keeps the current replicas (or, if the ScaledObject sets ``fallback``,
+goes to ``fallback.replicas`` after ``failureThreshold`` failed polls). A missing decision is never
+reported as 0, which would let KEDA scale a serving fleet to zero.
+
+``reconcile_once`` calls ``scale_to`` only when the decision differs from ``spec_replicas``; before
+the first decision that is ``initial_replicas``, so a first decision equal to it publishes nothing.
+Callers that want KEDA to hear every decision call ``scale_to`` on every tick: it is a memory write,
+and only a change of activity wakes the streams.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
+
+import grpc
+
+from llmscale.cluster.keda import externalscaler_pb2 as pb
+from llmscale.cluster.keda import externalscaler_pb2_grpc as pb_grpc
+from llmscale.errors import ActuationError, ConfigError
+from llmscale.types import ReplicaView
+
+if TYPE_CHECKING:
+    from llmscale.cluster.base import Cluster
+
+__all__ = [
+    "DEFAULT_METRIC_NAME",
+    "METRIC_NAME_KEY",
+    "ExternalScalerServicer",
+    "KedaScaler",
+    "KedaServer",
+    "serve",
+]
+
+#: External metric name reported to KEDA when the trigger's metadata does not set one.
+DEFAULT_METRIC_NAME = "llmscale-desired-replicas"
+#: Trigger metadata key (``ScaledObjectRef.scalerMetadata``) that overrides the metric name.
+METRIC_NAME_KEY = "metricName"
+
+ReplicasViewFn = Callable[[], tuple[ReplicaView, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    desired: int
+    time_s: float
+
+
+class KedaScaler:
+    """One ScaledObject's current decision; a ``Cluster`` whose actuator is KEDA.
+
+    Thread-safe: the controller calls :meth:`scale_to` from its loop while gRPC worker threads read
+    the decision and stream subscribers wait for it to change.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        namespace: str = "default",
+        *,
+        metric_name: str = DEFAULT_METRIC_NAME,
+        initial_replicas: int = 0,
+        replicas_view: ReplicasViewFn | None = None,
+    ) -> None:
+        """``name``/``namespace``: the ScaledObject KEDA asks about.
+
+        ``initial_replicas``: what :attr:`spec_replicas` reports before the first decision (for
+        instance the target's scale spec read at start-up); it is never served to KEDA.
+        ``replicas_view``: where :meth:`replicas_view` gets the replicas (pod discovery); KEDA
+        itself tells nothing about them, so without it the view is empty.
+        """
+        if not name:
+            raise ConfigError("KEDA ScaledObject name is empty")
+        if initial_replicas < 0:
+            raise ConfigError(f"initial_replicas = {initial_replicas}, must be >= 0")
+        self.name = name
+        self.namespace = namespace
+        self.metric_name = metric_name
+        self._initial_replicas = initial_replicas
+        self._replicas_view = replicas_view
+        self._cond = threading.Condition()
+        self._decision: _Decision | None = None
+        # Bumped whenever activity (desired > 0) changes or the first decision arrives; streams
+        # compare it with the generation they last sent.
+        self._activity_generation = 0
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """``(namespace, name)`` of the ScaledObject."""
+        return (self.namespace, self.name)
+
+    # --- Cluster protocol ---------------------------------------------------------------
+
+    @property
+    def spec_replicas(self) -> int:
+        """The last decision (replicas); ``initial_replicas`` before the first one."""
+        with self._cond:
+            return self._initial_replicas if self._decision is None else self._decision.desired
+
+    def scale_to(self, n: int, now_s: float, *, drain_until_idle: bool = False) -> None:
+        """Publish ``n`` replicas, decided at ``now_s`` (controller time, s); pre: n >= 0.
+
+        Wakes ``StreamIsActive`` subscribers when activity (n > 0) changes. KEDA and the HPA pick
+        which pods go on a shrink, so ``drain_until_idle`` cannot be honoured and is ignored.
+        Raises ActuationError for a negative ``n``.
+        """
+        if n < 0:
+            raise ActuationError(f"KEDA scaler {self.namespace}/{self.name}: replicas = {n}, must be >= 0")
+        with self._cond:
+            before = self._decision
+            self._decision = _Decision(desired=int(n), time_s=float(now_s))
+            if before is None or (before.desired > 0) != (n > 0):
+                self._activity_generation += 1
+                self._cond.notify_all()
+
+    def replicas_view(self) -> tuple[ReplicaView, ...]:
+        """The injected view's replicas, or ``()`` when none was given."""
+        return () if self._replicas_view is None else self._replicas_view()
+
+    # --- read side ----------------------------------------------------------------------
+
+    @property
+    def desired_replicas(self) -> int | None:
+        """The decision served to KEDA; ``None`` until the first :meth:`scale_to`."""
+        with self._cond:
+            return None if self._decision is None else self._decision.desired
+
+    @property
+    def decided_at_s(self) -> float | None:
+        """``now_s`` of the last :meth:`scale_to`; ``None`` until the first one."""
+        with self._cond:
+            return None if self._decision is None else self._decision.time_s
+
+    def _activity(self) -> tuple[int | None, int]:
+        """(desired replicas or None, activity generation), read together."""
+        with self._cond:
+            desired = None if self._decision is None else self._decision.desired
+            return desired, self._activity_generation
+
+    def _wait_for_activity_change(
+        self, seen_generation: int, timeout_s: float, stop: Callable[[], bool]
+    ) -> bool:
+        """Block until activity changes past ``seen_generation`` or ``stop()``; False on time-out."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._activity_generation != seen_generation or stop(), timeout=timeout_s
+            )
+
+    def _wake(self) -> None:
+        """Wake every waiting stream so it re-checks whether its RPC or the server is done."""
+        with self._cond:
+            self._cond.notify_all()
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    context.abort(code, message)  # raises: ends the RPC with this status
+    raise AssertionError("unreachable: ServicerContext.abort raises")
+
+
+class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
+    """KEDA's ``ExternalScaler`` service over a fixed set of :class:`KedaScaler` holders."""
+
+    def __init__(
+        self, scalers: Iterable[KedaScaler], *, keepalive_s: float = 30.0, max_streams: int = 8
+    ) -> None:
+        """``keepalive_s``: a stream resends the current activity after this long without a change,
+        so a subscriber that missed nothing still hears the server is alive, and a vanished one is
+        detected by the failed write. ``max_streams``: concurrent ``StreamIsActive`` calls; each
+        holds a server worker thread, so more are refused with RESOURCE_EXHAUSTED instead of
+        starving the unary calls of threads.
+        """
+        by_key: dict[tuple[str, str], KedaScaler] = {}
+        for s in scalers:
+            if s.key in by_key:
+                raise ConfigError(f"KEDA ScaledObject {s.namespace}/{s.name} is listed twice")
+            by_key[s.key] = s
+        if not by_key:
+            raise ConfigError("the KEDA external scaler needs at least one ScaledObject to serve")
+        if keepalive_s <= 0:
+            raise ConfigError(f"keepalive_s = {keepalive_s}, must be > 0")
+        if max_streams < 1:
+            raise ConfigError(f"max_streams = {max_streams}, must be >= 1")
+        self._scalers = by_key
+        self._keepalive_s = keepalive_s
+        self._max_streams = max_streams
+        self._lock = threading.Lock()
+        self._open_streams = 0
+        self._closing = threading.Event()
+
+    @property
+    def open_streams(self) -> int:
+        """``StreamIsActive`` calls currently open."""
+        with self._lock:
+            return self._open_streams
+
+    def close(self) -> None:
+        """End every open stream (with status OK) and refuse new ones; unary calls still answer."""
+        self._closing.set()
+        for s in self._scalers.values():
+            s._wake()
+
+    # --- lookups ------------------------------------------------------------------------
+
+    def _find(self, ref: pb.ScaledObjectRef, context: grpc.ServicerContext) -> KedaScaler:
+        scaler = self._scalers.get((ref.namespace, ref.name))
+        if scaler is None:
+            served = ", ".join(f"{ns}/{n}" for ns, n in sorted(self._scalers))
+            _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"ScaledObject {ref.namespace}/{ref.name} is not served by this llmscale scaler "
+                f"(serving: {served})",
+            )
+        return scaler
+
+    @staticmethod
+    def _desired(scaler: KedaScaler, context: grpc.ServicerContext) -> int:
+        desired = scaler.desired_replicas
+        if desired is None:
+            _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"no decision yet for ScaledObject {scaler.namespace}/{scaler.name}: the llmscale "
+                "controller has not completed a tick; KEDA keeps the current replicas",
+            )
+        return desired
+
+    @staticmethod
+    def _metric_name(scaler: KedaScaler, ref: pb.ScaledObjectRef) -> str:
+        return ref.scalerMetadata.get(METRIC_NAME_KEY) or scaler.metric_name
+
+    # --- RPCs ---------------------------------------------------------------------------
+
+    def IsActive(self, request: pb.ScaledObjectRef, context: grpc.ServicerContext) -> pb.IsActiveResponse:
+        scaler = self._find(request, context)
+        return pb.IsActiveResponse(result=self._desired(scaler, context) > 0)
+
+    def StreamIsActive(
+        self, request: pb.ScaledObjectRef, context: grpc.ServicerContext
+    ) -> Iterator[pb.IsActiveResponse]:
+        scaler = self._find(request, context)
+        with self._lock:
+            if self._closing.is_set():
+                _abort(context, grpc.StatusCode.UNAVAILABLE, "the llmscale KEDA scaler is shutting down")
+            if self._open_streams >= self._max_streams:
+                _abort(
+                    context,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{self._open_streams} StreamIsActive calls already open "
+                    f"(max_streams = {self._max_streams})",
+                )
+            self._open_streams += 1
+        try:
+            yield from self._activity_stream(scaler, context)
+        finally:
+            with self._lock:
+                self._open_streams -= 1
+
+    def _activity_stream(
+        self, scaler: KedaScaler, context: grpc.ServicerContext
+    ) -> Iterator[pb.IsActiveResponse]:
+        # The RPC ending (client cancel, deadline, server stop after its grace) runs this callback,
+        # which wakes the wait below; close() wakes it too.
+        context.add_callback(scaler._wake)
+
+        def done() -> bool:
+            return self._closing.is_set() or not context.is_active()
+
+        while not done():
+            desired, generation = scaler._activity()
+            # No decision yet: send nothing (not a made-up false) and wait for the first one.
+            if desired is not None:
+                yield pb.IsActiveResponse(result=desired > 0)
+            # Wait for a change after the state just sent (one made while the message was on its
+            # way is seen at once); a time-out falls through to a keep-alive resend.
+            scaler._wait_for_activity_change(generation, self._keepalive_s, done)
+
+    def GetMetricSpec(
+        self, request: pb.ScaledObjectRef, context: grpc.ServicerContext
+    ) -> pb.GetMetricSpecResponse:
+        scaler = self._find(request, context)
+        # targetSize 1 with KEDA's default metric type AverageValue makes the HPA ask for exactly
+        # our replicas. For an External metric with an AverageValue target the HPA computes
+        #     usageRatio = metricValue / (target * currentReplicas)
+        #     desired    = ceil(metricValue / target)    if |1 - usageRatio| > tolerance (0.1 by default)
+        # and metricValue is our decision, so with target = 1 the HPA's answer is our number
+        # whatever currentReplicas is: current 4, ours 7 -> ratio 1.75 -> ceil(7 / 1) = 7; current 7,
+        # ours 3 -> ratio 0.43 -> 3. The one exception is the tolerance: within 10 % of current
+        # (current 20, ours 21 -> ratio 1.05) the HPA keeps 20. The HPA's own behavior (a 300 s
+        # scale-down stabilization window by default) still applies after this; configure
+        # advanced.horizontalPodAutoscalerConfig.behavior so it does not stack on llmscale's guards.
+        # A trigger with metricType: Value would instead compute ceil(metricValue * readyPods): wrong.
+        # Pinned by tests/keda/test_keda_server.py::test_metric_spec_is_one_average_value_per_replica.
+        spec = pb.MetricSpec(metricName=self._metric_name(scaler, request), targetSize=1, targetSizeFloat=1.0)
+        return pb.GetMetricSpecResponse(metricSpecs=[spec])
+
+    def GetMetrics(
+        self, request: pb.GetMetricsRequest, context: grpc.ServicerContext
+    ) -> pb.GetMetricsResponse:
+        ref = request.scaledObjectRef
+        scaler = self._find(ref, context)
+        name = self._metric_name(scaler, ref)
+        # KEDA strips its "s<index>-" prefix before asking, so it sends the name GetMetricSpec gave;
+        # an empty name (a hand-made request) means the only metric there is.
+        if request.metricName not in ("", name):
+            _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"metric {request.metricName!r} is not served for ScaledObject {ref.namespace}/{ref.name}; "
+                f"GetMetricSpec names it {name!r}",
+            )
+        desired = self._desired(scaler, context)
+        value = pb.MetricValue(metricName=name, metricValue=desired, metricValueFloat=float(desired))
+        return pb.GetMetricsResponse(metricValues=[value])
+
+
+class KedaServer:
+    """A running external scaler: its gRPC server, servicer and bound port."""
+
+    def __init__(self, server: grpc.Server, servicer: ExternalScalerServicer, port: int) -> None:
+        self.grpc_server = server
+        self.servicer = servicer
+        self.port = port
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop serving: open streams end at once with status OK (KEDA then reconnects to
+        whichever scaler is up), new calls are refused, and unary calls in flight get up to
+        ``grace_s`` seconds before they are cancelled. Returns when the server has shut down.
+        """
+        self.servicer.close()
+        self.grpc_server.stop(grace_s).wait(timeout=grace_s + 5.0)
+
+    def __enter__(self) -> KedaServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def serve(
+    scalers: KedaScaler | Iterable[KedaScaler],
+    address: str = "127.0.0.1:0",
+    *,
+    keepalive_s: float = 30.0,
+    max_workers: int = 16,
+    max_streams: int = 8,
+) -> tuple[KedaServer, int]:
+    """Serve ``scalers`` to KEDA on ``address`` (host:port, port 0 = a free one); returns (server, port).
+
+    Plain-text gRPC, as KEDA's ``external`` trigger uses without ``enableTLS``. ``max_streams``
+    must leave worker threads for unary calls: pre: max_streams < max_workers.
+    Raises ConfigError when the address cannot be bound.
+    """
+    if max_streams >= max_workers:
+        raise ConfigError(f"max_streams = {max_streams}, must be < max_workers ({max_workers})")
+    servicer = ExternalScalerServicer(
+        [scalers] if isinstance(scalers, KedaScaler) else scalers,
+        keepalive_s=keepalive_s,
+        max_streams=max_streams,
+    )
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="keda-scaler")
+    )
+    # protoc's gRPC module is untyped (see pyproject's mypy override for the generated modules)
+    pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as e:
+        raise ConfigError(f"KEDA scaler address {address!r} cannot be bound: {e}") from e
+    if port == 0:
+        raise ConfigError(f"KEDA scaler address {address!r} cannot be bound")
+    server.start()
+    return KedaServer(server, servicer, port), port
+
+
+if TYPE_CHECKING:
+
+    def _is_a_cluster(s: KedaScaler) -> Cluster:
+        return s
