@@ -15,9 +15,14 @@ if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
 stamp=".venv/.llmscale-installed${extras}"
-want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+# setup.py compiles the simulator's hot modules with mypyc: a change to them must rebuild too.
+want="$(cat pyproject.toml setup.py src/llmscale/sim/request.py src/llmscale/sim/histogram.py \
+  src/llmscale/sim/replica.py src/llmscale/sim/fleet.py | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "installing llmscale${extras} into .venv ..." >&2
+  echo "installing llmscale${extras} into .venv (first time: a few minutes, the simulator is compiled with mypyc) ..." >&2
+  if [ "${LLMSCALE_PURE_PYTHON:-0}" = "1" ]; then
+    find src -name '*.so' -delete  # leave no stale compiled module shadowing the sources
+  fi
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extras}" >&2
   echo "$want" > "$stamp"

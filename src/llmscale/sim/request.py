@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 __all__ = ["DECODING", "DONE", "PREFILLING", "WAITING", "Req", "Status"]
 
 # Where a request is inside its replica (ints: compared on the hot path).
@@ -14,13 +16,19 @@ DONE = 3
 class Status:
     """Final outcome codes (ints for speed in the hot path)."""
 
-    IN_FLIGHT = 0
-    COMPLETED = 1
-    REJECTED = 2
-    TIMED_OUT = 3
-    KILLED = 4  # in flight on a draining replica when its grace period ran out
+    IN_FLIGHT: ClassVar[int] = 0
+    COMPLETED: ClassVar[int] = 1
+    REJECTED: ClassVar[int] = 2
+    TIMED_OUT: ClassVar[int] = 3
+    KILLED: ClassVar[int] = 4  # in flight on a draining replica when its grace period ran out
 
-    NAMES = ("in_flight", "completed", "rejected", "timed_out", "killed_by_scale_down")
+    NAMES: ClassVar[tuple[str, ...]] = (
+        "in_flight",
+        "completed",
+        "rejected",
+        "timed_out",
+        "killed_by_scale_down",
+    )
 
 
 class Req:
