@@ -1,0 +1,309 @@
+"""The Prometheus HTTP API as a metric source: :class:`PrometheusSource`.
+
+One tick is one evaluation time and a batch of instant queries
+(``/api/v1/query?query=...&time=T``), run concurrently:
+
+1. the liveness query (default ``up{selector}``) lists the replicas, by the
+   replica label, and gives ``T``: the evaluation time Prometheus stamped on
+   its answer (or ``time_of(now_s)`` when given), so every later query of the
+   tick reads the same instant without this process reading a wall clock;
+2. ``timestamp(liveness)`` at ``T``: a replica whose last ``up`` sample is
+   older than ``max_sample_age_s`` is stale — Prometheus answers with the
+   last sample for 5 minutes after a target stops being scraped (e.g. after
+   Prometheus itself restarted), and an old value must not pass for a fresh one;
+3. the value and histogram queries of :mod:`llmscale.metrics.promql`.
+
+A replica is known (``ok=True``) when all its ``up`` series are 1 and fresh.
+When Prometheus is unreachable, times out or answers 5xx, every replica of
+the last successful tick comes back unknown (``ok=False``) and the error is
+counted: the source never raises and never invents zeros. A single query that
+Prometheus refuses (4xx: a bad override) leaves that metric out and is
+counted; the other metrics still arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmscale.errors import ConfigError
+from llmscale.metrics._loop import LoopThread
+from llmscale.metrics.exposition import build_histogram
+from llmscale.metrics.promql import QuerySet, default_queries, with_overrides
+from llmscale.metrics.scrape import fleet_view_of
+from llmscale.types import Histogram, Observation, Phase, ReplicaSample
+
+__all__ = ["PrometheusSource", "PrometheusUnavailable"]
+
+_PHASES = {p.label: p for p in Phase}
+
+
+def _override(base: QuerySet, overrides: Mapping[str, str | None]) -> QuerySet:
+    values = {k: v for k, v in overrides.items() if k not in base.histograms}
+    hists = {k: v for k, v in overrides.items() if k in base.histograms}
+    return with_overrides(base, values=values, histograms=hists)
+
+
+class PrometheusUnavailable(Exception):
+    """Prometheus could not answer this tick (connection, time-out, 5xx, not its API)."""
+
+
+class _QueryRefused(Exception):
+    """Prometheus answered, but refused or could not use one query (4xx, wrong result type)."""
+
+
+@dataclass(slots=True)
+class _Replica:
+    up: float = 1.0
+    #: time of its oldest ``up`` sample among its series (None: unknown, or found stale)
+    up_sample_s: float | None = None
+    phase: Phase = Phase.READY
+    values: dict[str, float] = field(default_factory=dict)
+    buckets: dict[str, dict[float, float]] = field(default_factory=dict)
+    sums: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, float] = field(default_factory=dict)
+
+
+Vector = list[tuple[Mapping[str, str], float, float]]  # (labels, sample time, value)
+
+
+class PrometheusSource:
+    """A :class:`~llmscale.metrics.source.MetricSource` over Prometheus's HTTP API.
+
+    ``queries`` is a whole :class:`~llmscale.metrics.promql.QuerySet`, or
+    overrides of :func:`~llmscale.metrics.promql.default_queries` for
+    ``backend``: metric name -> PromQL (None drops it); for a histogram family
+    the value is the family name to read instead (``'my_ttft{job="a"}'``).
+    ``selector`` (label matchers) narrows the engine's series and the liveness
+    query; ``dcgm`` adds the DCGM fields. ``phase_label``, when the liveness series carry it
+    (``llmscale emulate``'s targets do), gives each replica's lifecycle phase;
+    otherwise replicas are READY. ``time_of`` maps controller time to Unix time
+    for replays; by default the evaluation time is Prometheus's own "now".
+
+    After each :meth:`observe`: ``errors_total`` counts errors since
+    construction and ``last_errors`` says what failed this tick.
+    """
+
+    kind = "prometheus"
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        backend: str = "vllm",
+        replica_label: str = "pod",
+        selector: str = "",
+        dcgm: bool = True,
+        queries: QuerySet | Mapping[str, str | None] | None = None,
+        liveness_query: str | None = None,
+        phase_label: str | None = "phase",
+        max_sample_age_s: float = 60.0,
+        timeout_s: float = 5.0,
+        time_of: Callable[[float], float] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"prometheus url = {base_url!r}, must start with http:// or https://")
+        if timeout_s <= 0:
+            raise ConfigError(f"timeout_s = {timeout_s}, must be > 0")
+        if max_sample_age_s <= 0:
+            raise ConfigError(f"max_sample_age_s = {max_sample_age_s}, must be > 0")
+        self.base_url = base_url.rstrip("/")
+        if isinstance(queries, QuerySet):
+            self.queries = queries
+        else:
+            base = default_queries(backend, replica_label=replica_label, selector=selector, dcgm=dcgm)
+            self.queries = _override(base, queries or {})
+        label = self.queries.replica_label
+        sel = selector.strip().strip("{}")
+        self.liveness_query = liveness_query or (f"up{{{sel}}}" if sel else "up")
+        self.replica_label = label
+        self.phase_label = phase_label
+        self.max_sample_age_s = max_sample_age_s
+        self.timeout_s = timeout_s
+        self._time_of = time_of
+        self._headers = dict(headers or {})
+        self._loop = LoopThread("llmscale-prometheus")
+        self._client: Any = None  # httpx.AsyncClient, created on the loop thread
+        self._known: dict[str, Phase] = {}
+        self.errors_total = 0
+        self.last_errors: dict[str, str] = {}
+
+    def __enter__(self) -> PrometheusSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+
+        async def shut() -> None:
+            if client is not None:
+                await client.aclose()
+
+        self._loop.close(shut)
+
+    # -- one tick ---------------------------------------------------------------------------
+
+    def observe(self, now_s: float) -> Observation:
+        """Query Prometheus once; never raises. ``now_s`` stamps the observation."""
+        errors: dict[str, str] = {}
+        at = None if self._time_of is None else self._time_of(now_s)
+        try:
+            replicas = self._loop.run(lambda: self._tick(at, errors), timeout_s=self.timeout_s * 3 + 10)
+        except Exception as e:  # unreachable, time-out, 5xx: hold what we knew as unknown
+            errors["prometheus"] = str(e) or type(e).__name__
+            samples = [ReplicaSample(name, phase, ok=False) for name, phase in sorted(self._known.items())]
+        else:
+            samples = self._samples(replicas, errors)
+        self.errors_total += len(errors)
+        self.last_errors = errors
+        return Observation(time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples))
+
+    def _samples(self, replicas: dict[str, _Replica] | None, errors: dict[str, str]) -> list[ReplicaSample]:
+        samples: list[ReplicaSample] = []
+        current: dict[str, Phase] = {}
+        for name, r in sorted((replicas or {}).items()):
+            current[name] = r.phase
+            if r.up != 1.0 or r.up_sample_s is None:
+                samples.append(ReplicaSample(name, r.phase, ok=False))
+                continue
+            hists: dict[str, Histogram] = {}
+            for family, buckets in r.buckets.items():
+                h = build_histogram(buckets, r.sums.get(family, 0.0), r.counts.get(family))
+                if h is not None:
+                    hists[family] = h
+            samples.append(ReplicaSample(name, r.phase, ok=True, values=r.values, histograms=hists))
+        # Replicas of the last tick that no longer have an ``up`` series: unknown this tick, then forgotten
+        # (the live loop adds an unknown sample for any the cluster still lists).
+        for name, phase in sorted(self._known.items()):
+            if name not in current:
+                samples.append(ReplicaSample(name, phase, ok=False))
+                errors.setdefault(name, "no up series this tick")
+        self._known = current
+        return samples
+
+    # -- querying (on the loop thread) ------------------------------------------------------
+
+    async def _tick(self, at: float | None, errors: dict[str, str]) -> dict[str, _Replica]:
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), headers=self._headers)
+        label = self.replica_label
+        up = await self._query(self.liveness_query, at)
+        replicas: dict[str, _Replica] = {}
+        for labels, t, v in up:
+            name = labels.get(label)
+            if name is None:
+                continue
+            if at is None:
+                at = t  # Prometheus's evaluation time: every other query of the tick reads this instant
+            r = replicas.get(name)
+            if r is None:
+                r = replicas[name] = _Replica(up=v)
+            else:
+                r.up = min(r.up, v)  # several targets per pod: all must be up
+            phase = None if self.phase_label is None else labels.get(self.phase_label)
+            if phase in _PHASES:
+                r.phase = _PHASES[phase]
+        if not replicas:
+            return replicas
+
+        names = ["timestamp"]
+        exprs = [f"timestamp({self.liveness_query})"]
+        for key, q in self.queries.values.items():
+            names.append(f"value {key}")
+            exprs.append(q)
+        for family, hq in self.queries.histograms.items():
+            for part, q in (("buckets", hq.buckets), ("sum", hq.sum), ("count", hq.count)):
+                if q:
+                    names.append(f"{part} {family}")
+                    exprs.append(q)
+        results = await asyncio.gather(*(self._query(q, at) for q in exprs), return_exceptions=True)
+        for what, res in zip(names, results, strict=True):
+            if isinstance(res, PrometheusUnavailable):
+                raise res
+            if isinstance(res, BaseException):
+                if not isinstance(res, _QueryRefused):
+                    raise res
+                errors[what] = str(res)
+                continue
+            self._fold(what, res, replicas, at, errors)
+        return replicas
+
+    def _fold(
+        self,
+        what: str,
+        vector: Vector,
+        replicas: dict[str, _Replica],
+        at: float | None,
+        errors: dict[str, str],
+    ) -> None:
+        part, _, key = what.partition(" ")
+        label = self.replica_label
+        if part == "timestamp":
+            for labels, _, v in vector:
+                r = replicas.get(labels.get(label, ""))
+                if r is not None:
+                    r.up_sample_s = v if r.up_sample_s is None else min(r.up_sample_s, v)
+            for name, r in replicas.items():
+                if r.up_sample_s is None:
+                    errors.setdefault(name, "no up sample time")
+                elif at is not None and at - r.up_sample_s > self.max_sample_age_s:
+                    errors[name] = f"stale: last up sample {at - r.up_sample_s:.0f} s old"
+                    r.up_sample_s = None
+            return
+        for labels, _, v in vector:
+            r = replicas.get(labels.get(label, ""))
+            if r is None or v != v:  # a series of no current replica; NaN: no value
+                continue
+            if part == "value":
+                r.values[key] = v
+            elif part == "buckets":
+                le = labels.get("le")
+                if le is None:
+                    errors[what] = "bucket series without an le label"
+                    return
+                r.buckets.setdefault(key, {})[float(le)] = v
+            elif part == "sum":
+                r.sums[key] = v
+            else:
+                r.counts[key] = v
+
+    async def _query(self, expr: str, at: float | None) -> Vector:
+        """One instant query -> [(labels, sample time, value)]; raises PrometheusUnavailable/_QueryRefused."""
+        import httpx
+
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        try:
+            resp = await self._client.get(f"{self.base_url}/api/v1/query", params=params)
+        except httpx.HTTPError as e:
+            raise PrometheusUnavailable(f"{self.base_url}: {type(e).__name__}: {e}") from e
+        if resp.status_code >= 500:
+            raise PrometheusUnavailable(f"{self.base_url}: HTTP {resp.status_code} for {expr!r}")
+        try:
+            doc = resp.json()
+        except ValueError as e:
+            raise PrometheusUnavailable(f"{self.base_url}: not a Prometheus API answer ({e})") from e
+        if not isinstance(doc, dict):
+            raise PrometheusUnavailable(f"{self.base_url}: not a Prometheus API answer")
+        if resp.status_code != 200 or doc.get("status") != "success":
+            reason = doc.get("error") or f"HTTP {resp.status_code}"
+            raise _QueryRefused(f"{expr!r}: {doc.get('errorType', 'error')}: {reason}")
+        data = doc.get("data") or {}
+        if data.get("resultType") != "vector":
+            raise _QueryRefused(f"{expr!r}: result type {data.get('resultType')!r}, need an instant vector")
+        out: Vector = []
+        try:
+            for item in data.get("result") or []:
+                t, v = item["value"]
+                out.append((item.get("metric") or {}, float(t), float(v)))  # float() reads "NaN", "+Inf"
+        except (KeyError, TypeError, ValueError) as e:
+            raise _QueryRefused(f"{expr!r}: malformed vector ({type(e).__name__}: {e})") from e
+        return out
