@@ -393,8 +393,11 @@ class Fleet:
 
     def gpu_seconds(self, now: float) -> float:
         """GPU-seconds up to ``now``: every GPU of every replica from Pending until Gone."""
-        total = sum(max(0.0, min(gone, now) - created) for created, gone in self._gone_spans)
-        total += sum(max(0.0, now - r.created_s) for r in self.replicas)
+        total = 0.0
+        for created, gone in self._gone_spans:
+            total += max(0.0, min(gone, now) - created)
+        for r in self.replicas:
+            total += max(0.0, now - r.created_s)
         return total * self.gpus_per_replica + self.prepaid_gpu_s
 
     def counter_totals(self) -> tuple[float, float, float]:
@@ -417,3 +420,69 @@ class Fleet:
                     r.waiting.remove(req)
                     r.outstanding -= 1
                     self._resolve(req, Status.TIMED_OUT)
+
+    # ----------------------------------------------------------- online use
+
+    @property
+    def next_event_s(self) -> float:
+        """Time of the earliest queued engine or lifecycle event (inf when none); may be a stale entry."""
+        return self._heap[0][0] if self._heap else math.inf
+
+    def submit(
+        self, input_tokens: int, output_tokens: int, now_s: float, replica: Replica | None = None
+    ) -> Req:
+        """Admit one request arriving at ``now_s`` from outside the workload arrays; return it.
+
+        For the wall-clock emulator, whose HTTP clients arrive one by one. The
+        fleet first processes everything up to ``now_s``; the request then goes
+        where ``_arrive`` would send it (rejected if too long, routed, or held at
+        the gateway), or straight to ``replica`` when given (a client that called
+        one replica's own port; pre: that replica is READY). Its outcome fields
+        are appended to the per-request lists under ``req.idx``.
+        Pre: every workload arrival is processed (the emulator builds the fleet
+        with none), ``now_s >= self.now``, and ``input_tokens, output_tokens >= 1``.
+        """
+        if self._next < self.num_requests:
+            raise ValueError("Fleet.submit: workload arrivals are still pending; submit mixes with none")
+        self.run_until(now_s)
+        i = self.num_requests
+        self._arr.append(now_s)
+        self._inp.append(input_tokens)
+        self._out.append(output_tokens)
+        self.num_requests = self._next = i + 1
+        self.status.append(Status.IN_FLIGHT)
+        for outcome in (self.ttft_s, self.e2e_s, self.tpot_s, self.first_token_at_s, self.finish_at_s):
+            outcome.append(math.nan)
+        # The same decisions as _arrive, kept apart so the batch hot path is untouched.
+        req = Req(i, now_s, input_tokens, output_tokens)
+        self.unresolved += 1
+        need = input_tokens + output_tokens
+        if need > self.max_model_len or -(-need // BLOCK_TOKENS) > self.total_blocks:
+            self._resolve(req, Status.REJECTED)
+        elif replica is not None:
+            replica.enqueue(req, now_s)
+        elif self.ready:
+            self._route(req, now_s)
+        elif self.config.max_queue is not None and len(self.gateway) >= self.config.max_queue:
+            self._resolve(req, Status.REJECTED)
+        else:
+            self.gateway.append(req)
+        return req
+
+    def emitted_tokens(self, req: Req, now_s: float) -> int:
+        """Output tokens ``req`` has produced by ``now_s``; pre: ``run_until(now_s)`` was called.
+
+        A decoding request's count is lazy (see :class:`Req`): its replica is
+        synced to the whole steps finished by ``now_s`` and the count is read
+        off the replica's step counter. A completed request has all its tokens.
+        """
+        from llmscale.sim.request import DECODING
+
+        if req.state == DECODING:
+            r = req.replica
+            assert isinstance(r, Replica)
+            r.sync(now_s)
+            return req.gen_join + r.counter - req.counter_join
+        if self.status[req.idx] == Status.COMPLETED:
+            return req.output_tokens
+        return req.generated
