@@ -359,6 +359,231 @@ def workloads_cmd() -> None:
     Console().print(table)
 
 
+RUN_HELP = (
+    "Run the controller live: read the fleet's metrics, decide with the configured policy and "
+    "guards, and scale the target (Kubernetes scale subresource, KEDA external scaler or emulate).\n\n"
+    "Serves /metrics, /healthz and /readyz, writes one JSON line per tick to the decision log, and "
+    "stops cleanly on SIGTERM or SIGINT. See examples/llmscale.yaml."
+)
+
+
+@app.command("run", help=RUN_HELP)
+def run_cmd(
+    config: Annotated[Path, typer.Option("--config", help="The controller's YAML config file.")],
+    once: Annotated[bool, typer.Option("--once", help="Run one tick and exit.")] = False,
+    max_ticks: Annotated[
+        int | None,
+        typer.Option("--max-ticks", help="Stop after this many ticks (default: run until stopped)."),
+    ] = None,
+    mode: Annotated[
+        str | None, typer.Option("--mode", help="apply, dry-run or shadow; overrides the file's mode.")
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option(help="Log level of stderr messages: debug, info, warning.")
+    ] = "info",
+) -> None:
+    # Help text: RUN_HELP.
+    import logging
+    import signal
+    import threading
+
+    from llmscale.config import load_config
+    from llmscale.controller.wiring import build_runtime
+
+    if max_ticks is not None and max_ticks < 1:
+        raise ConfigError(f"--max-ticks = {max_ticks}, must be >= 1")
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        raise ConfigError(f"--log-level {log_level!r} is not one of debug, info, warning, error")
+    cfg = load_config(config, mode=mode)
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    runtime = build_runtime(cfg)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        logging.getLogger("llmscale").info("%s: stopping after the current tick", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        runtime.controller.start()
+        try:
+            runtime.server.start()
+        except OSError as e:
+            raise ConfigError(f"{config.name}: server.listen {cfg.server.listen}: cannot listen: {e}") from e
+        ticks = runtime.controller.run(stop, max_ticks=1 if once else max_ticks)
+        logging.getLogger("llmscale").info(
+            "stopped after %d tick(s), %d failed", ticks, runtime.controller.failed_ticks
+        )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        runtime.server.stop()
+        runtime.close()
+
+
+EMULATE_HELP = (
+    "Serve N simulated vLLM replicas over HTTP in wall-clock time (the backtest's replica model).\n\n"
+    "Port P is a front door that routes like the simulator (least outstanding) and serves the OpenAI API "
+    "and the admin API (/admin/replicas, /admin/scale, /admin/targets); each replica also listens on the "
+    "next free port above P with the OpenAI API and a vLLM + DCGM /metrics page. Runs until Ctrl-C, "
+    "SIGTERM or --max-seconds."
+)
+
+
+@app.command("emulate", help=EMULATE_HELP)
+def emulate_cmd(
+    replicas: Annotated[int, typer.Option(help="Ready replicas at start.")] = 1,
+    model: Annotated[
+        str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
+    ] = "llama-3-8b",
+    gpu: Annotated[str, typer.Option(help="GPU: a100-80gb, h100-80gb, h200.")] = "h100-80gb",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica.")] = 1,
+    host: Annotated[str, typer.Option(help="Address every listener binds.")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option(help="Front-door port; replicas take the next free ones (0: any).")
+    ] = 8000,
+    cold_start_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Total cold start of a new replica, split evenly over Pending, Loading, Warmup (s)."
+        ),
+    ] = None,
+    pending_s: Annotated[
+        float | None, typer.Option(help="Pending phase (s); default from the catalogue.")
+    ] = None,
+    loading_s: Annotated[
+        float | None, typer.Option(help="Loading phase (s); default from the catalogue.")
+    ] = None,
+    warmup_s: Annotated[
+        float | None, typer.Option(help="Warmup phase (s); default from the catalogue.")
+    ] = None,
+    grace_s: Annotated[float, typer.Option(help="Grace period of a draining replica (s).")] = 30.0,
+    timeout_s: Annotated[
+        float, typer.Option(help="Requests waiting this long without a token fail (s).")
+    ] = 60.0,
+    time_scale: Annotated[float, typer.Option(help="Simulated seconds per wall second.")] = 1.0,
+    default_max_tokens: Annotated[int, typer.Option(help="max_tokens when a request gives none.")] = 16,
+    served_model_name: Annotated[
+        str | None, typer.Option(help="Model id served (default: the model's Hugging Face id).")
+    ] = None,
+    max_seconds: Annotated[float | None, typer.Option(help="Stop after this many wall seconds.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the simulator.")] = 0,
+) -> None:
+    import asyncio
+
+    from llmscale.emulate import EmulateConfig, serve
+
+    if cold_start_s is not None:
+        if cold_start_s < 0:
+            raise ConfigError(f"--cold-start-s = {cold_start_s}, must be >= 0")
+        third = cold_start_s / 3.0
+        pending_s = third if pending_s is None else pending_s
+        loading_s = third if loading_s is None else loading_s
+        warmup_s = third if warmup_s is None else warmup_s
+    cfg = EmulateConfig(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        replicas=replicas,
+        host=host,
+        port=port,
+        time_scale=time_scale,
+        pending_s=pending_s,
+        loading_s=loading_s,
+        warmup_s=warmup_s,
+        grace_s=grace_s,
+        timeout_s=timeout_s,
+        default_max_tokens=default_max_tokens,
+        served_model_name=served_model_name,
+        seed=seed,
+    )
+
+    def ready(server: Any) -> None:
+        # One line per fact, flushed: scripts and tests read the ports from here.
+        print(f"front door: {server.base_url} (model {server.served_model})", flush=True)
+        for name, p in sorted(server.replica_ports().items()):
+            print(f"replica {name}: http://{host}:{p}", flush=True)
+        print("ready", flush=True)
+
+    asyncio.run(serve(cfg, max_seconds=max_seconds, on_ready=ready, handle_signals=True))
+
+
+LOADGEN_HELP = (
+    "Replay a trace's arrivals against an OpenAI-compatible endpoint with streaming requests and print "
+    "TTFT / TPOT / E2E percentiles, bounded by --max-requests and --max-duration-s."
+)
+
+
+@app.command("loadgen", help=LOADGEN_HELP)
+def loadgen_cmd(
+    target: Annotated[str, typer.Option(help="Base URL of the server, e.g. http://127.0.0.1:8000.")],
+    trace: Annotated[Path | None, typer.Option(help="Request trace (any backtest format).")] = None,
+    format: Annotated[
+        str, typer.Option("--format", help="Trace format: auto, azure, mooncake, burstgpt, servegen, csv.")
+    ] = "auto",
+    workload: Annotated[
+        str | None, typer.Option("--workload", help="Built-in workload preset instead of a trace.")
+    ] = None,
+    rate_scale: Annotated[float, typer.Option(help="Multiply the arrival rate.")] = 1.0,
+    start_s: Annotated[float | None, typer.Option(help="Start of the window to replay (s).")] = None,
+    duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
+    max_requests: Annotated[int, typer.Option(help="Send at most this many requests.")] = 1000,
+    max_duration_s: Annotated[float, typer.Option(help="Stop the replay after this many seconds.")] = 300.0,
+    concurrency_limit: Annotated[
+        int | None, typer.Option(help="At most this many requests in flight.")
+    ] = None,
+    request_timeout_s: Annotated[
+        float, typer.Option(help="Give up on one request after this long (s).")
+    ] = 120.0,
+    chat: Annotated[
+        bool, typer.Option("--chat", help="Use /v1/chat/completions, not /v1/completions.")
+    ] = False,
+    model: Annotated[
+        str | None, typer.Option(help="Model id to ask for (default: the first served).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for presets and rate scaling.")] = 0,
+    json_out: Annotated[
+        str | None,
+        typer.Option("--json", help="Write the summary and every request as JSON to PATH ('-': stdout)."),
+    ] = None,
+) -> None:
+    from dataclasses import asdict
+
+    from llmscale.loadgen import run_loadgen
+    from llmscale.loadgen.report import result_table
+
+    json_to_stdout = json_out == "-"
+    console = _console(stderr=json_to_stdout)
+    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale)
+    result = run_loadgen(
+        w,
+        target,
+        max_requests=max_requests,
+        max_duration_s=max_duration_s,
+        concurrency_limit=concurrency_limit,
+        chat=chat,
+        model=model,
+        request_timeout_s=request_timeout_s,
+    )
+    console.print(result_table(result))
+    for note in result.notes:
+        console.print(f"[dim]{note}[/]")
+    if json_out is not None:
+        doc = {**result.as_json(), "requests": [asdict(r) for r in result.records]}
+        text = json.dumps(doc, indent=2)
+        if json_to_stdout:
+            sys.stdout.write(text + "\n")
+        else:
+            Path(json_out).write_text(text + "\n")
+            console.print(f"results: {json_out}")
+    if result.records and result.ok == 0:
+        first = next((r.error for r in result.records if r.error), "")
+        raise LlmscaleError(f"no request succeeded out of {len(result.records)}; first error: {first}")
+
+
 def main() -> None:
     try:
         app()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "ManualClock", "WallClock"]
+__all__ = ["Clock", "ManualClock", "UnixClock", "WallClock"]
 
 
 class Clock(Protocol):
@@ -25,6 +25,23 @@ class WallClock:
 
     def now_s(self) -> float:
         return time.monotonic()
+
+
+class UnixClock:
+    """Seconds since the Unix epoch, never decreasing: the live controller's time line.
+
+    Monotonic time restarts with the machine and differs between nodes, so cooldown
+    clocks persisted by one controller process would mean nothing to its successor;
+    epoch seconds survive a restart and read as timestamps in the decision log. An NTP
+    step backwards is flattened (the clock holds until real time catches up).
+    """
+
+    def __init__(self) -> None:
+        self._last_s = 0.0
+
+    def now_s(self) -> float:
+        self._last_s = max(self._last_s, time.time())
+        return self._last_s
 
 
 class ManualClock:

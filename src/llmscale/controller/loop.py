@@ -6,7 +6,7 @@ loop calls the same function with wall time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llmscale.cluster.base import Cluster
@@ -16,7 +16,14 @@ from llmscale.policies.base import Policy
 from llmscale.signals.fleet import compute_signals
 from llmscale.types import Observation, Signals, TickRecord
 
-__all__ = ["ControllerState", "fleet_state", "reconcile_once"]
+__all__ = [
+    "ControllerState",
+    "decide_and_act",
+    "fleet_state",
+    "observe_signals",
+    "reconcile_once",
+    "scale_if_changed",
+]
 
 #: observations kept for windowed signals (at a 15 s tick: the last 5 minutes)
 WINDOW_LEN = 20
@@ -65,16 +72,46 @@ def reconcile_once(
     state: ControllerState,
     *,
     slo: tuple[float, float] | None = None,
+    actuate: bool = True,
 ) -> tuple[TickRecord, ControllerState]:
-    """Run one tick at ``now_s``; scales ``cluster`` when the guarded decision differs from its spec."""
+    """Run one tick at ``now_s``; scales ``cluster`` when the guarded decision differs from its spec.
+
+    ``actuate=False`` decides and records without touching ``cluster`` (``applied`` is False).
+    """
+    window, signals = observe_signals(now_s, source, state.window)
+    return decide_and_act(
+        now_s, signals, policy, guards, cluster, replace(state, window=window), slo=slo, actuate=actuate
+    )
+
+
+def observe_signals(
+    now_s: float, source: MetricSource, window: tuple[Observation, ...]
+) -> tuple[tuple[Observation, ...], Signals]:
+    """Observe at ``now_s``, append to ``window`` (keeping :data:`WINDOW_LEN`), compute the signals."""
     obs = source.observe(now_s)
-    window = (*state.window, obs)[-WINDOW_LEN:]
-    signals = compute_signals(window)
+    window = (*window, obs)[-WINDOW_LEN:]
+    return window, compute_signals(window)
+
+
+def decide_and_act(
+    now_s: float,
+    signals: Signals,
+    policy: Policy[Any],
+    guards: GuardConfig,
+    cluster: Cluster,
+    state: ControllerState,
+    *,
+    slo: tuple[float, float] | None = None,
+    actuate: bool = True,
+) -> tuple[TickRecord, ControllerState]:
+    """Decide, guard and (with ``actuate``) scale on ``signals``; ``state.window`` already holds them.
+
+    Split from :func:`reconcile_once` so the live loop's shadow policy decides on the very
+    signals the primary saw, and so the live loop can actuate itself to record a failure.
+    """
     decision, policy_state = policy.decide(signals, state.policy_state, now_s)
     outcome, guard_state = apply_guards(decision, signals, guards, state.guard_state, now_s)
-    applied = outcome.desired != cluster.spec_replicas
-    if applied:
-        cluster.scale_to(outcome.desired, now_s, drain_until_idle=guards.drain_aware)
+    applied = scale_if_changed(cluster, outcome.desired, guards, now_s) if actuate else False
     record = TickRecord(
         time_s=now_s,
         policy=policy.name,
@@ -86,4 +123,15 @@ def reconcile_once(
         applied=applied,
         fleet_state=fleet_state(signals, *(slo or (None, None))),
     )
-    return record, ControllerState(policy_state=policy_state, window=window, guard_state=guard_state)
+    return record, ControllerState(policy_state=policy_state, window=state.window, guard_state=guard_state)
+
+
+def scale_if_changed(cluster: Cluster, desired: int, guards: GuardConfig, now_s: float) -> bool:
+    """Scale ``cluster`` to ``desired`` when it differs from the spec; True when a scale was asked.
+
+    Raises ActuationError (from the cluster) when the scale fails.
+    """
+    if desired == cluster.spec_replicas:
+        return False
+    cluster.scale_to(desired, now_s, drain_until_idle=guards.drain_aware)
+    return True

@@ -1,0 +1,339 @@
+"""``llmscale run``'s configuration file: pydantic models, validated once at load.
+
+Every section forbids unknown keys, so a typo (``cooldwn_up_s``) is an error, not a silent
+default. :func:`load_config` turns every validation failure into a :class:`ConfigError`
+naming the file and the field path, e.g.
+``llmscale.yaml: guards.cooldown_up_s: Input should be a valid number``; the CLI exits 2.
+
+The models are frozen: past the edge the controller reads them as plain values.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Mapping
+from dataclasses import fields
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+
+from llmscale.errors import ConfigError
+from llmscale.guards import GuardConfig
+
+__all__ = [
+    "ActuatorConfig",
+    "Address",
+    "LiveConfig",
+    "MetricsConfig",
+    "Mode",
+    "PolicySpec",
+    "ShadowSpec",
+    "TargetConfig",
+    "load_config",
+    "parse_config",
+]
+
+
+class Mode(StrEnum):
+    APPLY = "apply"
+    DRY_RUN = "dry-run"
+    SHADOW = "shadow"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Address(_Section):
+    """A ``host:port`` listen address; ``port`` 0 picks a free port (tests)."""
+
+    host: str
+    port: int = Field(ge=0, le=65535)
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def _parse_address(value: Any) -> Any:
+    """``"127.0.0.1:9464"`` or ``"[::1]:9464"`` -> Address fields; mappings pass through."""
+    if not isinstance(value, str):
+        return value
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"{value!r} is not host:port (e.g. 127.0.0.1:9464)")
+    return {"host": host.strip("[]"), "port": int(port)}
+
+
+class TargetConfig(_Section):
+    namespace: str = "default"
+    kind: Literal["Deployment", "StatefulSet"] = "Deployment"
+    name: str = Field(min_length=1)
+    #: the pods' label selector, e.g. {app: llama}
+    selector: dict[str, str] = Field(default_factory=dict)
+    backend: Literal["vllm", "tgi", "triton"] = "vllm"
+    model: str = "llama-3-8b"
+    gpu: str = "h100-80gb"
+    tp: int = Field(default=1, ge=1)
+
+    @property
+    def label(self) -> str:
+        """How the target is named in metrics labels and logs: ``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+class PrometheusConfig(_Section):
+    url: str = Field(min_length=1)
+    timeout_s: float = Field(default=5.0, gt=0)
+    #: the series label that names the replica (the pod)
+    replica_label: str = "pod"
+    #: label matchers for the engine's series, e.g. 'namespace="llm",job="vllm"' (default: the
+    #: target's namespace on Kubernetes, none with emulate); series of pods the cluster does not
+    #: list are dropped by the live loop anyway
+    selector: str | None = None
+    #: PromQL overrides per exporter metric name or histogram family (null removes one)
+    queries: dict[str, str | None] = Field(default_factory=dict)
+    #: a replica whose newest sample is older than this is unknown
+    max_sample_age_s: float = Field(default=60.0, gt=0)
+
+
+class StaticTarget(_Section):
+    name: str = Field(min_length=1)
+    url: str = Field(min_length=1)
+
+
+class ScrapeConfig(_Section):
+    port: int = Field(default=8000, ge=1, le=65535)
+    path: str = "/metrics"
+    timeout_s: float = Field(default=2.0, gt=0)
+    dcgm_port: int | None = Field(default=None, ge=1, le=65535)
+    #: fixed targets instead of pods found through the Kubernetes API
+    static_targets: tuple[StaticTarget, ...] | None = None
+    #: discover targets from emulate's ``/admin/targets`` on every tick
+    emulate_url: str | None = None
+
+
+class MetricsConfig(_Section):
+    source: Literal["prometheus", "scrape"] = "prometheus"
+    prometheus: PrometheusConfig | None = None
+    scrape: ScrapeConfig = Field(default_factory=ScrapeConfig)
+
+
+class PolicySpec(_Section):
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ShadowSpec(PolicySpec):
+    #: the shadow policy's own guard overrides, over the top-level ``guards``
+    guards: dict[str, Any] = Field(default_factory=dict)
+    #: what the primary policy does in shadow mode: act (apply) or only log (dry-run)
+    primary: Literal["apply", "dry-run"] = "apply"
+
+
+class KubernetesConfig(_Section):
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool = False
+
+
+class KedaConfig(_Section):
+    listen: Address = Field(default_factory=lambda: Address(host="127.0.0.1", port=9090))
+    metric_name: str = "llmscale-desired-replicas"
+    #: the ScaledObject that asks (default: the target's name)
+    scaled_object: str | None = None
+
+    _addr = field_validator("listen", mode="before")(_parse_address)
+
+
+class EmulateConfig(_Section):
+    url: str = Field(min_length=1)
+
+
+class ActuatorConfig(_Section):
+    kind: Literal["kubernetes", "keda", "emulate"] = "kubernetes"
+    kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
+    keda: KedaConfig = Field(default_factory=KedaConfig)
+    emulate: EmulateConfig | None = None
+
+
+class ServerConfig(_Section):
+    listen: Address = Field(default_factory=lambda: Address(host="127.0.0.1", port=9464))
+
+    _addr = field_validator("listen", mode="before")(_parse_address)
+
+
+class DecisionLogConfig(_Section):
+    #: a file to append JSON lines to; "-" is standard output
+    path: str = "-"
+
+
+class StateConfig(_Section):
+    store: Literal["annotation", "file", "none"] = "none"
+    path: str | None = None
+
+
+class SloConfig(_Section):
+    ttft_s: float = Field(default=2.0, gt=0)
+    tpot_s: float = Field(default=0.1, gt=0)
+
+
+def _guard_overrides_model() -> type[BaseModel]:
+    """A model with every GuardConfig field, each optional: only the keys a user sets override."""
+    hints = typing.get_type_hints(GuardConfig)
+    spec: dict[str, Any] = {f.name: (hints[f.name] | None, None) for f in fields(GuardConfig)}
+    model: type[BaseModel] = create_model(
+        "GuardOverrides", __config__=ConfigDict(extra="forbid", frozen=True), **spec
+    )
+    return model
+
+
+if typing.TYPE_CHECKING:
+    GuardOverrides = BaseModel
+else:
+    # Built from GuardConfig's fields at import, so a new guard is configurable without an edit here.
+    GuardOverrides = _guard_overrides_model()
+
+
+class LiveConfig(_Section):
+    target: TargetConfig
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    policy: PolicySpec
+    shadow: ShadowSpec | None = None
+    guards: GuardOverrides = Field(default_factory=GuardOverrides)
+    tick_s: float = Field(default=15.0, gt=0)
+    mode: Mode = Mode.DRY_RUN
+    actuator: ActuatorConfig = Field(default_factory=ActuatorConfig)
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    decision_log: DecisionLogConfig = Field(default_factory=DecisionLogConfig)
+    state: StateConfig = Field(default_factory=StateConfig)
+    slo: SloConfig = Field(default_factory=SloConfig)
+
+    def guard_overrides(self) -> dict[str, Any]:
+        """The guard settings the file sets (an explicit ``null`` switches a limit off)."""
+        model: BaseModel = self.guards
+        return model.model_dump(exclude_unset=True)
+
+    @property
+    def primary_acts(self) -> bool:
+        """Whether the primary policy's decision scales the target."""
+        if self.mode is Mode.SHADOW:
+            return self.shadow is not None and self.shadow.primary == "apply"
+        return self.mode is Mode.APPLY
+
+
+def load_config(path: str | Path, *, mode: str | None = None) -> LiveConfig:
+    """Read and validate ``path``; ``mode`` overrides the file's mode. Raises ConfigError."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the config file: {e.strerror}") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p.name}: not valid YAML: {e}") from e
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p.name}: expected a mapping of sections (target, metrics, policy, ...)")
+    if mode is not None:
+        data = {**data, "mode": mode}
+    return parse_config(data, source=p.name)
+
+
+def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> LiveConfig:
+    """Validate a config document; errors name ``source`` and the field path."""
+    try:
+        cfg = LiveConfig.model_validate(dict(data))
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        more = f" (and {e.error_count() - 1} more error(s))" if e.error_count() > 1 else ""
+        raise ConfigError(f"{source}: {where}: {first['msg']}{more}") from e
+    _check_semantics(cfg, source)
+    return cfg
+
+
+def _check_semantics(cfg: LiveConfig, source: str) -> None:
+    """Cross-field rules pydantic's per-field validation cannot express."""
+
+    def fail(where: str, msg: str) -> ConfigError:
+        return ConfigError(f"{source}: {where}: {msg}")
+
+    from llmscale.policies.base import create_policy, policy_names
+
+    try:
+        guards = GuardConfig().merged(cfg.guard_overrides())
+    except ConfigError as e:
+        raise fail("guards", str(e)) from e
+    if cfg.shadow is not None:
+        try:
+            guards.merged(cfg.shadow.guards)
+        except ConfigError as e:
+            raise fail("shadow.guards", str(e)) from e
+    known = policy_names()
+    specs: list[tuple[str, PolicySpec]] = [("policy", cfg.policy)]
+    if cfg.shadow is not None:
+        specs.append(("shadow", cfg.shadow))
+    ctx = policy_context(cfg)
+    for where, spec in specs:
+        if spec.name not in known:
+            raise fail(f"{where}.name", f"unknown policy {spec.name!r}; known policies: {', '.join(known)}")
+        try:
+            create_policy(spec.name, ctx, spec.params)
+        except ConfigError as e:
+            raise fail(f"{where}.params", str(e)) from e
+    if cfg.mode is Mode.SHADOW and cfg.shadow is None:
+        raise fail("shadow", "required when mode is shadow (the second policy: name, params)")
+    if cfg.metrics.source == "prometheus" and cfg.metrics.prometheus is None:
+        raise fail("metrics.prometheus", "required when metrics.source is prometheus (at least url)")
+    scrape = cfg.metrics.scrape
+    if scrape.static_targets is not None and scrape.emulate_url is not None:
+        raise fail("metrics.scrape", "give static_targets or emulate_url, not both")
+    if cfg.actuator.kind == "emulate" and cfg.actuator.emulate is None:
+        raise fail("actuator.emulate", "required when actuator.kind is emulate (url)")
+    pods_from_kube = (
+        cfg.metrics.source == "scrape" and scrape.static_targets is None and not scrape.emulate_url
+    )
+    if not cfg.target.selector and (cfg.actuator.kind in ("kubernetes", "keda") or pods_from_kube):
+        # An empty selector would count every pod of the namespace as a replica.
+        raise fail("target.selector", "required to find the target's pods, e.g. {app: llama}")
+    if pods_from_kube and cfg.actuator.kind == "emulate":
+        raise fail("metrics.scrape", "with actuator emulate, give emulate_url or static_targets")
+    if cfg.state.store == "file" and not cfg.state.path:
+        raise fail("state.path", "required when state.store is file")
+    if cfg.state.store == "annotation" and cfg.actuator.kind == "emulate":
+        raise fail("state.store", "annotation needs a Kubernetes target; use file or none with emulate")
+
+
+def policy_context(cfg: LiveConfig) -> Any:
+    """The PolicyContext of the target: model, GPU, SLOs, bounds, published cold start."""
+    from llmscale.policies.base import PolicyContext
+
+    bounds = GuardConfig().merged(
+        {k: v for k, v in cfg.guard_overrides().items() if k in ("min_replicas", "max_replicas")}
+    )
+    t = cfg.target
+    try:
+        from llmscale.perf import cold_start
+
+        cs = cold_start(t.model, t.gpu, t.tp)
+        cold_s = cs.pending_s + cs.loading_s + cs.warmup_s
+    except ConfigError:
+        # A model the catalogue does not know still runs; policies that plan ahead use 90 s.
+        cold_s = PolicyContext.cold_start_s
+    return PolicyContext(
+        min_replicas=bounds.min_replicas,
+        max_replicas=bounds.max_replicas,
+        slo_ttft_s=cfg.slo.ttft_s,
+        slo_tpot_s=cfg.slo.tpot_s,
+        model=t.model,
+        gpu=t.gpu,
+        tp=t.tp,
+        cold_start_s=cold_s,
+        extra={"initial_replicas": bounds.min_replicas},
+    )

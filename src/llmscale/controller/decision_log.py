@@ -1,0 +1,138 @@
+"""The live controller's decision log: one JSON line per tick, saying what it decided and why.
+
+A line carries a trace id (so an alert or an operator's question can point at one tick),
+the policy version (name + hash of its parameters and guards + llmscale version: two lines
+with the same version came from the same decision function), the fleet by phase, the
+numbers that fired the rule, the proposal before guards and the result after them, which
+guard changed it and why, whether the target was scaled, and the shadow policy's answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from llmscale import __version__
+from llmscale.types import TickRecord
+
+__all__ = ["DecisionLog", "LogEntry", "new_trace_id", "policy_version"]
+
+
+def policy_version(name: str, params: Mapping[str, Any], guards: Mapping[str, Any]) -> str:
+    """``name:hash12@llmscale-X.Y.Z``; the hash covers parameters and guard settings, sorted."""
+    blob = json.dumps({"params": dict(params), "guards": dict(guards)}, sort_keys=True, default=str)
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return f"{name}:{digest}@llmscale-{__version__}"
+
+
+def new_trace_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """What the live loop knows about a tick besides the :class:`TickRecord`."""
+
+    record: TickRecord
+    trace_id: str
+    policy_version: str
+    mode: str
+    target: str
+    unknown_replicas: int
+    #: no replica reported metrics this tick: the controller held any scale-down
+    metrics_outage: bool = False
+    #: {"reason": conflict|server_error|forbidden|other, "message": ...} when scaling failed
+    actuation_error: Mapping[str, str] | None = None
+    shadow: TickRecord | None = None
+    shadow_version: str | None = None
+    tick_duration_s: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        r = self.record
+        ts = datetime.fromtimestamp(r.time_s, tz=UTC)
+        doc: dict[str, Any] = {
+            "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "ts_unix": round(r.time_s, 3),
+            "trace_id": self.trace_id,
+            "target": self.target,
+            "mode": self.mode,
+            "policy_version": self.policy_version,
+            "unknown_replicas": self.unknown_replicas,
+            "metrics_outage": self.metrics_outage,
+        }
+        body = r.as_json()
+        body.pop("time_s")
+        # The record's names are the backtest's; say them once more the way the brief reads:
+        # "signals" are the numbers that fired the rule, "proposed" / "final" before / after guards.
+        doc.update(body)
+        doc["signals"] = doc.pop("inputs")
+        doc["proposed"] = doc.pop("desired_before_guards")
+        doc["final"] = doc.pop("desired")
+        doc["actuation_error"] = dict(self.actuation_error) if self.actuation_error else None
+        if self.shadow is not None:
+            s = self.shadow.as_json()
+            doc["shadow"] = {
+                "policy": s["policy"],
+                "policy_version": self.shadow_version,
+                "proposed": s["desired_before_guards"],
+                "final": s["desired"],
+                "rule": s["rule"],
+                "signals": s["inputs"],
+                "note": s["note"],
+                "guard": s["guard"],
+                "guard_note": s["guard_note"],
+            }
+        else:
+            doc["shadow"] = None
+        if self.tick_duration_s is not None:
+            doc["tick_duration_s"] = round(self.tick_duration_s, 6)
+        clean: dict[str, Any] = _finite(doc)
+        return clean
+
+
+def _finite(v: Any) -> Any:
+    """``v`` with NaN / infinities as null: a policy's odd number must not break the log line."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite(x) for x in v]
+    return v
+
+
+class DecisionLog:
+    """Appends one JSON line per tick to a file, or to standard output for ``"-"``.
+
+    The file is opened on the first write, not in the constructor (no side effects at
+    construction), and every line is flushed so a crash loses at most the tick in flight.
+    """
+
+    def __init__(self, path: str | Path, *, stream: IO[str] | None = None) -> None:
+        self.path = str(path)
+        self._stream = stream
+        self._owned = False
+
+    def write(self, entry: LogEntry) -> None:
+        if self._stream is None:
+            if self.path == "-":
+                self._stream = sys.stdout
+            else:
+                self._stream = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+                self._owned = True
+        self._stream.write(json.dumps(entry.as_json(), allow_nan=False) + "\n")
+        self._stream.flush()
+
+    def close(self) -> None:
+        if self._owned and self._stream is not None:
+            self._stream.close()
+        self._stream = None
+        self._owned = False

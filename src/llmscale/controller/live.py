@@ -1,0 +1,403 @@
+"""The live controller: the backtest's tick, driven by wall time against real components.
+
+Each tick runs the backtest's path (:func:`observe_signals`, then :func:`decide_and_act`
+from ``controller/loop.py``) with ``now_s`` given as an argument, so a test drives ticks
+with explicit times. Around it the live loop adds what a real fleet needs:
+
+- the cluster is the authority on which replicas exist (:class:`ClusterAlignedSource`):
+  a replica the metric source missed is *unknown*, never absent or idle;
+- modes: ``apply`` scales, ``dry-run`` decides and logs only, ``shadow`` runs a second
+  policy on the same signals with its own guard state and logs both side by side;
+- a total metrics outage (no replica reports) never scales down, whatever the guards say;
+- a failed scale is counted by reason and leaves the guard state as it was, so the next
+  tick retries instead of waiting out a cooldown for a scale that never happened;
+- the guard state is saved after every applied decision and loaded at start, so a
+  restarted controller takes no extra action within its cooldowns;
+- the only broad ``except`` is at the top of :meth:`LiveController.tick`: a failing tick is
+  logged and counted, and the loop goes on.
+
+In ``dry-run`` and for the shadow policy the guard state advances as if the decision had
+been applied: the log then shows the cadence of actions the policy would take (one
+scale-up, then cooldown holds), not the same proposal repeated every tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from llmscale.clock import Clock, WallClock
+from llmscale.cluster.base import Cluster
+from llmscale.config import Mode
+from llmscale.controller.decision_log import DecisionLog, LogEntry, new_trace_id
+from llmscale.controller.loop import ControllerState, decide_and_act, observe_signals, scale_if_changed
+from llmscale.controller.persist import (
+    StateFormatError,
+    StateStore,
+    decision_to_dict,
+    state_from_dict,
+    state_to_dict,
+)
+from llmscale.controller.server import ACTUATION_REASONS, ControllerMetrics
+from llmscale.errors import ActuationError, ConfigError, LlmscaleError
+from llmscale.guards import GuardConfig
+from llmscale.metrics.source import MetricSource
+from llmscale.policies.base import Policy
+from llmscale.types import FleetView, Observation, Phase, ReplicaSample, TickRecord
+
+__all__ = ["ClusterAlignedSource", "LiveController", "PolicyRun", "actuation_reason"]
+
+log = logging.getLogger(__name__)
+
+#: a replica in these phases should answer its /metrics: no data from it is a scrape error
+_SCRAPED_PHASES = (Phase.READY, Phase.DRAINING)
+
+
+class ClusterAlignedSource:
+    """A MetricSource whose fleet is the cluster's: phases from the cluster, gaps as unknown.
+
+    Per the contract: the source's ``Observation.fleet`` is replaced by the cluster's view;
+    every replica the cluster lists that the source did not return becomes an unknown sample
+    (``ok=False``); a sample of a replica the cluster does not list (a stale series of a
+    deleted pod) is dropped. A cluster that lists no replicas at all (KEDA without pod
+    discovery) keeps the source's samples, with the cluster's spec.
+    """
+
+    def __init__(self, source: MetricSource, cluster: Cluster) -> None:
+        self.source = source
+        self.cluster = cluster
+        #: replicas in READY/DRAINING without data at the last observe (failed or missing scrapes)
+        self.last_missing = 0
+
+    def observe(self, now_s: float) -> Observation:
+        obs = self.source.observe(now_s)
+        views = self.cluster.replicas_view()
+        spec = self.cluster.spec_replicas
+        if not views:
+            counts = {p: 0 for p in Phase}
+            for s in obs.replicas:
+                counts[s.phase] += 1
+            fleet = FleetView(
+                spec_replicas=spec,
+                pending=counts[Phase.PENDING],
+                loading=counts[Phase.LOADING],
+                warmup=counts[Phase.WARMUP],
+                ready=counts[Phase.READY],
+                draining=counts[Phase.DRAINING],
+            )
+            self.last_missing = sum(1 for s in obs.replicas if not s.ok and s.phase in _SCRAPED_PHASES)
+            return replace(obs, fleet=fleet)
+        by_name = {s.replica: s for s in obs.replicas}
+        samples = []
+        missing = 0
+        for v in views:
+            found = by_name.get(v.name)
+            s = ReplicaSample(v.name, v.phase, ok=False) if found is None else found
+            if s.phase != v.phase:
+                s = replace(s, phase=v.phase)
+            if not s.ok and v.phase in _SCRAPED_PHASES:
+                missing += 1
+            samples.append(s)
+        self.last_missing = missing
+        return replace(obs, fleet=FleetView.from_replicas(spec, views), replicas=tuple(samples))
+
+
+def actuation_reason(e: BaseException) -> str:
+    """conflict / server_error / forbidden / other, from the error's ``reason`` or HTTP ``status``.
+
+    ``cluster/kubernetes.py`` sets ``reason``; for other actuators the status of the error or
+    of its cause (an ``ApiException`` or HTTP error) decides: 409, 5xx, 401/403.
+    """
+    reason = getattr(e, "reason", None)
+    if reason in ACTUATION_REASONS:
+        return str(reason)
+    for err in (e, e.__cause__):
+        status = getattr(err, "status", None) or getattr(err, "status_code", None)
+        if status is None:
+            resp = getattr(err, "response", None)
+            status = getattr(resp, "status_code", None)
+        if isinstance(status, int):
+            if status == 409:
+                return "conflict"
+            if status >= 500:
+                return "server_error"
+            if status in (401, 403):
+                return "forbidden"
+    return "other"
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """A policy with its guards and the version string the decision log names it by."""
+
+    policy: Policy[Any]
+    guards: GuardConfig
+    version: str
+
+
+class LiveController:
+    """Ticks the control loop against ``source`` and ``cluster``; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        source: MetricSource,
+        cluster: Cluster,
+        primary: PolicyRun,
+        mode: Mode,
+        target: str,
+        metrics: ControllerMetrics,
+        tick_s: float,
+        clock: Clock,
+        shadow: PolicyRun | None = None,
+        primary_acts: bool | None = None,
+        decision_log: DecisionLog | None = None,
+        store: StateStore | None = None,
+        slo: tuple[float, float] | None = None,
+        timer: Clock | None = None,
+    ) -> None:
+        """``clock``: the controller's time line (epoch seconds live, so saved state survives a
+        restart). ``timer``: what tick durations are measured with (monotonic by default).
+        ``primary_acts``: whether the primary's decision scales the target (default: in apply and
+        shadow modes; config's ``shadow.primary: dry-run`` turns it off).
+        """
+        if mode is Mode.SHADOW and shadow is None:
+            raise ConfigError("mode shadow needs a shadow policy")
+        self.source = ClusterAlignedSource(source, cluster)
+        self.cluster = cluster
+        self.primary = primary
+        self.shadow = shadow
+        self.mode = mode
+        self.primary_acts = mode is not Mode.DRY_RUN if primary_acts is None else primary_acts
+        if self.primary_acts and mode is Mode.DRY_RUN:
+            raise ConfigError("dry-run never scales: primary_acts must be False")
+        self.target = target
+        self.metrics = metrics
+        self.tick_s = tick_s
+        self.clock = clock
+        self._timer = timer or WallClock()
+        self.decision_log = decision_log
+        self.store = store
+        self.slo = slo
+        self.state = ControllerState(policy_state=primary.policy.initial_state())
+        self.shadow_state = ControllerState(policy_state=shadow.policy.initial_state()) if shadow else None
+        self.last_decision: Mapping[str, Any] | None = None
+        self.last_tick_s: float | None = None
+        self.ticks = 0
+        self.failed_ticks = 0
+        self._started = False
+        self._errors_seen = 0
+
+    # -- start ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Check ownership (when the primary acts) and load the saved state. Raises ConfigError.
+
+        Ownership first: a controller that would fight an HPA must refuse before it acts,
+        with the owner named (``KubernetesCluster.check_ownership``).
+        """
+        check = getattr(self.cluster, "check_ownership", None)
+        if self.primary_acts and callable(check):
+            check()
+        if self.store is not None:
+            self._load_state()
+        self._started = True
+
+    def _load_state(self) -> None:
+        assert self.store is not None
+        doc = self.store.load()
+        if doc is None:
+            log.info("no saved controller state for %s: starting fresh", self.target)
+            return
+        try:
+            saved = state_from_dict(doc)
+        except StateFormatError as e:
+            # Refusing to start over an unreadable annotation would leave the fleet unmanaged;
+            # starting fresh costs at most one early action.
+            log.warning("ignoring saved controller state for %s: %s", self.target, e)
+            return
+        if saved.target and saved.target != self.target:
+            log.warning("ignoring saved state of %s (this controller scales %s)", saved.target, self.target)
+            return
+        self.state = replace(self.state, guard_state=saved.guard_state)
+        self.last_decision = saved.last_decision
+        log.info("loaded controller state for %s: last decision %s", self.target, saved.last_decision)
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def tick(self, now_s: float) -> LogEntry | None:
+        """One tick at ``now_s`` (the controller's clock); None when the tick failed."""
+        if not self._started:
+            self.start()
+        t0 = self._timer.now_s()
+        try:
+            entry = self._tick(now_s, t0)
+        except Exception:  # the loop's one broad except: a bad tick must not stop the controller
+            self.failed_ticks += 1
+            self.metrics.tick_errors.inc()
+            log.exception("tick at %.3f failed; the loop goes on", now_s)
+            return None
+        finally:
+            self.metrics.tick_duration.observe(max(0.0, self._timer.now_s() - t0))
+        return entry
+
+    def _tick(self, now_s: float, t0: float) -> LogEntry:
+        window, signals = observe_signals(now_s, self.source, self.state.window)
+        obs = window[-1]
+        before = self.state
+        run = self.primary
+        record, state = decide_and_act(
+            now_s, signals, run.policy, run.guards, self.cluster, replace(before, window=window),
+            slo=self.slo, actuate=False,
+        )  # fmt: skip
+        outage = _total_outage(obs)
+        if outage:
+            log.warning(
+                "metrics outage for %s: none of %d replica(s) reported; holding any scale-down",
+                self.target, len(obs.replicas),
+            )  # fmt: skip
+            if record.final < obs.fleet.spec_replicas:
+                record = replace(
+                    record,
+                    final=obs.fleet.spec_replicas,
+                    guard="metrics-outage",
+                    guard_note=_join(
+                        record.guard_note, "no replica reported metrics: load unknown, not zero"
+                    ),
+                )
+                state = replace(state, guard_state=before.guard_state)
+
+        error: dict[str, str] | None = None
+        current = self.cluster.spec_replicas
+        if self.primary_acts and record.final != current:
+            try:
+                applied = scale_if_changed(self.cluster, record.final, run.guards, now_s)
+            except ActuationError as e:
+                reason = actuation_reason(e)
+                error = {"reason": reason, "message": str(e)}
+                self.metrics.actuation_errors.labels(reason=reason).inc()
+                log.warning(
+                    "scaling %s %d -> %d failed (%s): %s", self.target, current, record.final, reason, e
+                )
+                # The scale did not happen: no cooldown starts, the next tick decides afresh.
+                state = replace(state, guard_state=before.guard_state)
+            else:
+                record = replace(record, applied=applied)
+                if applied:
+                    direction = "up" if record.final > current else "down"
+                    self.metrics.scale_actions.labels(direction=direction).inc()
+        self.state = state
+        if record.applied:
+            self.last_decision = decision_to_dict(record)
+            self._save_state()
+
+        shadow_record = None
+        if self.shadow is not None and self.shadow_state is not None:
+            sr = self.shadow
+            shadow_record, self.shadow_state = decide_and_act(
+                now_s, signals, sr.policy, sr.guards, self.cluster, replace(self.shadow_state, window=window),
+                slo=self.slo, actuate=False,
+            )  # fmt: skip
+
+        self._export(record, shadow_record, signals.unknown_replicas)
+        self.metrics.observe_signals({k: v.value for k, v in signals.values.items()})
+        self.metrics.scrape_errors.labels(source=self.metrics.source_kind).inc(self._scrape_errors())
+        self.last_tick_s = now_s
+        self.ticks += 1
+        self.metrics.last_tick.set(now_s)
+        entry = LogEntry(
+            record=record,
+            trace_id=new_trace_id(),
+            policy_version=run.version,
+            mode=str(self.mode),
+            target=self.target,
+            unknown_replicas=signals.unknown_replicas,
+            metrics_outage=outage,
+            actuation_error=error,
+            shadow=shadow_record,
+            shadow_version=self.shadow.version if self.shadow else None,
+            tick_duration_s=max(0.0, self._timer.now_s() - t0),
+        )
+        if self.decision_log is not None:
+            self.decision_log.write(entry)
+        return entry
+
+    def _scrape_errors(self) -> int:
+        """Failed fetches this tick: the source's own ``errors_total`` when it keeps one
+        (``PodScrapeSource`` does: it also counts a failed target listing or DCGM page),
+        else the serving replicas that came back without data."""
+        total = getattr(self.source.source, "errors_total", None)
+        if isinstance(total, int):
+            delta = max(0, total - self._errors_seen)
+            self._errors_seen = total
+            return delta
+        return self.source.last_missing
+
+    def _export(self, record: TickRecord, shadow: TickRecord | None, unknown: int) -> None:
+        m = self.metrics
+        m.observe_fleet(record.fleet)
+        m.unknown.set(unknown)
+        m.desired.labels(target=self.target, policy=record.policy).set(record.final)
+        m.proposed.labels(target=self.target, policy=record.policy).set(record.proposed.desired)
+        m.decisions.labels(policy=record.policy, rule=record.proposed.rule).inc()
+        if record.guard is not None:
+            m.guard_actions.labels(guard=record.guard).inc()
+        if shadow is not None:
+            m.shadow_desired.labels(policy=shadow.policy).set(shadow.final)
+            m.decisions.labels(policy=shadow.policy, rule=shadow.proposed.rule).inc()
+
+    def _save_state(self) -> None:
+        if self.store is None:
+            return
+        doc = state_to_dict(self.state.guard_state, self.last_decision, target=self.target)
+        try:
+            self.store.save(doc)
+        except LlmscaleError as e:
+            # The scale already happened; a lost save only weakens restart protection.
+            log.warning("could not save controller state for %s: %s", self.target, e)
+
+    # -- readiness and the loop -------------------------------------------------------------
+
+    def ready(self) -> bool:
+        """A tick completed, and the last one is younger than three tick intervals."""
+        last = self.last_tick_s
+        return last is not None and self.clock.now_s() - last < 3.0 * self.tick_s
+
+    def run(self, stop: threading.Event, *, max_ticks: int | None = None) -> int:
+        """Tick every ``tick_s`` until ``stop`` is set or ``max_ticks`` ticks ran; returns ticks run.
+
+        A tick that overruns its interval starts the next one at once, without trying to catch
+        up on the missed ones (a burst of ticks would only repeat the same observation).
+        """
+        n = 0
+        next_s = self.clock.now_s()
+        while not stop.is_set():
+            self.tick(self.clock.now_s())
+            n += 1
+            if max_ticks is not None and n >= max_ticks:
+                break
+            next_s += self.tick_s
+            delay = next_s - self.clock.now_s()
+            if delay < 0:
+                next_s, delay = self.clock.now_s(), 0.0
+            stop.wait(delay)
+        return n
+
+
+def _total_outage(obs: Observation) -> bool:
+    """Replicas that should report exist and none did; or the source saw nothing of a fleet
+    that should exist (a cluster without pod discovery, e.g. KEDA, and the source down).
+
+    Replicas still starting are not an outage: their /metrics are not up yet.
+    """
+    scraped = [s for s in obs.replicas if s.phase in _SCRAPED_PHASES]
+    if scraped:
+        return not any(s.ok for s in scraped)
+    return not obs.replicas and obs.fleet.spec_replicas > 0
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b

@@ -1,0 +1,263 @@
+"""Build ``llmscale run``'s parts from a validated :class:`LiveConfig`.
+
+Each factory imports its concrete class lazily: a dry-run against emulate never imports
+the ``kubernetes`` client, and the CLI starts fast. Everything built here that holds a
+resource (a gRPC server, an HTTP client, a log file) is registered in
+:attr:`Runtime.closers` and released by :meth:`Runtime.close`, last built first.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmscale.clock import Clock, UnixClock
+from llmscale.cluster.base import Cluster
+from llmscale.config import LiveConfig, PolicySpec, policy_context
+from llmscale.controller.decision_log import DecisionLog, policy_version
+from llmscale.controller.live import LiveController, PolicyRun
+from llmscale.controller.persist import StateStore
+from llmscale.controller.server import ControllerMetrics, ControllerServer
+from llmscale.errors import ConfigError
+from llmscale.guards import GuardConfig
+from llmscale.metrics.source import MetricSource
+
+__all__ = ["Runtime", "build_cluster", "build_runtime", "build_source", "build_store", "policy_run"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    controller: LiveController
+    server: ControllerServer
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        _close_all(self.closers)
+
+
+def _close_all(closers: list[Callable[[], None]]) -> None:
+    for close in reversed(closers):
+        try:
+            close()
+        except Exception:  # shutdown must release every resource, whatever one of them raises
+            log.exception("error while shutting down")
+    closers.clear()
+
+
+def policy_run(cfg: LiveConfig, spec: PolicySpec, extra_guards: dict[str, Any] | None = None) -> PolicyRun:
+    """The policy with its guards: defaults, then what the policy declares, then the file's.
+
+    The same order as the backtest's ``guard_config_for``, so a policy behaves alike in both.
+    """
+    from llmscale.policies.base import create_policy
+
+    policy = create_policy(spec.name, policy_context(cfg), spec.params)
+    user = {**cfg.guard_overrides(), **(extra_guards or {})}
+    guards = (
+        GuardConfig(gpus_per_replica=cfg.target.tp)
+        .merged(getattr(policy, "guard_overrides", {}) or {})
+        .merged(user)
+    )
+    return PolicyRun(policy, guards, policy_version(spec.name, spec.params, user))
+
+
+def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None]]) -> tuple[Cluster, Any]:
+    """The actuator, and the KubernetesCluster behind it (None with emulate) for pods and state."""
+    kind = cfg.actuator.kind
+    if kind == "emulate":
+        from llmscale.emulate import EmulateCluster
+
+        assert cfg.actuator.emulate is not None  # checked at load
+        emulate = EmulateCluster(cfg.actuator.emulate.url)
+        closers.append(emulate.close)
+        cluster: Cluster = emulate
+        return cluster, None
+    kube = _kubernetes_cluster(cfg, clock)
+    if kind == "kubernetes":
+        return kube, kube
+    from llmscale.cluster.keda import KedaScaler, serve
+
+    keda_cfg = cfg.actuator.keda
+    scaler = KedaScaler(
+        keda_cfg.scaled_object or cfg.target.name,
+        cfg.target.namespace,
+        metric_name=keda_cfg.metric_name,
+        # KEDA tells nothing about pods: the Kubernetes view counts them, and the scale spec
+        # read at start is what the guards compare the first decision with.
+        initial_replicas=kube.spec_replicas,
+        replicas_view=kube.replicas_view,
+    )
+    server, port = serve(scaler, str(keda_cfg.listen))
+    log.info("KEDA external scaler on %s:%d", keda_cfg.listen.host, port)
+    closers.append(server.stop)
+    keda: Cluster = scaler
+    return keda, kube
+
+
+def _kubernetes_cluster(cfg: LiveConfig, clock: Clock) -> Any:
+    from llmscale.cluster.kubernetes import KubernetesCluster, KubeScaleTarget
+
+    t = cfg.target
+    target = KubeScaleTarget(
+        namespace=t.namespace,
+        kind=t.kind,
+        name=t.name,
+        selector=",".join(f"{k}={v}" for k, v in sorted(t.selector.items())),
+    )
+    k = cfg.actuator.kubernetes
+    if k.in_cluster and (k.kubeconfig or k.context):
+        raise ConfigError("actuator.kubernetes: in_cluster excludes kubeconfig and context")
+    return KubernetesCluster.from_config(target, kubeconfig=k.kubeconfig, context=k.context, clock=clock)
+
+
+def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
+    """The metric source; ``kube`` (a KubernetesCluster or None) lists the pods to scrape."""
+    m = cfg.metrics
+    if m.source == "prometheus":
+        return _prometheus_source(cfg)
+    from llmscale.metrics.scrape import PodScrapeSource
+
+    s = m.scrape
+    targets: Callable[[], list[Any]]
+    if s.static_targets is not None:
+        fixed = [(t.name, t.url) for t in s.static_targets]
+        targets = lambda: fixed  # noqa: E731 (a constant provider)
+    elif s.emulate_url:
+        targets = EmulateTargets(s.emulate_url, s.path, s.timeout_s)
+    else:
+        targets = _pod_targets(kube, s.port, s.path, s.dcgm_port)
+    scrape: MetricSource = PodScrapeSource(targets, timeout_s=s.timeout_s)
+    return scrape
+
+
+def _prometheus_source(cfg: LiveConfig) -> MetricSource:
+    """PrometheusSource with the backend's default queries, narrowed and overridden by the file."""
+    from llmscale.metrics.prometheus import PrometheusSource
+    from llmscale.metrics.promql import default_queries, with_overrides
+
+    p = cfg.metrics.prometheus
+    assert p is not None  # checked at load
+    selector = p.selector
+    if selector is None:
+        selector = "" if cfg.actuator.kind == "emulate" else f'namespace="{cfg.target.namespace}"'
+    base = default_queries(cfg.target.backend, replica_label=p.replica_label, selector=selector)
+    values = {k: v for k, v in p.queries.items() if k not in base.histograms}
+    histograms = {k: v for k, v in p.queries.items() if k in base.histograms}
+    queries = with_overrides(base, values=values, histograms=histograms)
+    source: MetricSource = PrometheusSource(
+        p.url,
+        backend=cfg.target.backend,
+        queries=queries,
+        selector=selector,
+        max_sample_age_s=p.max_sample_age_s,
+        timeout_s=p.timeout_s,
+    )
+    return source
+
+
+def _pod_targets(kube: Any, port: int, path: str, dcgm_port: int | None) -> Callable[[], list[Any]]:
+    """Each tick, the target's pods from the Kubernetes API as scrape targets (pod IP, port, path)."""
+    from llmscale.metrics.scrape import ScrapeTarget
+
+    pod_targets = getattr(kube, "pod_targets", None)
+    if not callable(pod_targets):
+        raise ConfigError(
+            "metrics.scrape: this actuator cannot list pods; give static_targets or emulate_url"
+        )
+
+    def provider() -> list[Any]:
+        return [
+            ScrapeTarget(
+                name,
+                f"http://{ip}:{port}{path}",
+                dcgm_url=None if dcgm_port is None else f"http://{ip}:{dcgm_port}/metrics",
+            )
+            for name, ip in pod_targets()
+        ]
+
+    return provider
+
+
+class EmulateTargets:
+    """Scrape targets from emulate's ``/admin/targets`` (Prometheus http_sd format), per tick.
+
+    A failure raises: PodScrapeSource counts it as a ``targets`` error and keeps scraping the
+    last list, whose replicas then read as unknown if they are gone.
+    """
+
+    def __init__(self, base_url: str, path: str, timeout_s: float) -> None:
+        self.url = base_url.rstrip("/") + "/admin/targets"
+        self.path = path
+        self.timeout_s = timeout_s
+
+    def __call__(self) -> list[tuple[str, str]]:
+        import httpx
+
+        resp = httpx.get(self.url, timeout=self.timeout_s)
+        resp.raise_for_status()
+        return [
+            (str(g["labels"]["pod"]), f"http://{t}{self.path}")
+            for g in resp.json()
+            for t in g.get("targets", ())
+        ]
+
+
+def build_store(cfg: LiveConfig, kube: Any) -> StateStore | None:
+    kind = cfg.state.store
+    if kind == "none":
+        return None
+    if kind == "file":
+        from llmscale.cluster.state_store import FileStateStore
+
+        assert cfg.state.path is not None  # checked at load
+        file_store: StateStore = FileStateStore(cfg.state.path)
+        return file_store
+    from llmscale.cluster.state_store import AnnotationStateStore
+
+    if kube is None:
+        raise ConfigError("state.store annotation needs a Kubernetes target (actuator kubernetes or keda)")
+    annotation: StateStore = AnnotationStateStore(kube.api_client, kube.target)
+    return annotation
+
+
+def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
+    """Every part of ``llmscale run``, connected; the server is built, not started."""
+    clock = clock or UnixClock()
+    closers: list[Callable[[], None]] = []
+    try:
+        cluster, kube = build_cluster(cfg, clock, closers)
+        source = build_source(cfg, kube)
+        close_source = getattr(source, "close", None)
+        if callable(close_source):
+            closers.append(close_source)
+        store = build_store(cfg, kube)
+        primary = policy_run(cfg, cfg.policy)
+        shadow = policy_run(cfg, cfg.shadow, cfg.shadow.guards) if cfg.shadow is not None else None
+        metrics = ControllerMetrics(cfg.target.label, cfg.metrics.source)
+        decisions = DecisionLog(cfg.decision_log.path)
+        closers.append(decisions.close)
+        controller = LiveController(
+            source=source,
+            cluster=cluster,
+            primary=primary,
+            shadow=shadow,
+            mode=cfg.mode,
+            primary_acts=cfg.primary_acts,
+            target=cfg.target.label,
+            metrics=metrics,
+            tick_s=cfg.tick_s,
+            clock=clock,
+            decision_log=decisions,
+            store=store,
+            slo=(cfg.slo.ttft_s, cfg.slo.tpot_s),
+        )
+    except BaseException:
+        _close_all(closers)
+        raise
+    listen = cfg.server.listen
+    server = ControllerServer(listen.host, listen.port, metrics, controller.ready)
+    return Runtime(controller, server, closers)

@@ -1,0 +1,93 @@
+"""``llmscale run`` end to end on real components: emulate's replicas, scraped and scaled over HTTP."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from llmscale.emulate import EmulateConfig, EmulatorThread
+
+
+@pytest.fixture
+def emulate():
+    pytest.importorskip("llmscale.metrics.scrape", reason="metrics/scrape.py not built yet")
+    fleet = EmulatorThread(EmulateConfig(replicas=1, port=0, pending_s=0.0, loading_s=0.0, warmup_s=0.0))
+    fleet.start()
+    try:
+        yield fleet
+    finally:
+        fleet.stop()
+
+
+def _config(tmp_path: Path, base_url: str, **over) -> Path:
+    doc = {
+        "target": {"name": "emulated"},
+        "metrics": {"source": "scrape", "scrape": {"emulate_url": base_url, "timeout_s": 2}},
+        "policy": {"name": "static", "params": {"replicas": 3}},
+        "guards": {"min_replicas": 1, "max_replicas": 4, "drain_aware": False},
+        "tick_s": 0.5,
+        "mode": "apply",
+        "actuator": {"kind": "emulate", "emulate": {"url": base_url}},
+        "server": {"listen": "127.0.0.1:0"},
+        "decision_log": {"path": str(tmp_path / "decisions.jsonl")},
+        "state": {"store": "file", "path": str(tmp_path / "state.json")},
+        **over,
+    }
+    p = tmp_path / "llmscale.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def _run(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "llmscale.cli", "run", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_run_scales_the_emulated_fleet_and_logs_why(tmp_path, emulate):
+    cfg = _config(tmp_path, emulate.base_url)
+    proc = _run("--config", str(cfg), "--max-ticks", "2")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    spec = httpx.get(emulate.base_url + "/admin/replicas", timeout=5).json()["spec_replicas"]
+    assert spec == 3
+    lines = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    assert len(lines) == 2
+    assert lines[0]["applied"] is True and lines[0]["final"] == 3 and lines[0]["rule"] == "fixed"
+    assert lines[0]["replicas"]["spec"] == 1 and lines[0]["unknown_replicas"] == 0
+    assert json.loads((tmp_path / "state.json").read_text())["last_decision"]["final"] == 3
+
+
+def test_dry_run_touches_nothing_and_sigterm_stops_cleanly(tmp_path, emulate):
+    cfg = _config(tmp_path, emulate.base_url)
+    proc = _run("--config", str(cfg), "--mode", "dry-run")
+    log = tmp_path / "decisions.jsonl"
+    try:
+        deadline = time.monotonic() + 90
+        while not (log.exists() and log.read_text().count("\n") >= 2):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no decision within 90 s"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "SIGTERM: stopping" in err
+    first = json.loads(log.read_text().splitlines()[0])
+    assert first["mode"] == "dry-run" and first["final"] == 3 and first["applied"] is False
+    assert httpx.get(emulate.base_url + "/admin/replicas", timeout=5).json()["spec_replicas"] == 1
+    assert not (tmp_path / "state.json").exists()
