@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from dataclasses import dataclass
 from heapq import heappop, heappush
 from operator import attrgetter
 from typing import Any
@@ -22,6 +21,7 @@ import numpy as np
 
 from llmscale.errors import ConfigError
 from llmscale.metrics.names import HISTOGRAM_BOUNDS
+from llmscale.sim.config import SimConfig
 from llmscale.sim.replica import BLOCK_TOKENS, Replica
 from llmscale.sim.request import Req, Status
 from llmscale.types import Phase, ReplicaView
@@ -33,40 +33,6 @@ _PHASE = 1
 _GRACE = 2
 
 _by_outstanding = attrgetter("outstanding")
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """How each replica is configured and how the fleet behaves. Durations in seconds."""
-
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    gpu_memory_utilization: float = 0.9
-    max_model_len: int | None = None  # None: the model's context length
-    pending_s: float = 60.0
-    loading_s: float = 20.0
-    warmup_s: float = 10.0
-    grace_s: float = 30.0  # Kubernetes' default terminationGracePeriodSeconds
-    timeout_s: float = 60.0  # a client gives up after this long without a first token
-    max_queue: int | None = None  # gateway queue bound while no replica is ready; None = unbounded
-    router: str = "least-outstanding"
-    step_noise: float = 0.0  # sigma of a lognormal factor on step time, drawn once per jump
-    #: cap on decode steps per jump; None = unbounded. 1 steps token by token (the benchmark's baseline)
-    max_jump_steps: int | None = None
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.max_num_seqs < 1:
-            raise ConfigError(f"max_num_seqs = {self.max_num_seqs}, must be >= 1")
-        if self.max_num_batched_tokens < 1:
-            raise ConfigError(f"max_num_batched_tokens = {self.max_num_batched_tokens}, must be >= 1")
-        if not 0.0 < self.gpu_memory_utilization <= 1.0:
-            raise ConfigError(f"gpu_memory_utilization = {self.gpu_memory_utilization}, must be in (0, 1]")
-        for name in ("pending_s", "loading_s", "warmup_s", "grace_s", "timeout_s", "step_noise"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} = {getattr(self, name)}, must be >= 0")
-        if self.router not in ("least-outstanding", "round-robin"):
-            raise ConfigError(f"router = {self.router!r}, must be 'least-outstanding' or 'round-robin'")
 
 
 class Fleet:
