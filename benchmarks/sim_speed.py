@@ -4,7 +4,9 @@ Prints simulated requests per wall-second (median of 3 runs, each in a fresh
 process so peak memory is the run's own) and the peak resident memory; then,
 in this process, the same simulator stepping one decode token at a time
 (``max_jump_steps=1``) on a 10-minute window against closed-form jumps on the
-same window, as a ratio. Target: >= 50,000 requests/s and < 1 GB.
+same window, as a ratio; and that window once more in two fresh processes,
+the mypyc-compiled simulator against its plain sources (LLMSCALE_PURE_PYTHON=1).
+Target: >= 50,000 requests/s and < 1 GB.
 
     .venv/bin/python benchmarks/sim_speed.py [--runs 3] [--rate-scale 20]
 """
@@ -14,12 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import resource
 import statistics
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE = REPO.parent / "shared" / "data" / "traces" / "azure_llm_2023_conv.csv"
@@ -65,6 +69,42 @@ def _one_run(rate_scale: float, replicas: int, out: mp.Queue[str]) -> None:
             }
         )
     )
+
+
+def _window_run(rate_scale: float, replicas: int, out: mp.Queue[str]) -> None:
+    """The 10-minute window in a fresh process: compiled or source simulator, per its environment."""
+    import llmscale.sim.replica
+    from llmscale.backtest.runner import run_policy
+    from llmscale.workloads import window
+
+    win = window(_workload(rate_scale), 600.0, 600.0)
+    t0 = time.perf_counter()
+    run_policy(win, "static", _settings(replicas))
+    wall = time.perf_counter() - t0
+    out.put(json.dumps({"wall_s": wall, "module": Path(str(llmscale.sim.replica.__file__)).name}))
+
+
+def _compiled_vs_source(ctx: Any, rate_scale: float, replicas: int) -> None:
+    """Same machine, same moment: the mypyc build against the plain sources (LLMSCALE_PURE_PYTHON=1)."""
+    walls = {}
+    for label, pure in (("compiled", "0"), ("source", "1")):
+        old = os.environ.get("LLMSCALE_PURE_PYTHON")
+        os.environ["LLMSCALE_PURE_PYTHON"] = pure  # read by the child when it first imports llmscale.sim
+        try:
+            q: mp.Queue[str] = ctx.Queue()
+            p = ctx.Process(target=_window_run, args=(rate_scale, replicas, q))
+            p.start()
+            row = json.loads(q.get())
+            p.join()
+        finally:
+            if old is None:
+                os.environ.pop("LLMSCALE_PURE_PYTHON", None)
+            else:
+                os.environ["LLMSCALE_PURE_PYTHON"] = old
+        walls[label] = row["wall_s"]
+        print(f"  {label:8s} ({row['module']}): {row['wall_s']:.2f} s")
+    ratio = walls["source"] / walls["compiled"]
+    print(f"10-minute window: the compiled simulator is {ratio:.2f}x the sources")
 
 
 def main() -> int:
@@ -131,6 +171,7 @@ def main() -> int:
         f"token-by-token {timings['token-by-token']:.2f} s -> jumps are "
         f"{timings['token-by-token'] / timings['jumps']:.1f}x faster"
     )
+    _compiled_vs_source(ctx, args.rate_scale, replicas)
     return 0
 
 

@@ -1,0 +1,38 @@
+"""An import hook that prefers the simulator's ``.py`` sources over their mypyc builds.
+
+Python's path finder tries extension modules before sources, so a compiled
+``replica.cpython-311-*.so`` always wins over ``replica.py`` beside it. This
+finder, installed only on request (``LLMSCALE_PURE_PYTHON=1``, see
+``llmscale.sim``), answers first for the hot modules with their sources.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["HOT_MODULES", "install"]
+
+HOT_MODULES = frozenset(f"llmscale.sim.{m}" for m in ("request", "histogram", "replica", "fleet"))
+_HERE = Path(__file__).resolve().parent
+
+
+class _SourceFirst(importlib.abc.MetaPathFinder):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in HOT_MODULES:
+            return None
+        source = _HERE / (fullname.rsplit(".", 1)[1] + ".py")
+        return importlib.util.spec_from_file_location(fullname, source)
+
+
+def install() -> None:
+    """Put the finder first on ``sys.meta_path`` (idempotent)."""
+    if not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFirst())
