@@ -76,6 +76,10 @@ class TargetConfig(_Section):
     model: str = "llama-3-8b"
     gpu: str = "h100-80gb"
     tp: int = Field(default=1, ge=1)
+    #: seconds from a new pod's creation to Ready, as measured on this cluster; policies that plan
+    #: ahead (slo, dynamo-sla) look this far. Default: the catalogue's published figure for the
+    #: model and GPU (pod scheduling + image pull + weight loading + warm-up).
+    cold_start_s: float | None = Field(default=None, gt=0)
 
     @property
     def label(self) -> str:
@@ -318,14 +322,7 @@ def policy_context(cfg: LiveConfig) -> Any:
         {k: v for k, v in cfg.guard_overrides().items() if k in ("min_replicas", "max_replicas")}
     )
     t = cfg.target
-    try:
-        from llmscale.perf import cold_start
-
-        cs = cold_start(t.model, t.gpu, t.tp)
-        cold_s = cs.pending_s + cs.loading_s + cs.warmup_s
-    except ConfigError:
-        # A model the catalogue does not know still runs; policies that plan ahead use 90 s.
-        cold_s = PolicyContext.cold_start_s
+    cold_s = t.cold_start_s if t.cold_start_s is not None else _published_cold_start_s(t)
     return PolicyContext(
         min_replicas=bounds.min_replicas,
         max_replicas=bounds.max_replicas,
@@ -337,3 +334,17 @@ def policy_context(cfg: LiveConfig) -> Any:
         cold_start_s=cold_s,
         extra={"initial_replicas": bounds.min_replicas},
     )
+
+
+def _published_cold_start_s(t: TargetConfig) -> float:
+    from llmscale.policies.base import PolicyContext
+
+    try:
+        from llmscale.perf import cold_start
+
+        cs = cold_start(t.model, t.gpu, t.tp)
+        cold_s = cs.pending_s + cs.loading_s + cs.warmup_s
+    except ConfigError:
+        # A model the catalogue does not know still runs; policies that plan ahead use 90 s.
+        cold_s = PolicyContext.cold_start_s
+    return float(cold_s)

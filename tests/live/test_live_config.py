@@ -151,3 +151,20 @@ def test_cli_exits_2_with_the_message_and_no_traceback(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "llmscale.yaml: guards.cooldown_up_s: Input should be a valid number" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("target_extra", "expected_s"),
+    [
+        # Llama-3-8B on one H100: the catalogue's published start, 60 s scheduling and image
+        # pull + 19.1 s weights + 28.8 s warm-up (see llmscale.perf.cold_start)
+        pytest.param({}, 60.0 + 19.1 + 28.8, id="published"),
+        pytest.param({"cold_start_s": 3.0}, 3.0, id="measured-on-this-cluster"),
+    ],
+)
+def test_policies_plan_with_the_targets_cold_start(target_extra, expected_s):
+    from llmscale.config import policy_context
+
+    doc = _with("target", {**GOOD["target"], "model": "llama-3-8b", "gpu": "h100-80gb", **target_extra})
+    ctx = policy_context(parse_config(doc, source="inline"))
+    assert ctx.cold_start_s == pytest.approx(expected_s, abs=0.05)
