@@ -1,0 +1,611 @@
+"""Controller tick: scrape, parse, signals and decide over 500 emulated replicas' ``/metrics`` pages.
+
+Issue 4's target: one tick of the live controller over 500 replica pages in
+under 1 s and under 300 MB.
+
+The replicas are ``llmscale emulate``'s, in ``--emulators`` separate processes
+(so their memory and most of their CPU are not the measuring process's), each
+replica on its own 127.0.0.1 port with the emulator's own listener and
+``/metrics`` handler. A Poisson load (``--rps-per-replica``, token lengths
+drawn around a chat mix) runs through the simulator for ``--warmup-s`` before
+the first scrape and goes on during the run, so the pages carry non-trivial
+histograms, counters and gauges, and the counters move from tick to tick.
+
+The measuring process builds the live controller's path from a validated
+``LiveConfig`` with ``controller/wiring.py`` (``build_source``: a
+``PodScrapeSource`` over the 500 static targets; ``policy_run``: the ``slo``
+policy and its guards), then per tick: ``source.observe`` (scrape + parse),
+``compute_signals`` over the window (``WINDOW_LEN`` observations, filled by
+untimed ticks first so every timed tick sees a steady-state window), and
+``decide_and_act`` without actuation. Observations are stamped on a controller
+clock that advances ``--tick-s`` per tick (the config default, 15 s), as the
+live loop's would. Not included: the live loop's alignment with the cluster's
+replica list (one Kubernetes list call) and its own ``/metrics`` export.
+
+Why the pages are cached between ticks (``--live-render`` turns it off):
+the emulator renders a page with prometheus_client's ``generate_latest``,
+which costs ~10 ms of emulator CPU per page on a quiet core and several times
+that on this shared 2-core VM: 500 pages a tick would put seconds of *emulator*
+work on the two cores the measured tick runs on, where real replicas render on
+their own machines. So before each tick (untimed) every emulator process
+re-renders each of its replicas' pages from the live simulation into a cache,
+with a formatter checked at start-up to produce byte-for-byte what
+``render_metrics`` produces, and its ``/metrics`` handler serves that cache
+during the tick. The emulators' CPU seconds during the timed ticks are printed.
+
+Same process, same pages: our exposition parser against prometheus_client's
+parser alone (``text_string_to_metric_families``, no folding), and a fixed
+pure-Python machine reference (``sum(range(10**7))``) before and after.
+
+    .venv/bin/python benchmarks/controller_tick.py [--replicas 500] [--ticks 7] [--emulators 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import multiprocessing as mp
+import resource
+import signal
+import statistics
+import sys
+import time
+from dataclasses import replace
+from multiprocessing.connection import Connection
+from typing import Any
+
+TARGET_TICK_S = 1.0
+TARGET_PEAK_MB = 300.0
+QUIET_REF_S = 0.2  # sum(range(10**7)) on a quiet modern core (benchmarks/sim_speed.py)
+
+
+# ---------------------------------------------------------------------------------------------
+# The emulator processes
+
+
+def _page_formatter() -> Any:
+    """A fast renderer of one replica's page, producing what ``render_metrics`` produces.
+
+    It reads the replica's sample through the collector's own ``SimMetricSource``
+    (so DCGM averaging windows advance exactly as a real scrape advances them)
+    and writes the text prometheus_client's ``generate_latest`` writes for the
+    collector's families. Private names of emulate/metrics.py are read on
+    purpose; :func:`_check_formatter` fails loudly when they drift.
+    """
+    from prometheus_client.utils import floatToGoString as fmt
+
+    from llmscale.emulate.metrics import _COUNTERS, _HELP, _le
+
+    def labelstr(pairs: tuple[tuple[str, str], ...]) -> str:
+        return ",".join(f'{k}="{v}"' for k, v in sorted(pairs))
+
+    def doc_of(text: str) -> str:
+        return text.replace("\\", r"\\").replace("\n", r"\n")
+
+    def page(collector: Any) -> bytes:
+        obs = collector._source.observe(collector._now_s())
+        if not obs.replicas or not obs.replicas[0].ok:
+            return b""
+        sample = obs.replicas[0]
+        vllm = labelstr(collector._vllm_labels)
+        dcgm = labelstr(collector._dcgm_labels)
+        out: list[str] = []
+        add = out.append
+        for name, value in sample.values.items():
+            is_dcgm = name.startswith("DCGM_")
+            doc = _HELP.get(name, f"{name} (DCGM field)" if is_dcgm else name)
+            kind = "counter" if name in _COUNTERS else "gauge"
+            if kind == "counter":
+                name = name.removesuffix("_total") + "_total"
+            add(f"# HELP {name} {doc_of(doc)}\n# TYPE {name} {kind}\n")
+            add(f"{name}{{{dcgm if is_dcgm else vllm}}} {fmt(value)}\n")
+        pairs = collector._vllm_labels
+        for name, hist in sample.histograms.items():
+            add(f"# HELP {name} {doc_of(_HELP.get(name, name))}\n# TYPE {name} histogram\n")
+            for bound, count in zip(hist.bounds, hist.cumulative, strict=True):
+                add(f"{name}_bucket{{{labelstr((*pairs, ('le', _le(bound))))}}} {fmt(count)}\n")
+            add(f"{name}_count{{{vllm}}} {fmt(hist.cumulative[-1])}\n")
+            add(f"{name}_sum{{{vllm}}} {fmt(hist.sum)}\n")
+        return "".join(out).encode()
+
+    return page
+
+
+def _check_formatter(server: Any, page: Any, n: int = 3) -> None:
+    """Fresh collectors of ``n`` replicas: the fast formatter and ``render_metrics`` must agree."""
+    from llmscale.emulate.metrics import ReplicaCollector, render_metrics
+
+    emu = server.emu
+    emu.advance()
+
+    def fresh(r: Any) -> ReplicaCollector:
+        return ReplicaCollector(emu.fleet, r, server.served_model, server._gpu_model, lambda: emu.fleet.now)
+
+    for r in list(emu.fleet.replicas)[:n]:
+        want, got = render_metrics(fresh(r)), page(fresh(r))
+        if want != got:
+            raise RuntimeError(
+                f"the cached-page formatter drifted from emulate's render_metrics ({r.name}); "
+                "update benchmarks/controller_tick.py or run with --live-render"
+            )
+
+
+class _PausableClock:
+    """Monotonic wall time that stands still while paused (the emulator's simulated time follows it)."""
+
+    def __init__(self) -> None:
+        self._paused_at: float | None = None
+        self._lost = 0.0
+
+    def now_s(self) -> float:
+        t = time.monotonic() if self._paused_at is None else self._paused_at
+        return t - self._lost
+
+    def pause(self) -> None:
+        if self._paused_at is None:
+            self._paused_at = time.monotonic()
+
+    def resume(self) -> None:
+        if self._paused_at is not None:
+            self._lost += time.monotonic() - self._paused_at
+            self._paused_at = None
+
+
+def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
+    """One emulator process: its share of replicas under a Poisson load, driven by the parent.
+
+    Commands: ``"advance"`` runs the fleet for ``run_s`` wall seconds under the load, then
+    snapshots every replica's page and pauses simulated time (answer: simulated now and how
+    long the snapshot took); ``"cpu"`` answers this process's CPU seconds; ``"stop"``.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us, also on Ctrl-C
+    import numpy as np
+    from aiohttp import web
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    import llmscale.emulate.server as server_mod
+    from llmscale.emulate import EmulateConfig, EmulatorThread
+
+    deadline = time.monotonic() + opts["max_seconds"]
+    live_render = opts["live_render"]
+    cache: dict[str | None, bytes] = {}
+    if not live_render:
+        real_handler = server_mod._metrics
+
+        async def cached_metrics(request: web.Request) -> web.StreamResponse:
+            # The replica's page as of the last snapshot (the emulator's own handler would run
+            # the whole fleet to now and render with prometheus_client on every request).
+            body = cache.get(request.app[server_mod._ENDPOINT].replica)
+            if body is None:
+                return await real_handler(request)
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        server_mod._metrics = cached_metrics  # read when each replica's app is built, at start
+    page = _page_formatter()
+    rng = np.random.default_rng(opts["seed"])
+    rate = opts["rps_per_replica"] * opts["replicas"]
+    clock = _PausableClock()
+    fleet = EmulatorThread(
+        EmulateConfig(
+            replicas=opts["replicas"],
+            max_replicas=max(512, opts["replicas"]),
+            port=0,
+            host="127.0.0.1",
+            pending_s=0.0,
+            loading_s=0.0,
+            warmup_s=0.0,
+            time_scale=opts["time_scale"],
+            seed=opts["seed"],
+        )
+    )
+
+    def feed(server: Any, n: int) -> None:
+        # Straight into the simulator, as Emulator.submit does without an HTTP client waiting
+        # on the flight; routed by the simulator's router (least outstanding).
+        if n <= 0:
+            return
+        emu = server.emu
+        now = emu.advance()
+        ins = np.clip(rng.lognormal(math.log(700.0), 0.8, n), 16, 6000).astype(int)
+        outs = np.clip(rng.lognormal(math.log(150.0), 0.8, n), 8, 1024).astype(int)
+        for i, o in zip(ins, outs, strict=True):
+            emu.fleet.submit(int(i), int(o), now, None)
+        emu.wake.set()
+
+    def resume(server: Any) -> None:
+        clock.resume()
+        if server._driver is None:  # private: the engine loop, stopped while the fleet is paused
+            server._driver = asyncio.get_running_loop().create_task(server._drive())
+
+    def pause(server: Any) -> None:
+        # With simulated time frozen, the engine loop would wake every few microseconds of the
+        # next event's distance and spin; it is stopped instead (handlers do not need it: they
+        # serve the snapshot). Cancelled between two awaits, it holds no half-done state.
+        clock.pause()
+        if server._driver is not None:
+            server._driver.cancel()
+            server._driver = None
+
+    def run_for(wall_s: float) -> None:
+        fleet.call(resume)
+        end = last = time.monotonic()
+        end += wall_s
+        while True:
+            time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+            now = time.monotonic()
+            n = int(rng.poisson(rate * (now - last) * opts["time_scale"]))
+            last = now
+            fleet.call(lambda s, n=n: feed(s, n), timeout_s=120.0)
+            if now >= end:
+                break
+
+    def snapshot(server: Any) -> float:
+        pause(server)
+        now = server.emu.advance()
+        if not live_render:
+            for name, lst in server._listeners.items():  # private: the listeners hold the collectors
+                cache[name] = page(lst.collector)
+        return float(now)
+
+    try:
+        fleet.start(timeout_s=300.0)
+        # Private: the emulator's clock becomes pausable (same monotonic time line, so no jump).
+        fleet.call(lambda s: setattr(s.emu, "_clock", clock))
+        if not live_render:
+            fleet.call(lambda s: _check_formatter(s, page), timeout_s=120.0)
+        ports = fleet.call(lambda s: s.replica_ports(), timeout_s=60.0)
+        run_for(opts["warmup_s"])
+        fleet.call(snapshot, timeout_s=300.0)
+        conn.send(("ready", ports))
+        while time.monotonic() < deadline:
+            if not conn.poll(0.5):
+                continue
+            cmd = conn.recv()
+            if cmd == "stop":
+                break
+            if cmd == "advance":
+                run_for(opts["run_s"])
+                t0 = time.perf_counter()
+                now = fleet.call(snapshot, timeout_s=300.0)
+                conn.send(("ok", (now, time.perf_counter() - t0)))
+            elif cmd == "cpu":
+                conn.send(("ok", time.process_time()))
+    except (EOFError, BrokenPipeError):
+        pass  # the parent is gone: stop
+    except BaseException as e:
+        with contextlib.suppress(Exception):
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+        raise
+    finally:
+        fleet.stop()
+
+
+class Emulators:
+    """The emulator processes; :meth:`close` stops every one of them, whatever state they are in."""
+
+    def __init__(self, counts: list[int], opts: dict[str, Any]) -> None:
+        self._ctx = mp.get_context("spawn")
+        self.procs: list[Any] = []
+        self.conns: list[Connection] = []
+        for k, n in enumerate(counts):
+            parent, child = self._ctx.Pipe()
+            p = self._ctx.Process(
+                target=_emulator_main,
+                args=(child, {**opts, "replicas": n, "seed": opts["seed"] + k}),
+                name=f"emulator-{k}",
+                daemon=True,
+            )
+            p.start()
+            child.close()
+            self.procs.append(p)
+            self.conns.append(parent)
+
+    def _recv(self, conn: Connection, timeout_s: float) -> Any:
+        if not conn.poll(timeout_s):
+            raise TimeoutError(f"an emulator process gave no answer within {timeout_s:g} s")
+        kind, payload = conn.recv()
+        if kind == "error":
+            raise RuntimeError(f"emulator process failed: {payload}")
+        return payload
+
+    def wait_ready(self, timeout_s: float) -> list[dict[str, int]]:
+        return [self._recv(c, timeout_s) for c in self.conns]
+
+    def ask(self, cmd: str, timeout_s: float = 300.0) -> list[Any]:
+        for c in self.conns:
+            c.send(cmd)
+        return [self._recv(c, timeout_s) for c in self.conns]
+
+    def close(self) -> None:
+        for c in self.conns:
+            with contextlib.suppress(Exception):
+                c.send("stop")
+        for p in self.procs:
+            p.join(20.0)
+            if p.is_alive():
+                p.terminate()
+                p.join(5.0)
+            if p.is_alive():
+                p.kill()
+                p.join(5.0)
+        for c in self.conns:
+            c.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The measuring process
+
+
+class _NoCluster:
+    """decide_and_act's cluster argument; never touched with ``actuate=False``."""
+
+    spec_replicas = 0
+
+    def scale_to(self, *a: object, **k: object) -> None:
+        raise AssertionError("the benchmark does not actuate")
+
+    def replicas_view(self) -> tuple[()]:
+        return ()
+
+
+def _machine_reference() -> float:
+    t0 = time.perf_counter()
+    sum(range(10**7))
+    return time.perf_counter() - t0
+
+
+def _pct(xs: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0-100)."""
+    s = sorted(xs)
+    return s[max(0, math.ceil(q / 100.0 * len(s)) - 1)]
+
+
+async def _fetch_pages(urls: list[str]) -> list[bytes]:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+
+        async def one(url: str) -> bytes:
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
+                resp.raise_for_status()
+                return await resp.read()
+
+        return list(await asyncio.gather(*(one(u) for u in urls)))
+
+
+def _split(total: int, parts: int) -> list[int]:
+    parts = max(1, min(parts, total))
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--replicas", type=int, default=500)
+    ap.add_argument("--ticks", type=int, default=7, help="timed ticks; the first is a warm-up, not counted")
+    ap.add_argument("--emulators", type=int, default=2, help="emulator processes sharing the replicas")
+    ap.add_argument(
+        "--window", type=int, default=None, help="observations in the window (default WINDOW_LEN)"
+    )
+    ap.add_argument("--tick-s", type=float, default=5.0, help="simulated seconds between ticks")
+    ap.add_argument("--run-s", type=float, default=1.0, help="wall seconds the fleet runs between ticks")
+    ap.add_argument("--rps-per-replica", type=float, default=1.0, help="Poisson load, simulated req/s")
+    ap.add_argument("--warmup-s", type=float, default=10.0, help="wall seconds of load before the first tick")
+    ap.add_argument(
+        "--scrape-timeout-s", type=float, default=5.0, help="PodScrapeSource's per-target time-out"
+    )
+    ap.add_argument("--baseline-pages", type=int, default=50, help="pages parsed by prometheus_client alone")
+    ap.add_argument("--live-render", action="store_true", help="emulators render every page on request")
+    ap.add_argument("--max-seconds", type=float, default=1200.0, help="bound on the whole run")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.replicas < 1 or args.ticks < 2 or args.emulators < 1:
+        ap.error("needs --replicas >= 1, --ticks >= 2 (one is the warm-up), --emulators >= 1")
+    if args.tick_s <= 0 or args.run_s <= 0 or args.warmup_s < 0:
+        ap.error("needs --tick-s > 0, --run-s > 0, --warmup-s >= 0")
+    time_scale = args.tick_s / args.run_s
+
+    def on_term(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds through the finally that stops the emulators
+
+    signal.signal(signal.SIGTERM, on_term)
+    started = time.monotonic()
+    ref_before = _machine_reference()
+    counts = _split(args.replicas, args.emulators)
+    print(
+        f"starting {args.replicas} emulated replicas in {len(counts)} process(es) {counts}, "
+        f"{args.rps_per_replica:g} req/s per replica, {args.warmup_s * time_scale:g} simulated s of load "
+        f"first, then {args.tick_s:g} simulated s ({args.run_s:g} s wall) between ticks"
+    )
+    emus = Emulators(
+        counts,
+        {
+            "rps_per_replica": args.rps_per_replica,
+            "warmup_s": args.warmup_s,
+            "run_s": args.run_s,
+            "time_scale": time_scale,
+            "live_render": args.live_render,
+            "max_seconds": args.max_seconds + 60.0,
+            "seed": args.seed,
+        },
+    )
+    try:
+        return _run(args, emus, started, ref_before)
+    finally:
+        emus.close()
+
+
+def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: float) -> int:
+    from llmscale.config import parse_config
+    from llmscale.controller.loop import WINDOW_LEN, ControllerState, decide_and_act
+    from llmscale.controller.wiring import build_source, policy_run
+    from llmscale.metrics.exposition import parse_exposition
+    from llmscale.signals.fleet import compute_signals
+
+    port_maps = emus.wait_ready(timeout_s=300.0 + args.warmup_s)
+    targets = [
+        {"name": f"e{k}-{name}", "url": f"http://127.0.0.1:{port}/metrics"}
+        for k, ports in enumerate(port_maps)
+        for name, port in sorted(ports.items())
+    ]
+    print(f"emulators ready after {time.monotonic() - started:.1f} s: {len(targets)} replica ports")
+
+    # The live controller's parts, from a validated config as `llmscale run` builds them.
+    cfg = parse_config(
+        {
+            "target": {"name": "bench", "model": "llama-3-8b", "gpu": "h100-80gb"},
+            "metrics": {
+                "source": "scrape",
+                "scrape": {"static_targets": targets, "timeout_s": args.scrape_timeout_s},
+            },
+            "policy": {"name": "slo"},
+            "guards": {"min_replicas": 1, "max_replicas": max(1000, 2 * len(targets))},
+            "mode": "dry-run",
+            "actuator": {"kind": "emulate", "emulate": {"url": "http://127.0.0.1:9"}},  # never called
+        },
+        source="controller_tick",
+    )
+    run = policy_run(cfg, cfg.policy)
+    source: Any = build_source(cfg, None)
+    slo = (cfg.slo.ttft_s, cfg.slo.tpot_s)
+    window_len = WINDOW_LEN if args.window is None else max(1, min(args.window, WINDOW_LEN))
+    state = ControllerState(policy_state=run.policy.initial_state())
+    cluster: Any = _NoCluster()
+    rows: list[dict[str, float]] = []
+    last_record: Any = None
+    unknown: list[int] = []
+    try:
+        fill = window_len - 1
+        total = fill + args.ticks
+        for k in range(total):
+            if time.monotonic() - started > args.max_seconds:
+                print(f"stopping: --max-seconds {args.max_seconds:g} reached", file=sys.stderr)
+                return 3
+            answers = emus.ask("advance")  # the fleet runs, then every page is snapshot
+            now_s = max(now for now, _ in answers)  # controller time = simulated time of the pages
+            refresh_s = max(took for _, took in answers)
+            timed = k >= fill
+            cpu_emu0 = sum(emus.ask("cpu")) if timed else 0.0
+            c0, t0 = time.process_time(), time.perf_counter()
+            obs = source.observe(now_s)
+            t1 = time.perf_counter()
+            window = (*state.window, obs)[-window_len:]
+            signals = compute_signals(window)
+            t2 = time.perf_counter()
+            record, state = decide_and_act(
+                now_s, signals, run.policy, run.guards, cluster, replace(state, window=window),
+                slo=slo, actuate=False,
+            )  # fmt: skip
+            t3, c3 = time.perf_counter(), time.process_time()
+            cpu_emu = sum(emus.ask("cpu")) - cpu_emu0 if timed else 0.0
+            bad = sum(1 for s in obs.replicas if not s.ok)
+            if timed:
+                unknown.append(bad)
+                rows.append(
+                    {
+                        "scrape": t1 - t0,
+                        "signals": t2 - t1,
+                        "decide": t3 - t2,
+                        "total": t3 - t0,
+                        "cpu": c3 - c0,
+                        "cpu_emu": cpu_emu,
+                    }
+                )
+            last_record = record
+            label = "warm-up" if k == fill else ("tick" if timed else "fill")
+            print(
+                f"  {label:7s} {k - fill + 1 if timed else k + 1:2d}: {t3 - t0:6.3f} s "
+                f"(scrape+parse {t1 - t0:.3f}, signals {t2 - t1:.3f}, decide {t3 - t2:.4f}); "
+                f"window {len(window)}, unknown {bad}, page refresh {refresh_s:.2f} s"
+            )
+            if bad:
+                print(f"    errors: {dict(list(source.last_errors.items())[:3])}", file=sys.stderr)
+        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    finally:
+        source.close()
+
+    measured = rows[1:]  # the first timed tick is the warm-up
+    ref_after = _machine_reference()
+
+    def stat(key: str) -> tuple[float, float]:
+        xs = [r[key] for r in measured]
+        return statistics.median(xs), _pct(xs, 90)
+
+    print()
+    print(
+        f"machine reference: sum(range(10**7)) took {ref_before:.3f} s before, {ref_after:.3f} s after "
+        f"(a quiet modern core: ~{QUIET_REF_S} s); load average {_loadavg()}"
+    )
+    print(
+        f"{len(measured)} ticks over {args.replicas} replicas (window {window_len}, "
+        f"unknown replicas per tick: max {max(unknown)}), median / p90 wall:"
+    )
+    for key, label in (("scrape", "scrape+parse"), ("signals", "signals"), ("decide", "decide+guards")):
+        med, p90 = stat(key)
+        print(f"  {label:14s} {med:7.3f} s / {p90:7.3f} s")
+    med, p90 = stat("total")
+    cpu_med, _ = stat("cpu")
+    emu_med, _ = stat("cpu_emu")
+    print(f"  {'tick':14s} {med:7.3f} s / {p90:7.3f} s")
+    print(
+        f"  CPU of the measuring process per tick (all threads): median {cpu_med:.3f} s; "
+        f"emulator processes' CPU during the tick: median {emu_med:.3f} s"
+    )
+    ref = min(ref_before, ref_after)
+    print(
+        f"  tick median / machine reference: {med / ref:.2f}  (at a quiet core's reference "
+        f"~{med * QUIET_REF_S / ref:.3f} s, an estimate)"
+    )
+    print(f"peak RSS of the measuring process: {peak_mb:.0f} MB")
+    if last_record is not None:
+        r = last_record
+        print(
+            f"last decision: {r.proposed.desired} proposed ({r.proposed.rule}), {r.final} after guards "
+            f"({r.guard or 'no guard'}); fleet state {r.fleet_state}"
+        )
+
+    # Same process, same pages: our parser against prometheus_client's parser alone.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    pages = [b.decode("utf-8") for b in asyncio.run(_fetch_pages([t["url"] for t in _targets(cfg)]))]
+    t0 = time.perf_counter()
+    for text in pages:
+        parse_exposition(text)
+    ours = (time.perf_counter() - t0) / len(pages)
+    sub = pages[: max(1, min(args.baseline_pages, len(pages)))]
+    t0 = time.perf_counter()
+    for text in sub:
+        list(text_string_to_metric_families(text))
+    theirs = (time.perf_counter() - t0) / len(sub)
+    lines = statistics.mean(p.count("\n") for p in pages)
+    print(
+        f"parsing ({lines:.0f} lines, {statistics.mean(len(p) for p in pages) / 1024:.1f} KiB a page): "
+        f"ours {ours * 1e3:.2f} ms/page ({ours * len(pages):.2f} s for {len(pages)}), "
+        f"prometheus_client's parser alone {theirs * 1e3:.2f} ms/page "
+        f"({theirs * len(pages):.2f} s for {len(pages)}) -> ours is {theirs / ours:.1f}x faster"
+    )
+    ok_t, ok_m = med < TARGET_TICK_S, peak_mb < TARGET_PEAK_MB
+    print(
+        f"target: tick < {TARGET_TICK_S:g} s: {'PASS' if ok_t else 'MISS'} (median {med:.3f} s); "
+        f"peak memory < {TARGET_PEAK_MB:.0f} MB: {'PASS' if ok_m else 'MISS'} ({peak_mb:.0f} MB)"
+    )
+    print(f"run took {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def _targets(cfg: Any) -> list[dict[str, str]]:
+    static = cfg.metrics.scrape.static_targets or ()
+    return [{"name": t.name, "url": t.url} for t in static]
+
+
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

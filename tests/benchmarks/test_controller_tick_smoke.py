@@ -1,0 +1,34 @@
+"""benchmarks/controller_tick.py runs end to end on a tiny fleet and prints every field.
+
+A smoke run (10 replicas in one emulator process, a 3-observation window), not
+a timing check: the numbers depend on the machine; only their presence is asserted.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "controller_tick.py"
+
+
+@pytest.mark.slow
+def test_controller_tick_benchmark_runs_on_a_small_fleet():
+    args = "--replicas 10 --emulators 1 --ticks 3 --window 3 --warmup-s 1 --baseline-pages 3"
+    args += " --max-seconds 200"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *args.split()], capture_output=True, text=True, timeout=300
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "unknown replicas per tick: max 0" in out, out
+    for field in ("scrape+parse", "signals", "decide+guards", "tick"):
+        assert re.search(rf"^  {re.escape(field)} +[0-9.]+ s / +[0-9.]+ s$", out, re.MULTILINE), field
+    assert re.search(r"machine reference: sum\(range\(10\*\*7\)\) took [0-9.]+ s", out)
+    assert re.search(r"peak RSS of the measuring process: \d+ MB", out)
+    assert re.search(r"prometheus_client's parser alone [0-9.]+ ms/page", out)
+    assert re.search(r"target: tick < 1 s: (PASS|MISS) .*peak memory < 300 MB: (PASS|MISS)", out)
