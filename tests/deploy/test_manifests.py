@@ -401,11 +401,6 @@ def _rbac(kind: str) -> dict:
     return docs[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="deploy/rbac uses namespace llm-serving and resourceNames [vllm]; deploy/controller uses "
-    "namespace llmscale and target vllm-llama3-8b. Remove this mark once the two agree.",
-)
 def test_rbac_grants_the_controller_its_target() -> None:
     if not (DEPLOY / "rbac").is_dir():
         pytest.skip("deploy/rbac not present")

@@ -1,0 +1,75 @@
+"""Workloads and waits shared by the Kubernetes tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from kubernetes import client
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T], timeout_s: float = 60.0, interval_s: float = 0.1) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` and the last value."""
+    deadline = time.monotonic() + timeout_s
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; last value: {last!r}")
+
+
+def _pod_template(app: str, timings: Mapping[str, float]) -> client.V1PodTemplateSpec:
+    return client.V1PodTemplateSpec(
+        metadata=client.V1ObjectMeta(
+            labels={"app": app},
+            # Read by the fake kubelet: how long each pod stays in each phase.
+            annotations={f"fake-kubelet/{k}-s": str(v) for k, v in timings.items()},
+        ),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(name="server", image="registry.invalid/vllm:test")],
+            termination_grace_period_seconds=30,
+        ),
+    )
+
+
+def create_deployment(
+    api: client.ApiClient, namespace: str, name: str, replicas: int = 1, **timings: float
+) -> client.V1Deployment:
+    """A Deployment whose pods carry ``app=<name>``; ``timings`` e.g. ``pending=1.0, warmup=2.0``."""
+    body = client.V1Deployment(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1DeploymentSpec(
+            replicas=replicas,
+            selector=client.V1LabelSelector(match_labels={"app": name}),
+            template=_pod_template(name, timings),
+        ),
+    )
+    return client.AppsV1Api(api).create_namespaced_deployment(namespace, body)
+
+
+def create_statefulset(api: client.ApiClient, namespace: str, name: str, replicas: int = 1) -> None:
+    body = client.V1StatefulSet(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1StatefulSetSpec(
+            replicas=replicas,
+            service_name=name,
+            selector=client.V1LabelSelector(match_labels={"app": name}),
+            template=_pod_template(name, {}),
+        ),
+    )
+    client.AppsV1Api(api).create_namespaced_stateful_set(namespace, body)
+
+
+def ready_replicas(api: client.ApiClient, namespace: str, name: str) -> int:
+    status = client.AppsV1Api(api).read_namespaced_deployment_status(name, namespace).status
+    return (status.ready_replicas or 0) if status is not None else 0
+
+
+def pod_names(api: client.ApiClient, namespace: str, app: str) -> list[str]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=f"app={app}").items or []
+    return sorted(p.metadata.name for p in pods)
