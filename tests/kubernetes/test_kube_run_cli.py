@@ -1,0 +1,107 @@
+"""`llmscale run` as a user runs it, against the real kube-apiserver: scale, and refuse an owned target.
+
+The metrics source points at a closed port, so every replica is unknown: the
+`static` policy's scale-up still goes through (missing data holds only
+scale-downs), which isolates what is tested here, the actuation path from the
+command line through the scale subresource.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from kube_workloads import create_deployment, ready_replicas, wait_for
+from kubernetes import client
+
+LLMSCALE = Path(sys.executable).with_name("llmscale")
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _config(tmp_path: Path, kubeconfig: Path, namespace: str, name: str, replicas: int) -> Path:
+    doc = {
+        "target": {"namespace": namespace, "name": name, "selector": {"app": name}},
+        "metrics": {
+            "source": "scrape",
+            "scrape": {
+                "static_targets": [{"name": "nowhere", "url": f"http://127.0.0.1:{_closed_port()}/metrics"}],
+                "timeout_s": 0.5,
+            },
+        },
+        "policy": {"name": "static", "params": {"replicas": replicas}},
+        "guards": {"min_replicas": 1, "max_replicas": 5},
+        "tick_s": 1,
+        "mode": "apply",
+        "actuator": {"kind": "kubernetes", "kubernetes": {"kubeconfig": str(kubeconfig)}},
+        "server": {"listen": "127.0.0.1:0"},
+        "decision_log": {"path": str(tmp_path / "decisions.jsonl")},
+        "state": {"store": "file", "path": str(tmp_path / "state.json")},
+    }
+    path = tmp_path / "llmscale.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _run(config: Path, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.Popen(
+        [str(LLMSCALE), "run", "--config", str(config), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_run_scales_a_deployment_through_the_scale_subresource(kube_cluster, kube_namespace, tmp_path):
+    admin = kube_cluster.admin_client()
+    create_deployment(admin, kube_namespace, "vllm", replicas=1)
+    config = _config(tmp_path, kube_cluster.workdir / "kubeconfig", kube_namespace, "vllm", replicas=3)
+    done = _run(config, "--max-ticks", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    scale = client.AppsV1Api(admin).read_namespaced_deployment_scale("vllm", kube_namespace)
+    assert scale.spec.replicas == 3
+    wait_for("3 ready pods", lambda: ready_replicas(admin, kube_namespace, "vllm") == 3 or None)
+    lines = [yaml.safe_load(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    applied = [rec for rec in lines if rec.get("applied")]
+    assert applied and applied[0]["final"] == 3
+
+
+def test_run_refuses_a_target_an_hpa_owns(kube_cluster, kube_namespace, tmp_path):
+    admin = kube_cluster.admin_client()
+    create_deployment(admin, kube_namespace, "vllm", replicas=1)
+    hpa = client.V1HorizontalPodAutoscaler(
+        metadata=client.V1ObjectMeta(name="vllm-gpu-util"),
+        spec=client.V1HorizontalPodAutoscalerSpec(
+            scale_target_ref=client.V1CrossVersionObjectReference(
+                api_version="apps/v1", kind="Deployment", name="vllm"
+            ),
+            min_replicas=1,
+            max_replicas=4,
+        ),
+    )
+    client.AutoscalingV1Api(admin).create_namespaced_horizontal_pod_autoscaler(kube_namespace, hpa)
+    config = _config(tmp_path, kube_cluster.workdir / "kubeconfig", kube_namespace, "vllm", replicas=3)
+    done = _run(config, "--max-ticks", "2")
+    assert done.returncode == 2, (done.stdout[-2000:], done.stderr[-2000:])
+    assert f"HorizontalPodAutoscaler {kube_namespace}/vllm-gpu-util" in done.stderr
+    assert "Traceback" not in done.stderr
+    scale = client.AppsV1Api(admin).read_namespaced_deployment_scale("vllm", kube_namespace)
+    assert scale.spec.replicas == 1, "a refused run must not have scaled anything"
