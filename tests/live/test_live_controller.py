@@ -225,3 +225,18 @@ def test_run_stops_on_the_event_and_at_max_ticks():
     stop = threading.Event()
     stop.set()
     assert c.run(stop) == 0
+
+
+def test_keda_scaler_gets_its_first_decision_even_when_it_equals_the_spec():
+    # KEDA reads nothing until the controller publishes; a first decision equal to the
+    # starting spec (2 -> 2) must still be published, or KEDA sees UNAVAILABLE.
+    from llmscale.cluster.keda.server import KedaScaler
+
+    scaler = KedaScaler("llama", "llm", initial_replicas=2)
+    assert not scaler.has_decision
+    c = controller(loaded_source(2), scaler, primary=static_run(2))
+    entry = c.tick(0.0)
+    assert entry is not None and not entry.record.applied  # no change of replicas...
+    assert scaler.has_decision and scaler.spec_replicas == 2  # ...but the decision is served
+    c.tick(15.0)
+    assert scaler.spec_replicas == 2

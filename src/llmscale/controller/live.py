@@ -272,9 +272,16 @@ class LiveController:
 
         error: dict[str, str] | None = None
         current = self.cluster.spec_replicas
-        if self.primary_acts and record.final != current:
+        # A KEDA scaler serves nothing until its first decision is published, even one that
+        # equals the starting spec (KEDA would see UNAVAILABLE and the ScaledObject its fallback).
+        unpublished = getattr(self.cluster, "has_decision", True) is False
+        if self.primary_acts and (record.final != current or unpublished):
             try:
-                applied = scale_if_changed(self.cluster, record.final, run.guards, now_s)
+                if record.final == current:
+                    self.cluster.scale_to(record.final, now_s, drain_until_idle=run.guards.drain_aware)
+                    applied = False
+                else:
+                    applied = scale_if_changed(self.cluster, record.final, run.guards, now_s)
             except ActuationError as e:
                 reason = actuation_reason(e)
                 error = {"reason": reason, "message": str(e)}

@@ -119,6 +119,12 @@ class KedaScaler:
         with self._cond:
             return self._initial_replicas if self._decision is None else self._decision.desired
 
+    @property
+    def has_decision(self) -> bool:
+        """False until the first ``scale_to``: until then KEDA is answered UNAVAILABLE."""
+        with self._cond:
+            return self._decision is not None
+
     def scale_to(self, n: int, now_s: float, *, drain_until_idle: bool = False) -> None:
         """Publish ``n`` replicas, decided at ``now_s`` (controller time, s); pre: n >= 0.
 
