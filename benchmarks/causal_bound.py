@@ -1,0 +1,160 @@
+"""How well can *any* policy that does not see the future do on a trace of rate steps?
+
+The ServeGen rate files give one arrival rate per 10-minute window, so the
+generated load changes in steps at window boundaries (on the policy
+benchmark's ``servegen-ramp``: 45.6 -> 83.1 req/s, 72.1 -> 116.0,
+121.1 -> 175.0, ...). A replica asked for at a step serves one cold start
+later, so every policy that learns of a step only when it happens is short of
+capacity for at least that long, unless it already holds headroom.
+
+This benchmark measures the price of that with a deliberately over-informed
+policy, ``window-clairvoyant``: at every tick (5 s) it asks for
+``ceil(rate of the current window x (1 + headroom) / capacity)`` replicas,
+where the window's rate is read from the workload itself *the instant the
+window starts* (zero detection delay, no noise in the estimate) and
+``capacity`` is the simulator-measured requests/s one replica sustains within
+the SLO on this workload's lengths (``backtest/sizing.py``, the figure the
+policy benchmark prints). It scales down at once (no stabilisation) and
+drains without killing. A real policy knows strictly less: it must see
+arrivals before it can tell a step from noise. So for each headroom the
+printed attainment and GPU-hours are what a causal policy of this shape can
+at best reach; the oracle (hindsight, ``backtest/oracle.py``) is the yardstick
+of the policy issue's "<= 1.3x the oracle's GPU-hours".
+
+    .venv/bin/python benchmarks/causal_bound.py [--trace servegen-ramp] \
+        [--headroom 0,0.3,0.45,0.6,0.9] [--oracle-gpu-hours X] [--jobs 2]
+
+``--oracle-gpu-hours`` skips the oracle's search (about 20 minutes on the
+loaded 2-core machine) with a figure from an earlier run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from policies import DATA, TRACES, load, settings_for  # noqa: E402  (the policy benchmark's traces)
+
+WINDOW_S = 600.0
+
+
+@dataclass(frozen=True)
+class WindowClairvoyant:
+    """Knows each window's arrival rate from the window's first instant; pays the cold start."""
+
+    rates_rps: tuple[float, ...]
+    capacity_rps: float
+    headroom: float
+    name: str = "window-clairvoyant"
+    tick_s: float = 5.0
+    guard_overrides: dict[str, Any] = field(
+        default_factory=lambda: {
+            "pending_aware": False,
+            "stabilization_down_s": 0.0,
+            "headroom_max_usage": None,
+            "drain_aware": True,
+        }
+    )
+
+    def initial_state(self) -> None:
+        return None
+
+    def decide(self, signals: Any, state: None, now_s: float) -> tuple[Any, None]:
+        from llmscale.types import Decision
+
+        k = min(int(now_s // WINDOW_S), len(self.rates_rps) - 1)
+        want = self.rates_rps[k] * (1.0 + self.headroom) / self.capacity_rps
+        return Decision(max(1, math.ceil(want - 1e-9)), "window-rate", {}), None
+
+
+def _window_rates(w: Any) -> tuple[float, ...]:
+    edges = np.arange(0.0, w.duration_s + WINDOW_S, WINDOW_S)
+    counts, _ = np.histogram(w.arrival_s, bins=edges)
+    return tuple(float(c) / WINDOW_S for c in counts)
+
+
+def _run_headroom(trace: str, headroom: float) -> dict[str, float]:
+    from llmscale.backtest.runner import run_policy
+
+    w = load(trace)
+    settings, cap, _peak = settings_for(w)
+    policy = WindowClairvoyant(_window_rates(w), cap, headroom)
+    t0 = time.perf_counter()
+    r = run_policy(w, policy.name, settings, policy=policy).summary
+    return {
+        "headroom": headroom,
+        "slo_attainment": float(r["slo_attainment"]),
+        "gpu_hours": float(r["gpu_hours"]),
+        "killed": float(r["killed_by_scale_down"]),
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+def _run_oracle(trace: str) -> dict[str, float]:
+    from llmscale.backtest.oracle import run_oracle
+
+    w = load(trace)
+    settings, _cap, _peak = settings_for(w)
+    r = run_oracle(w, settings).summary
+    return {"slo_attainment": float(r["slo_attainment"]), "gpu_hours": float(r["gpu_hours"])}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", default="servegen-ramp", choices=sorted(TRACES))
+    ap.add_argument("--headroom", default="0,0.3,0.45,0.6,0.9", help="comma-separated headroom fractions")
+    ap.add_argument("--oracle-gpu-hours", type=float, help="skip the oracle; use this figure")
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    if not DATA.is_dir():
+        print(f"needs {DATA} (../shared/data beside the checkout)", file=sys.stderr)
+        return 2
+    headrooms = [float(x) for x in args.headroom.split(",") if x.strip()]
+    w = load(args.trace)
+    _settings, cap, _peak = settings_for(w)
+    rates = _window_rates(w)
+    print(f"{args.trace}: {w.num_requests:,} requests; one replica sustains {cap:.2f} req/s within the SLO")
+    print("10-minute window rates (req/s): " + ", ".join(f"{r:.1f}" for r in rates))
+    steps = [b / a for a, b in zip(rates, rates[1:], strict=False) if a > 0]
+    print(f"largest step up between windows: x{max(steps):.2f}")
+
+    with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        oracle_f = None if args.oracle_gpu_hours else pool.submit(_run_oracle, args.trace)
+        rows = list(pool.map(_run_headroom, [args.trace] * len(headrooms), headrooms))
+        oracle = oracle_f.result() if oracle_f else {"gpu_hours": args.oracle_gpu_hours, "slo_attainment": None}
+    o_gpu = float(oracle["gpu_hours"])
+    o_att = oracle["slo_attainment"]
+    print(
+        f"oracle: {o_gpu:.2f} GPU-hours"
+        + (f", attainment {100 * o_att:.2f}%" if o_att is not None else " (given with --oracle-gpu-hours)")
+    )
+    print(f"{'headroom':>9}{'attainment':>12}{'GPU-hours':>11}{'x oracle':>10}{'killed':>8}{'wall s':>8}")
+    for r in rows:
+        print(
+            f"{r['headroom']:>9.2f}{100 * r['slo_attainment']:>11.2f}%{r['gpu_hours']:>11.2f}"
+            f"{r['gpu_hours'] / o_gpu:>10.2f}{int(r['killed']):>8}{r['wall_s']:>8.0f}"
+        )
+    ok = [r for r in rows if r["slo_attainment"] >= 0.99]
+    if ok:
+        best = min(ok, key=lambda r: r["gpu_hours"])
+        print(
+            f"cheapest headroom reaching 99%: {best['headroom']:.2f} at {best['gpu_hours'] / o_gpu:.2f}x "
+            "the oracle's GPU-hours, with the window's rate known at once"
+        )
+    else:
+        print("no headroom tried reaches 99%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
