@@ -31,6 +31,7 @@ loaded 2-core machine) with a figure from an earlier run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import sys
 import time
@@ -43,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from policies import DATA, TRACES, load, settings_for  # noqa: E402  (the policy benchmark's traces)
+from policies import DATA, TRACES, load, settings_for  # the policy benchmark's traces
 
 WINDOW_S = 600.0
 
@@ -125,13 +126,14 @@ def main() -> int:
     rates = _window_rates(w)
     print(f"{args.trace}: {w.num_requests:,} requests; one replica sustains {cap:.2f} req/s within the SLO")
     print("10-minute window rates (req/s): " + ", ".join(f"{r:.1f}" for r in rates))
-    steps = [b / a for a, b in zip(rates, rates[1:], strict=False) if a > 0]
+    steps = [b / a for a, b in itertools.pairwise(rates) if a > 0]
     print(f"largest step up between windows: x{max(steps):.2f}")
 
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         oracle_f = None if args.oracle_gpu_hours else pool.submit(_run_oracle, args.trace)
         rows = list(pool.map(_run_headroom, [args.trace] * len(headrooms), headrooms))
-        oracle = oracle_f.result() if oracle_f else {"gpu_hours": args.oracle_gpu_hours, "slo_attainment": None}
+        given = {"gpu_hours": args.oracle_gpu_hours, "slo_attainment": None}
+        oracle = oracle_f.result() if oracle_f else given
     o_gpu = float(oracle["gpu_hours"])
     o_att = oracle["slo_attainment"]
     print(
