@@ -33,9 +33,17 @@ with a formatter checked at start-up to produce byte-for-byte what
 ``render_metrics`` produces, and its ``/metrics`` handler serves that cache
 during the tick. The emulators' CPU seconds during the timed ticks are printed.
 
-Same process, same pages: our exposition parser against prometheus_client's
-parser alone (``text_string_to_metric_families``, no folding), and a fixed
-pure-Python machine reference (``sum(range(10**7))``) before and after.
+Same process, after the timed ticks (the emulators paused, their pages fixed):
+
+* parsing the same pages three ways: the source's ``PageReader`` (each page
+  read through the layout learnt from its replica's earlier pages, as in the
+  timed ticks), ``parse_exposition`` line by line (the reader's fallback, and
+  what the source used before), and prometheus_client's parser alone
+  (``text_string_to_metric_families``, no folding);
+* fetching all pages ``--compare-fetch`` times with the source's lean HTTP
+  client and with aiohttp (``PodScrapeSource(lean_http=False)``), alternating,
+  CPU seconds and wall time of each;
+* a fixed pure-Python machine reference (``sum(range(10**7))``) before and after.
 
     .venv/bin/python benchmarks/controller_tick.py [--replicas 500] [--ticks 7] [--emulators 2]
 """
@@ -396,6 +404,12 @@ def main(argv: list[str] | None = None) -> int:
         "--scrape-timeout-s", type=float, default=5.0, help="PodScrapeSource's per-target time-out"
     )
     ap.add_argument("--baseline-pages", type=int, default=50, help="pages parsed by prometheus_client alone")
+    ap.add_argument(
+        "--compare-fetch",
+        type=int,
+        default=3,
+        help="rounds of the lean-vs-aiohttp fetch comparison (0: none)",
+    )
     ap.add_argument("--live-render", action="store_true", help="emulators render every page on request")
     ap.add_argument("--max-seconds", type=float, default=1200.0, help="bound on the whole run")
     ap.add_argument("--seed", type=int, default=0)
@@ -440,7 +454,6 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     from llmscale.config import parse_config
     from llmscale.controller.loop import WINDOW_LEN, ControllerState, decide_and_act
     from llmscale.controller.wiring import build_source, policy_run
-    from llmscale.metrics.exposition import parse_exposition
     from llmscale.signals.fleet import compute_signals
 
     port_maps = emus.wait_ready(timeout_s=300.0 + args.warmup_s)
@@ -475,6 +488,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     rows: list[dict[str, float]] = []
     last_record: Any = None
     unknown: list[int] = []
+    layout_reads = line_reads = 0
     try:
         fill = window_len - 1
         total = fill + args.ticks
@@ -487,6 +501,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             refresh_s = max(took for _, took in answers)
             timed = k >= fill
             cpu_emu0 = sum(emus.ask("cpu")) if timed else 0.0
+            reads0 = (source.layout_reads, source.line_reads)
             c0, t0 = time.process_time(), time.perf_counter()
             obs = source.observe(now_s)
             t1 = time.perf_counter()
@@ -502,6 +517,8 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             bad = sum(1 for s in obs.replicas if not s.ok)
             if timed:
                 unknown.append(bad)
+                layout_reads += source.layout_reads - reads0[0]
+                line_reads += source.line_reads - reads0[1]
                 rows.append(
                     {
                         "scrape": t1 - t0,
@@ -522,6 +539,10 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             if bad:
                 print(f"    errors: {dict(list(source.last_errors.items())[:3])}", file=sys.stderr)
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        # Same process, same (paused) pages: the reader as the timed ticks left it.
+        pages = [b.decode("utf-8") for b in asyncio.run(_fetch_pages([t["url"] for t in _targets(cfg)]))]
+        parse_cmp = _compare_parsers(pages, [t["url"] for t in _targets(cfg)], args.baseline_pages)
+        fetch_cmp = _compare_fetch(cfg, args)
     finally:
         source.close()
 
@@ -557,6 +578,9 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
         f"  tick median / machine reference: {med / ref:.2f}  (at a quiet core's reference "
         f"~{med * QUIET_REF_S / ref:.3f} s, an estimate)"
     )
+    print(
+        f"  pages read through a learnt layout in the timed ticks: {layout_reads}, line by line: {line_reads}"
+    )
     print(f"peak RSS of the measuring process: {peak_mb:.0f} MB")
     if last_record is not None:
         r = last_record
@@ -565,26 +589,9 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             f"({r.guard or 'no guard'}); fleet state {r.fleet_state}"
         )
 
-    # Same process, same pages: our parser against prometheus_client's parser alone.
-    from prometheus_client.parser import text_string_to_metric_families
-
-    pages = [b.decode("utf-8") for b in asyncio.run(_fetch_pages([t["url"] for t in _targets(cfg)]))]
-    t0 = time.perf_counter()
-    for text in pages:
-        parse_exposition(text)
-    ours = (time.perf_counter() - t0) / len(pages)
-    sub = pages[: max(1, min(args.baseline_pages, len(pages)))]
-    t0 = time.perf_counter()
-    for text in sub:
-        list(text_string_to_metric_families(text))
-    theirs = (time.perf_counter() - t0) / len(sub)
-    lines = statistics.mean(p.count("\n") for p in pages)
-    print(
-        f"parsing ({lines:.0f} lines, {statistics.mean(len(p) for p in pages) / 1024:.1f} KiB a page): "
-        f"ours {ours * 1e3:.2f} ms/page ({ours * len(pages):.2f} s for {len(pages)}), "
-        f"prometheus_client's parser alone {theirs * 1e3:.2f} ms/page "
-        f"({theirs * len(pages):.2f} s for {len(pages)}) -> ours is {theirs / ours:.1f}x faster"
-    )
+    print(parse_cmp)
+    if fetch_cmp:
+        print(fetch_cmp)
     ok_t, ok_m = med < TARGET_TICK_S, peak_mb < TARGET_PEAK_MB
     print(
         f"target: tick < {TARGET_TICK_S:g} s: {'PASS' if ok_t else 'MISS'} (median {med:.3f} s); "
@@ -592,6 +599,72 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     )
     print(f"run took {time.monotonic() - started:.0f} s")
     return 0
+
+
+def _compare_parsers(pages: list[str], urls: list[str], baseline_pages: int) -> str:
+    """The same pages through a reader (layouts learnt first), line by line, and prometheus_client alone."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from llmscale.metrics.exposition import PageReader, parse_exposition
+
+    reader = PageReader()
+    for text, url in zip(pages, urls, strict=True):  # learn each replica's layout, as a first tick does
+        reader.parse(text, key=url, source=url)
+
+    def per_page(parse: Any, texts: list[str], keys: list[str]) -> float:
+        c0 = time.process_time()
+        for text, key in zip(texts, keys, strict=True):
+            parse(text, key)
+        return (time.process_time() - c0) / len(texts)
+
+    layout_before = reader.layout_reads
+    by_layout = min(per_page(lambda t, k: reader.parse(t, key=k, source=k), pages, urls) for _ in range(3))
+    fast_share = (reader.layout_reads - layout_before) / (3 * len(pages))
+    by_line = min(per_page(lambda t, k: parse_exposition(t, source=k), pages, urls) for _ in range(3))
+    sub = pages[: max(1, min(baseline_pages, len(pages)))]
+    theirs = per_page(lambda t, k: list(text_string_to_metric_families(t)), sub, sub)
+    lines = statistics.mean(p.count("\n") for p in pages)
+    n = len(pages)
+    return (
+        f"parsing ({lines:.0f} lines, {statistics.mean(len(p) for p in pages) / 1024:.1f} KiB a page; "
+        f"CPU, best of 3): "
+        f"PageReader {by_layout * 1e3:.3f} ms/page ({by_layout * n:.2f} s for {n}, {fast_share:.0%} through "
+        f"layouts); parse_exposition line by line {by_line * 1e3:.3f} ms/page ({by_line * n:.2f} s) -> "
+        f"reader {by_line / by_layout:.1f}x less CPU; prometheus_client's parser alone {theirs * 1e3:.2f} "
+        f"ms/page ({theirs * n:.2f} s) -> {theirs / by_layout:.0f}x"
+    )
+
+
+def _compare_fetch(cfg: Any, args: argparse.Namespace) -> str:
+    """All pages fetched (and parsed) by a lean-client source and an aiohttp one, alternating rounds."""
+    from llmscale.metrics.scrape import PodScrapeSource
+
+    if args.compare_fetch <= 0:
+        return ""
+    targets = [(t["name"], t["url"]) for t in _targets(cfg)]
+    rows: dict[str, list[tuple[float, float]]] = {"lean": [], "aiohttp": []}
+    with (
+        PodScrapeSource(targets, timeout_s=args.scrape_timeout_s) as lean,
+        PodScrapeSource(targets, timeout_s=args.scrape_timeout_s, lean_http=False) as full,
+    ):
+        for k in range(args.compare_fetch + 1):  # the first round opens connections: not counted
+            for name, src in (("lean", lean), ("aiohttp", full)):
+                c0, t0 = time.process_time(), time.perf_counter()
+                obs = src.observe(float(k))
+                took = (time.process_time() - c0, time.perf_counter() - t0)
+                if any(not s.ok for s in obs.replicas):
+                    errors = dict(list(src.last_errors.items())[:3])
+                    return f"fetch comparison: {name} left replicas unknown: {errors}"
+                if k:
+                    rows[name].append(took)
+    (lc, lw), (ac, aw) = (
+        (statistics.median(c for c, _ in rows[n]), statistics.median(w for _, w in rows[n])) for n in rows
+    )
+    return (
+        f"scrape+parse of all pages, same process, median of {args.compare_fetch} alternating rounds: "
+        f"lean client {lc:.3f} s CPU / {lw:.3f} s wall, aiohttp {ac:.3f} s CPU / {aw:.3f} s wall "
+        f"-> {ac / lc:.1f}x less CPU, {aw / lw:.1f}x less wall"
+    )
 
 
 def _targets(cfg: Any) -> list[dict[str, str]]:

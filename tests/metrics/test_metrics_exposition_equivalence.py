@@ -76,9 +76,27 @@ def _same(a: float, b: float) -> bool:
 @given(registries())
 def test_fast_reader_equals_reference(reg):
     text = generate_latest(reg).decode()
-    fast = exposition._fast(text, None)  # must not fall back on prometheus_client's own output
+    folder = exposition._Folder()
+    exposition._fast(text, None, folder)  # must not fall back on prometheus_client's own output
+    fast = folder.page()
     ref = parse_exposition_reference(text)
     assert fast.values.keys() == ref.values.keys()
     for k, v in ref.values.items():
         assert _same(fast.values[k], v), (k, fast.values[k], v)
     assert fast.histograms == ref.histograms
+
+
+@settings(max_examples=40, deadline=None)
+@given(registries())
+def test_page_reader_through_a_learnt_layout_equals_reference(reg):
+    text = generate_latest(reg).decode()
+    reader = exposition.PageReader()
+    reader.parse(text, key="pod")  # learns the layout
+    page = reader.parse(
+        text, key="pod"
+    )  # read through it (unless a NaN or +/-Inf pair needs the line reader)
+    ref = parse_exposition_reference(text)
+    assert page.values.keys() == ref.values.keys()
+    for k, v in ref.values.items():
+        assert _same(page.values[k], v), (k, page.values[k], v)
+    assert page.histograms == ref.histograms

@@ -38,15 +38,25 @@ cache of line heads (``_HEADS``): on the emulator's 199-line pages, steady state
 page to prometheus_client's parser, which also produces the error for
 malformed text. ``tests/metrics/test_metrics_exposition_equivalence.py``
 checks that both agree on pages prometheus_client renders.
+
+A scraper reads the same sources tick after tick: :class:`PageReader` learns
+each source's page layout (its lines with the values left out) from one page
+read by the fast reader, and reads later pages of that layout with a few
+whole-list operations and a fold planned once, no Python per line: on the same
+pages ~4x less CPU than the line reader (0.28 against 1.2 ms a page in one
+benchmark run). Whatever does not match the layout goes through
+:func:`parse_exposition`, so results and errors are the same
+(``tests/metrics/test_metrics_page_reader.py``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from operator import itemgetter
+from typing import Literal, Protocol, TypeVar
 
 from llmscale.errors import LlmscaleError
 from llmscale.metrics.names import DCGM
@@ -54,6 +64,7 @@ from llmscale.types import Histogram
 
 __all__ = [
     "ExpositionError",
+    "PageReader",
     "ParsedPage",
     "aggregation_of",
     "parse_exposition",
@@ -111,6 +122,15 @@ class ParsedPage:
 
 # ---------------------------------------------------------------------------------------------
 # Folding samples into values and histograms (shared by both parsers)
+
+
+class _Sink(Protocol):
+    """Where the fast reader puts what it reads: a :class:`_Folder`, or a :class:`_SlotRecorder`."""
+
+    def value(self, name: str, v: float) -> None: ...
+    def bucket(self, family: str, le: float, v: float) -> None: ...
+    def hist_sum(self, family: str, v: float) -> None: ...
+    def hist_count(self, family: str, v: float) -> None: ...
 
 
 @dataclass(slots=True)
@@ -307,11 +327,12 @@ def _remember(cache: dict[str, _T], key: str, item: _T) -> None:
     cache[key] = item
 
 
-def _fast(text: str, select: tuple[str, str] | None) -> ParsedPage:
-    """Parse regular exposition text in one pass; raises :class:`_Unrecognised` on anything else.
+def _fast(text: str, select: tuple[str, str] | None, folder: _Sink) -> None:
+    """Read regular exposition text in one pass into ``folder``; raises :class:`_Unrecognised` otherwise.
 
     Family tracking mirrors prometheus_client's parser (a sample outside the
     open family becomes an untyped family of its own), so both read a page alike.
+    ``folder`` is a :class:`_Folder`, or the :class:`_SlotRecorder` that learns a layout.
     """
     pick: re.Pattern[str] | None = None
     wanted = ""
@@ -319,12 +340,11 @@ def _fast(text: str, select: tuple[str, str] | None) -> ParsedPage:
     if select is not None and re.search(rf'[{{,]{re.escape(select[0])}="', text):
         pick = re.compile(rf'(?:^|,){re.escape(select[0])}="([^"]*)"')
         wanted = select[1]
-    folder = _Folder()
     value = folder.value
     family = ""
     typ = "untyped"
     allowed: tuple[str, ...] = ()
-    acc: _HistAcc | None = None  # the open histogram family's accumulator
+    hist = False  # the open family is a histogram
     bounds: dict[str, float] = {}  # le text -> float, parsed once per page
     sample_match = _SAMPLE.fullmatch
     le_search = _LE.search
@@ -368,17 +388,13 @@ def _fast(text: str, select: tuple[str, str] | None) -> ParsedPage:
                 kind, name, rest = meta
                 if kind == "HELP":
                     if name != family:
-                        family, typ, allowed, acc = name, "untyped", (name,), None
+                        family, typ, allowed, hist = name, "untyped", (name,), False
                 else:
                     if rest is None:
                         raise _Unrecognised(line.strip())
                     family, typ = name, rest.strip()
                     allowed = tuple(name + suffix for suffix in _ALLOWED.get(typ, ("",)))
-                    acc = None
-                    if typ == "histogram":
-                        acc = folder.hists.get(name)
-                        if acc is None:
-                            acc = folder.hists[name] = _HistAcc()
+                    hist = typ == "histogram"
                 continue
             assert m is not None
             name, labels, value_text = m.groups()
@@ -394,13 +410,13 @@ def _fast(text: str, select: tuple[str, str] | None) -> ParsedPage:
             got = None if labels is None else pick.search(labels)
             if got is None or got.group(1) != wanted:
                 if name not in allowed:
-                    family, typ, allowed, acc = "", "untyped", (), None
+                    family, typ, allowed, hist = "", "untyped", (), False
                 continue
         if name not in allowed:
-            family, typ, allowed, acc = "", "untyped", (), None
+            family, typ, allowed, hist = "", "untyped", (), False
             value(name, v)
             continue
-        if acc is not None:
+        if hist:
             if v != v:
                 continue
             suffix = name[len(family) :]
@@ -413,17 +429,325 @@ def _fast(text: str, select: tuple[str, str] | None) -> ParsedPage:
                         bound = bounds[le] = float(le)
                     except ValueError as e:
                         raise _Unrecognised(line) from e
-                b = acc.buckets
-                b[bound] = b.get(bound, 0.0) + v
+                folder.bucket(family, bound, v)
             elif suffix == "_sum":
-                acc.sum += v
+                folder.hist_sum(family, v)
             else:
-                acc.count = v if acc.count is None else acc.count + v
+                folder.hist_count(family, v)
             continue
         if typ == "summary" and labels is not None and 'quantile="' in labels:
             continue  # pre-computed quantiles do not add up over label sets
         value(name, v)
-    return folder.page()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reusing a page's layout: the same source serves the same lines every scrape, only values move
+
+
+class _SlotRecorder:
+    """A sink for :func:`_fast` run over a page whose k-th value reads ``k + 0.5`` (a marker).
+
+    What it records is which value slot feeds which output, in page order, so
+    :class:`_Layout` folds the next page of that layout as :class:`_Folder` would.
+    """
+
+    def __init__(self, n_slots: int) -> None:
+        self.n_slots = n_slots
+        self.values: dict[str, list[int]] = {}
+        self.buckets: dict[str, dict[float, list[int]]] = {}
+        self.sums: dict[str, list[int]] = {}
+        self.counts: dict[str, list[int]] = {}
+
+    def _slot(self, v: float) -> int:
+        k = int(v)
+        if v != k + 0.5 or not 0 <= k < self.n_slots:
+            raise _Unrecognised(f"{v!r} is not a slot marker")  # cannot happen: every value is one
+        return k
+
+    def value(self, name: str, v: float) -> None:
+        if not name.endswith("_created"):  # as _Folder.value (markers are never NaN)
+            self.values.setdefault(name, []).append(self._slot(v))
+
+    def bucket(self, family: str, le: float, v: float) -> None:
+        self.buckets.setdefault(family, {}).setdefault(le, []).append(self._slot(v))
+
+    def hist_sum(self, family: str, v: float) -> None:
+        self.buckets.setdefault(family, {})
+        self.sums.setdefault(family, []).append(self._slot(v))
+
+    def hist_count(self, family: str, v: float) -> None:
+        self.buckets.setdefault(family, {})
+        self.counts.setdefault(family, []).append(self._slot(v))
+
+
+def _pick(idx: Sequence[int]) -> Callable[[Sequence[_T]], tuple[_T, ...]]:
+    """``itemgetter(*idx)`` that always returns a tuple (itemgetter of one index does not)."""
+    if len(idx) == 1:
+        only = idx[0]
+        return lambda xs: (xs[only],)
+    if not idx:
+        return lambda xs: ()
+    getter: Callable[[Sequence[_T]], tuple[_T, ...]] = itemgetter(*idx)
+    return getter
+
+
+def _total(vals: Sequence[float], slots: Sequence[int]) -> float:
+    """Slots added in page order from 0.0, as _Folder adds up buckets, sums and values."""
+    t = 0.0
+    for i in slots:
+        t += vals[i]
+    return t
+
+
+@dataclass(frozen=True, slots=True)
+class _HistPlan:
+    family: str
+    bounds: tuple[float, ...]  # as build_histogram orders them, +Inf last (added from _count if absent)
+    buckets: tuple[tuple[int, ...], ...]  # the slots adding up to each bound's count (+Inf's if present)
+    one_each: Callable[[Sequence[float]], tuple[float, ...]] | None  # when every bound has one slot
+    sum_slots: tuple[int, ...]
+    count_slots: tuple[int, ...] | None  # None: no _count line
+    inf_from_count: bool
+
+    def histogram(self, vals: Sequence[float]) -> Histogram:
+        if self.one_each is not None and len(self.sum_slots) == 1 and not self.inf_from_count:
+            count_slots = self.count_slots
+            if count_slots is not None and len(count_slots) == 1:  # one series: no adding up (~1/4 faster)
+                return Histogram(
+                    self.bounds, self.one_each(vals), vals[self.sum_slots[0]], vals[count_slots[0]]
+                )
+        if self.one_each is not None:
+            cumulative = self.one_each(vals)
+        else:
+            cumulative = tuple(_total(vals, slots) for slots in self.buckets)
+        count = None
+        if self.count_slots is not None:
+            first, *rest = self.count_slots
+            count = vals[first]
+            for i in rest:
+                count += vals[i]
+        if self.inf_from_count:
+            assert count is not None  # a layout has no such plan otherwise (see _layout_of)
+            cumulative = (*cumulative, count)
+        total = _total(vals, self.sum_slots) if len(self.sum_slots) != 1 else vals[self.sum_slots[0]]
+        return Histogram(self.bounds, cumulative, total, cumulative[-1] if count is None else count)
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """A page with its values left out, and how its values fold into a :class:`ParsedPage`.
+
+    A page matches when it has as many lines, the same comment and blank lines
+    at the same places, and each sample line is the recorded head (the text up
+    to the value) followed by one value token. Then the fast reader would read
+    it exactly as it read the page the layout was learnt from, with these values.
+    """
+
+    n_lines: int
+    prefixes: tuple[str, ...]  # per line: a comment or blank line's whole text, a sample line's head
+    fixed_at: Callable[[Sequence[str]], tuple[str, ...]]  # picks the comment and blank lines
+    nothing_left: tuple[str, ...]  # "" for each of them
+    values_at: Callable[[Sequence[str]], tuple[str, ...]]  # picks the sample lines
+    other_chars: int  # characters of a matching page besides its values: prefixes and line breaks
+    single_names: tuple[str, ...]  # values with one series on the page...
+    single_at: Callable[[Sequence[float]], tuple[float, ...]]  # ...read from these slots
+    multi: tuple[tuple[str, Aggregation, tuple[int, ...]], ...]  # values folded over several series
+    hists: tuple[_HistPlan, ...]
+
+    def value_texts(self, text: str) -> tuple[str, ...] | None:
+        """The value of each sample line of ``text``, or None when the page does not have this layout."""
+        lines = text.split("\n")
+        if len(lines) != self.n_lines:
+            return None
+        # One pass of C over the lines cuts each learnt prefix: a sample line leaves its value, a
+        # comment or blank line nothing. A line without its prefix stays whole, so the page then
+        # has more characters than its prefixes, line breaks and values add up to (the length
+        # check); a comment line with more text than learnt leaves that text (the "" check).
+        # ~2x less CPU than checking and cutting each line in turn (benchmarks/controller_tick.py).
+        rests = list(map(str.removeprefix, lines, self.prefixes))
+        if self.fixed_at(rests) != self.nothing_left:
+            return None
+        texts = self.values_at(rests)
+        joined = "".join(texts)
+        if len(joined) != len(text) - self.other_chars:
+            return None
+        # One token per line, as the sample pattern's value group: no blank (a timestamp after the
+        # value, a trailing space), no "_" (float() reads 1_000, the format does not), nothing
+        # unprintable (\r, a form feed: str.splitlines would split the fast reader's line there).
+        if " " in joined or "_" in joined or not joined.isprintable():
+            return None
+        return texts
+
+    def fold(self, texts: Sequence[str]) -> ParsedPage | None:
+        """The page these values make; None when they need the line-by-line reader (NaN, not a number)."""
+        try:
+            vals = list(map(float, texts))  # reads "+Inf", "-Inf" and "NaN" as the format spells them
+        except ValueError:
+            return None
+        check = sum(vals)
+        if check != check:
+            return None  # a NaN (or +Inf and -Inf): _Folder skips NaN samples, this fold does not
+        values = dict(zip(self.single_names, self.single_at(vals), strict=True))
+        for name, how, slots in self.multi:
+            if how == "max":
+                values[name] = max(vals[i] for i in slots)
+            else:
+                t = _total(vals, slots)
+                values[name] = t / len(slots) if how == "mean" else t
+        return ParsedPage(values, {h.family: h.histogram(vals) for h in self.hists})
+
+
+def _layout_of(text: str, select: tuple[str, str] | None) -> _Layout | None:
+    """Learn the layout of ``text`` (None: a page outside what :class:`_Layout` can match).
+
+    The fast reader reads a copy of the page whose k-th value is replaced by the
+    marker ``k + 0.5``; what it reports tells which slot feeds which output.
+    """
+    lines = text.split("\n")
+    # Lines as the fast reader sees them (str.splitlines also breaks at \r, \x1c, ...).
+    if text.splitlines() != (lines[:-1] if text.endswith("\n") else lines) or not text:
+        return None
+    fixed_idx: list[int] = []
+    sample_idx: list[int] = []
+    heads: list[str] = []
+    marked = list(lines)
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped[0] == "#":
+            fixed_idx.append(i)
+            continue
+        m = _SAMPLE.fullmatch(line)
+        if m is None or m.end(3) != len(line):
+            return None  # a timestamp, trailing blanks, or text the fast reader does not take
+        head = line[: m.start(3)]
+        marked[i] = f"{head}{len(heads)}.5"
+        heads.append(head)
+        sample_idx.append(i)
+    rec = _SlotRecorder(len(heads))
+    try:
+        _fast("\n".join(marked), select, rec)
+    except _Unrecognised:
+        return None
+    singles = [(name, slots[0]) for name, slots in rec.values.items() if len(slots) == 1]
+    multi = tuple(
+        (name, aggregation_of(name), tuple(slots)) for name, slots in rec.values.items() if len(slots) > 1
+    )
+    hists: list[_HistPlan] = []
+    for family, by_bound in rec.buckets.items():
+        counts = rec.counts.get(family)
+        inf_from_count = math.inf not in by_bound
+        if inf_from_count and counts is None:
+            continue  # build_histogram: nothing anchors the tail, no histogram
+        bounds = sorted(by_bound)
+        buckets = tuple(tuple(by_bound[b]) for b in bounds)
+        one_each = _pick([s[0] for s in buckets]) if all(len(s) == 1 for s in buckets) else None
+        hists.append(
+            _HistPlan(
+                family,
+                (*bounds, math.inf) if inf_from_count else tuple(bounds),
+                buckets,
+                one_each,
+                tuple(rec.sums.get(family, ())),
+                None if counts is None else tuple(counts),
+                inf_from_count,
+            )
+        )
+    prefixes = list(lines)
+    for i, head in zip(sample_idx, heads, strict=True):
+        prefixes[i] = head
+    return _Layout(
+        n_lines=len(lines),
+        prefixes=tuple(prefixes),
+        fixed_at=_pick(fixed_idx),
+        nothing_left=("",) * len(fixed_idx),
+        values_at=_pick(sample_idx),
+        other_chars=len(lines) - 1 + sum(map(len, prefixes)),
+        single_names=tuple(name for name, _ in singles),
+        single_at=_pick([slot for _, slot in singles]),
+        multi=multi,
+        hists=tuple(hists),
+    )
+
+
+#: After a page whose layout cannot be learnt, this many pages of the same source are read line by
+#: line before trying again (an exporter stamping every sample with a timestamp never has a layout;
+#: trying on each page would read it twice).
+_RETRY_AFTER = 4
+
+
+@dataclass(slots=True)
+class _Source:
+    layout: _Layout | None = None
+    skip: int = 0  # pages left to read line by line before trying to learn a layout again
+
+
+class PageReader:
+    """:func:`parse_exposition` for pages that come again and again from the same sources.
+
+    An exporter writes the same lines on every scrape; only the values change.
+    The reader learns each source's layout from one page, then reads the next
+    pages of that source by checking the layout (a few whole-list operations,
+    no Python per line) and folding the values as learnt. Any difference in
+    layout — a new series, a changed label, a comment, a timestamp — or a value
+    the fold does not take (NaN, not a number) sends that page through
+    :func:`parse_exposition`, which also raises :class:`ExpositionError` for
+    malformed text: the result is always what :func:`parse_exposition` returns
+    (tests/metrics/test_metrics_page_reader.py). A page that breaks the layout
+    without a new one to learn (malformed text) leaves the old layout in place.
+
+    On the emulator's 199-line vLLM pages, ~3x less CPU than :func:`parse_exposition`
+    (benchmarks/controller_tick.py prints both). Not thread-safe; one reader per scraper.
+    """
+
+    def __init__(self) -> None:
+        self._sources: dict[tuple[Hashable, tuple[str, str] | None], _Source] = {}
+        #: pages read through a layout learnt from an earlier page of their source, and pages read
+        #: line by line (the first of a source, a changed layout, NaN values, malformed text)
+        self.layout_reads = 0
+        self.line_reads = 0
+
+    def parse(
+        self, text: str, *, key: Hashable, select: tuple[str, str] | None = None, source: str | None = None
+    ) -> ParsedPage:
+        """:func:`parse_exposition` of ``text``; ``key`` names where it came from (e.g. the URL)."""
+        slot = (key, select)
+        src = self._sources.get(slot)
+        if src is None:
+            src = self._sources[slot] = _Source()
+        if src.layout is not None:
+            texts = src.layout.value_texts(text)
+            if texts is not None:
+                page = src.layout.fold(texts)
+                if page is None:  # NaN or not a number: the layout stays, the values need the line reader
+                    return self._by_line(text, select, source)
+                self.layout_reads += 1
+                return page
+        if src.skip > 0:
+            src.skip -= 1
+            return self._by_line(text, select, source)
+        learnt = _layout_of(text, select)
+        if learnt is None:
+            src.skip = _RETRY_AFTER
+            return self._by_line(text, select, source)
+        src.layout = learnt
+        texts = learnt.value_texts(text)
+        page = None if texts is None else learnt.fold(texts)
+        if page is None:
+            return self._by_line(text, select, source)
+        self.line_reads += 1  # learning read it line by line (the marked copy)
+        return page
+
+    def _by_line(self, text: str, select: tuple[str, str] | None, source: str | None) -> ParsedPage:
+        self.line_reads += 1
+        return parse_exposition(text, select=select, source=source)
+
+    def retain(self, keys: Collection[Hashable]) -> None:
+        """Forget the layouts of sources not in ``keys`` (targets gone), so memory follows the fleet."""
+        for slot in [s for s in self._sources if s[0] not in keys]:
+            del self._sources[slot]
+
+    def __len__(self) -> int:
+        return len(self._sources)
 
 
 def parse_exposition(
@@ -439,7 +763,9 @@ def parse_exposition(
 
     Raises :class:`ExpositionError` (with the 1-based line) on malformed text.
     """
+    folder = _Folder()
     try:
-        return _fast(text, select)
+        _fast(text, select, folder)
     except _Unrecognised:
         return parse_exposition_reference(text, select=select, source=source)
+    return folder.page()
