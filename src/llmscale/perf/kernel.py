@@ -11,6 +11,7 @@ call used to cost more than the rest of the simulator's work per request.
 
 from __future__ import annotations
 
+import math
 from typing import final
 
 __all__ = ["StepKernel"]
@@ -120,7 +121,9 @@ class StepKernel:
         n_seqs = num_prefill_seqs + num_decode
         flops = self.flops_per_token * n + self.flops_per_seq * n_seqs
         tc = flops / self.step_flops_s
-        gpu = (tc**self.blend_exp + self.tm_pow) ** self.blend_inv + self.gemm_fixed_s
+        # math.pow, not **: float ** float is typed Any (it may be complex), which would make mypyc
+        # box every operation below; for these positive bases both are the same libm pow().
+        gpu = math.pow(math.pow(tc, self.blend_exp) + self.tm_pow, self.blend_inv) + self.gemm_fixed_s
         gpu += n * self.elem_s_per_token + self.elem_fixed_s
         gpu += n * self.ar_s_per_token + self.ar_fixed_s
         serial = self.cpu_fixed_s + self.cpu_per_seq_s * n_seqs
