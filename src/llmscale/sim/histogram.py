@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import final
 
-from librt.vecs import append, vec
+from librt.vecs import vec
 from mypy_extensions import i64
 
 from llmscale.types import Histogram
@@ -27,13 +27,14 @@ __all__ = ["BucketHistogram"]
 
 @final
 class BucketHistogram:
-    __slots__ = ("_counts", "_upper", "count", "sum")
+    __slots__ = ("_bounds", "_counts", "_upper", "count", "sum")
 
     def __init__(self, bounds: tuple[float, ...]) -> None:
         if list(bounds) != sorted(bounds) or len(set(bounds)) != len(bounds):
             raise ValueError(f"histogram bounds must be strictly ascending: {bounds}")
         # The last bucket is +Inf, as in Prometheus exposition.
-        self._upper = append(vec[float](bounds), math.inf)
+        self._bounds = (*bounds, math.inf)
+        self._upper = vec[float](self._bounds)
         self._counts = vec[float]([0.0] * len(self._upper))
         self.sum = 0.0
         self.count = 0.0
@@ -41,7 +42,7 @@ class BucketHistogram:
     @property
     def bounds(self) -> tuple[float, ...]:
         """Upper bounds of the buckets, the last one +Inf."""
-        return tuple(self._upper)
+        return self._bounds
 
     @property
     def counts(self) -> list[float]:
@@ -104,4 +105,4 @@ class BucketHistogram:
         for c in self._counts:
             running += c
             cumulative.append(running)
-        return Histogram(bounds=self.bounds, cumulative=tuple(cumulative), sum=self.sum, count=self.count)
+        return Histogram(self._bounds, tuple(cumulative), self.sum, self.count)
