@@ -269,7 +269,6 @@ class Replica:
         "prompt_tokens_total",
         "requests_finished",
         "running",
-        "step_seq",
         "sum_kv",
         "timeout_s",
         "total_blocks",
@@ -320,10 +319,7 @@ class Replica:
         self.blocks_used: i64 = 0
 
         self.kind: i64 = IDLE
-        # Where the fleet's event heap holds this replica's next iteration end (-1: none), and the
-        # fleet-wide sequence number that orders it among events at the same time.
-        self.heap_pos: i64 = -1
-        self.step_seq: i64 = 0
+        self.heap_pos: i64 = -1  # the slot of its next iteration end in the fleet's StepQueue; -1: none
         self.chunks: list[Req] = []  # requests with a prefill chunk in the iteration in flight
         self.plan_t0 = 0.0
         self.plan_n: i64 = 0
