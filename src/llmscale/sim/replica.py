@@ -38,7 +38,7 @@ from mypy_extensions import i64
 
 from llmscale.perf.kernel import StepKernel
 from llmscale.sim.histogram import BucketHistogram
-from llmscale.sim.request import DECODING, DONE, PREFILLING, WAITING, Req, ReqList
+from llmscale.sim.request import DECODING, DONE, PREFILLING, WAITING, PrefillQueue, Req, ReqList
 from llmscale.types import Phase
 
 if TYPE_CHECKING:
@@ -228,7 +228,6 @@ class Replica:
         "active_s",
         "blocks_used",
         "busy_s",
-        "chunks",
         "costs",
         "counter",
         "created_s",
@@ -265,7 +264,7 @@ class Replica:
         "plan_end",
         "plan_n",
         "plan_t0",
-        "prefilling",
+        "prefill",
         "prompt_tokens_total",
         "requests_finished",
         "running",
@@ -307,7 +306,7 @@ class Replica:
         self.drain_epoch = 0
 
         self.waiting = ReqList()
-        self.prefilling: list[Req] = []  # running requests with prompt tokens left, in admission order
+        self.prefill = PrefillQueue()  # running requests with prompt tokens left, in admission order
         self.running = ReqList()  # admission order: the last one is preempted first
         self.outstanding: i64 = 0  # waiting + running: what the router balances on
 
@@ -320,7 +319,6 @@ class Replica:
 
         self.kind: i64 = IDLE
         self.heap_pos: i64 = -1  # the slot of its next iteration end in the fleet's StepQueue; -1: none
-        self.chunks: list[Req] = []  # requests with a prefill chunk in the iteration in flight
         self.plan_t0 = 0.0
         self.plan_n: i64 = 0
         self.plan_a = 0.0
@@ -514,35 +512,45 @@ class Replica:
             self.counter += 1
             self.sum_kv += n_dec
         counter = self.counter
-        chunks = self.chunks
-        for req in chunks:
-            if req.state != PREFILLING or req.replica is not self:
-                continue  # preempted while its chunk ran: its work is lost (recompute)
-            req.prefilled += req.chunk
-            if req.prefilled < req.prefill_target:
-                continue
-            # Prefill done: this iteration produced the next token.
-            self.prefilling.remove(req)
-            req.generated += 1
-            self.gen_tokens_total += 1
-            if req.first_token_s < 0.0:
-                req.first_token_s = now
-                self.hist_ttft.observe(now - req.dispatch_s)
-            if req.generated >= req.output_tokens:
-                self._release(req, blocks_for(req.prefill_target))
-                self._complete(req, now)
-                continue
-            kv = req.prefill_target
-            req.state = DECODING
-            req.kv_join = kv
-            req.gen_join = req.generated
-            req.counter_join = counter
-            req.fin_at = counter + req.output_tokens - req.generated
-            self.phase_cnt[(kv - counter) & 15] += 1
-            self.n_dec += 1
-            self.sum_kv += kv
-            self.finishing.push(req)
-        chunks.clear()
+        # The chunks in the order they were handed out: the queue is in admission order, and the
+        # requests admitted by this iteration are at its end. Those still prefilling go back in.
+        prefill = self.prefill
+        req = prefill.detach()
+        while req is not None:
+            nxt = req.pf_next
+            c = req.chunk
+            if c:
+                req.chunk = 0
+                req.prefilled += c
+            if c == 0 or req.prefilled < req.prefill_target:
+                prefill.append(req)
+            else:
+                # Prefill done: this iteration produced the next token.
+                req.pf_next = None
+                self._prefill_done(req, counter, now)
+            req = nxt
+
+    def _prefill_done(self, req: Req, counter: i64, now: float) -> None:
+        """``req`` computed its last prompt token in the iteration that ended at ``now``."""
+        req.generated += 1
+        self.gen_tokens_total += 1
+        if req.first_token_s < 0.0:
+            req.first_token_s = now
+            self.hist_ttft.observe(now - req.dispatch_s)
+        if req.generated >= req.output_tokens:
+            self._release(req, blocks_for(req.prefill_target))
+            self._complete(req, now)
+            return
+        kv = req.prefill_target
+        req.state = DECODING
+        req.kv_join = kv
+        req.gen_join = req.generated
+        req.counter_join = counter
+        req.fin_at = counter + req.output_tokens - req.generated
+        self.phase_cnt[(kv - counter) & 15] += 1
+        self.n_dec += 1
+        self.sum_kv += kv
+        self.finishing.push(req)
 
     def _finish_due(self, now: float) -> None:
         """Complete every decoding request whose last token was produced by the step that just ended."""
@@ -592,11 +600,12 @@ class Replica:
         # Blocks left for prefill once this step's decode blocks are set aside.
         total_blocks = self.total_blocks - dec_need
         budget = self.max_batched_tokens - self.n_dec
-        chunks = self.chunks  # empty between iterations
+        n_chunks: i64 = 0
         pf_tokens: i64 = 0
         pairs = 0.0
         # 2. Running partial prefills keep their place.
-        for req in self.prefilling:
+        req = self.prefill.first
+        while req is not None:
             if budget <= 0:
                 break
             done = req.prefilled
@@ -608,10 +617,11 @@ class Replica:
                 break
             self.blocks_used += blocks
             req.chunk = c
-            chunks.append(req)
+            n_chunks += 1
             pf_tokens += c
             pairs += float(c) * (float(done) + float(c + 1) * 0.5)
             budget -= c
+            req = req.pf_next
         # 3. Admit waiting requests first-come-first-served.
         waiting = self.waiting
         if waiting.size and budget > 0:
@@ -642,17 +652,17 @@ class Replica:
                     self.hist_queue.observe(now - head.dispatch_s)
                     self.prompt_tokens_total += head.input_tokens
                 running.append(head)
-                self.prefilling.append(head)
+                self.prefill.append(head)
                 head.chunk = c
-                chunks.append(head)
+                n_chunks += 1
                 pf_tokens += c
                 pairs += float(c * (c + 1)) * 0.5
                 budget -= c
-        if chunks:
+        if n_chunks:
             n_dec = self.n_dec
             self.blocks_used += dec_need
             duration_s, sm_busy_s, dram_bytes = self.costs.step(
-                pf_tokens, pairs, len(chunks), n_dec, self.sum_kv
+                pf_tokens, pairs, n_chunks, n_dec, self.sum_kv
             )
             d = duration_s * self.fleet.noise()
             self.busy_s += sm_busy_s
@@ -735,7 +745,8 @@ class Replica:
             self.finishing.remove(victim)
             self._release(victim, blocks_for(kv))
         else:
-            self.prefilling.remove(victim)
+            self.prefill.remove(victim)
+            victim.chunk = 0
             self._release(victim, blocks_for(victim.prefilled))
         # Recompute: the prompt and every generated token are prefilled again.
         victim.prefill_target = victim.input_tokens + victim.generated
@@ -754,9 +765,8 @@ class Replica:
             req.state = DONE
         self.running.clear()
         self.waiting.clear()
-        self.prefilling.clear()
+        self.prefill.clear()
         self.finishing.clear()
-        self.chunks.clear()
         self.n_dec = 0
         self.sum_kv = 0
         self.phase_cnt = vec[i64]([0] * BLOCK_TOKENS)

@@ -12,7 +12,7 @@ from typing import ClassVar, Final, final
 
 from mypy_extensions import i64
 
-__all__ = ["DECODING", "DONE", "PREFILLING", "WAITING", "Req", "ReqList", "Status"]
+__all__ = ["DECODING", "DONE", "PREFILLING", "WAITING", "PrefillQueue", "Req", "ReqList", "Status"]
 
 # Where a request is inside its replica (ints: compared on the hot path).
 WAITING: Final = 0
@@ -50,8 +50,10 @@ class Req:
     it produces its last token (``counter_join + output_tokens - gen_join``).
 
     ``prev``/``next`` link it into its replica's waiting queue or running list
-    (it is in at most one, see :class:`ReqList`); ``heap_pos`` is its slot in
-    the replica's finish heap while it decodes, -1 otherwise.
+    (it is in at most one, see :class:`ReqList`); while it has prompt tokens
+    left, ``pf_next`` links it into the replica's :class:`PrefillQueue` as
+    well. ``heap_pos`` is its slot in the replica's finish heap while it
+    decodes, -1 otherwise.
     """
 
     __slots__ = (
@@ -69,6 +71,7 @@ class Req:
         "kv_join",
         "next",
         "output_tokens",
+        "pf_next",
         "prefill_target",
         "prefilled",
         "prev",
@@ -89,7 +92,7 @@ class Req:
         # recompute preemption the prompt plus everything generated so far.
         self.prefill_target = input_tokens
         self.prefilled: i64 = 0
-        self.chunk: i64 = 0  # prompt tokens of its chunk in the iteration in flight
+        self.chunk: i64 = 0  # prompt tokens of its chunk in the iteration in flight; 0: none
         self.generated: i64 = 0
         self.kv_join: i64 = 0
         self.gen_join: i64 = 0
@@ -100,6 +103,7 @@ class Req:
         self.state: i64 = WAITING
         self.prev: Req | None = None
         self.next: Req | None = None
+        self.pf_next: Req | None = None
 
 
 @final
@@ -188,3 +192,63 @@ class ReqList:
         self.first = None
         self.last = None
         self.size = 0
+
+
+@final
+class PrefillQueue:
+    """Running requests with prompt tokens left, in admission order, linked through ``pf_next``.
+
+    A replica walks it front to back twice per prefill iteration: to hand out
+    chunks, then to apply them. A ``list`` cost an allocation per iteration
+    (emptied, CPython frees its buffer) and a ``list.remove`` per finished
+    prompt; here a walk rebuilds the queue in place (:meth:`detach`, then
+    :meth:`append` the requests to keep) and nothing is allocated.
+    """
+
+    __slots__ = ("first", "last", "size")
+
+    def __init__(self) -> None:
+        self.first: Req | None = None
+        self.last: Req | None = None
+        self.size: i64 = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def append(self, req: Req) -> None:
+        req.pf_next = None
+        last = self.last
+        if last is None:
+            self.first = req
+        else:
+            last.pf_next = req
+        self.last = req
+        self.size += 1
+
+    def detach(self) -> Req | None:
+        """Empty the queue and return its first request; the rest follow through ``pf_next``.
+
+        The caller reads each ``pf_next`` before it appends that request back.
+        """
+        first = self.first
+        self.first = None
+        self.last = None
+        self.size = 0
+        return first
+
+    def remove(self, req: Req) -> None:
+        """Unlink ``req`` (a walk: for the rare preemption); pre: it is in the queue."""
+        first = self.detach()
+        while first is not None:
+            nxt = first.pf_next
+            if first is not req:
+                self.append(first)
+            first = nxt
+        req.pf_next = None
+
+    def clear(self) -> None:
+        req = self.detach()
+        while req is not None:
+            nxt = req.pf_next
+            req.pf_next = None
+            req = nxt
