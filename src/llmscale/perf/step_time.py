@@ -48,6 +48,7 @@ from typing import NamedTuple
 from llmscale.errors import ConfigError
 from llmscale.perf.catalogue import SUPPORTED_TP, GpuSpec, ModelSpec, get_gpu, get_model, validate_tp
 from llmscale.perf.coefficients import PerfCoefficients, load_coefficients
+from llmscale.perf.kernel import StepKernel
 
 __all__ = [
     "DECODE_AFFINE_CACHE_SIZE",
@@ -98,7 +99,9 @@ class PerfModel:
 
     ``stack`` picks the serving-stack overhead coefficients (default: the
     fit's ``default_stack``, "vllm"). Construction precomputes every constant
-    so that :meth:`step` is a few dozen float operations.
+    so that :meth:`step` is a few dozen float operations, evaluated by
+    ``kernel`` (a compiled :class:`~llmscale.perf.kernel.StepKernel`, which the
+    simulator calls directly).
     """
 
     __slots__ = (
@@ -130,6 +133,7 @@ class PerfModel:
         "_weight_stream_bytes",
         "coeffs",
         "gpu",
+        "kernel",
         "model",
         "stack",
         "tp",
@@ -223,6 +227,31 @@ class PerfModel:
         self._cpu_per_seq_s = c.cpu_per_seq_s + st.per_seq_s
         self._prefill_iter_s = st.prefill_iter_s
         self._decode_cache: list[DecodeAffine | None] = [None] * (DECODE_AFFINE_CACHE_SIZE + 1)
+        self.kernel = StepKernel(
+            flops_per_token=self._flops_per_token,
+            flops_per_seq=self._flops_per_seq,
+            step_flops_s=self._step_flops_s,
+            blend_exp=self._blend_exp,
+            blend_inv=self._blend_inv,
+            tm_pow=self._tm_pow,
+            gemm_fixed_s=self._gemm_fixed_s,
+            elem_s_per_token=self._elem_s_per_token,
+            elem_fixed_s=self._elem_fixed_s,
+            ar_s_per_token=self._ar_s_per_token,
+            ar_fixed_s=self._ar_fixed_s,
+            cpu_fixed_s=self._cpu_fixed_s,
+            cpu_per_seq_s=self._cpu_per_seq_s,
+            attn_call_s=self._attn_call_s,
+            step_attn_s_per_pair=self._step_attn_s_per_pair,
+            prefill_iter_s=self._prefill_iter_s,
+            launch_s=self._launch_s,
+            kv_s_per_token=self._kv_s_per_token,
+            attn_flops_per_pair=self._attn_flops_per_pair,
+            attn_flops_per_ctx=self._attn_flops_per_ctx,
+            weight_stream_bytes=self._weight_stream_bytes,
+            elem_bytes_per_token=self._elem_bytes_per_token,
+            kv_bytes_per_token=self._kv_bytes_per_token,
+        )
 
     def __repr__(self) -> str:
         return f"PerfModel({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}, stack={self.stack!r})"
@@ -245,38 +274,16 @@ class PerfModel:
         decoding sequences (one token each); ``decode_ctx_tokens``: sum of
         their context lengths. An empty batch costs nothing.
         """
-        n = prefill_tokens + num_decode
-        if n <= 0:
-            return StepCost(0.0, 0.0, 0.0, 0.0)
-        n_seqs = num_prefill_seqs + num_decode
-        flops = self._flops_per_token * n + self._flops_per_seq * n_seqs
-        tc = flops / self._step_flops_s
-        gpu = (tc**self._blend_exp + self._tm_pow) ** self._blend_inv + self._gemm_fixed_s
-        gpu += n * self._elem_s_per_token + self._elem_fixed_s
-        gpu += n * self._ar_s_per_token + self._ar_fixed_s
-        serial = self._cpu_fixed_s + self._cpu_per_seq_s * n_seqs
-        if num_prefill_seqs > 0:
-            gpu += self._attn_call_s + prefill_attn_pairs * self._step_attn_s_per_pair
-            serial += self._prefill_iter_s
-        if num_decode > 0:
-            gpu += self._attn_call_s
-        if self._launch_s > gpu:  # the host issues kernels slower than they run
-            duration = serial + self._launch_s + decode_ctx_tokens * self._kv_s_per_token
-            overhead = serial + (self._launch_s - gpu)
-        else:
-            duration = serial + gpu + decode_ctx_tokens * self._kv_s_per_token
-            overhead = serial
-        busy = (
-            flops
-            + prefill_attn_pairs * self._attn_flops_per_pair
-            + decode_ctx_tokens * self._attn_flops_per_ctx
-        ) / self._step_flops_s
-        dram = (
-            self._weight_stream_bytes
-            + n * self._elem_bytes_per_token
-            + decode_ctx_tokens * self._kv_bytes_per_token
+        # float(): numpy scalars welcome (the kernel's parameters are C doubles).
+        return StepCost(
+            *self.kernel.cost(
+                float(prefill_tokens),
+                float(prefill_attn_pairs),
+                float(num_prefill_seqs),
+                float(num_decode),
+                float(decode_ctx_tokens),
+            )
         )
-        return StepCost(duration, busy, dram, overhead)
 
     def decode_affine(self, num_decode: int) -> DecodeAffine:
         """Affine coefficients of a decode-only iteration of ``num_decode`` sequences (cached)."""

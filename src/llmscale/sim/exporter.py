@@ -83,11 +83,12 @@ class SimMetricSource:
                 SIM.L2_MISS: l2,
                 SIM.KV_BLOCKS_TOTAL: float(r.total_blocks),
             }
+            itl = r.hist_itl.snapshot()  # exported under both vLLM names
             hists = {
                 V.TTFT: r.hist_ttft.snapshot(),
                 V.E2E: r.hist_e2e.snapshot(),
-                V.ITL: r.hist_itl.snapshot(),
-                V.ITL_OLD: r.hist_itl.snapshot(),
+                V.ITL: itl,
+                V.ITL_OLD: itl,
                 V.TPOT: r.hist_tpot.snapshot(),
                 V.QUEUE_TIME: r.hist_queue.snapshot(),
             }

@@ -21,51 +21,225 @@ sequence with ``kv`` cached tokens needs a new block exactly when ``kv % 16 ==
 0``; since every sequence's ``kv`` and the step counter both grow by one per
 step, ``(kv - counter) % 16`` is fixed per sequence, so a 16-slot count of
 sequences per residue gives the blocks needed at any future step in O(1).
+
+The module is compiled with mypyc (setup.py) and typed so that the compiled
+code stays native: ``@final`` classes, ``Final`` constants, ``i64`` counters,
+no ``Optional`` numbers (sentinels instead), intrusive lists and heaps instead
+of tuples, dicts and deques, and the perf model read through unboxed tables.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, final
 
+from librt.vecs import vec
+from mypy_extensions import i64
+
+from llmscale.perf.kernel import StepKernel
 from llmscale.sim.histogram import BucketHistogram
-from llmscale.sim.request import DECODING, DONE, PREFILLING, WAITING, Req
+from llmscale.sim.request import DECODING, DONE, PREFILLING, WAITING, PrefillQueue, Req, ReqList
 from llmscale.types import Phase
 
 if TYPE_CHECKING:
     from llmscale.sim.fleet import Fleet
 
-__all__ = ["BLOCK_TOKENS", "Replica"]
+__all__ = ["BLOCK_TOKENS", "DecodeCoef", "FinishHeap", "IterationCosts", "Replica", "blocks_for"]
 
 #: vLLM's default KV block size, in tokens.
-BLOCK_TOKENS = 16
+BLOCK_TOKENS: Final = 16
 
 # What the replica is doing between events.
-IDLE = 0
-MIXED = 1  # one iteration that includes prefill chunks
-JUMP = 2  # n decode-only iterations in closed form
+IDLE: Final = 0
+MIXED: Final = 1  # one iteration that includes prefill chunks
+JUMP: Final = 2  # n decode-only iterations in closed form
 
 
+def blocks_for(tokens: i64) -> i64:
+    """KV blocks that hold ``tokens`` tokens (ceiling division; pre: tokens >= 0)."""
+    return (tokens + (BLOCK_TOKENS - 1)) // BLOCK_TOKENS
+
+
+# ---------------------------------------------------------------- step costs
+
+
+@final
+class DecodeCoef:
+    """A decode-only iteration of one batch size, affine in the batch's total context S.
+
+    The fields of :class:`llmscale.perf.DecodeAffine`, held as C doubles:
+    duration ``base_s + per_ctx_s * S``, and likewise SM-busy seconds and DRAM bytes.
+    """
+
+    __slots__ = ("base_s", "busy_base_s", "busy_per_ctx_s", "bytes_base", "bytes_per_ctx", "per_ctx_s")
+
+    def __init__(self, aff: Any) -> None:
+        self.base_s = float(aff.base_s)
+        self.per_ctx_s = float(aff.per_ctx_s)
+        self.busy_base_s = float(aff.busy_base_s)
+        self.busy_per_ctx_s = float(aff.busy_per_ctx_s)
+        self.bytes_base = float(aff.bytes_base)
+        self.bytes_per_ctx = float(aff.bytes_per_ctx)
+
+
+@final
+class IterationCosts:
+    """What an iteration costs, as one fleet's replicas read it from the perf model (shared by them).
+
+    ``decode[b]`` holds the decode-only coefficients of batch size b, for every
+    b up to ``max_num_seqs`` (a replica never runs more), read once per jump.
+    An iteration with prefill chunks is priced by the model's compiled
+    :class:`~llmscale.perf.kernel.StepKernel` when it has one (``PerfModel``
+    does): a native call with unboxed arguments and results. Any other object
+    with the ``PerfModel.step`` signature (the unit tests' affine stand-in)
+    goes through an ordinary Python call.
+    """
+
+    __slots__ = ("decode", "kernel", "perf")
+
+    def __init__(self, perf: Any, max_batch: int) -> None:
+        self.perf = perf
+        kernel = getattr(perf, "kernel", None)
+        self.kernel: StepKernel | None = kernel if isinstance(kernel, StepKernel) else None
+        self.decode = [DecodeCoef(perf.decode_affine(b)) for b in range(max_batch + 1)]
+
+    def step(
+        self, prefill_tokens: i64, pairs: float, num_prefill: i64, num_decode: i64, decode_ctx: i64
+    ) -> tuple[float, float, float]:
+        """(duration_s, sm_busy_s, dram_bytes) of one iteration; arguments as ``PerfModel.step``'s."""
+        kernel = self.kernel
+        if kernel is not None:
+            d, busy, dram, _ = kernel.cost(
+                float(prefill_tokens), pairs, float(num_prefill), float(num_decode), float(decode_ctx)
+            )
+            return d, busy, dram
+        c = self.perf.step(prefill_tokens, pairs, num_prefill, num_decode, decode_ctx)
+        return float(c.duration_s), float(c.sm_busy_s), float(c.dram_bytes)
+
+
+# -------------------------------------------------------------- finish heap
+
+
+def _finishes_before(a: Req, b: Req) -> bool:
+    # By the step that produces the last token; ties by arrival index, so
+    # completions within one step are applied in a fixed order.
+    return a.fin_at < b.fin_at or (a.fin_at == b.fin_at and a.idx < b.idx)
+
+
+@final
+class FinishHeap:
+    """A replica's decoding requests, earliest finish first: a binary min-heap on ``(fin_at, idx)``.
+
+    Each request knows its slot (``Req.heap_pos``), so a preempted request is
+    taken out at once: no stale entries to skip later and no tuple allocated
+    per entry.
+    """
+
+    __slots__ = ("items",)
+
+    def __init__(self) -> None:
+        self.items: list[Req] = []
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def first(self) -> Req:
+        """The request that finishes first; pre: the heap is not empty."""
+        return self.items[0]
+
+    def push(self, req: Req) -> None:
+        items = self.items
+        items.append(req)
+        self._sift_up(req, len(items) - 1)
+
+    def pop(self) -> Req:
+        """Remove and return the request that finishes first; pre: the heap is not empty."""
+        items = self.items
+        top = items[0]
+        last = items.pop()
+        if items:
+            self._sift_down(last, 0)
+        top.heap_pos = -1
+        return top
+
+    def remove(self, req: Req) -> None:
+        """Take ``req`` out; pre: it is in the heap."""
+        items = self.items
+        pos = req.heap_pos
+        last = items.pop()
+        req.heap_pos = -1
+        if last is req:
+            return
+        if pos > 0 and _finishes_before(last, items[(pos - 1) >> 1]):
+            self._sift_up(last, pos)
+        else:
+            self._sift_down(last, pos)
+
+    def clear(self) -> None:
+        for req in self.items:
+            req.heap_pos = -1
+        self.items.clear()
+
+    def _sift_up(self, req: Req, pos: i64) -> None:
+        items = self.items
+        while pos > 0:
+            parent = (pos - 1) >> 1
+            p = items[parent]
+            if not _finishes_before(req, p):
+                break
+            items[pos] = p
+            p.heap_pos = pos
+            pos = parent
+        items[pos] = req
+        req.heap_pos = pos
+
+    def _sift_down(self, req: Req, pos: i64) -> None:
+        items = self.items
+        n: i64 = len(items)
+        while True:
+            child = 2 * pos + 1
+            if child >= n:
+                break
+            c = items[child]
+            right = child + 1
+            if right < n:
+                rc = items[right]
+                if _finishes_before(rc, c):
+                    child = right
+                    c = rc
+            if not _finishes_before(c, req):
+                break
+            items[pos] = c
+            c.heap_pos = pos
+            pos = child
+        items[pos] = req
+        req.heap_pos = pos
+
+
+# ------------------------------------------------------------------ replica
+
+
+@final
 class Replica:
     """A replica's engine state and its exporter-visible counters."""
 
     __slots__ = (
+        "_phase",
         "active_s",
-        "affine",
         "blocks_used",
         "busy_s",
-        "chunks",
+        "costs",
         "counter",
         "created_s",
         "drain_epoch",
         "drain_until_idle",
+        "draining",
         "dram_bytes",
-        "fin_heap",
+        "finishing",
         "fleet",
         "gen_tokens_total",
         "gone_s",
+        "heap_pos",
         "hist_e2e",
         "hist_itl",
         "hist_queue",
@@ -78,10 +252,7 @@ class Replica:
         "n_dec",
         "name",
         "num_preemptions",
-        "order",
         "outstanding",
-        "perf",
-        "phase",
         "phase_cnt",
         "phase_since_s",
         "plan_a",
@@ -93,13 +264,13 @@ class Replica:
         "plan_end",
         "plan_n",
         "plan_t0",
-        "prefilling",
+        "prefill",
         "prompt_tokens_total",
         "requests_finished",
+        "running",
         "sum_kv",
         "timeout_s",
         "total_blocks",
-        "version",
         "waiting",
     )
 
@@ -107,7 +278,7 @@ class Replica:
         self,
         name: str,
         fleet: Fleet,
-        perf: Any,
+        costs: IterationCosts,
         *,
         total_blocks: int,
         max_seqs: int,
@@ -120,38 +291,36 @@ class Replica:
     ) -> None:
         self.name = name
         self.fleet = fleet
-        self.perf = perf
-        self.affine = perf.decode_affine
-        self.total_blocks = total_blocks
-        self.max_seqs = max_seqs
-        self.max_batched_tokens = max_batched_tokens
+        self.costs = costs
+        self.total_blocks: i64 = total_blocks
+        self.max_seqs: i64 = max_seqs
+        self.max_batched_tokens: i64 = max_batched_tokens
         self.timeout_s = timeout_s
-        self.max_jump = max_jump
+        self.max_jump: i64 = -1 if max_jump is None else max_jump  # -1: jumps are not capped
         self.created_s = created_s
-        self.phase = phase
+        self._phase = phase
+        self.draining = phase == Phase.DRAINING  # read per iteration: a native bool, not an enum compare
         self.phase_since_s = created_s
         self.gone_s = -1.0
         self.drain_until_idle = False
         self.drain_epoch = 0
 
-        self.waiting: deque[Req] = deque()
-        self.prefilling: list[Req] = []
-        # Running requests in admission order (dict as an ordered set): the last one is preempted first.
-        self.order: dict[Req, None] = {}
-        self.outstanding = 0  # waiting + running: what the router balances on
+        self.waiting = ReqList()
+        self.prefill = PrefillQueue()  # running requests with prompt tokens left, in admission order
+        self.running = ReqList()  # admission order: the last one is preempted first
+        self.outstanding: i64 = 0  # waiting + running: what the router balances on
 
-        self.n_dec = 0
-        self.sum_kv = 0
-        self.counter = 0
-        self.phase_cnt = [0] * BLOCK_TOKENS
-        self.fin_heap: list[tuple[int, int, Req]] = []
-        self.blocks_used = 0
+        self.n_dec: i64 = 0
+        self.sum_kv: i64 = 0
+        self.counter: i64 = 0
+        self.phase_cnt = vec[i64]([0] * BLOCK_TOKENS)
+        self.finishing = FinishHeap()
+        self.blocks_used: i64 = 0
 
-        self.kind = IDLE
-        self.version = 0
-        self.chunks: list[tuple[Req, int]] = []
+        self.kind: i64 = IDLE
+        self.heap_pos: i64 = -1  # the slot of its next iteration end in the fleet's StepQueue; -1: none
         self.plan_t0 = 0.0
-        self.plan_n = 0
+        self.plan_n: i64 = 0
         self.plan_a = 0.0
         self.plan_b = 0.0
         self.plan_end = 0.0
@@ -161,10 +330,10 @@ class Replica:
         self.plan_bytes_b = 0.0
 
         # Cumulative counters, as an exporter would expose them.
-        self.num_preemptions = 0
-        self.prompt_tokens_total = 0
-        self.gen_tokens_total = 0
-        self.requests_finished = 0
+        self.num_preemptions: i64 = 0
+        self.prompt_tokens_total: i64 = 0
+        self.gen_tokens_total: i64 = 0
+        self.requests_finished: i64 = 0
         self.busy_s = 0.0  # SM-busy seconds (useful math at achieved peak)
         self.active_s = 0.0  # seconds an iteration was running (a kernel was resident)
         self.dram_bytes = 0.0
@@ -177,12 +346,21 @@ class Replica:
     # ------------------------------------------------------------------ views
 
     @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: Phase) -> None:
+        self._phase = value
+        self.draining = value == Phase.DRAINING
+
+    @property
     def num_running(self) -> int:
-        return len(self.order)
+        return self.running.size
 
     @property
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        return self.waiting.size
 
     @property
     def busy(self) -> bool:
@@ -190,7 +368,11 @@ class Replica:
 
     def kv_usage(self) -> float:
         """Fraction of KV blocks allocated, 0..1 (call :meth:`sync` first for mid-jump accuracy)."""
-        return self.blocks_used / self.total_blocks if self.total_blocks else 0.0
+        return float(self.blocks_used) / float(self.total_blocks) if self.total_blocks else 0.0
+
+    def waiting_requests(self) -> list[Req]:
+        """The waiting queue in order (a copy)."""
+        return self.waiting.items()
 
     # ------------------------------------------------------------- admission
 
@@ -204,7 +386,7 @@ class Replica:
         kind = self.kind
         if kind == IDLE:
             self._schedule(now)
-        elif kind == JUMP and self.plan_n > 1 and len(self.order) < self.max_seqs:
+        elif kind == JUMP and self.plan_n > 1 and self.running.size < self.max_seqs:
             # Only worth cutting the jump if the newcomer could be admitted at the next step.
             self._cut_jump(now)
 
@@ -216,8 +398,7 @@ class Replica:
         if self.plan_n > 1:
             self.plan_n = 1
             self.plan_end = self.plan_t0 + self.plan_a
-            self.version += 1
-            self.fleet.push_step(self.plan_end, self)
+            self.fleet.push_step(self)
 
     def sync(self, now: float) -> None:
         """Bring lazily kept counters up to ``now`` (whole steps finished by then); drop timed-out heads."""
@@ -231,13 +412,24 @@ class Replica:
         # A client that waited ``timeout_s`` without a first token has gone; vLLM aborts it.
         waiting = self.waiting
         timeout_s = self.timeout_s
-        while waiting:
-            head = waiting[0]
-            if head.first_token_s >= 0.0 or now - head.arrival_s < timeout_s:
+        while True:
+            head = waiting.first
+            if head is None or head.first_token_s >= 0.0 or now - head.arrival_s < timeout_s:
                 break
-            waiting.popleft()
+            waiting.remove(head)
             self.outstanding -= 1
             self.fleet.on_timed_out(head, now)
+
+    def expire_waiting(self, now: float) -> list[Req]:
+        """Take every waiting request whose client has given up by ``now`` out of the queue; return them."""
+        gone = []
+        timeout_s = self.timeout_s
+        for req in self.waiting.items():
+            if req.first_token_s < 0.0 and now - req.arrival_s >= timeout_s:
+                self.waiting.remove(req)
+                self.outstanding -= 1
+                gone.append(req)
+        return gone
 
     # ------------------------------------------------------------- stepping
 
@@ -250,12 +442,12 @@ class Replica:
             self._apply_mixed(now)
         self.kind = IDLE
         self._finish_due(now)
-        if self.phase == Phase.DRAINING and self.outstanding == 0:
+        if self.draining and self.outstanding == 0:
             self.fleet.on_drained(self, now)
             return
         self._schedule(now)
 
-    def _steps_done_by(self, now: float) -> int:
+    def _steps_done_by(self, now: float) -> i64:
         """Whole steps of the current jump finished by ``now`` (at most plan_n - 1 before plan_end)."""
         dt = now - self.plan_t0
         if dt <= 0.0:
@@ -264,24 +456,29 @@ class Replica:
             return self.plan_n
         a = self.plan_a
         b = self.plan_b
+        k: i64
         if b <= 0.0:
             k = int(dt / a)
         else:
             h = a - 0.5 * b
             k = int((math.sqrt(h * h + 2.0 * b * dt) - h) / b)
         # Guard float rounding at a step boundary: T(k) <= dt < T(k+1).
-        if k > 0 and k * a + b * k * (k - 1) * 0.5 > dt:
+        fk = float(k)
+        if k > 0 and fk * a + b * fk * (fk - 1.0) * 0.5 > dt:
             k -= 1
         if k >= self.plan_n:
             k = self.plan_n - 1
         return k
 
-    def _apply_decode_steps(self, k: int) -> None:
+    def _apply_decode_steps(self, k: i64) -> None:
         """Advance the decode batch by k steps of the current jump (closed form)."""
         n_dec = self.n_dec
         a = self.plan_a
         b = self.plan_b
-        duration = k * a + b * k * (k - 1) * 0.5
+        # Counts enter float formulas as exact doubles (whole numbers below 2**53), so each
+        # expression rounds exactly as Python's int-times-float does.
+        fk = float(k)
+        duration = fk * a + b * fk * (fk - 1.0) * 0.5
         # KV blocks: every 16 steps each sequence takes exactly one new block.
         counter = self.counter
         new_blocks = (k >> 4) * n_dec
@@ -292,82 +489,90 @@ class Replica:
             for j in range(rem):
                 new_blocks += cnt[(-(base + j)) & 15]
         self.blocks_used += new_blocks
-        tri = k * (k - 1) * 0.5
-        self.busy_s += k * self.plan_busy_a + self.plan_busy_b * tri
-        self.dram_bytes += k * self.plan_bytes_a + self.plan_bytes_b * tri
+        tri = float(k * (k - 1)) * 0.5
+        self.busy_s += fk * self.plan_busy_a + self.plan_busy_b * tri
+        self.dram_bytes += fk * self.plan_bytes_a + self.plan_bytes_b * tri
         self.active_s += duration
-        self.hist_itl.observe_arithmetic(a, b, k, n_dec)
+        self.hist_itl.observe_arithmetic(a, b, k, float(n_dec))
         self.gen_tokens_total += k * n_dec
         self.counter = counter + k
         self.sum_kv += k * n_dec
         self.plan_t0 += duration
-        self.plan_a = a + b * k
-        self.plan_busy_a += self.plan_busy_b * k
-        self.plan_bytes_a += self.plan_bytes_b * k
+        self.plan_a = a + b * fk
+        self.plan_busy_a += self.plan_busy_b * fk
+        self.plan_bytes_a += self.plan_bytes_b * fk
         self.plan_n -= k
 
     def _apply_mixed(self, now: float) -> None:
         """Effects of one iteration with prefill chunks, ending at ``now``."""
         n_dec = self.n_dec
         if n_dec:
-            self.hist_itl.observe(self.plan_a, n_dec)
+            self.hist_itl.observe(self.plan_a, float(n_dec))
             self.gen_tokens_total += n_dec
             self.counter += 1
             self.sum_kv += n_dec
         counter = self.counter
-        for req, chunk in self.chunks:
-            if req.state != PREFILLING or req.replica is not self:
-                continue  # preempted while its chunk ran: its work is lost (recompute)
-            req.prefilled += chunk
-            if req.prefilled < req.prefill_target:
-                continue
-            # Prefill done: this iteration produced the next token.
-            self.prefilling.remove(req)
-            req.generated += 1
-            self.gen_tokens_total += 1
-            if req.first_token_s < 0.0:
-                req.first_token_s = now
-                self.hist_ttft.observe(now - req.dispatch_s)
-            if req.generated >= req.output_tokens:
-                self._release(req, -(-req.prefill_target // BLOCK_TOKENS))
-                self._complete(req, now)
-                continue
-            kv = req.prefill_target
-            req.state = DECODING
-            req.kv_join = kv
-            req.gen_join = req.generated
-            req.counter_join = counter
-            self.phase_cnt[(kv - counter) & 15] += 1
-            self.n_dec += 1
-            self.sum_kv += kv
-            heappush(self.fin_heap, (counter + req.output_tokens - req.generated, req.idx, req))
-        self.chunks = []
+        # The chunks in the order they were handed out: the queue is in admission order, and the
+        # requests admitted by this iteration are at its end. Those still prefilling go back in.
+        prefill = self.prefill
+        req = prefill.detach()
+        while req is not None:
+            nxt = req.pf_next
+            c = req.chunk
+            if c:
+                req.chunk = 0
+                req.prefilled += c
+            if c == 0 or req.prefilled < req.prefill_target:
+                prefill.append(req)
+            else:
+                # Prefill done: this iteration produced the next token.
+                req.pf_next = None
+                self._prefill_done(req, counter, now)
+            req = nxt
+
+    def _prefill_done(self, req: Req, counter: i64, now: float) -> None:
+        """``req`` computed its last prompt token in the iteration that ended at ``now``."""
+        req.generated += 1
+        self.gen_tokens_total += 1
+        if req.first_token_s < 0.0:
+            req.first_token_s = now
+            self.hist_ttft.observe(now - req.dispatch_s)
+        if req.generated >= req.output_tokens:
+            self._release(req, blocks_for(req.prefill_target))
+            self._complete(req, now)
+            return
+        kv = req.prefill_target
+        req.state = DECODING
+        req.kv_join = kv
+        req.gen_join = req.generated
+        req.counter_join = counter
+        req.fin_at = counter + req.output_tokens - req.generated
+        self.phase_cnt[(kv - counter) & 15] += 1
+        self.n_dec += 1
+        self.sum_kv += kv
+        self.finishing.push(req)
 
     def _finish_due(self, now: float) -> None:
         """Complete every decoding request whose last token was produced by the step that just ended."""
-        heap = self.fin_heap
+        finishing = self.finishing
         counter = self.counter
-        while heap:
-            f, _, req = heap[0]
-            if f > counter:
+        while finishing.items:
+            req = finishing.first()
+            if req.fin_at > counter:
                 break
-            heappop(heap)
-            if req.state != DECODING or req.replica is not self:
-                continue
-            if f != req.counter_join + req.output_tokens - req.gen_join:
-                continue  # stale entry from before a preemption
+            finishing.pop()
             steps = counter - req.counter_join
             kv = req.kv_join + steps
             req.generated = req.gen_join + steps
             self.phase_cnt[(req.kv_join - req.counter_join) & 15] -= 1
             self.n_dec -= 1
             self.sum_kv -= kv
-            self._release(req, -(-kv // BLOCK_TOKENS))
+            self._release(req, blocks_for(kv))
             self._complete(req, now)
 
-    def _release(self, req: Req, blocks: int) -> None:
+    def _release(self, req: Req, blocks: i64) -> None:
         self.blocks_used -= blocks
-        del self.order[req]
+        self.running.remove(req)
 
     def _complete(self, req: Req, now: float) -> None:
         req.state = DONE
@@ -376,17 +581,17 @@ class Replica:
         e2e = now - req.dispatch_s
         self.hist_e2e.observe(e2e)
         if req.output_tokens > 1:
-            self.hist_tpot.observe((now - req.first_token_s) / (req.output_tokens - 1))
+            self.hist_tpot.observe((now - req.first_token_s) / float(req.output_tokens - 1))
         self.fleet.on_complete(req, now)
 
     # ------------------------------------------------------------ scheduling
 
     def _schedule(self, now: float) -> None:
         """Plan the next iteration starting at ``now`` (or go idle)."""
-        if self.phase == Phase.DRAINING and self.outstanding == 0:
+        if self.draining and self.outstanding == 0:
             return
         # 1. Decodes need a block for the token they are about to write; preempt if short.
-        dec_need = 0
+        dec_need: i64 = 0
         if self.n_dec:
             while True:
                 dec_need = self.phase_cnt[(-self.counter) & 15]
@@ -395,73 +600,79 @@ class Replica:
         # Blocks left for prefill once this step's decode blocks are set aside.
         total_blocks = self.total_blocks - dec_need
         budget = self.max_batched_tokens - self.n_dec
-        chunks: list[tuple[Req, int]] = []
-        pf_tokens = 0
+        n_chunks: i64 = 0
+        pf_tokens: i64 = 0
         pairs = 0.0
         # 2. Running partial prefills keep their place.
-        for req in self.prefilling:
+        req = self.prefill.first
+        while req is not None:
             if budget <= 0:
                 break
             done = req.prefilled
             c = req.prefill_target - done
             if c > budget:
                 c = budget
-            blocks = -(-(done + c) // BLOCK_TOKENS) - (-(-done // BLOCK_TOKENS))
+            blocks = blocks_for(done + c) - blocks_for(done)
             if blocks > total_blocks - self.blocks_used:
                 break
             self.blocks_used += blocks
-            chunks.append((req, c))
+            req.chunk = c
+            n_chunks += 1
             pf_tokens += c
-            pairs += c * (done + (c + 1) * 0.5)
+            pairs += float(c) * (float(done) + float(c + 1) * 0.5)
             budget -= c
+            req = req.pf_next
         # 3. Admit waiting requests first-come-first-served.
         waiting = self.waiting
-        if waiting and budget > 0:
-            order = self.order
+        if waiting.size and budget > 0:
+            running = self.running
             max_seqs = self.max_seqs
             timeout_s = self.timeout_s
-            while waiting and budget > 0 and len(order) < max_seqs:
-                req = waiting[0]
-                if req.first_token_s < 0.0 and now - req.arrival_s >= timeout_s:
-                    waiting.popleft()
+            while budget > 0 and running.size < max_seqs:
+                head = waiting.first
+                if head is None:
+                    break
+                if head.first_token_s < 0.0 and now - head.arrival_s >= timeout_s:
+                    waiting.remove(head)
                     self.outstanding -= 1
-                    self.fleet.on_timed_out(req, now)
+                    self.fleet.on_timed_out(head, now)
                     continue
-                c = req.prefill_target
+                c = head.prefill_target
                 if c > budget:
                     c = budget
-                blocks = -(-c // BLOCK_TOKENS)
+                blocks = blocks_for(c)
                 if blocks > total_blocks - self.blocks_used:
                     break
-                waiting.popleft()
+                waiting.remove(head)
                 self.blocks_used += blocks
-                req.state = PREFILLING
-                req.prefilled = 0
-                if req.scheduled_s < 0.0:
-                    req.scheduled_s = now
-                    self.hist_queue.observe(now - req.dispatch_s)
-                    self.prompt_tokens_total += req.input_tokens
-                order[req] = None
-                self.prefilling.append(req)
-                chunks.append((req, c))
+                head.state = PREFILLING
+                head.prefilled = 0
+                if head.scheduled_s < 0.0:
+                    head.scheduled_s = now
+                    self.hist_queue.observe(now - head.dispatch_s)
+                    self.prompt_tokens_total += head.input_tokens
+                running.append(head)
+                self.prefill.append(head)
+                head.chunk = c
+                n_chunks += 1
                 pf_tokens += c
-                pairs += c * (c + 1) * 0.5
+                pairs += float(c * (c + 1)) * 0.5
                 budget -= c
-        if chunks:
+        if n_chunks:
             n_dec = self.n_dec
             self.blocks_used += dec_need
-            cost = self.perf.step(pf_tokens, pairs, len(chunks), n_dec, self.sum_kv)
-            d = cost.duration_s * self.fleet.noise()
-            self.busy_s += cost.sm_busy_s
-            self.dram_bytes += cost.dram_bytes
+            duration_s, sm_busy_s, dram_bytes = self.costs.step(
+                pf_tokens, pairs, n_chunks, n_dec, self.sum_kv
+            )
+            d = duration_s * self.fleet.noise()
+            self.busy_s += sm_busy_s
+            self.dram_bytes += dram_bytes
             self.active_s += d
-            self.chunks = chunks
             self.kind = MIXED
             self.plan_a = d
             self.plan_t0 = now
             self.plan_end = now + d
-            self.version += 1
-            self.fleet.push_step(self.plan_end, self)
+            self.fleet.push_step(self)
             return
         if self.n_dec:
             self._plan_jump(now)
@@ -469,18 +680,8 @@ class Replica:
             self.kind = IDLE
 
     def _plan_jump(self, now: float) -> None:
-        heap = self.fin_heap
-        while True:
-            f, _, req = heap[0]
-            if (
-                req.state == DECODING
-                and req.replica is self
-                and f == req.counter_join + req.output_tokens - req.gen_join
-            ):
-                break
-            heappop(heap)
-        n = f - self.counter
-        if self.max_jump is not None and n > self.max_jump:
+        n = self.finishing.first().fin_at - self.counter
+        if self.max_jump >= 0 and n > self.max_jump:
             n = self.max_jump
         n_dec = self.n_dec
         free = self.total_blocks - self.blocks_used
@@ -495,25 +696,26 @@ class Replica:
                 return
             if n_kv < n:
                 n = n_kv
-        aff = self.affine(n_dec)
-        s = self.sum_kv
+        aff = self.costs.decode[n_dec]
+        s = float(self.sum_kv)
+        fd = float(n_dec)
         noise = self.fleet.noise()
         a = (aff.base_s + aff.per_ctx_s * s) * noise
-        b = aff.per_ctx_s * n_dec * noise
+        b = aff.per_ctx_s * fd * noise
         self.plan_a = a
         self.plan_b = b
         self.plan_busy_a = aff.busy_base_s + aff.busy_per_ctx_s * s
-        self.plan_busy_b = aff.busy_per_ctx_s * n_dec
+        self.plan_busy_b = aff.busy_per_ctx_s * fd
         self.plan_bytes_a = aff.bytes_base + aff.bytes_per_ctx * s
-        self.plan_bytes_b = aff.bytes_per_ctx * n_dec
+        self.plan_bytes_b = aff.bytes_per_ctx * fd
         self.plan_n = n
         self.plan_t0 = now
-        self.plan_end = now + n * a + b * n * (n - 1) * 0.5
+        fn = float(n)
+        self.plan_end = now + fn * a + b * fn * (fn - 1.0) * 0.5
         self.kind = JUMP
-        self.version += 1
-        self.fleet.push_step(self.plan_end, self)
+        self.fleet.push_step(self)
 
-    def _steps_until_blocks_run_out(self, free: int) -> int:
+    def _steps_until_blocks_run_out(self, free: i64) -> i64:
         """How many decode steps can run before one needs a block that is not free."""
         n_dec = self.n_dec
         cycles = free // n_dec
@@ -530,9 +732,9 @@ class Replica:
 
     def _preempt_last(self) -> bool:
         """Preempt the most recently admitted running request (recompute). False if none."""
-        if not self.order:
+        victim = self.running.last
+        if victim is None:
             return False
-        victim = next(reversed(self.order))
         if victim.state == DECODING:
             steps = self.counter - victim.counter_join
             kv = victim.kv_join + steps
@@ -540,10 +742,12 @@ class Replica:
             self.phase_cnt[(victim.kv_join - victim.counter_join) & 15] -= 1
             self.n_dec -= 1
             self.sum_kv -= kv
-            self._release(victim, -(-kv // BLOCK_TOKENS))
+            self.finishing.remove(victim)
+            self._release(victim, blocks_for(kv))
         else:
-            self.prefilling.remove(victim)
-            self._release(victim, -(-victim.prefilled // BLOCK_TOKENS))
+            self.prefill.remove(victim)
+            victim.chunk = 0
+            self._release(victim, blocks_for(victim.prefilled))
         # Recompute: the prompt and every generated token are prefilled again.
         victim.prefill_target = victim.input_tokens + victim.generated
         victim.prefilled = 0
@@ -555,19 +759,19 @@ class Replica:
     # ------------------------------------------------------------ shutdown
 
     def kill_all(self, now: float) -> list[Req]:
-        """Drop every in-flight request (grace period expired); returns them."""
-        killed = list(self.order) + list(self.waiting)
+        """Drop every in-flight request (grace period expired); returns them, running then waiting."""
+        killed = self.running.items() + self.waiting.items()
         for req in killed:
             req.state = DONE
-        self.order.clear()
+        self.running.clear()
         self.waiting.clear()
-        self.prefilling.clear()
-        self.fin_heap.clear()
+        self.prefill.clear()
+        self.finishing.clear()
         self.n_dec = 0
         self.sum_kv = 0
-        self.phase_cnt = [0] * BLOCK_TOKENS
+        self.phase_cnt = vec[i64]([0] * BLOCK_TOKENS)
         self.blocks_used = 0
         self.outstanding = 0
         self.kind = IDLE
-        self.version += 1
+        self.fleet.cancel_step(self)
         return killed

@@ -1,9 +1,10 @@
-"""An import hook that prefers the simulator's ``.py`` sources over their mypyc builds.
+"""An import hook that prefers the compiled modules' ``.py`` sources over their mypyc builds.
 
 Python's path finder tries extension modules before sources, so a compiled
 ``replica.cpython-311-*.so`` always wins over ``replica.py`` beside it. This
 finder, installed only on request (``LLMSCALE_PURE_PYTHON=1``, see
-``llmscale.sim``), answers first for the hot modules with their sources.
+``llmscale/__init__.py``), answers first for the compiled modules with their
+sources.
 """
 
 from __future__ import annotations
@@ -18,8 +19,17 @@ from types import ModuleType
 
 __all__ = ["HOT_MODULES", "install"]
 
-HOT_MODULES = frozenset(f"llmscale.sim.{m}" for m in ("request", "histogram", "replica", "fleet"))
-_HERE = Path(__file__).resolve().parent
+#: The modules setup.py compiles with mypyc (keep the two lists in step).
+HOT_MODULES = frozenset(
+    (
+        "llmscale.perf.kernel",
+        "llmscale.sim.request",
+        "llmscale.sim.histogram",
+        "llmscale.sim.replica",
+        "llmscale.sim.fleet",
+    )
+)
+_PACKAGE = Path(__file__).resolve().parent
 
 
 class _SourceFirst(importlib.abc.MetaPathFinder):
@@ -28,7 +38,7 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in HOT_MODULES:
             return None
-        source = _HERE / (fullname.rsplit(".", 1)[1] + ".py")
+        source = _PACKAGE.joinpath(*fullname.split(".")[1:]).with_suffix(".py")
         return importlib.util.spec_from_file_location(fullname, source)
 
 
