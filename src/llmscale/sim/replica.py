@@ -370,10 +370,6 @@ class Replica:
         """Fraction of KV blocks allocated, 0..1 (call :meth:`sync` first for mid-jump accuracy)."""
         return float(self.blocks_used) / float(self.total_blocks) if self.total_blocks else 0.0
 
-    def waiting_requests(self) -> list[Req]:
-        """The waiting queue in order (a copy)."""
-        return self.waiting.items()
-
     # ------------------------------------------------------------- admission
 
     def enqueue(self, req: Req, now: float) -> None:
