@@ -84,3 +84,42 @@ def test_rising_trend_is_planned_one_cold_start_ahead():
         d, state = policy.decide(sig(10, **steady(40.0 + 2.0 * k)), state, 15.0 * (k + 1))
     assert d.inputs["trend_rps_per_s"] > 0
     assert d.inputs["forecast_rps"] > d.inputs["level_rps"]
+
+
+def test_a_step_is_not_extrapolated_past_the_growth_cap():
+    # 40 req/s, then a step to 120: through the smoothing (alpha 0.4) the level climbs 72 -> 91.2
+    # -> 102.7 over three ticks and the slope fitted over them (0.63 req/s per s) would add 68 req/s
+    # over a 108 s cold start; a cap of 0.3 holds the extrapolated growth to 0.3 x level.
+    cfg = SloConfig(min_replicas=1, max_replicas=64, cold_start_s=108.0, max_trend_growth=0.3)
+    policy = SloPolicy(cfg)
+    state = SloState()
+    rates = [40.0] * 6 + [120.0] * 3
+    for k, r in enumerate(rates):
+        d, state = policy.decide(sig(10, **steady(r)), state, 15.0 * (k + 1))
+    level = d.inputs["level_rps"]
+    assert level == pytest.approx(102.72, abs=0.01)
+    assert d.inputs["trend_rps_per_s"] * cfg.cold_start_s > 0.3 * level
+    assert d.inputs["forecast_rps"] == pytest.approx(level * 1.3, rel=1e-3)
+
+
+def test_a_queue_the_clients_abandon_before_a_cold_start_is_not_sized_for():
+    # Client time-out 60 s < cold start 108 s: the 500 queued requests will have given up before a
+    # replica asked for now serves, so only the arrival rate (with the queue's growth) is planned.
+    cfg = SloConfig(min_replicas=1, max_replicas=64, cold_start_s=108.0, client_timeout_s=60.0)
+    policy = SloPolicy(cfg)
+    cap = policy.capacity(1155.0, 211.0)
+    _, state = policy.decide(sig(10, **steady(60.0)), SloState(), 15.0)
+    d, _ = policy.decide(sig(10, **steady(60.0, queue=500.0)), state, 30.0)
+    assert d.rule == "backlog"
+    assert d.desired == math.ceil((60.0 + 500.0 / 15.0) / cap)
+
+
+def test_ttft_over_the_slo_adds_nothing_while_the_queue_shrinks():
+    # The P99 window still remembers a backlog the fleet is clearing: queue 300 -> 100 (below the
+    # backlog threshold of 4 per replica x 30) holds; a queue that grows again adds a replica.
+    policy = SloPolicy(CFG)
+    _, state = policy.decide(sig(30, **steady(60.0, queue=300.0, ttft=30.0)), SloState(), 15.0)
+    d, state = policy.decide(sig(30, **steady(60.0, queue=100.0, ttft=30.0)), state, 30.0)
+    assert d.rule == "forecast" and d.desired < 30
+    d, _ = policy.decide(sig(30, **steady(60.0, queue=110.0, ttft=30.0)), state, 45.0)
+    assert (d.rule, d.desired) == ("ttft-over-slo", 31)

@@ -80,7 +80,11 @@ class BacktestSettings:
             gpu=self.gpu,
             tp=self.tp,
             cold_start_s=s.pending_s + s.loading_s + s.warmup_s,
-            extra={"initial_replicas": self.initial_replicas, "max_num_seqs": s.max_num_seqs},
+            extra={
+                "initial_replicas": self.initial_replicas,
+                "max_num_seqs": s.max_num_seqs,
+                "client_timeout_s": s.timeout_s,
+            },
         )
 
 

@@ -18,7 +18,11 @@ Three parts, each answering a failure of the policies users run today:
 3. **A reactive path for what the forecast missed.** A backlog (queue
    beyond what the fleet drains in ``drain_s``) or a TTFT P99 above the SLO
    adds the replicas that clear it; a flash crowd is met at the next tick,
-   not after a stabilisation window.
+   not after a stabilisation window. What the reactive path sizes for is what
+   will still be there when new replicas are: a queue the clients abandon
+   before a cold start ends (``client_timeout_s``, from the deployment) adds
+   nothing beyond the arrival rate, a queue already shrinking adds nothing,
+   and a step in load is not extrapolated as a trend past ``max_trend_growth``.
 
 Shrinking is left to the guards, all on: the highest proposal of the last
 ``stabilization_down_s`` wins, the KV headroom check, and drain-aware
@@ -54,6 +58,10 @@ class SloConfig:
     alpha: float = 0.4
     #: ticks of smoothed levels the trend is fitted over
     trend_ticks: int = 8
+    #: the extrapolated trend adds at most this share of the level: a step in load looks like a
+    #: steep trend through the smoothing for a few ticks, and carrying that slope over a whole cold
+    #: start would plan for about twice the step
+    max_trend_growth: float = 1.0
     #: plan for level + burst_z x the spread of recent arrival rates around it (off by default:
     #: the reactive path covers bursts more cheaply on the traces measured)
     burst_z: float = 0.0
@@ -61,6 +69,12 @@ class SloConfig:
     drain_s: float = 30.0
     #: queue per serving replica tolerated before the reactive path acts
     queue_per_replica: float = 4.0
+    #: a TTFT P99 over the SLO adds no replica while the queue shrinks (the window remembers a
+    #: backlog the fleet is already clearing)
+    queue_shrink_holds: bool = True
+    #: how long a client waits for its first token before it gives up (None: no limit known). A
+    #: queue that will have timed out before a replica asked for now is ready is not sized for
+    client_timeout_s: float | None = None
     min_replicas: int = 1
     max_replicas: int = 100
     #: capacity-model inputs
@@ -82,6 +96,7 @@ class SloState:
     last_in_system: float | None = None
     prompt_tokens: float | None = None
     output_tokens: float | None = None
+    last_queue: float | None = None
 
 
 @lru_cache(maxsize=256)
@@ -241,7 +256,8 @@ class SloPolicy:
         spread = _spread([a - lv for _, lv, a in history]) if len(history) >= 4 else 0.0
         # Only a rising trend is extrapolated one cold start ahead; a falling one is left to the
         # scale-down guards (stabilisation, headroom, drain), which are slow on purpose.
-        forecast = level + max(0.0, trend) * c.cold_start_s + c.burst_z * spread
+        growth = min(max(0.0, trend) * c.cold_start_s, c.max_trend_growth * level)
+        forecast = level + growth + c.burst_z * spread
 
         prompt = signals.get("prompt_len_mean_tokens") or state.prompt_tokens or c.default_prompt_tokens
         output = signals.get("decode_steps_mean") or state.output_tokens or c.default_output_tokens
@@ -257,11 +273,15 @@ class SloPolicy:
         slow = ttft_p99 is not None and ttft_p99 > c.slo_ttft_s
         # TTFT over the SLO with nothing waiting and capacity on its way is the window's memory of
         # a burst already handled: not a reason to add more.
-        slow = slow and queue > 0 and signals.fleet.starting == 0
+        # Likewise a queue already shrinking is being served by the replicas that arrived.
+        shrinking = state.last_queue is not None and queue < state.last_queue
+        slow = slow and queue > 0 and signals.fleet.starting == 0 and not (c.queue_shrink_holds and shrinking)
         if backlog or slow:
             # Replicas asked for now serve after a cold start: drain the backlog over at least that.
             drain_s = max(c.drain_s, c.cold_start_s)
-            need = math.ceil((arrivals + queue / drain_s) / (cap * c.target_utilization) - 1e-9)
+            outlives = c.client_timeout_s is None or c.client_timeout_s > c.cold_start_s
+            drain_rps = queue / drain_s if outlives else 0.0
+            need = math.ceil((arrivals + drain_rps) / (cap * c.target_utilization) - 1e-9)
             if slow and not backlog:
                 need = max(need, current + 1)
             if need > desired:
@@ -291,6 +311,7 @@ class SloPolicy:
             last_in_system=in_system,
             prompt_tokens=prompt,
             output_tokens=output,
+            last_queue=queue,
         )
         return decision, new_state
 
@@ -299,11 +320,20 @@ _DEFAULTS: dict[str, Any] = {
     "target_utilization": 1.0,
     "alpha": 0.4,
     "trend_ticks": 8,
+    "max_trend_growth": 1.0,
+    "queue_shrink_holds": True,
+    "client_timeout_s": None,
     "burst_z": 0.0,
     "drain_s": 30.0,
     "queue_per_replica": 4.0,
     "tick_s": 15.0,
 }
+
+
+def _timeout(param: Any, deployment: Any) -> float | None:
+    """The clients' time-out: the policy parameter if set, else what the deployment declares."""
+    value = param if param is not None else deployment
+    return None if value is None else float(value)
 
 
 @register(
@@ -321,6 +351,9 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             target_utilization=float(params["target_utilization"]),
             alpha=float(params["alpha"]),
             trend_ticks=int(params["trend_ticks"]),
+            max_trend_growth=float(params["max_trend_growth"]),
+            queue_shrink_holds=bool(params["queue_shrink_holds"]),
+            client_timeout_s=_timeout(params.get("client_timeout_s"), ctx.extra.get("client_timeout_s")),
             burst_z=float(params["burst_z"]),
             drain_s=float(params["drain_s"]),
             queue_per_replica=float(params["queue_per_replica"]),
