@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import llmscale.backtest.oracle as oracle_module
+from llmscale.backtest.compare import build_document, run_backtest, schedule
 from llmscale.backtest.oracle import OracleSettings, _next_query, _search, _smallest_meeting, run_oracle
 from llmscale.backtest.runner import BacktestSettings, build_fleet
 from llmscale.sim.fleet import SimConfig
@@ -166,3 +167,28 @@ def test_trials_run_ahead_change_nothing(monkeypatch):
         assert ahead_rows == alone_rows
         assert ahead.summary == alone.summary | {"wall_s": ahead.summary["wall_s"]}
         assert ahead.series == alone.series
+
+
+def test_schedule_starts_the_longest_first():
+    names = ["hpa-gpu-util", "static", "oracle", "knative-kpa", "my-new-policy", "ray-serve"]
+    order = schedule(names)
+    assert order[0] == "oracle"
+    assert order.index("knative-kpa") < order.index("static") < order.index("hpa-gpu-util")
+    assert order.index("ray-serve") < order.index("my-new-policy") < order.index("hpa-gpu-util")
+    assert sorted(order) == sorted(names)
+
+
+@pytest.mark.slow
+def test_parallel_backtest_with_the_oracle_alone_at_the_end_matches_sequential():
+    # jobs=2: the short static run ends first, then the oracle runs its guesses on the idle worker
+    w = flash_crowd(10.0, 300.0, spike_start_s=100.0, spike_duration_s=50.0, multiplier=4.0, seed=5)
+    s = replace(_settings(), policy_params={"static": {"replicas": 3}})
+
+    def doc(jobs: int) -> tuple[str, list[str]]:
+        results, oracle, lines = run_backtest(w, ["static"], s, jobs=jobs, want_decisions=True)
+        d = build_document(w, s, results, oracle, with_series=True)
+        for row in [*d["results"], d["oracle"]]:
+            row.pop("wall_s")
+        return json.dumps(d, sort_keys=True), lines
+
+    assert doc(2) == doc(1)
