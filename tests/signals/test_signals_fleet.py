@@ -7,11 +7,22 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from signals_fixtures import hist, obs, sample, vllm_values
+from signals_fixtures import hist, obs, sample, synthetic_fleet, vllm_values
 
+import llmscale.signals.fleet as fleet_module
 from llmscale.metrics.names import DCGM, VLLM
 from llmscale.signals import SIGNALS, compute_signals
-from llmscale.types import Phase, ReplicaSample
+from llmscale.signals.diagnostics import diagnostic_signals
+from llmscale.signals.gpu import gpu_signals
+from llmscale.signals.histograms import latency_signals
+from llmscale.signals.kv import kv_signals
+from llmscale.signals.predictors import predictor_signals
+from llmscale.signals.queues import queue_signals
+from llmscale.signals.rates import rate_signals
+from llmscale.signals.rhythm import rhythm_signals
+from llmscale.signals.risk import oom_signals
+from llmscale.signals.window import FleetWindow
+from llmscale.types import Phase, ReplicaSample, SignalValue
 
 #: signals a failed scrape must never lower compared with dropping the replica (or reading zeros)
 LOAD_SIGNALS = (
@@ -200,3 +211,74 @@ def test_no_data_is_invalid_never_zero(replicas, ticks, gateway):
         assert v.value is None, (name, v.value)
         assert v.note, name
     assert s.get("unknown_replicas") == replicas
+
+
+def _eager(window):
+    """Every group computed up front, in the catalogue's order: what compute_signals did before its
+    values became lazy, kept here as the reference the lazy mapping must equal."""
+    fw = FleetWindow.build(window)
+    values = {}
+    values.update(queue_signals(fw))
+    latency, ttft = latency_signals(fw)
+    values.update(latency)
+    values.update(rate_signals(fw)[0])
+    values.update(kv_signals(fw))
+    values.update(gpu_signals(fw))
+    values.update(oom_signals(fw))
+    values.update(rhythm_signals(fw))
+    values.update(predictor_signals(ttft, len(fw.observations) - 1, values))
+    values.update(diagnostic_signals(fw))
+    for name in SIGNALS:
+        values.setdefault(name, SignalValue(None, "not computed"))
+    return values
+
+
+def _restarting_window():
+    # replica "a" restarts mid-window (its counters drop), "b" is drained, "c" fails its last scrape
+    window = []
+    for k in range(8):
+        j = k if k < 4 else k - 4
+        a = _replica("a", j + 1, waiting=float(k), running=3.0 * k)
+        b = _replica("b", k + 1, phase=Phase.DRAINING if k >= 5 else Phase.READY)
+        c = sample("c", ok=False) if k == 7 else _replica("c", 2 * k + 1, kv=0.1 * k)
+        window.append(obs(10.0 * k, a, b, c, gateway=k % 3))
+    return window
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        pytest.param(_window(), id="steady"),
+        pytest.param(_window(1), id="one-observation"),
+        pytest.param(_restarting_window(), id="restart-drain-failure"),
+        pytest.param([obs(0.0, sample("p", phase=Phase.PENDING, ok=False), gateway=3)], id="nothing-serving"),
+        pytest.param(synthetic_fleet(replicas=12, observations=20, tick_s=2.0), id="synthetic-2s-tick"),
+        pytest.param(synthetic_fleet(replicas=12, observations=20, tick_s=15.0, seed=3), id="synthetic-15s"),
+    ],
+)
+def test_lazy_values_equal_eager(window):
+    eager = _eager(window)
+    # the whole mapping, in the same order
+    full = compute_signals(window).values
+    assert list(full) == list(eager)
+    assert dict(full.items()) == eager
+    assert len(full) == len(eager) and set(full) == set(SIGNALS)
+    # each name read first, alone, from a fresh window: groups computed in any order agree
+    for name in reversed(list(eager)):
+        assert compute_signals(window).values[name] == eager[name], name
+
+
+def test_every_catalogue_name_belongs_to_one_group():
+    grouped = [n for _, names in fleet_module._GROUPS for n in names]
+    assert sorted(grouped) == sorted(SIGNALS)
+    assert set(fleet_module._QUEUE_NAMES) | set(fleet_module._ORDER_AFTER_QUEUES) == set(SIGNALS)
+
+
+def test_previous_window_totals_are_reused_and_equal():
+    window = synthetic_fleet(replicas=6, observations=12, tick_s=5.0)
+    before = FleetWindow.build(window[:-1])
+    assert len(before.totals) == 11  # computes every observation's totals
+    after = FleetWindow.build(window[1:], previous=before)
+    fresh = FleetWindow.build(window[1:])
+    assert after.totals == fresh.totals
+    assert after._totals[0] is before._totals[1]  # carried over, not recomputed

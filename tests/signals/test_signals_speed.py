@@ -34,6 +34,7 @@ def test_500_replicas_x_20_observations(tick_s):
     assert signals.get("serving_replicas") == 500.0
     assert signals.get("ttft_p99_s") is not None
     ref = _best_cpu_s(lambda: sum(range(10**6)))
-    took = _best_cpu_s(lambda: compute_signals(window))
+    # values are computed when read: read them all, the whole catalogue's cost
+    took = _best_cpu_s(lambda: dict(compute_signals(window).values.items()))
     print(f"500x20 at a {tick_s:.0f} s tick: {took * 1e3:.1f} ms CPU; reference {ref * 1e3:.1f} ms")
     assert took < 5.0 * ref, f"{took * 1e3:.1f} ms > 5 x reference {ref * 1e3:.1f} ms"

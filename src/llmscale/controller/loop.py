@@ -13,7 +13,8 @@ from llmscale.cluster.base import Cluster
 from llmscale.guards import GuardConfig, GuardState, apply_guards
 from llmscale.metrics.source import MetricSource
 from llmscale.policies.base import Policy
-from llmscale.signals.fleet import compute_signals
+from llmscale.signals.fleet import compute_signals, window_signals
+from llmscale.signals.window import FleetWindow
 from llmscale.types import Observation, Signals, TickRecord
 
 __all__ = [
@@ -34,6 +35,9 @@ class ControllerState:
     policy_state: Any
     window: tuple[Observation, ...] = ()
     guard_state: GuardState = field(default_factory=GuardState)
+    #: ``window`` as indexed for the last tick's signals, reused for the observations the next
+    #: window shares (None: nothing to reuse; a stale one is only not reused)
+    indexed: FleetWindow | None = field(default=None, compare=False, repr=False)
 
 
 def fleet_state(signals: Signals, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> str:
@@ -44,11 +48,10 @@ def fleet_state(signals: Signals, slo_ttft_s: float | None = None, slo_tpot_s: f
     saturated: requests queue or the KV cache is over 80%; idle: nothing running or
     waiting; steady otherwise.
     """
-    ttft = signals.get("ttft_p99_s")
-    itl = signals.get("itl_p99_s")
-    if (slo_ttft_s is not None and ttft is not None and ttft > slo_ttft_s) or (
-        slo_tpot_s is not None and itl is not None and itl > slo_tpot_s
-    ):
+    # Signals are computed when read: a percentile the verdict does not need is not computed.
+    if slo_ttft_s is not None and (ttft := signals.get("ttft_p99_s")) is not None and ttft > slo_ttft_s:
+        return "degraded"
+    if slo_tpot_s is not None and (itl := signals.get("itl_p99_s")) is not None and itl > slo_tpot_s:
         return "degraded"
     if signals.fleet.draining:
         return "graceful-shrink"
@@ -78,9 +81,18 @@ def reconcile_once(
 
     ``actuate=False`` decides and records without touching ``cluster`` (``applied`` is False).
     """
-    window, signals = observe_signals(now_s, source, state.window)
+    obs = source.observe(now_s)
+    window = (*state.window, obs)[-WINDOW_LEN:]
+    indexed = FleetWindow.build(window, state.indexed)
     return decide_and_act(
-        now_s, signals, policy, guards, cluster, replace(state, window=window), slo=slo, actuate=actuate
+        now_s,
+        window_signals(indexed),
+        policy,
+        guards,
+        cluster,
+        replace(state, window=window, indexed=indexed),
+        slo=slo,
+        actuate=actuate,
     )
 
 
@@ -123,7 +135,9 @@ def decide_and_act(
         applied=applied,
         fleet_state=fleet_state(signals, *(slo or (None, None))),
     )
-    return record, ControllerState(policy_state=policy_state, window=state.window, guard_state=guard_state)
+    return record, ControllerState(
+        policy_state=policy_state, window=state.window, guard_state=guard_state, indexed=state.indexed
+    )
 
 
 def scale_if_changed(cluster: Cluster, desired: int, guards: GuardConfig, now_s: float) -> bool:

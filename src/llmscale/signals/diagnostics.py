@@ -79,11 +79,12 @@ def ghost_replicas(fw: FleetWindow, min_serving_s: float = GHOST_MIN_SERVING_S) 
         judged += 1
         if not verdict:
             continue
-        entries = fw.history[s_now.replica]
+        ser = fw.series[s_now.replica]
+        base = fw.base
         oldest_ready = now
         ghost = True
-        for idx, s in reversed(entries):
-            t = times[idx].time_s
+        for q, s in zip(reversed(ser.seqs), reversed(ser.samples), strict=True):
+            t = times[q - base].time_s
             if s.phase != ready:
                 break
             oldest_ready = t

@@ -36,12 +36,15 @@ __all__ = [
     "ENTROPY_WINDOW_S",
     "L2_MISS_SEVERE",
     "bandwidth_ratio",
+    "bw_saturation_p95",
     "composite_util",
     "effective_vram",
     "fb_used_ratio",
+    "gpu_gauge_signals",
     "gpu_signals",
     "normalized_entropy",
     "percentile_linear",
+    "queue_entropy",
 ]
 
 #: seed 004: bandwidth saturation is the P95 over a 60 s sliding window
@@ -140,6 +143,15 @@ def _mean(xs: list[float]) -> float:
 def gpu_signals(fw: FleetWindow) -> dict[str, SignalValue]:
     """gpu_util_mean, mem_copy_util_mean, gpu_composite_util, effective_vram, vram_used_ratio,
     bw_saturation_p95 and queue_entropy."""
+    values = gpu_gauge_signals(fw)
+    values["bw_saturation_p95"] = bw_saturation_p95(fw)
+    values["queue_entropy"] = queue_entropy(fw)
+    return values
+
+
+def gpu_gauge_signals(fw: FleetWindow) -> dict[str, SignalValue]:
+    """The newest observation's means over serving replicas: gpu_util_mean, mem_copy_util_mean,
+    gpu_composite_util, vram_used_ratio and effective_vram."""
     util: list[float] = []
     copy: list[float] = []
     composite: list[float] = []
@@ -182,8 +194,6 @@ def gpu_signals(fw: FleetWindow) -> dict[str, SignalValue]:
         values["effective_vram"] = SignalValue(None, f"no {SIM.L2_MISS} (no real exporter has L2 misses)")
     else:
         values["effective_vram"] = SignalValue(None, "no serving replica reports framebuffer use")
-    values["bw_saturation_p95"] = bw_saturation_p95(fw)
-    values["queue_entropy"] = queue_entropy(fw)
     return values
 
 
@@ -200,7 +210,7 @@ def bw_saturation_p95(fw: FleetWindow, window_s: float = BW_WINDOW_S) -> SignalV
         if span is None:
             continue
         xs = []
-        for _, s in span.entries:
+        for s in span.samples:
             if s.phase == ready:
                 vals = s.values
                 v = vals.get(dram)

@@ -32,11 +32,14 @@ from llmscale.signals.window import E2E, ITL, QUEUE_TIME, TTFT, FleetWindow, sta
 from llmscale.types import Histogram, ReplicaSample, SignalValue
 
 __all__ = [
+    "LATENCY_FAMILIES",
     "LATENCY_WINDOW_S",
     "MAX_STEPS",
     "WindowHistogram",
     "bucket_increase",
     "counter_increase",
+    "family_signals",
+    "family_values",
     "histogram_quantile",
     "latency_signals",
     "window_histogram",
@@ -215,12 +218,13 @@ def window_histogram(
     )
     steps: dict[int, list[float]] = {}
     contributed = mismatched = 0
+    first_name = names[0]
     for span in fw.spans(start).values():
-        entries = span.entries
-        if len(entries) < 2:
+        if span.count < 2:
             continue
-        newest = entries[-1][1].histograms
-        name = _pick(newest, names)
+        newest = span.last[1].histograms
+        # the first name is the common case: one look-up before the general pick
+        name = first_name if first_name in newest else _pick(newest, names)
         if name is None:
             continue
         h_new = newest[name]
@@ -233,19 +237,20 @@ def window_histogram(
         if len(h_new.cumulative) != width:
             continue
         if span.restarted:
-            cums = _cumulatives(entries, name, width)[1]
+            cums = _cumulatives(span.entries, name, width)[1]
             if len(cums) < 2:
                 continue
             inc = bucket_increase(cums)
             extra = inc if extra is None else list(map(add, extra, inc))
         else:
-            h_old = entries[0][1].histograms.get(name)
+            h_old = span.first[1].histograms.get(name)
             if h_old is None or len(h_old.cumulative) != width:
                 continue  # the oldest sample lacks it: the family appeared mid-window (an upgrade)
             news.append(h_new.cumulative)
             olds.append(h_old.cumulative)
         contributed += 1
         if per_step:
+            entries = span.entries
             j = len(entries) - 1
             while j > 0 and entries[j][0] > first_step - 1:
                 j -= 1
@@ -293,6 +298,29 @@ def _percentile(hist: WindowHistogram | None, q: float, what: str) -> SignalValu
     if hist.mismatched:
         note += f"; {hist.mismatched} replica(s) with other buckets skipped"
     return SignalValue(hist.quantile(q), note)
+
+
+#: latency family -> (exporter names, what the notes call it, the quantiles published)
+LATENCY_FAMILIES: dict[str, tuple[tuple[str, ...], str, tuple[float, ...]]] = {
+    "ttft": (TTFT, "TTFT", (0.95, 0.99)),
+    "e2e": (E2E, "E2E", (0.95, 0.99)),
+    "itl": (ITL, "ITL", (0.95, 0.99)),
+    "queue_time": (QUEUE_TIME, "queue-time", (0.95,)),
+}
+
+
+def family_signals(
+    fw: FleetWindow, family: str, window_s: float = LATENCY_WINDOW_S
+) -> dict[str, SignalValue]:
+    """The percentiles of one latency family (a key of :data:`LATENCY_FAMILIES`), e.g.
+    ``ttft_p95_s`` and ``ttft_p99_s``: the same values :func:`latency_signals` gives."""
+    return family_values(family, window_histogram(fw, LATENCY_FAMILIES[family][0], window_s))
+
+
+def family_values(family: str, hist: WindowHistogram | None) -> dict[str, SignalValue]:
+    """:func:`family_signals` from the family's window histogram (with or without its steps)."""
+    _, what, quantiles = LATENCY_FAMILIES[family]
+    return {f"{family}_p{round(q * 100)}_s": _percentile(hist, q, what) for q in quantiles}
 
 
 def latency_signals(

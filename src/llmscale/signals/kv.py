@@ -16,7 +16,7 @@ from llmscale.signals.histograms import LATENCY_WINDOW_S
 from llmscale.signals.window import KV_USAGE, FleetWindow, first_value, start_index
 from llmscale.types import SignalValue
 
-__all__ = ["kv_growth_pct", "kv_signals"]
+__all__ = ["kv_growth_pct", "kv_growth_signal", "kv_signals", "kv_usage_signals"]
 
 
 def kv_growth_pct(prev: float, curr: float, steps: int) -> float | None:
@@ -31,7 +31,14 @@ def kv_growth_pct(prev: float, curr: float, steps: int) -> float | None:
 
 def kv_signals(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> dict[str, SignalValue]:
     """kv_usage_mean, kv_usage_max (newest observation) and kv_growth_pct_per_step (over ``window_s``)."""
-    t = fw.totals[-1]
+    values = kv_usage_signals(fw)
+    values["kv_growth_pct_per_step"] = kv_growth_signal(fw, window_s)
+    return values
+
+
+def kv_usage_signals(fw: FleetWindow) -> dict[str, SignalValue]:
+    """kv_usage_mean and kv_usage_max over the serving replicas of the newest observation."""
+    t = fw.newest_totals
     values: dict[str, SignalValue] = {}
     if t.kv_n:
         note = f"{t.kv_n} replica(s)" + (f"; {fw.unknown} unknown left out" if fw.unknown else "")
@@ -41,18 +48,22 @@ def kv_signals(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> dict[str,
     else:
         what = "no serving replica reports KV usage"
         values["kv_usage_mean"] = values["kv_usage_max"] = SignalValue(None, what)
+    return values
+
+
+def kv_growth_signal(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> SignalValue:
+    """kv_growth_pct_per_step: the fleet's mean KV usage now against the oldest mean within ``window_s``."""
+    totals = fw.totals
     start = start_index(fw, window_s)
     # the oldest observation in the window with a known mean
     i = start
-    n = len(fw.totals) - 1
-    while i < n and fw.totals[i].kv_n == 0:
+    n = len(totals) - 1
+    while i < n and totals[i].kv_n == 0:
         i += 1
-    curr = t.kv_mean()
-    prev = fw.totals[i].kv_mean()
+    curr = totals[-1].kv_mean()
+    prev = totals[i].kv_mean()
     if curr is None or prev is None or i == n:
-        values["kv_growth_pct_per_step"] = SignalValue(None, "needs mean KV usage at two observations")
-    else:
-        g = kv_growth_pct(prev, curr, n - i)
-        note = f"{prev:.3f} -> {curr:.3f} over {n - i} step(s)" if g is not None else "grew from empty"
-        values["kv_growth_pct_per_step"] = SignalValue(g, note)
-    return values
+        return SignalValue(None, "needs mean KV usage at two observations")
+    g = kv_growth_pct(prev, curr, n - i)
+    note = f"{prev:.3f} -> {curr:.3f} over {n - i} step(s)" if g is not None else "grew from empty"
+    return SignalValue(g, note)

@@ -38,11 +38,14 @@ __all__ = [
     "PREDICTION_TARGET",
     "PREDICTORS",
     "coupled_latency_ms",
+    "coupled_prediction",
+    "decay_prediction",
     "decayed_quantile",
     "p99_from_queue_ms",
     "predictor_errors",
     "predictor_records",
     "predictor_signals",
+    "queue_prediction",
     "resident_ratio",
 ]
 
@@ -113,32 +116,43 @@ def predictor_signals(
     values: Mapping[str, SignalValue],
 ) -> dict[str, SignalValue]:
     """The three predictions, from the TTFT window (with steps) and the queue and rate signals."""
-    out: dict[str, SignalValue] = {}
+    return {
+        "p99_predicted_decay_s": decay_prediction(ttft, newest_index),
+        "p99_predicted_queue_s": queue_prediction(values),
+        "p99_predicted_coupled_s": coupled_prediction(values),
+    }
+
+
+def decay_prediction(ttft: WindowHistogram | None, newest_index: int) -> SignalValue:
+    """p99_predicted_decay_s from the TTFT window histogram with its per-step increases."""
     if ttft is None or not ttft.count > 0:
-        out["p99_predicted_decay_s"] = SignalValue(None, "no TTFT observation in the window")
-    else:
-        out["p99_predicted_decay_s"] = SignalValue(
-            decayed_quantile(ttft, newest_index), f"{len(ttft.steps)} step(s), lambda 0.5 per step"
-        )
+        return SignalValue(None, "no TTFT observation in the window")
+    note = f"{len(ttft.steps)} step(s), lambda 0.5 per step"
+    return SignalValue(decayed_quantile(ttft, newest_index), note)
+
+
+def queue_prediction(values: Mapping[str, SignalValue]) -> SignalValue:
+    """p99_predicted_queue_s from queue_per_replica, running and queue_waiting."""
     q = values["queue_per_replica"].value
     running = values["running"].value
     waiting = values["queue_waiting"].value
     if q is None or running is None or waiting is None:
-        out["p99_predicted_queue_s"] = SignalValue(None, "needs queue depth and running requests")
-    else:
-        r = resident_ratio(running, waiting)
-        out["p99_predicted_queue_s"] = SignalValue(p99_from_queue_ms(q, r) / 1000.0, f"Q {q:.1f}, R {r:.2f}")
+        return SignalValue(None, "needs queue depth and running requests")
+    r = resident_ratio(running, waiting)
+    return SignalValue(p99_from_queue_ms(q, r) / 1000.0, f"Q {q:.1f}, R {r:.2f}")
+
+
+def coupled_prediction(values: Mapping[str, SignalValue]) -> SignalValue:
+    """p99_predicted_coupled_s from request_rate_rps, prompt_len_mean_tokens and serving_replicas."""
     rate = values["request_rate_rps"].value
     ctx = values["prompt_len_mean_tokens"].value
     serving = values["serving_replicas"].value
     if rate is None or ctx is None or not serving:
-        out["p99_predicted_coupled_s"] = SignalValue(None, "needs request rate, prompt length, replicas")
-    else:
-        qps = rate / serving
-        out["p99_predicted_coupled_s"] = SignalValue(
-            coupled_latency_ms(qps, ctx) / 1000.0, f"qps/replica {qps:.2f}, ctx {ctx:.0f}; seed constants"
-        )
-    return out
+        return SignalValue(None, "needs request rate, prompt length, replicas")
+    qps = rate / serving
+    return SignalValue(
+        coupled_latency_ms(qps, ctx) / 1000.0, f"qps/replica {qps:.2f}, ctx {ctx:.0f}; seed constants"
+    )
 
 
 def predictor_records(history: Sequence[Signals], horizon_s: float = 60.0) -> list[dict[str, object]]:

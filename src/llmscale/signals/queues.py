@@ -22,7 +22,7 @@ __all__ = ["queue_signals"]
 
 def queue_signals(fw: FleetWindow) -> dict[str, SignalValue]:
     """queue_waiting(_max), queue_per_replica, running(_per_replica), gateway_queue, fleet counts."""
-    t = fw.totals[-1]
+    t = fw.newest_totals
     gateway = t.gateway
     gw = float(gateway or 0)
     known = len(fw.known)

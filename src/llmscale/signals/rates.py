@@ -36,13 +36,16 @@ from llmscale.signals.window import (
 from llmscale.types import ReplicaSample, SignalValue
 
 __all__ = [
+    "RATE_SIGNALS",
     "THROUGHPUT_HISTORY_STEPS",
     "CounterRates",
     "StepRates",
     "adaptive_window_ms",
+    "counter_rate_signals",
     "counter_rates",
     "population_std",
     "rate_signals",
+    "step_rate_signals",
     "step_rates",
 ]
 
@@ -89,11 +92,10 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
     replicas = 0
     for s_now in fw.newest.replicas:
         span = spans.get(s_now.replica)
-        if span is None or len(span.entries) < 2:
+        if span is None or span.count < 2:
             continue
-        entries = span.entries
-        first, last = entries[0][1], entries[-1][1]
-        dt = obs[entries[-1][0]].time_s - obs[entries[0][0]].time_s
+        (i_first, first), (i_last, last) = span.first, span.last
+        dt = obs[i_last].time_s - obs[i_first].time_s
         if not dt > 0.0:
             continue
         replicas += 1
@@ -102,7 +104,7 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
         if e2e is not None:
             if span.restarted:
                 incs[0] = counter_increase(
-                    [s.histograms[e2e].count for _, s in entries if e2e in s.histograms]
+                    [s.histograms[e2e].count for s in span.samples if e2e in s.histograms]
                 )
             elif e2e in first.histograms:
                 incs[0] = last.histograms[e2e].count - first.histograms[e2e].count
@@ -111,7 +113,7 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
             if name is None:
                 continue
             if span.restarted:
-                incs[k] = counter_increase([s.values[name] for _, s in entries if name in s.values])
+                incs[k] = counter_increase([s.values[name] for s in span.samples if name in s.values])
             else:
                 v0 = first.values.get(name)
                 if v0 is not None:
@@ -146,6 +148,12 @@ def step_rates(fw: FleetWindow) -> StepRates:
     that step's rate read low by the replica's share (a gap, not a zero: the
     replica is back in the next step). Steps no replica covers are skipped.
     """
+    by_steps = _step_rates_by_steps(fw)
+    return by_steps if by_steps is not None else _step_rates_by_replica(fw)
+
+
+def _step_rates_by_replica(fw: FleetWindow) -> StepRates:
+    """:func:`step_rates` walking each replica's samples (any names, any counter values)."""
     obs = fw.observations
     n = len(obs)
     req = [0.0] * n
@@ -158,16 +166,18 @@ def step_rates(fw: FleetWindow) -> StepRates:
     bulk_req = [0.0] * n
     bulk_gen = [0.0] * n
     bulk = 0
-    for entries in fw.history.values():
-        if len(entries) < 2:
+    base = fw.base
+    for ser in fw.series.values():
+        samples = ser.samples
+        if len(samples) < 2:
             continue
-        last = entries[-1][1]
+        last = samples[-1]
         g_name = _scalar(last, GENERATION_TOKENS)
         e2e = _e2e_name(last)
-        if len(entries) == n and g_name is not None and e2e is not None:
+        if len(samples) == n and g_name is not None and e2e is not None:
             try:
-                gs = [s.values[g_name] for _, s in entries]
-                cs = [s.histograms[e2e].count for _, s in entries]
+                gs = [s.values[g_name] for s in samples]
+                cs = [s.histograms[e2e].count for s in samples]
             except KeyError:
                 pass
             else:
@@ -179,7 +189,8 @@ def step_rates(fw: FleetWindow) -> StepRates:
         prev_i = -2
         prev_g: float | None = None
         prev_c: float | None = None
-        for i, s in entries:
+        for q, s in zip(ser.seqs, samples, strict=True):
+            i = q - base
             g = s.values.get(g_name) if g_name is not None else None
             h = s.histograms.get(e2e) if e2e is not None else None
             c = h.count if h is not None else None
@@ -205,6 +216,46 @@ def step_rates(fw: FleetWindow) -> StepRates:
                 requests.append(req[i] / dt)
             if gen_seen[i]:
                 generation.append(gen[i] / dt)
+    return StepRates(requests, generation)
+
+
+def _step_rates_by_steps(fw: FleetWindow) -> StepRates | None:
+    """:func:`step_rates` from the window's per-step totals, each computed once and carried from
+    tick to tick (:meth:`FleetWindow.step_totals`); None when they cannot give the same numbers.
+
+    The same sums, grouped by step instead of by replica: equal when every
+    replica's counters are read under the names the totals use (its newest
+    sample in the window has vLLM's generation-token counter and E2E
+    histogram, the names step_rates picks) and every counter is a whole number
+    (sums of whole floats below 2**53 are exact in any order). A 2 s tick
+    then adds one step a tick instead of re-walking 20 samples per replica.
+    """
+    g_name, e2e = GENERATION_TOKENS[0], E2E[0]
+    series = fw.series
+    if len(series) > 1024:
+        return None  # beyond what StepTotals.exact vouches for
+    if not fw.carried:
+        # A window indexed afresh has no step to reuse, and will pass none on: summing each
+        # replica's samples in one comprehension (the general path) is ~3x cheaper than
+        # computing its 19 steps. A carried window computes only the steps it lacks (one per
+        # tick, or all of them once after a stretch of ticks that did not read the rates).
+        return None
+    for ser in series.values():
+        last = ser.samples[-1]
+        if g_name not in last.values or e2e not in last.histograms:
+            return None
+    obs = fw.observations
+    requests: list[float] = []
+    generation: list[float] = []
+    for i, st in enumerate(fw.all_step_totals(), start=1):
+        if not st.exact:
+            return None
+        dt = obs[i].time_s - obs[i - 1].time_s
+        if dt > 0.0:
+            if st.requests_seen:
+                requests.append(st.requests / dt)
+            if st.generation_seen:
+                generation.append(st.generation / dt)
     return StepRates(requests, generation)
 
 
@@ -235,6 +286,28 @@ def rate_signals(
     fw: FleetWindow, window_s: float = LATENCY_WINDOW_S
 ) -> tuple[dict[str, SignalValue], CounterRates]:
     """The rate, request-shape and throughput-window signals; also the raw rates for the predictors."""
+    counter, r = counter_rate_signals(fw, window_s)
+    step = step_rate_signals(fw)
+    return {name: (counter[name] if name in counter else step[name]) for name in RATE_SIGNALS}, r
+
+
+#: the names :func:`rate_signals` fills, in its order
+RATE_SIGNALS = (
+    "request_rate_rps",
+    "request_rate_std_rps",
+    "prompt_tps",
+    "generation_tps",
+    "preemptions_per_s",
+    "prompt_len_mean_tokens",
+    "decode_steps_mean",
+    "throughput_window_ms",
+)
+
+
+def counter_rate_signals(
+    fw: FleetWindow, window_s: float = LATENCY_WINDOW_S
+) -> tuple[dict[str, SignalValue], CounterRates]:
+    """Rates and request shape from counter increases over ``window_s`` (:func:`counter_rates`)."""
     r = counter_rates(fw, window_s)
     short = f"no replica has two samples within {window_s:.0f} s"
     note = f"{r.replicas} replica(s) over {window_s:.0f} s"
@@ -247,6 +320,19 @@ def rate_signals(
         decode = SignalValue(r.generation_tokens / r.finished, f"{r.finished:.0f} finished requests")
     else:
         prompt_len = decode = SignalValue(None, "no request finished in the window")
+    values = {
+        "request_rate_rps": rate(r.request_rps, "the E2E histogram count"),
+        "prompt_tps": rate(r.prompt_tps, "prompt tokens"),
+        "generation_tps": rate(r.generation_tps, "generation tokens"),
+        "preemptions_per_s": rate(r.preemptions_per_s, "preemptions"),
+        "prompt_len_mean_tokens": prompt_len,
+        "decode_steps_mean": decode,
+    }
+    return values, r
+
+
+def step_rate_signals(fw: FleetWindow) -> dict[str, SignalValue]:
+    """The spread of the per-step request rate and the adaptive throughput window (:func:`step_rates`)."""
     per_step = step_rates(fw)
     steps = per_step.generation_tps[-THROUGHPUT_HISTORY_STEPS:]
     if len(steps) >= 2:
@@ -256,18 +342,11 @@ def rate_signals(
         )
     else:
         window_ms = SignalValue(None, "needs generation-token throughput of 2 steps or more")
-    values = {
-        "request_rate_rps": rate(r.request_rps, "the E2E histogram count"),
+    return {
         "request_rate_std_rps": SignalValue(
             population_std(per_step.requests_rps), f"over {len(per_step.requests_rps)} step(s)"
         )
         if len(per_step.requests_rps) >= 2
         else SignalValue(None, "needs the request rate of 2 steps or more"),
-        "prompt_tps": rate(r.prompt_tps, "prompt tokens"),
-        "generation_tps": rate(r.generation_tps, "generation tokens"),
-        "preemptions_per_s": rate(r.preemptions_per_s, "preemptions"),
-        "prompt_len_mean_tokens": prompt_len,
-        "decode_steps_mean": decode,
         "throughput_window_ms": window_ms,
     }
-    return values, r

@@ -49,8 +49,11 @@ __all__ = [
     "Rhythm",
     "dft_bin",
     "dominant_rhythm",
+    "dominant_rhythm_signals",
     "ewma_zscore",
+    "load_series",
     "rhythm_signals",
+    "zscore_signals",
 ]
 
 #: seed 003 2.5: "alpha 0.05 for high-load scenarios, to react quickly to abrupt changes"
@@ -147,23 +150,35 @@ def ewma_zscore(series: Sequence[float], alpha: float = ZSCORE_ALPHA) -> float |
 
 def rhythm_signals(fw: FleetWindow) -> dict[str, SignalValue]:
     """rhythm_amplitude_ratio, rhythm_decay, rhythm_phase and load_zscore from the window's load series."""
-    series = [v for t in fw.totals if (v := t.load()) is not None]
-    r = dominant_rhythm(series)
+    series = load_series(fw)
+    return {**zscore_signals(series), **dominant_rhythm_signals(series)}
+
+
+def load_series(fw: FleetWindow) -> list[float]:
+    """The load at each observation of the window that has one (:meth:`ObsTotals.load`), oldest first."""
+    return [v for t in fw.totals if (v := t.load()) is not None]
+
+
+def zscore_signals(series: Sequence[float]) -> dict[str, SignalValue]:
+    """load_zscore of the load series (:func:`ewma_zscore`)."""
     z = ewma_zscore(series)
-    values: dict[str, SignalValue] = {
+    return {
         "load_zscore": SignalValue(z, f"EWMA over {len(series)} load samples")
         if z is not None
         else SignalValue(None, "needs 2 load samples"),
     }
+
+
+def dominant_rhythm_signals(series: Sequence[float]) -> dict[str, SignalValue]:
+    """rhythm_amplitude_ratio, rhythm_decay and rhythm_phase of the load series (:func:`dominant_rhythm`)."""
+    r = dominant_rhythm(series)
     if r is None:
         short = SignalValue(None, f"needs {MIN_RHYTHM_SAMPLES} load samples, has {len(series)}")
-        values.update(rhythm_amplitude_ratio=short, rhythm_decay=short, rhythm_phase=short)
-        return values
+        return {"rhythm_amplitude_ratio": short, "rhythm_decay": short, "rhythm_phase": short}
     flat = SignalValue(None, "flat load: no rhythm")
     note = f"{r.bin} cycle(s) per {r.window} samples"
-    values.update(
-        rhythm_amplitude_ratio=SignalValue(r.amplitude_ratio, note if r.bin else "flat load: no rhythm"),
-        rhythm_decay=flat if r.decay is None else SignalValue(r.decay, note),
-        rhythm_phase=flat if r.phase_rad is None else SignalValue(r.phase_rad, note),
-    )
-    return values
+    return {
+        "rhythm_amplitude_ratio": SignalValue(r.amplitude_ratio, note if r.bin else "flat load: no rhythm"),
+        "rhythm_decay": flat if r.decay is None else SignalValue(r.decay, note),
+        "rhythm_phase": flat if r.phase_rad is None else SignalValue(r.phase_rad, note),
+    }

@@ -77,8 +77,8 @@ def oom_features(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> list[Oo
             continue
         slope = rate = 0.0
         span = spans.get(s_now.replica)
-        if span is not None and len(span.entries) >= 2:
-            i_old, s_old = span.entries[0]
+        if span is not None and span.count >= 2:
+            i_old, s_old = span.first
             dt = obs[-1].time_s - obs[i_old].time_s
             kv_old = first_value(s_old.values, KV_USAGE)
             if dt > 0.0 and kv_old is not None:
@@ -86,7 +86,7 @@ def oom_features(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> list[Oo
                 name = next((n for n in PREEMPTIONS if n in s_now.values), None)
                 if name is not None:
                     if span.restarted:
-                        counts = [s.values[name] for _, s in span.entries if name in s.values]
+                        counts = [s.values[name] for s in span.samples if name in s.values]
                         rate = counter_increase(counts) / dt
                     elif name in s_old.values:
                         rate = (s_now.values[name] - s_old.values[name]) / dt
