@@ -63,7 +63,8 @@ def test_steady_rate_plans_rate_over_capacity():
     for k in range(10):
         d, state = policy.decide(sig(10, **steady(60.0)), state, 15.0 * (k + 1))
     assert d.rule == "forecast"
-    assert d.desired == math.ceil(60.0 / cap)
+    # each replica planned at target_utilization (0.95) of its capacity
+    assert d.desired == math.ceil(60.0 / (cap * CFG.target_utilization))
 
 
 def test_backlog_adds_what_drains_it_over_a_cold_start():
@@ -74,7 +75,7 @@ def test_backlog_adds_what_drains_it_over_a_cold_start():
     assert d.rule == "backlog"
     # arrivals include the queue's growth over the tick: 60 + 500/15
     arrivals = 60.0 + 500.0 / 15.0
-    assert d.desired == math.ceil((arrivals + 500.0 / 108.0) / cap)
+    assert d.desired == math.ceil((arrivals + 500.0 / 108.0) / (cap * CFG.target_utilization))
 
 
 def test_rising_trend_is_planned_one_cold_start_ahead():
@@ -111,7 +112,7 @@ def test_a_queue_the_clients_abandon_before_a_cold_start_is_not_sized_for():
     _, state = policy.decide(sig(10, **steady(60.0)), SloState(), 15.0)
     d, _ = policy.decide(sig(10, **steady(60.0, queue=500.0)), state, 30.0)
     assert d.rule == "backlog"
-    assert d.desired == math.ceil((60.0 + 500.0 / 15.0) / cap)
+    assert d.desired == math.ceil((60.0 + 500.0 / 15.0) / (cap * cfg.target_utilization))
 
 
 def test_ttft_over_the_slo_adds_nothing_while_the_queue_shrinks():

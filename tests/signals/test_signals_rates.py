@@ -122,3 +122,24 @@ def test_rates_invalid_without_data(window, name):
     values, _ = rate_signals(FleetWindow.build(window))
     assert values[name].value is None
     assert values[name].note
+
+
+def test_prompt_length_divides_by_prefills_not_completions():
+    # A surge: over 60 s a replica prefills 200 requests (the TTFT count) of 1,000 prompt tokens
+    # each, while only 80 requests finish. Prompt tokens / finished would read 2,500 tokens; the
+    # TTFT count gives the 1,000 the requests have. A replica without a TTFT histogram falls back
+    # to the finished count.
+    def at(t, with_ttft):
+        f = t / 60.0
+        hists = {VLLM.e2e: hist((0, 80 * f, 80 * f, 80 * f))}
+        if with_ttft:
+            hists[VLLM.ttft] = hist((0, 200 * f, 200 * f, 200 * f))
+        return sample("a", {VLLM.generation_tokens: 8000 * f, VLLM.prompt_tokens: 200000 * f}, hists)
+
+    surge = FleetWindow.build([obs(t, at(t, True)) for t in (0.0, 30.0, 60.0)])
+    values, _ = rate_signals(surge)
+    assert values["prompt_len_mean_tokens"].value == pytest.approx(1000.0)
+    assert values["decode_steps_mean"].value == pytest.approx(100.0)
+    bare = FleetWindow.build([obs(t, at(t, False)) for t in (0.0, 30.0, 60.0)])
+    values, _ = rate_signals(bare)
+    assert values["prompt_len_mean_tokens"].value == pytest.approx(2500.0)

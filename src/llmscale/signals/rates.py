@@ -11,11 +11,17 @@ Rates (seed 000 3.1 names the request-shape signals; 2.4 the adaptive window):
   (unknown is not zero load); a replica gone from the fleet no longer counts,
   because its load has moved to the survivors and would be counted twice;
 * finished requests are the increase of the E2E histogram's count;
-* ``prompt_len_mean_tokens`` = prompt-token increase / finished-request
-  increase, and ``decode_steps_mean`` = generation-token increase / finished,
-  summed over the same replicas. Tokens are counted when processed and
-  requests when finished, so the ratio is the mean length of requests *seen*
-  in the window, exact in steady state.
+* ``prompt_len_mean_tokens`` = prompt-token increase / increase of the TTFT
+  histogram's count: vLLM adds a request's prompt tokens when its prefill is
+  done, the moment it observes its TTFT, so the two move together even while
+  load changes. (Dividing by *finished* requests instead reads ~1.6x high in
+  a surge, whose prefills run ahead of its completions: a capacity planner
+  would then see the replicas' capacity fall just when it matters.) Without
+  a TTFT histogram the finished count stands in.
+* ``decode_steps_mean`` = generation-token increase / finished-request
+  increase, summed over the same replicas: tokens are counted when generated
+  and requests when finished, so it is the mean output of requests *seen* in
+  the window, exact in steady state.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from llmscale.signals.window import (
     GENERATION_TOKENS,
     PREEMPTIONS,
     PROMPT_TOKENS,
+    TTFT,
     FleetWindow,
+    Span,
     start_index,
 )
 from llmscale.types import ReplicaSample, SignalValue
@@ -65,6 +73,8 @@ class CounterRates:
     prompt_tokens: float  # prompt tokens over the replicas counted in ``finished``
     generation_tokens: float  # generated tokens over the replicas counted in ``finished``
     replicas: int  # replicas with two samples in the window
+    prefilled: float = 0.0  # first tokens in the window (TTFT count), over replicas with prompt tokens too
+    prefill_prompt_tokens: float = 0.0  # prompt tokens over the replicas counted in ``prefilled``
 
 
 def _scalar(s: ReplicaSample, names: tuple[str, ...]) -> str | None:
@@ -75,10 +85,25 @@ def _scalar(s: ReplicaSample, names: tuple[str, ...]) -> str | None:
     return None
 
 
-def _e2e_name(s: ReplicaSample) -> str | None:
-    for n in E2E:
+def _histogram_name(s: ReplicaSample, names: tuple[str, ...]) -> str | None:
+    for n in names:
         if n in s.histograms:
             return n
+    return None
+
+
+def _e2e_name(s: ReplicaSample) -> str | None:
+    return _histogram_name(s, E2E)
+
+
+def _count_increase(span: Span, first: ReplicaSample, last: ReplicaSample, name: str | None) -> float | None:
+    """Increase of a histogram's count over a replica's span (reset-aware when it restarted)."""
+    if name is None:
+        return None
+    if span.restarted:
+        return counter_increase([s.histograms[name].count for s in span.samples if name in s.histograms])
+    if name in first.histograms:
+        return last.histograms[name].count - first.histograms[name].count
     return None
 
 
@@ -88,7 +113,7 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
     spans = fw.spans(start)
     obs = fw.observations
     rates: list[float | None] = [None, None, None, None]  # requests, prompt, generation, preemptions
-    finished = prompt = gen = 0.0
+    finished = prompt = gen = prefilled = prefill_prompt = 0.0
     replicas = 0
     for s_now in fw.newest.replicas:
         span = spans.get(s_now.replica)
@@ -100,14 +125,7 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
             continue
         replicas += 1
         incs: list[float | None] = [None, None, None, None]
-        e2e = _e2e_name(last)
-        if e2e is not None:
-            if span.restarted:
-                incs[0] = counter_increase(
-                    [s.histograms[e2e].count for s in span.samples if e2e in s.histograms]
-                )
-            elif e2e in first.histograms:
-                incs[0] = last.histograms[e2e].count - first.histograms[e2e].count
+        incs[0] = _count_increase(span, first, last, _e2e_name(last))
         for k, names in ((1, PROMPT_TOKENS), (2, GENERATION_TOKENS), (3, PREEMPTIONS)):
             name = _scalar(last, names)
             if name is None:
@@ -128,7 +146,13 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
             finished += n_done
             prompt += n_prompt
             gen += n_gen
-    return CounterRates(rates[0], rates[1], rates[2], rates[3], finished, prompt, gen, replicas)
+        n_first = _count_increase(span, first, last, _histogram_name(last, TTFT))
+        if n_first is not None and n_prompt is not None:
+            prefilled += n_first
+            prefill_prompt += n_prompt
+    return CounterRates(
+        rates[0], rates[1], rates[2], rates[3], finished, prompt, gen, replicas, prefilled, prefill_prompt
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,10 +340,19 @@ def counter_rate_signals(
         return SignalValue(v, note) if v is not None else SignalValue(None, f"{short} of {what}")
 
     if r.finished > 0.0:
-        prompt_len = SignalValue(r.prompt_tokens / r.finished, f"{r.finished:.0f} finished requests")
         decode = SignalValue(r.generation_tokens / r.finished, f"{r.finished:.0f} finished requests")
     else:
-        prompt_len = decode = SignalValue(None, "no request finished in the window")
+        decode = SignalValue(None, "no request finished in the window")
+    if r.prefilled > 0.0:
+        prompt_len = SignalValue(
+            r.prefill_prompt_tokens / r.prefilled, f"{r.prefilled:.0f} prefills (TTFT count)"
+        )
+    elif r.finished > 0.0:
+        prompt_len = SignalValue(
+            r.prompt_tokens / r.finished, f"{r.finished:.0f} finished requests (no TTFT count)"
+        )
+    else:
+        prompt_len = SignalValue(None, "no request prefilled or finished in the window")
     values = {
         "request_rate_rps": rate(r.request_rps, "the E2E histogram count"),
         "prompt_tps": rate(r.prompt_tps, "prompt tokens"),
