@@ -32,7 +32,7 @@ SIGNALS: dict[str, tuple[str, str]] = {
     "kv_usage_mean": ("ratio", "mean KV-cache usage over serving replicas"),
     "kv_usage_max": ("ratio", "highest KV-cache usage of a serving replica"),
     "kv_growth_pct_per_step": ("%/step", "KV usage growth per controller step (seed 000 3.1)"),
-    "prompt_len_mean_tokens": ("tokens", "mean prompt length of requests seen in the window"),
+    "prompt_len_mean_tokens": ("tokens", "mean prompt length of requests prefilled in the window"),
     "decode_steps_mean": ("tokens", "mean generated tokens per finished request in the window"),
     "preemptions_per_s": ("1/s", "preemptions per second over the window"),
     # rates
