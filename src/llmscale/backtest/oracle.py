@@ -463,14 +463,26 @@ def _next_query(start: int, lo: int, hi: int, answers: Sequence[bool]) -> tuple[
     return query, None
 
 
-def _smallest_meeting(attainment: Callable[[int], float], start: int, lo: int, hi: int, target: float) -> int:
-    """:func:`_search` driven by ``attainment(n) >= target``."""
+def _smallest_meeting(
+    attainment: Callable[[int], float],
+    start: int,
+    lo: int,
+    hi: int,
+    target: float,
+    before_query: Callable[[int, list[bool]], None] | None = None,
+) -> int:
+    """:func:`_search` driven by ``attainment(n) >= target``.
+
+    ``before_query(n, answers so far)`` is called before each count is asked about.
+    """
     answers: list[bool] = []
     while True:
         query, answer = _next_query(start, lo, hi, answers)
         if query is None:
             assert answer is not None
             return answer
+        if before_query is not None:
+            before_query(query, answers)
         answers.append(attainment(query) >= target)
 
 
@@ -493,12 +505,8 @@ def _search_with(
     A guess only ever answers a query the search makes anyway, so the answer
     is the same with or without them.
     """
-    answers: list[bool] = []
-    while True:
-        query, answer = _next_query(start, lo, hi, answers)
-        if query is None:
-            assert answer is not None
-            return answer
+
+    def before_query(query: int, answers: list[bool]) -> None:
         if spare_workers is not None and query not in trials.done and spare_workers() > 0:
             likely_met = guess is None or query >= guess
             ahead = _next_query(start, lo, hi, [*answers, likely_met])[0]
@@ -506,4 +514,5 @@ def _search_with(
             if ahead is not None:
                 trials.start(ahead)
         queried.append(query)
-        answers.append(trials.outcome(query)[0] >= target)
+
+    return _smallest_meeting(lambda n: trials.outcome(n)[0], start, lo, hi, target, before_query)
