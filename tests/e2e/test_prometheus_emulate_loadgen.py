@@ -8,7 +8,8 @@ loadgen`` and ``llmscale run --config`` (Prometheus source, emulate actuator, po
 apply mode, 1.5 s ticks, bounded by ``--max-ticks``).
 
 Why ``slo``: it is llmscale's default, and its scale-up under load is explicit in its inputs.
-It proposes ``ceil(forecast_rps / capacity_rps_per_replica)`` ("forecast"), or more when the
+It proposes ``ceil(forecast_rps / (capacity_rps_per_replica x target_utilization))``
+("forecast"), or more when the
 queue exceeds 4 per serving replica ("backlog") or TTFT P99 exceeds the SLO while requests
 wait ("ttft-over-slo"). The decision log carries those numbers, so the test checks that the
 logged numbers are the reason for the scale-up.
@@ -55,13 +56,17 @@ def _scale_up_is_explained(line: dict) -> str | None:
         return f"no capacity in the inputs: {s}"
     rule = line["rule"]
     if rule == "forecast":
-        # The proposal is the forecast over one replica's capacity (the policy caps it at its
-        # max_replicas), more than the fleet has.
-        need = min(MAX_REPLICAS, math.ceil(s["forecast_rps"] / cap - 1e-9))
+        # The proposal is the forecast over one replica's capacity at the planned utilisation
+        # (the policy caps it at its max_replicas), more than the fleet has.
+        usable = cap * s["target_utilization"]
+        need = min(MAX_REPLICAS, math.ceil(s["forecast_rps"] / usable - 1e-9))
         if line["proposed"] != need:
-            return f"proposed {line['proposed']} != ceil(forecast {s['forecast_rps']} / capacity {cap})"
-        if not s["forecast_rps"] > cap * spec:
-            return f"forecast {s['forecast_rps']} rps does not exceed {spec} x {cap} rps"
+            return (
+                f"proposed {line['proposed']} != ceil(forecast {s['forecast_rps']}"
+                f" / (capacity {cap} x utilisation {s['target_utilization']}))"
+            )
+        if not s["forecast_rps"] > usable * spec:
+            return f"forecast {s['forecast_rps']} rps does not exceed {spec} x {usable} rps"
         return None
     if rule == "backlog":
         ready = max(1, line["replicas"]["ready"])

@@ -301,6 +301,8 @@ class SloPolicy:
                 "spread_rps": round(spread, 4),
                 "forecast_rps": round(forecast, 4),
                 "capacity_rps_per_replica": round(cap, 4),
+                # Replicas are planned at this fraction of capacity: the margin off the cliff.
+                "target_utilization": c.target_utilization,
                 "prompt_tokens": round(prompt, 1),
                 "output_tokens": round(output, 1),
                 "queue_waiting": queue,
