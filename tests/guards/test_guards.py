@@ -158,3 +158,18 @@ def test_bounds_and_no_shrink_on_missing_data(desired, spec, lo, span, kv, unkno
         assert out.desired >= spec
     if up_ratio is not None and spec >= 1 and out.desired > spec and spec >= cfg.min_replicas:
         assert out.desired <= max(spec + 1, math.floor(spec * up_ratio))
+
+
+@given(
+    st.lists(st.floats(0.0, 2000.0, allow_nan=False), max_size=40),
+    st.floats(0.0, 2600.0, allow_nan=False),
+    st.sampled_from([0.0, 30.0, 300.0, 900.0]),
+)
+def test_history_keeps_exactly_the_proposals_within_the_longest_window(times, now, stab_s):
+    """The guards drop expired proposals from the front of the (time-ordered) history; what
+    survives is exactly what a filter over every entry keeps, plus this tick's proposal."""
+    history = tuple((t, i) for i, t in enumerate(sorted(t for t in times if t <= now)))
+    cfg = replace(OFF, stabilization_up_s=stab_s, stabilization_down_s=stab_s)
+    keep_s = max(stab_s, 600.0)  # the eviction window's history is the floor
+    _, state = guard(5, sig(spec=4), cfg, GuardState(history=history), now=now)
+    assert state.history == (*(h for h in history if now - h[0] < keep_s), (now, 5))

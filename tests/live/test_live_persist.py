@@ -37,7 +37,10 @@ guard_states = st.builds(
     last_change_s=clock_times,
     up_streak=st.integers(0, 100),
     down_streak=st.integers(0, 100),
-    history=st.lists(st.tuples(times, st.integers(0, 1000)), max_size=8).map(tuple),
+    # oldest first, as the guards append it
+    history=st.lists(st.tuples(times, st.integers(0, 1000)), max_size=8).map(
+        lambda h: tuple(sorted(h, key=lambda x: x[0]))
+    ),
     down_since_s=st.one_of(st.none(), times),
 )
 

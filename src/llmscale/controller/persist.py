@@ -113,7 +113,12 @@ def state_from_dict(doc: Mapping[str, Any]) -> PersistedState:
     if not isinstance(g, Mapping):
         raise StateFormatError("guard_state is missing or not a mapping")
     try:
-        history = tuple((_time_in(t, "history time"), int(n)) for t, n in g.get("history") or ())
+        # Oldest first, as the guards keep it (they drop expired proposals from the front).
+        history = tuple(
+            sorted(
+                ((_time_in(t, "history time"), int(n)) for t, n in g.get("history") or ()), key=lambda h: h[0]
+            )
+        )
         up_streak = int(g.get("up_streak", 0))
         down_streak = int(g.get("down_streak", 0))
     except (TypeError, ValueError) as e:
