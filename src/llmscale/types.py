@@ -10,11 +10,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 __all__ = [
     "Decision",
     "FleetView",
     "Histogram",
+    "HistogramView",
     "Observation",
     "Phase",
     "ReplicaSample",
@@ -100,6 +102,25 @@ class FleetView:
         }
 
 
+class HistogramView(Protocol):
+    """What the signals read of a histogram at one scrape (read-only).
+
+    :class:`Histogram` is the plain value a parsed exposition gives; the
+    simulator hands out its own snapshots, which make the cumulative counts
+    only when first read (most scraped families are never read by the policy
+    running).
+    """
+
+    @property
+    def bounds(self) -> tuple[float, ...]: ...
+    @property
+    def cumulative(self) -> tuple[float, ...]: ...
+    @property
+    def sum(self) -> float: ...
+    @property
+    def count(self) -> float: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Histogram:
     """A Prometheus-style histogram: upper bounds (ascending, last is +Inf) and cumulative counts."""
@@ -122,7 +143,7 @@ class ReplicaSample:
     phase: Phase
     ok: bool
     values: Mapping[str, float] = field(default_factory=dict)
-    histograms: Mapping[str, Histogram] = field(default_factory=dict)
+    histograms: Mapping[str, HistogramView] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +208,9 @@ class TickRecord:
     guard: str | None
     guard_note: str
     applied: bool
-    #: seed 004 3.2's fleet state: idle, warmup, steady, saturated, degraded, graceful-shrink
-    fleet_state: str = "steady"
+    #: seed 004 3.2's fleet state: idle, warmup, steady, saturated, degraded, graceful-shrink;
+    #: None when the tick was not asked to assess it (a backtest writing no decision log)
+    fleet_state: str | None = None
 
     def as_json(self) -> dict[str, object]:
         return {

@@ -229,6 +229,7 @@ def run_policy(
                 fleet,
                 state,
                 slo=(settings.slo_ttft_s, settings.slo_tpot_s),
+                assess=decisions_out is not None,
             )
             if decisions_out is not None:
                 decisions_out.write(json.dumps(record.as_json()) + "\n")

@@ -76,10 +76,14 @@ def reconcile_once(
     *,
     slo: tuple[float, float] | None = None,
     actuate: bool = True,
+    assess: bool = True,
 ) -> tuple[TickRecord, ControllerState]:
     """Run one tick at ``now_s``; scales ``cluster`` when the guarded decision differs from its spec.
 
     ``actuate=False`` decides and records without touching ``cluster`` (``applied`` is False).
+    ``assess=False`` leaves the record's ``fleet_state`` None: the verdict reads the TTFT and
+    inter-token P99 windows, which a policy that does not use them would not compute otherwise,
+    and a backtest writing no decision log has no reader for it.
     """
     obs = source.observe(now_s)
     window = (*state.window, obs)[-WINDOW_LEN:]
@@ -93,6 +97,7 @@ def reconcile_once(
         replace(state, window=window, indexed=indexed),
         slo=slo,
         actuate=actuate,
+        assess=assess,
     )
 
 
@@ -115,6 +120,7 @@ def decide_and_act(
     *,
     slo: tuple[float, float] | None = None,
     actuate: bool = True,
+    assess: bool = True,
 ) -> tuple[TickRecord, ControllerState]:
     """Decide, guard and (with ``actuate``) scale on ``signals``; ``state.window`` already holds them.
 
@@ -133,7 +139,7 @@ def decide_and_act(
         guard=outcome.guard,
         guard_note=outcome.note,
         applied=applied,
-        fleet_state=fleet_state(signals, *(slo or (None, None))),
+        fleet_state=fleet_state(signals, *(slo or (None, None))) if assess else None,
     )
     return record, ControllerState(
         policy_state=policy_state, window=state.window, guard_state=guard_state, indexed=state.indexed

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from operator import add, sub
 
 from llmscale.signals.window import E2E, ITL, QUEUE_TIME, TTFT, FleetWindow, start_index
-from llmscale.types import Histogram, ReplicaSample, SignalValue
+from llmscale.types import HistogramView, ReplicaSample, SignalValue
 
 __all__ = [
     "LATENCY_FAMILIES",
@@ -160,7 +160,7 @@ class WindowHistogram:
         return histogram_quantile(q, self.bounds, self.cumulative)
 
 
-def _pick(hists: Mapping[str, Histogram], names: Sequence[str]) -> str | None:
+def _pick(hists: Mapping[str, HistogramView], names: Sequence[str]) -> str | None:
     for n in names:
         if n in hists:
             return n

@@ -20,7 +20,7 @@ from llmscale.metrics.names import VllmMetric as V
 from llmscale.sim.fleet import Fleet
 from llmscale.sim.histogram import BucketHistogram
 from llmscale.sim.replica import Replica
-from llmscale.types import FleetView, Histogram, Observation, Phase, ReplicaSample
+from llmscale.types import FleetView, HistogramView, Observation, Phase, ReplicaSample
 
 __all__ = ["SimMetricSource"]
 
@@ -48,10 +48,10 @@ class _Scraped:
         self.active = active
         self.bytes = dram
         #: per histogram (ttft, e2e, itl, tpot, queue): (count, sum, its snapshot)
-        self.hists: list[tuple[float, float, Histogram] | None] = [None] * 5
+        self.hists: list[tuple[float, float, HistogramView] | None] = [None] * 5
 
 
-def _snapshot(memo: _Scraped, k: int, h: BucketHistogram) -> Histogram:
+def _snapshot(memo: _Scraped, k: int, h: BucketHistogram) -> HistogramView:
     """``h.snapshot()``, reusing the previous one while ``h`` has observed nothing since."""
     last = memo.hists[k]
     count, total = h.count, h.sum

@@ -1,8 +1,9 @@
 """Bucket histograms for simulated Prometheus metrics.
 
 Counts are kept per bucket (not cumulative) so one observation touches one
-slot; :meth:`BucketHistogram.snapshot` returns the cumulative form a Prometheus
-exporter would expose. :meth:`observe_arithmetic` adds a whole decode jump in
+slot; :meth:`BucketHistogram.snapshot` returns what a Prometheus exporter would
+expose at that moment, a :class:`HistogramSnapshot`: a copy of the counts, made
+cumulative only when read. :meth:`observe_arithmetic` adds a whole decode jump in
 closed form: k steps whose durations grow linearly (a, a+b, a+2b, ...) each
 observed ``weight`` times, touching only the buckets the run spans.
 
@@ -20,9 +21,49 @@ from typing import final
 from librt.vecs import vec
 from mypy_extensions import i64
 
-from llmscale.types import Histogram
+__all__ = ["BucketHistogram", "HistogramSnapshot"]
 
-__all__ = ["BucketHistogram"]
+
+@final
+class HistogramSnapshot:
+    """One histogram as scraped: the bucket counts at that moment, cumulative when first read.
+
+    A :class:`llmscale.types.HistogramView`. Taking it copies one C array of
+    doubles; the cumulative tuple (a Python float per bucket) is built on the
+    first read of :attr:`cumulative` and kept. A controller tick scrapes every
+    latency family of every replica, and a policy reads one or two of them:
+    the others are never made cumulative. Treat it as read-only.
+    """
+
+    __slots__ = ("_counts", "_cumulative", "bounds", "count", "sum")
+
+    def __init__(self, bounds: tuple[float, ...], counts: vec[float], total: float, count: float) -> None:
+        self.bounds = bounds
+        self._counts = counts
+        self._cumulative: tuple[float, ...] | None = None
+        self.sum = total
+        self.count = count
+
+    @property
+    def cumulative(self) -> tuple[float, ...]:
+        """Observations at or below each upper bound (the last is the count)."""
+        cached = self._cumulative
+        if cached is not None:
+            return cached
+        out = []
+        running = 0.0
+        for c in self._counts:
+            running += c
+            out.append(running)
+        made = tuple(out)
+        self._cumulative = made
+        return made
+
+    def __repr__(self) -> str:
+        return (
+            f"HistogramSnapshot(bounds={self.bounds!r}, cumulative={self.cumulative!r},"
+            f" sum={self.sum!r}, count={self.count!r})"
+        )
 
 
 @final
@@ -99,10 +140,6 @@ class BucketHistogram:
         self.sum += weight * (fn * first + step * fn * (fn - 1.0) / 2.0)
         self.count += weight * fn
 
-    def snapshot(self) -> Histogram:
-        cumulative = []
-        running = 0.0
-        for c in self._counts:
-            running += c
-            cumulative.append(running)
-        return Histogram(self._bounds, tuple(cumulative), self.sum, self.count)
+    def snapshot(self) -> HistogramSnapshot:
+        """The histogram as an exporter would expose it now (later observations do not change it)."""
+        return HistogramSnapshot(self._bounds, self._counts[0 : len(self._counts)], self.sum, self.count)
