@@ -300,8 +300,28 @@ def _esc(text: str) -> str:
     return html.escape(str(text), quote=False)
 
 
+#: The look of every chart: plotly's "plotly_white" template. The page carries it once and the
+#: browser applies it to each chart (:data:`_BOOT_JS`); set in Python, plotly.py would validate
+#: and deep-copy the template into every figure (about 1 s of a report's ~3 s here).
+_TEMPLATE = "plotly_white"
+
+
+def _figure() -> go.Figure:
+    """An empty figure with no template of its own (plotly.py would otherwise copy in its default)."""
+    import plotly.graph_objects as go
+
+    return go.Figure(layout={"template": {}})
+
+
+def _template_json() -> str:
+    """:data:`_TEMPLATE` as JSON, read from the file plotly ships it in."""
+    from importlib.resources import files
+
+    return (files("plotly") / "package_data" / "templates" / f"{_TEMPLATE}.json").read_text(encoding="utf-8")
+
+
 def _style(fig: go.Figure, height: int, panel_titles: bool = False) -> None:
-    """Common look: white template, compact margins, legend on top.
+    """Common look: compact margins, legend on top (the white template is applied by the page).
 
     With ``panel_titles`` (small multiples) the legend is lifted above the first panel's title,
     which plotly places just above the panel, where the legend would otherwise sit.
@@ -309,7 +329,6 @@ def _style(fig: go.Figure, height: int, panel_titles: bool = False) -> None:
     top, bottom = (84, 50) if panel_titles else (56, 50)
     lift = 26 / max(height - top - bottom, 1) if panel_titles else 0.0
     fig.update_layout(
-        template="plotly_white",
         height=height,
         autosize=True,
         margin={"l": 70, "r": 70, "t": top, "b": bottom},
@@ -356,7 +375,7 @@ def _fig_load(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
     from plotly.subplots import make_subplots
 
     if not data:
-        return _empty(go.Figure(), "no time series in this backtest")
+        return _empty(_figure(), "no time series in this backtest")
     n = len(data)
     height, spacing = _row_height_spacing(n, 210, 48)
     fig = make_subplots(
@@ -366,6 +385,7 @@ def _fig_load(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
         vertical_spacing=spacing,
         subplot_titles=[f"<b>{_esc(row.label)}</b>" for row, _ in data],
         specs=[[{"secondary_y": True}] for _ in range(n)],
+        figure=_figure(),
     )
     budget = _budget(n * 7)
     y_max, rps_max = 1.0, 1.0
@@ -448,9 +468,8 @@ def _fig_lines(
     data: list[tuple[Row, _Series]], tax: _TimeAxis, key: str, y_title: str, hover: str
 ) -> go.Figure:
     """One line per policy of series ``key`` against time (queue depth, cumulative GPU-hours)."""
-    import plotly.graph_objects as go
 
-    fig = go.Figure()
+    fig = _figure()
     if not data:
         return _empty(fig, "no time series in this backtest")
     budget = _budget(len(data))
@@ -467,9 +486,8 @@ def _fig_lines(
 
 def _fig_ttft(data: list[tuple[Row, _Series]], tax: _TimeAxis, slo_ttft_s: float | None) -> go.Figure:
     """Chart 3: per-minute P99 TTFT per policy on a log axis, with the SLO line and violation band."""
-    import plotly.graph_objects as go
 
-    fig = go.Figure()
+    fig = _figure()
     if not data:
         return _empty(fig, "no time series in this backtest")
     budget = _budget(len(data))
@@ -532,7 +550,7 @@ def _fig_util(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
     from plotly.subplots import make_subplots
 
     if not data:
-        return _empty(go.Figure(), "no time series in this backtest")
+        return _empty(_figure(), "no time series in this backtest")
     n = len(data)
     height, spacing = _row_height_spacing(n, 170, 48)
     fig = make_subplots(
@@ -541,6 +559,7 @@ def _fig_util(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
         shared_xaxes=True,
         vertical_spacing=spacing,
         subplot_titles=[f"<b>{_esc(row.label)}</b>" for row, _ in data],
+        figure=_figure(),
     )
     budget = _budget(n * 3)
     for k, (_row, s) in enumerate(data, start=1):
@@ -586,7 +605,7 @@ def _fig_pareto(rows: Sequence[Row]) -> go.Figure:
     """Chart 6: SLO attainment vs. GPU-hours, one labelled point per policy, oracle as a star."""
     import plotly.graph_objects as go
 
-    fig = go.Figure()
+    fig = _figure()
     points: list[tuple[Row, float, float]] = []
     for row in rows:
         gpu_h, att = number(row.summary.get("gpu_hours")), number(row.summary.get("slo_attainment"))
@@ -649,7 +668,9 @@ def _fig_pareto(rows: Sequence[Row]) -> go.Figure:
 def build_figures(doc: Mapping[str, Any]) -> dict[str, go.Figure]:
     """The report's plotly figures, keyed by chart id, in page order (see :data:`CHART_IDS`).
 
-    Usable on its own, e.g. to show one chart in a notebook. Every figure is valid even when the
+    Usable on its own, e.g. to show one chart in a notebook (the figures carry no template: the
+    report page applies plotly's white one; ``fig.update_layout(template="plotly_white")`` gives
+    the same look in a notebook). Every figure is valid even when the
     document lacks the data for it (it then shows a "no data" note), so a report always renders.
     """
     rows = rows_of(doc)
@@ -812,6 +833,7 @@ _BOOT_JS = """
 (function () {
   "use strict";
   var figures = JSON.parse(document.getElementById("llmscale-figures").textContent);
+  var template = JSON.parse(document.getElementById("llmscale-template").textContent);
   var config = {responsive: true, displaylogo: false};
   function fail(el, err) {
     el.textContent = "";
@@ -825,7 +847,9 @@ _BOOT_JS = """
     var el = document.getElementById(id);
     if (!el) { return; }
     try {
-      Plotly.newPlot(el, figures[id].data, figures[id].layout, config).then(
+      var layout = figures[id].layout || {};
+      layout.template = template;
+      Plotly.newPlot(el, figures[id].data, layout, config).then(
         function () { el.setAttribute("data-llmscale-rendered", "ok"); },
         function (err) { fail(el, err); });
     } catch (err) { fail(el, err); }
@@ -837,7 +861,11 @@ _BOOT_JS = """
 def _figures_json(figures: Mapping[str, go.Figure]) -> str:
     """All figures as one JSON object, safe to place inside a ``<script>`` element."""
     parts = [f"{json.dumps(chart_id)}:{fig.to_json(validate=False)}" for chart_id, fig in figures.items()]
-    text = "{" + ",".join(parts) + "}"
+    return _script_safe("{" + ",".join(parts) + "}")
+
+
+def _script_safe(text: str) -> str:
+    """JSON text made safe to place inside a ``<script>`` element."""
     # `<`, `>` and `&` can only occur inside JSON strings, where their \\u escapes mean the same
     # thing; escaping them means no text from the doc can close the <script> element.
     return (
@@ -909,6 +937,7 @@ def _page(doc: Mapping[str, Any], figures: Mapping[str, go.Figure], plotly_js: s
         f"<footer>Generated by llmscale {html.escape(__version__)}.</footer>"
         "</main>"
         f'<script type="application/json" id="llmscale-figures">{_figures_json(figures)}</script>'
+        f'<script type="application/json" id="llmscale-template">{_script_safe(_template_json())}</script>'
         f"<script>{_BOOT_JS}</script>"
         "</body></html>\n"
     )
