@@ -89,13 +89,15 @@ class _Trials:
     copied. Several trials may run at once (one core each).
     """
 
-    def __init__(self, fleet: Fleet, run: Callable[[Fleet, int], Outcome]) -> None:
+    def __init__(self, fleet: Fleet, run: Callable[[Fleet, int], Outcome], exiting: list[int]) -> None:
         if not hasattr(os, "fork"):
             raise LlmscaleError("the oracle searches with forked trial runs, which needs a POSIX system")
         self._fleet = fleet
         self._run = run
         #: replica count -> (child pid, read end of its pipe)
         self._running: dict[int, tuple[int, int]] = {}
+        #: children that answered and are exiting (shared from interval to interval): see :func:`reap`
+        self._exiting = exiting
         self.done: dict[int, Outcome] = {}
 
     def start(self, n: int) -> None:
@@ -112,6 +114,9 @@ class _Trials:
                     os.close(other_fd)  # the siblings' pipes are the parent's
                 value, kind = self._run(self._fleet, n)
                 os.write(write_fd, struct.pack("<dd", value, float(kind)))
+                # Closed now, the parent reads its end-of-file before this process's memory is
+                # torn down (tens of ms for a large fleet here), which it need not wait for.
+                os.close(write_fd)
                 code = 0
             except BaseException:
                 traceback.print_exc()
@@ -131,11 +136,13 @@ class _Trials:
                     data += chunk
             finally:
                 os.close(read_fd)
+            if len(data) != 16:
                 _, status = os.waitpid(pid, 0)
-            if len(data) != 16 or os.waitstatus_to_exitcode(status) != 0:
                 raise LlmscaleError(
                     f"an oracle trial run failed (exit status {status}); its traceback is above"
                 )
+            # A child that wrote its outcome has nothing left to do but exit: reaped later.
+            self._exiting.append(pid)
             value, kind = struct.unpack("<dd", data)
             self.done[n] = (value, int(kind))
         return self.done[n]
@@ -148,6 +155,17 @@ class _Trials:
             os.waitpid(pid, 0)
             os.close(read_fd)
         self._running.clear()
+        reap(self._exiting, block=False)
+
+
+def reap(pids: list[int], *, block: bool) -> None:
+    """Wait for the children in ``pids`` that have exited (all of them with ``block``); drop them."""
+    left = []
+    for pid in pids:
+        done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+        if done == 0:
+            left.append(pid)
+    pids[:] = left
 
 
 def run_oracle(
@@ -182,6 +200,7 @@ def run_oracle(
     # The decision log records each trial's attainment, which a trial stopped early does not know
     # (only that it is above or below the target): with a log, every trial runs to its end.
     check_s = _CHECK_S if decisions_out is None else math.inf
+    exiting: list[int] = []
     for k in range(num_intervals):
         t0 = k * oracle.interval_s
         t1 = t0 + oracle.interval_s
@@ -191,7 +210,7 @@ def run_oracle(
             _scale(trial, n, t0, cold_start_s)
             return _run_trial(trial, t0, t1 + oracle.tail_s, i0, i1, settings, oracle.target, check_s)
 
-        trials = _Trials(fleet, run)
+        trials = _Trials(fleet, run, exiting)
         queried: list[int] = []
         if i1 == i0:
             n = lo_bound
@@ -235,6 +254,7 @@ def run_oracle(
         fleet.run_until(t1)
         if progress is not None:
             progress(t1)
+    reap(exiting, block=True)
     # After the last interval: let in-flight work finish at the last count.
     horizon = last_arrival + settings.drain_horizon_s
     t = fleet.now
