@@ -212,3 +212,40 @@ def test_closed_form_jumps_match_stepping_token_by_token(seed, blocks):
     np.testing.assert_allclose(fast.e2e_s, slow.e2e_s, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(fast.ttft_s, slow.ttft_s, rtol=1e-9, atol=1e-9)
     assert [r.num_preemptions for r in fast.replicas] == [r.num_preemptions for r in slow.replicas]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(0, 2**31),
+    st.floats(0.5, 30.0),
+    st.floats(0.01, 1.0),
+    st.floats(0.005, 0.05),
+    st.sampled_from([0, 1, 2]),
+)
+def test_tally_counts_what_slo_met_says(seed, until_s, slo_ttft_s, slo_tpot_s, replicas):
+    """Fleet.tally (the oracle's verdict reads it mid-trial) against slo_met over the same arrays,
+    for requests resolved or not, rejected (no replica and a full gateway queue), timed out,
+    one-token outputs."""
+    from llmscale.backtest.results import slo_met
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    arrivals = np.sort(rng.uniform(0.0, 20.0, n))
+    inputs = rng.integers(1, 400, n)
+    outputs = rng.integers(1, 60, n)  # 1: no TPOT (NaN)
+    f = make_fleet(arrivals, inputs, outputs, replicas=replicas, max_queue=20, timeout_s=3.0)
+    f.run_until(until_s)
+    status = np.frombuffer(bytes(f.status), dtype=np.uint8)
+    ttft = np.asarray(f.ttft_s, dtype=np.float64)
+    tpot = np.asarray(f.tpot_s, dtype=np.float64)
+    i0, i1 = sorted(int(x) for x in rng.integers(0, n + 1, 2))
+    s, t, p = status[i0:i1], ttft[i0:i1], tpot[i0:i1]
+    resolved = s != Status.IN_FLIGHT
+    met = slo_met(s, t, p, slo_ttft_s, slo_tpot_s)
+    rejected = int(np.count_nonzero(s == Status.REJECTED))
+    expected = (
+        rejected,
+        int(np.count_nonzero(met)),
+        int(np.count_nonzero(resolved)) - rejected - int(np.count_nonzero(met)),
+    )
+    assert f.tally(i0, i1, slo_ttft_s, slo_tpot_s) == expected

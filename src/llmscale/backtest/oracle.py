@@ -348,44 +348,26 @@ class _Verdict:
     full run's own. E.g. 2,000 requests and target 0.99: 21 sure misses end
     the trial as failed (1,979 / 2,000 = 0.9895, logged as "at most").
 
-    A look reads the outcomes of the requests resolved since the previous
-    look only (a resolution is final), so it costs ~0.2 ms rather than a pass
-    over every request's TTFT and TPOT.
+    A look counts the interval's resolved requests in the simulator
+    (:meth:`Fleet.tally`, native): a Python loop over the newly resolved ones
+    took ~1 ms a look, about 40% of a trial's time.
     """
 
     def __init__(self, trial: Fleet, i0: int, i1: int, settings: BacktestSettings, target: float) -> None:
         self.trial, self.i0, self.i1, self.target = trial, i0, i1, target
         self.slo_ttft_s, self.slo_tpot_s = settings.slo_ttft_s, settings.slo_tpot_s
-        self.seen = np.zeros(i1 - i0, dtype=bool)
-        self.rejected = self.met = self.missed = 0
 
     def at(self, now: float) -> Outcome | None:
-        trial, i0 = self.trial, self.i0
-        status = np.frombuffer(bytes(trial.status[i0 : self.i1]), dtype=np.uint8)
-        resolved = status != Status.IN_FLIGHT
-        new = np.flatnonzero(resolved & ~self.seen)
-        self.seen = resolved
-        ttft_s, tpot_s = trial.ttft_s, trial.tpot_s
-        slo_ttft, slo_tpot = self.slo_ttft_s, self.slo_tpot_s
-        for j in new.tolist():
-            code = status[j]
-            if code == Status.REJECTED:
-                self.rejected += 1
-                continue
-            # slo_met, one request: completed, TTFT <= SLO (NaN: no), TPOT NaN (one token) or <= SLO
-            ttft, tpot = ttft_s[i0 + j], tpot_s[i0 + j]
-            if code == Status.COMPLETED and ttft <= slo_ttft and (math.isnan(tpot) or tpot <= slo_tpot):
-                self.met += 1
-            else:
-                self.missed += 1
-        servable_max = (self.i1 - i0) - self.rejected
+        trial, i0, i1 = self.trial, self.i0, self.i1
+        rejected, met, missed = trial.tally(i0, i1, self.slo_ttft_s, self.slo_tpot_s)
+        servable_max = (i1 - i0) - rejected
         if servable_max <= 0:
             return 1.0, 0  # every request rejected: nothing to serve, as _interval_attainment says
-        missed = self.missed + _late_without_first_token(trial, i0, self.i1, now - slo_ttft)
+        missed += _late_without_first_token(trial, i0, i1, now - self.slo_ttft_s)
         upper = float(servable_max - missed) / float(servable_max)
         if upper < self.target:
             return upper, -1
-        lower = float(self.met) / float(servable_max)
+        lower = float(met) / float(servable_max)
         if lower >= self.target:
             return lower, 1
         return None
