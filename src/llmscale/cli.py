@@ -244,10 +244,13 @@ def backtest(
     need_auto = replicas is None or max_replicas is None or initial_replicas is None
     summary = w.summary()
     if need_auto:
-        probe = build_fleet(w, base, 0)
+        # Only the probe's performance model is needed: a fleet built for the whole workload
+        # (~15 MB of per-request arrays) must not outlive this, or every worker process and
+        # every oracle trial forked later carries a copy of its pages.
+        perf = build_fleet(w, base, 0).perf
         with err.status("Measuring one replica's capacity on this workload..."):
             cap = replica_capacity_rps(
-                probe.perf, base.sim, w.input_tokens, w.output_tokens, slo_ttft_s, slo_tpot_s, seed=seed
+                perf, base.sim, w.input_tokens, w.output_tokens, slo_ttft_s, slo_tpot_s, seed=seed
             )
         peak_need = replicas_for_rate(float(summary["peak_1min_rps"]), cap)
         first = w.arrival_s < min(300.0, w.duration_s + 1.0)

@@ -32,6 +32,8 @@ ORACLE = "oracle"
 _progress_queue: Any = None
 #: workers left idle by the jobs still to finish (a multiprocessing Value the parent keeps current)
 _spare_workers: Any = None
+#: the workload of the backtest, inherited by the forked workers (a job does not pickle a copy)
+_workload: Workload | None = None
 
 #: Relative cost of each job on the default workload: CPU seconds for its simulated hour, one
 #: job at a time on a shared 2-core VM (rounded; the order is what counts). The simulation
@@ -62,10 +64,11 @@ def schedule(names: Sequence[str]) -> list[str]:
     return sorted(names, key=lambda n: -_COST_HINT.get(n, _DEFAULT_COST))
 
 
-def _init_worker(q: Any, spare: Any) -> None:
-    global _progress_queue, _spare_workers
+def _init_worker(q: Any, spare: Any, workload: Workload) -> None:
+    global _progress_queue, _spare_workers, _workload
     _progress_queue = q
     _spare_workers = spare
+    _workload = workload
 
 
 class _Throttled:
@@ -97,11 +100,12 @@ class _Decisions:
 
 def _run_one(
     name: str,
-    workload: Workload,
     settings: BacktestSettings,
     oracle: OracleSettings,
     want_decisions: bool,
 ) -> tuple[PolicyResult, list[str]]:
+    workload = _workload
+    assert workload is not None, "a backtest worker runs after _init_worker"
     q = _progress_queue
     progress = _Throttled(name, lambda n, t: q.put((n, t))) if q is not None else None
     spare = _spare_workers
@@ -158,11 +162,16 @@ def run_backtest(
         workers = min(jobs, len(names))
         spare = ctx.Value("i", 0, lock=False)
         with ProcessPoolExecutor(
-            max_workers=workers, mp_context=ctx, initializer=_init_worker, initargs=(q, spare)
+            # Forked workers inherit the workload with the initializer's arguments, so no job
+            # pickles the ~6 MB of request arrays (the default workload) to send it.
+            max_workers=workers,
+            mp_context=ctx,
+            initializer=_init_worker,
+            initargs=(q, spare, workload),
         ) as pool:
             # The pool starts jobs in submission order: longest first (the oracle).
             futures: dict[str, Future[tuple[PolicyResult, list[str]]]] = {
-                name: pool.submit(_run_one, name, workload, settings, oracle, want_decisions)
+                name: pool.submit(_run_one, name, settings, oracle, want_decisions)
                 for name in schedule(names)
             }
             pending = set(futures)
