@@ -59,3 +59,19 @@ def test_snapshot_is_cumulative_with_inf_bucket():
     assert snap.bounds == (1.0, 2.0, math.inf)
     assert snap.cumulative == (2.0, 3.0, 4.0)
     assert snap.count == 4
+
+
+def test_snapshot_is_the_histogram_when_taken_whenever_it_is_read():
+    # The snapshot copies the counts and makes them cumulative on first read: observations made
+    # after it was taken must not show, whether it is read before them or after.
+    h = BucketHistogram((1.0, 2.0))
+    h.observe(0.5)
+    read_late = h.snapshot()
+    read_early = h.snapshot()
+    assert read_early.cumulative == (1.0, 1.0, 1.0)
+    h.observe(1.5)
+    h.observe_arithmetic(0.2, 0.5, 4, 2.0)
+    assert read_late.cumulative == (1.0, 1.0, 1.0)
+    assert (read_late.sum, read_late.count) == (0.5, 1.0)
+    assert read_early.cumulative == (1.0, 1.0, 1.0)
+    assert h.snapshot().cumulative == (5.0, 10.0, 10.0)  # 0.2, 0.7 (x2) <= 1; 1.2, 1.7 (x2) <= 2
