@@ -201,60 +201,65 @@ def run_oracle(
     # (only that it is above or below the target): with a log, every trial runs to its end.
     check_s = _CHECK_S if decisions_out is None else math.inf
     exiting: list[int] = []
-    for k in range(num_intervals):
-        t0 = k * oracle.interval_s
-        t1 = t0 + oracle.interval_s
-        i0, i1 = (int(i) for i in np.searchsorted(arrivals, [t0, t1], side="left"))
+    # Trials that answered exit on their own; every one is waited for, also when the search fails.
+    try:
+        for k in range(num_intervals):
+            t0 = k * oracle.interval_s
+            t1 = t0 + oracle.interval_s
+            i0, i1 = (int(i) for i in np.searchsorted(arrivals, [t0, t1], side="left"))
 
-        def run(trial: Fleet, n: int, t0: float = t0, t1: float = t1, i0: int = i0, i1: int = i1) -> Outcome:
-            _scale(trial, n, t0, cold_start_s)
-            return _run_trial(trial, t0, t1 + oracle.tail_s, i0, i1, settings, oracle.target, check_s)
+            def run(
+                trial: Fleet, n: int, t0: float = t0, t1: float = t1, i0: int = i0, i1: int = i1
+            ) -> Outcome:
+                _scale(trial, n, t0, cold_start_s)
+                return _run_trial(trial, t0, t1 + oracle.tail_s, i0, i1, settings, oracle.target, check_s)
 
-        trials = _Trials(fleet, run, exiting)
-        queried: list[int] = []
-        if i1 == i0:
-            n = lo_bound
-        else:
-            guess = None if per_replica is None else (i1 - i0) / per_replica
-            try:
-                n = _search_with(
-                    trials, queried, n_prev, lo_bound, hi_bound, oracle.target, guess, spare_workers
+            trials = _Trials(fleet, run, exiting)
+            queried: list[int] = []
+            if i1 == i0:
+                n = lo_bound
+            else:
+                guess = None if per_replica is None else (i1 - i0) / per_replica
+                try:
+                    n = _search_with(
+                        trials, queried, n_prev, lo_bound, hi_bound, oracle.target, guess, spare_workers
+                    )
+                finally:
+                    trials.cancel()
+                # n replicas met the SLO and n - 1 (usually) did not: a replica's capacity lies between
+                # requests / n and requests / (n - 1). Guessing with the midpoint, a replay of the
+                # default preset's searches runs 66 guesses it needs and 17 it does not (with
+                # requests / n: 48 and 34; always guessing "met": 63 and 65).
+                per_replica = (i1 - i0) / (n - 0.5)
+            trials_total += len(set(queried))
+            _scale(fleet, n, t0, cold_start_s)
+            if decisions_out is not None:
+                decisions_out.write(
+                    json.dumps(
+                        {
+                            "time_s": t0,
+                            "policy": "oracle",
+                            "desired": n,
+                            "rule": "smallest-meeting-slo",
+                            "inputs": {
+                                "requests": i1 - i0,
+                                "target": oracle.target,
+                                "trials": {str(m): round(trials.done[m][0], 4) for m in sorted(set(queried))},
+                            },
+                        }
+                    )
+                    + "\n"
                 )
-            finally:
-                trials.cancel()
-            # n replicas met the SLO and n - 1 (usually) did not: a replica's capacity lies between
-            # requests / n and requests / (n - 1). Guessing with the midpoint, a replay of the
-            # default preset's searches runs 66 guesses it needs and 17 it does not (with
-            # requests / n: 48 and 34; always guessing "met": 63 and 65).
-            per_replica = (i1 - i0) / (n - 0.5)
-        trials_total += len(set(queried))
-        _scale(fleet, n, t0, cold_start_s)
-        if decisions_out is not None:
-            decisions_out.write(
-                json.dumps(
-                    {
-                        "time_s": t0,
-                        "policy": "oracle",
-                        "desired": n,
-                        "rule": "smallest-meeting-slo",
-                        "inputs": {
-                            "requests": i1 - i0,
-                            "target": oracle.target,
-                            "trials": {str(m): round(trials.done[m][0], 4) for m in sorted(set(queried))},
-                        },
-                    }
-                )
-                + "\n"
-            )
-        n_prev = n
-        while next_sample <= t1:
-            fleet.run_until(next_sample)
-            recorder.sample(next_sample)
-            next_sample += step_s
-        fleet.run_until(t1)
-        if progress is not None:
-            progress(t1)
-    reap(exiting, block=True)
+            n_prev = n
+            while next_sample <= t1:
+                fleet.run_until(next_sample)
+                recorder.sample(next_sample)
+                next_sample += step_s
+            fleet.run_until(t1)
+            if progress is not None:
+                progress(t1)
+    finally:
+        reap(exiting, block=True)
     # After the last interval: let in-flight work finish at the last count.
     horizon = last_arrival + settings.drain_horizon_s
     t = fleet.now
