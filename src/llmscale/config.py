@@ -116,6 +116,8 @@ class ScrapeConfig(_Section):
     static_targets: tuple[StaticTarget, ...] | None = None
     #: discover targets from emulate's ``/admin/targets`` on every tick
     emulate_url: str | None = None
+    #: a file holding emulate's admin token (default: $LLMSCALE_EMULATE_ADMIN_TOKEN)
+    emulate_token_file: str | None = None
 
 
 class MetricsConfig(_Section):
@@ -153,6 +155,9 @@ class KedaConfig(_Section):
 
 class EmulateConfig(_Section):
     url: str = Field(min_length=1)
+    #: a file holding emulate's admin token (default: $LLMSCALE_EMULATE_ADMIN_TOKEN); the token
+    #: itself never goes in this file
+    token_file: str | None = None
 
 
 class ActuatorConfig(_Section):
