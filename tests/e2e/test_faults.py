@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from e2e_procs import (
+    ADMIN_TOKEN,
     EmulateProcess,
     Proc,
     decision_lines,
@@ -92,7 +93,9 @@ def test_prometheus_outage_holds_counts_errors_and_recovers(workdir, procs, prom
     port = free_port()
     front = f"http://127.0.0.1:{port}"
     emulate = procs(EmulateProcess, workdir, "--replicas", "2", "--max-seconds", "170", port=port)
-    prom = prometheus_server(scrape_interval_s=1.0, http_sd_url=f"{front}/admin/targets")
+    prom = prometheus_server(
+        scrape_interval_s=1.0, http_sd_url=f"{front}/admin/targets", http_sd_token=ADMIN_TOKEN
+    )
     config, log_path, ctl = _config(
         workdir,
         front,
