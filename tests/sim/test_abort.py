@@ -126,8 +126,10 @@ def test_iteration_tokens_count_as_vllm_counts_them():
     decode steps of one token."""
     f = make_fleet([0.0], [100], [5])
     f.run_until(10.0)
-    h = f.replicas[0].hist_iter_tokens
-    assert h.count == 5 and h.sum == 101 + 4
+    r = f.replicas[0]
+    mixed = r.hist_mixed_step_tokens
+    assert (mixed.count, mixed.sum) == (1, 101)
+    assert list(r.decode_steps_by_batch)[:3] == [0, 4, 0]  # four steps of a batch of one
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])

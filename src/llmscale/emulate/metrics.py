@@ -16,6 +16,8 @@ and ``vllm:request_generation_tokens`` (histograms, 1-2-5 buckets to max_model_l
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -198,12 +200,30 @@ class ReplicaCollector(Collector):
             yield success
             yield _histogram(V.REQUEST_PROMPT_TOKENS, keys, values, stats.prompt_tokens)
             yield _histogram(V.REQUEST_GENERATION_TOKENS, keys, values, stats.generation_tokens)
-        yield _histogram(V.ITERATION_TOKENS, keys, values, self._replica.hist_iter_tokens)
+        yield _iteration_tokens(keys, values, self._replica)
         if self._cache_info is not None:
             labels = self._cache_info.labels()
             info = GaugeMetricFamily(V.CACHE_CONFIG_INFO, _HELP[V.CACHE_CONFIG_INFO], labels=list(labels))
             info.add_metric(list(labels.values()), 1.0)
             yield info
+
+
+def _iteration_tokens(keys: list[str], values: list[str], r: Replica) -> HistogramMetricFamily:
+    """``vllm:iteration_tokens_total``: the replica's mixed steps (a histogram) plus its decode-only
+    steps, which it counts per batch size (a step of b sequences carries b tokens)."""
+    mixed = r.hist_mixed_step_tokens
+    bounds = mixed.bounds
+    counts = mixed.counts
+    total = mixed.sum
+    for batch, steps in enumerate(r.decode_steps_by_batch):
+        if steps:
+            counts[bisect.bisect_left(bounds, batch)] += float(steps)
+            total += float(batch) * float(steps)
+    family = HistogramMetricFamily(V.ITERATION_TOKENS, _HELP[V.ITERATION_TOKENS], labels=keys)
+    family.add_metric(
+        values, [(_le(b), c) for b, c in zip(bounds, itertools.accumulate(counts), strict=True)], total
+    )
+    return family
 
 
 def _histogram(name: str, keys: list[str], values: list[str], h: BucketHistogram) -> HistogramMetricFamily:

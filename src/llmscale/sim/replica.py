@@ -231,6 +231,7 @@ class Replica:
         "costs",
         "counter",
         "created_s",
+        "decode_steps_by_batch",
         "drain_epoch",
         "drain_until_idle",
         "draining",
@@ -241,8 +242,8 @@ class Replica:
         "gone_s",
         "heap_pos",
         "hist_e2e",
-        "hist_iter_tokens",
         "hist_itl",
+        "hist_mixed_step_tokens",
         "hist_queue",
         "hist_tpot",
         "hist_ttft",
@@ -345,8 +346,13 @@ class Replica:
         self.hist_queue = BucketHistogram(histogram_bounds["e2e"])
         # vLLM's tokens per engine step as its IterationStats counts them: the tokens generated
         # in the step plus, for each request whose first token came in it, its whole prompt
-        # (vLLM streams no output for an unfinished prefill chunk). Read by emulate's /metrics.
-        self.hist_iter_tokens = BucketHistogram(histogram_bounds["iteration_tokens"])
+        # (vLLM streams no output for an unfinished prefill chunk); emulate's /metrics exports
+        # them. A decode-only step of b sequences carries b tokens: those steps are counted per
+        # batch size, an indexed add per jump; mixed steps go in a histogram. Callgrind on
+        # Fleet.run_until (30k requests, 24 H100 replicas, 120 req/s): +2.2% instructions for
+        # both; a histogram observation per jump as well had cost +4.9%.
+        self.decode_steps_by_batch = vec[i64]([0] * (max_seqs + 1))
+        self.hist_mixed_step_tokens = BucketHistogram(histogram_bounds["iteration_tokens"])
 
     # ------------------------------------------------------------------ views
 
@@ -495,7 +501,7 @@ class Replica:
         self.dram_bytes += fk * self.plan_bytes_a + self.plan_bytes_b * tri
         self.active_s += duration
         self.hist_itl.observe_arithmetic(a, b, k, float(n_dec))
-        self.hist_iter_tokens.observe(float(n_dec), fk)  # k steps of one token per sequence
+        self.decode_steps_by_batch[n_dec] += k
         self.gen_tokens_total += k * n_dec
         self.counter = counter + k
         self.sum_kv += k * n_dec
@@ -514,7 +520,7 @@ class Replica:
             self.counter += 1
             self.sum_kv += n_dec
         counter = self.counter
-        step_tokens = n_dec  # as vLLM counts them: see hist_iter_tokens
+        step_tokens = n_dec  # as vLLM counts them: see hist_mixed_step_tokens
         # The chunks in the order they were handed out: the queue is in admission order, and the
         # requests admitted by this iteration are at its end. Those still prefilling go back in.
         prefill = self.prefill
@@ -536,7 +542,7 @@ class Replica:
                 self._prefill_done(req, counter, now)
             req = nxt
         if step_tokens:
-            self.hist_iter_tokens.observe(float(step_tokens))
+            self.hist_mixed_step_tokens.observe(float(step_tokens))
 
     def _prefill_done(self, req: Req, counter: i64, now: float) -> None:
         """``req`` computed its last prompt token in the iteration that ended at ``now``."""
