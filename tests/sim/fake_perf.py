@@ -56,7 +56,9 @@ class FakePerf:
         self.model = FakeModel()
         self.gpu = FakeGpu()
 
-    def kv_capacity_blocks(self, gpu_memory_utilization: float = 0.9, block_size: int = 16) -> int:
+    def kv_capacity_blocks(
+        self, gpu_memory_utilization: float = 0.9, block_size: int = 16, **engine: int
+    ) -> int:
         return self.blocks
 
     def decode_affine(self, b: int) -> DecodeAffine:

@@ -169,14 +169,27 @@ class PerfModel:
         kv_dim = m.num_kv_heads * m.head_dim
 
         # GEMMs. Weights streamed once per iteration: all layers' matmuls + LM head,
-        # e.g. Llama-3-8B tp1: (32 x 218.1M + 525.3M) x 2 B = 15.0 GB.
+        # e.g. Llama-3-8B tp1: (32 x 218.1M + 525.3M) x 2 B = 15.0 GB. A mixture of experts
+        # streams its attention and LM head every iteration and each expert's MLP only if a
+        # token of the batch was routed to it (StepKernel.cost); FLOPs follow the active path.
         lin_per_layer = m.linear_params_per_layer / tp
         lm_head = h * m.vocab_size / tp
         self._weight_stream_bytes = bpp * (layers * lin_per_layer + lm_head)
         self._flops_s = g.peak_bf16_flops * fam.gemm_flops_eff
-        self._flops_per_token = 2.0 * layers * lin_per_layer
+        self._flops_per_token = 2.0 * layers * m.active_linear_params_per_layer / tp
         self._flops_per_seq = 2.0 * lm_head
         tm = self._weight_stream_bytes / (hbm * fam.weight_bw_eff)
+        if m.is_moe:
+            shared_bytes = bpp * (layers * m.attn_params_per_layer / tp + lm_head)
+            expert_bytes = bpp * layers * m.expert_params / tp
+            moe_experts = float(m.num_experts)
+            moe_miss = 1.0 - m.experts_per_token / m.num_experts
+            weight_tm_s = shared_bytes / (hbm * fam.weight_bw_eff)
+            expert_tm_s = expert_bytes / (hbm * fam.weight_bw_eff)
+            kernel_stream_bytes = shared_bytes
+        else:
+            expert_bytes = moe_experts = moe_miss = weight_tm_s = expert_tm_s = 0.0
+            kernel_stream_bytes = self._weight_stream_bytes
         self._blend_exp = c.gemm_blend_exp
         self._blend_inv = 1.0 / c.gemm_blend_exp
         self._tm_pow = tm**c.gemm_blend_exp
@@ -216,6 +229,8 @@ class PerfModel:
             bw = fam.allreduce_bw_bytes_s.get(tp)
             if lat is None or bw is None:
                 raise ConfigError(f"no fitted all-reduce coefficients for tp = {tp} on {g.name}")
+            if st.allreduce_latency_s > 0.0:
+                lat = st.allreduce_latency_s  # the engine's own small-message all-reduce
             self._ar_fixed_s = 2 * layers * lat
             self._ar_s_per_token = 2 * layers * h * bpp / bw
         else:
@@ -224,7 +239,7 @@ class PerfModel:
 
         self._launch_s = layers * fam.launch_per_layer_s
         self._cpu_fixed_s = c.cpu_iter_s + (c.cpu_tp_s if tp > 1 else 0.0) + st.iter_s
-        self._cpu_per_seq_s = c.cpu_per_seq_s + st.per_seq_s
+        self._cpu_per_seq_s = c.cpu_per_seq_s + st.per_seq_s + st.sample_s_per_logit * m.vocab_size
         self._prefill_iter_s = st.prefill_iter_s
         self._decode_cache: list[DecodeAffine | None] = [None] * (DECODE_AFFINE_CACHE_SIZE + 1)
         self.kernel = StepKernel(
@@ -248,9 +263,16 @@ class PerfModel:
             kv_s_per_token=self._kv_s_per_token,
             attn_flops_per_pair=self._attn_flops_per_pair,
             attn_flops_per_ctx=self._attn_flops_per_ctx,
-            weight_stream_bytes=self._weight_stream_bytes,
+            weight_stream_bytes=kernel_stream_bytes,
             elem_bytes_per_token=self._elem_bytes_per_token,
             kv_bytes_per_token=self._kv_bytes_per_token,
+            graph_max_batch=float(st.cuda_graph_max_batch),
+            graph_fixed_scale=st.graph_kernel_scale,
+            moe_experts=moe_experts,
+            moe_miss=moe_miss,
+            weight_tm_s=weight_tm_s,
+            expert_tm_s=expert_tm_s,
+            weight_expert_bytes=expert_bytes,
         )
 
     def __repr__(self) -> str:
