@@ -43,6 +43,8 @@ class BacktestSettings:
     slo_tpot_s: float = 0.1
     seed: int = 0
     sim: SimConfig = field(default_factory=SimConfig)
+    #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
+    calibration: str | None = None
     #: parameters per policy name (from --replicas and --policy-config)
     policy_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: after the last arrival, keep simulating at most this long for in-flight work
@@ -80,9 +82,11 @@ class BacktestSettings:
             gpu=self.gpu,
             tp=self.tp,
             cold_start_s=s.pending_s + s.loading_s + s.warmup_s,
+            calibration=self.calibration,
             extra={
                 "initial_replicas": self.initial_replicas,
                 "max_num_seqs": s.max_num_seqs,
+                "max_num_batched_tokens": s.max_num_batched_tokens,
                 "client_timeout_s": s.timeout_s,
             },
         )
@@ -102,7 +106,7 @@ def series_step_for(duration_s: float) -> float:
 def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas: int) -> Fleet:
     from llmscale.perf import get_perf_model
 
-    perf = get_perf_model(settings.model, settings.gpu, settings.tp)
+    perf = get_perf_model(settings.model, settings.gpu, settings.tp, calibration=settings.calibration)
     return Fleet(
         perf,
         settings.sim,

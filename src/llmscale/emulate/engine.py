@@ -79,6 +79,8 @@ def build_sim_config(cfg: EmulateConfig) -> SimConfig:
     cs = cold_start(cfg.model, cfg.gpu, cfg.tp)
     return SimConfig(
         max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        chunked_prefill=cfg.chunked_prefill,
         pending_s=cs.pending_s if cfg.pending_s is None else cfg.pending_s,
         loading_s=cs.loading_s if cfg.loading_s is None else cfg.loading_s,
         warmup_s=cs.warmup_s if cfg.warmup_s is None else cfg.warmup_s,
@@ -95,7 +97,7 @@ class Emulator:
         from llmscale.perf import get_perf_model
 
         self.cfg = cfg
-        self.perf = get_perf_model(cfg.model, cfg.gpu, cfg.tp)
+        self.perf = get_perf_model(cfg.model, cfg.gpu, cfg.tp, calibration=cfg.calibration)
         empty_f = np.zeros(0, dtype=np.float64)
         empty_i = np.zeros(0, dtype=np.int64)
         self.fleet = Fleet(

@@ -517,21 +517,40 @@ class PerfModel:
         return lo
 
 
-_MODELS_CACHE: dict[tuple[str, str, int, str | None], PerfModel] = {}
+_MODELS_CACHE: dict[tuple[str, str, int, str | None, str | None, int], PerfModel] = {}
 
 
-def get_perf_model(model: str, gpu: str, tp: int, *, stack: str | None = None) -> PerfModel:
+def get_perf_model(
+    model: str, gpu: str, tp: int, *, stack: str | None = None, calibration: str | None = None
+) -> PerfModel:
     """The :class:`PerfModel` of ``model`` on ``tp`` x ``gpu`` with the committed coefficients.
 
-    Coefficients are read on first use from the package (no ``../shared``
-    needed); models are memoised, so repeated calls share the decode cache.
+    ``calibration`` is the path of a profile written by ``llmscale calibrate``: its factors
+    scale the committed coefficients (:mod:`llmscale.perf.profile`). Coefficients are read on
+    first use from the package (no ``../shared`` needed); models are memoised (per profile
+    file version), so repeated calls share the decode cache.
     """
     m = get_model(model)
     g = get_gpu(gpu)
     validate_tp(m, tp)
-    key = (m.name, g.name, int(tp), stack)
+    mtime = 0
+    if calibration is not None:
+        from pathlib import Path
+
+        try:
+            mtime = Path(calibration).stat().st_mtime_ns
+        except OSError as exc:
+            raise ConfigError(
+                f"{calibration}: calibration profile not found ({exc.strerror or exc})"
+            ) from exc
+    key = (m.name, g.name, int(tp), stack, calibration, mtime)
     pm = _MODELS_CACHE.get(key)
     if pm is None:
-        pm = PerfModel(m, g, tp, stack=stack)
+        coeffs = None
+        if calibration is not None:
+            from llmscale.perf.profile import profile_coefficients
+
+            coeffs = profile_coefficients(calibration)
+        pm = PerfModel(m, g, tp, coeffs, stack=stack)
         _MODELS_CACHE[key] = pm
     return pm
