@@ -655,21 +655,6 @@ def loadgen_cmd(
         raise LlmscaleError(f"no request succeeded out of {len(result.records)}; first error: {first}")
 
 
-def main() -> None:
-    try:
-        app()
-    except LlmscaleError as e:
-        typer.echo(f"llmscale: error: {e}", err=True)
-        sys.exit(e.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("llmscale: interrupted", err=True)
-        sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()
-
-
 CALIBRATE_HELP = (
     "Fit a calibration profile of the step-time model to your engine's own measurements and print "
     "the error at every point.\n\n"
@@ -789,3 +774,18 @@ def calibrate_cmd(
     console.print("factors: " + ", ".join(f"{k} {v:.3f}" for k, v in profile.factors.items()))
     profile.save(out)
     console.print(f"profile: {out}")
+
+
+def main() -> None:
+    try:
+        app()
+    except LlmscaleError as e:
+        typer.echo(f"llmscale: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("llmscale: interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

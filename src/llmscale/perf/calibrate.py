@@ -47,9 +47,10 @@ from llmscale.perf.profile import (
 
 __all__ = ["Target", "calibrate", "read_closed_batches", "read_prometheus", "read_serve_result"]
 
-#: Weight of the prior log(factor) = 0 against one target's log error: a factor moves away
-#: from 1 only when the data pull it (0.05: a 10% error on one point outweighs a 2x factor).
-_PRIOR_WEIGHT = 0.05
+#: Weight of the prior log(factor) = 0 against one target's log error: a factor the data do not
+#: pull stays at 1, and one they do barely feels it (a 2x factor weighs as much as a 1.4% error
+#: on one point).
+_PRIOR_WEIGHT = 0.02
 _ROBUST_SCALE = 0.1
 
 
@@ -331,6 +332,12 @@ def read_prometheus(
     return targets
 
 
+def _family_of(gpu: str) -> str:
+    from llmscale.perf.catalogue import get_gpu
+
+    return get_gpu(gpu).family
+
+
 def calibrate(
     targets: Sequence[Target],
     *,
@@ -355,6 +362,16 @@ def calibrate(
     if any(t.tp > 1 for t in fitted):
         free.append("comm")
     lo, hi = FACTOR_RANGE
+    # No factor may make a GPU beat its data sheet: the sustained FLOP rate and the achieved
+    # bandwidth stay within 1.1x of peak (10% slack for what the roofline leaves out, such as
+    # fused kernels moving fewer bytes). H100: gemm 0.69 x serving 0.89 -> compute <= 1.8.
+    fams = [base_c.family(_family_of(t.gpu)) for t in targets]
+    caps = {
+        "compute": 1.1 / max(f.gemm_flops_eff * f.serving_flops_scale for f in fams),
+        "bandwidth": 1.1 / max(max(f.weight_bw_eff, f.act_bw_eff) for f in fams),
+    }
+    caps["bandwidth"] = min(caps["bandwidth"], 1.1 / base_c.attn_kv_bw_eff)
+    upper = [min(hi, caps.get(name, hi)) for name in free]
 
     def models(factors: dict[str, float]) -> dict[tuple[str, str, int], Any]:
         c = scale_coefficients(base_c, factors)
@@ -372,12 +389,12 @@ def calibrate(
         r = np.log(np.maximum(pred, 1e-12) / measured) / _ROBUST_SCALE
         robust = np.sign(r) * np.sqrt(2.0 * (np.sqrt(1.0 + r * r) - 1.0)) * _ROBUST_SCALE
         prior = _PRIOR_WEIGHT * np.asarray(x)
-        return np.concatenate([robust / math.sqrt(len(fitted)), prior])
+        return np.concatenate([robust, prior])
 
     res = least_squares(
         residuals,
         np.zeros(len(free)),
-        bounds=(np.full(len(free), math.log(lo)), np.full(len(free), math.log(hi))),
+        bounds=(np.full(len(free), math.log(lo)), np.log(np.array(upper))),
         method="trf",
         x_scale=1.0,
         ftol=1e-10,

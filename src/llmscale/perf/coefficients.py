@@ -86,6 +86,9 @@ class StackCoefficients:
     #: soft-maxed and sorted for top-p / top-k, so a 152k-token vocabulary (Qwen2) costs ~4.75x
     #: a 32k one (Llama-2) at the same batch.
     sample_s_per_logit: float = 0.0
+    #: Share of a grouped-query model's KV re-reads (one per query head sharing a KV head) that
+    #: reach HBM in the engine's decode attention kernel: 0 = each KV head read once.
+    gqa_kv_reread: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +180,7 @@ def coefficients_from_dict(d: Mapping[str, Any]) -> PerfCoefficients:
                         allreduce_latency_s=float(v.get("allreduce_latency_s", 0.0)),
                         graph_kernel_scale=float(v.get("graph_kernel_scale", 1.0)),
                         sample_s_per_logit=float(v.get("sample_s_per_logit", 0.0)),
+                        gqa_kv_reread=float(v.get("gqa_kv_reread", 0.0)),
                     )
                     for k, v in model["stacks"].items()
                 }
@@ -222,6 +226,7 @@ def coefficients_to_dict(c: PerfCoefficients) -> dict[str, Any]:
                 "allreduce_latency_s": s.allreduce_latency_s,
                 "graph_kernel_scale": s.graph_kernel_scale,
                 "sample_s_per_logit": s.sample_s_per_logit,
+                "gqa_kv_reread": s.gqa_kv_reread,
             }
             for name, s in sorted(c.stacks.items())
         },

@@ -131,6 +131,7 @@ def _params() -> tuple[Param, ...]:
         Param("stack.vllm.allreduce_latency_s", 10 * us, 1 * us, 100 * us, us, "engines"),
         Param("stack.vllm.sample_s_per_logit", 1e-9, 0.0, 1e-7, 1e-9, "engines"),
         Param("stack.vllm.graph_kernel_scale", 0.5, 0.0, 1.0, 1.0, "engines"),
+        Param("stack.vllm.gqa_kv_reread", 0.2, 0.0, 1.0, 1.0, "engines"),
     ]
     return tuple(ps)
 
@@ -188,6 +189,7 @@ def coefficients_from_vector(
             allreduce_latency_s=v.get(f"stack.{st}.allreduce_latency_s", 0.0),
             sample_s_per_logit=v.get(f"stack.{st}.sample_s_per_logit", 0.0),
             graph_kernel_scale=v.get(f"stack.{st}.graph_kernel_scale", 1.0),
+            gqa_kv_reread=v.get(f"stack.{st}.gqa_kv_reread", 0.0),
         )
         for st in _STACKS
     }

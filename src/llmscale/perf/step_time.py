@@ -124,6 +124,8 @@ class PerfModel:
         "_flops_s",
         "_gemm_fixed_s",
         "_kv_bytes_per_token",
+        "_kv_profile_s_per_token",
+        "_kv_read_bytes_per_token",
         "_kv_s_per_token",
         "_launch_s",
         "_prefill_iter_s",
@@ -215,7 +217,14 @@ class PerfModel:
         self._attn_s_per_pair = self._attn_flops_per_pair / (g.peak_bf16_flops * c.attn_prefill_flops_eff)
         self._attn_flops_per_ctx = self._attn_flops_per_pair
         self._kv_bytes_per_token = m.kv_bytes_per_token / tp
-        self._kv_s_per_token = self._kv_bytes_per_token / (hbm * c.attn_kv_bw_eff)
+        self._kv_profile_s_per_token = self._kv_bytes_per_token / (hbm * c.attn_kv_bw_eff)
+        # A decode attention kernel that runs one thread block per *query* head reads a KV head
+        # once per query head sharing it, partly from L2: grouped-query models (Mistral, Llama-3:
+        # 4 query heads per KV head) save less KV traffic than their cache size suggests.
+        # gqa_kv_reread is the engine's share of those extra reads that reach HBM.
+        group = m.num_heads / m.num_kv_heads
+        self._kv_read_bytes_per_token = self._kv_bytes_per_token * (1.0 + st.gqa_kv_reread * (group - 1.0))
+        self._kv_s_per_token = self._kv_read_bytes_per_token / (hbm * c.attn_kv_bw_eff)
         self._attn_call_s = layers * c.attn_kernel_s
         # A serving run sustains a lower FLOP rate than short kernel profiles (power and
         # clock limits), and a multi-GPU forward pass loses more to synchronisation.
@@ -265,7 +274,7 @@ class PerfModel:
             attn_flops_per_ctx=self._attn_flops_per_ctx,
             weight_stream_bytes=kernel_stream_bytes,
             elem_bytes_per_token=self._elem_bytes_per_token,
-            kv_bytes_per_token=self._kv_bytes_per_token,
+            kv_bytes_per_token=self._kv_read_bytes_per_token,
             graph_max_batch=float(st.cuda_graph_max_batch),
             graph_fixed_scale=st.graph_kernel_scale,
             moe_experts=moe_experts,
@@ -317,7 +326,7 @@ class PerfModel:
         if num_decode > 0:
             per_ctx = self._kv_s_per_token
             busy_per_ctx = self._attn_flops_per_ctx / self._step_flops_s
-            bytes_per_ctx = self._kv_bytes_per_token
+            bytes_per_ctx = self._kv_read_bytes_per_token
         else:
             per_ctx = busy_per_ctx = bytes_per_ctx = 0.0
         aff = DecodeAffine(
@@ -354,7 +363,7 @@ class PerfModel:
         """Attention kernel time of ONE layer, s (prefill pairs and decode context as in :meth:`step`)."""
         layers = self.model.num_layers
         t = (int(prefill) + int(decode)) * self._attn_call_s
-        t += prefill_attn_pairs * self._attn_s_per_pair + decode_ctx_tokens * self._kv_s_per_token
+        t += prefill_attn_pairs * self._attn_s_per_pair + decode_ctx_tokens * self._kv_profile_s_per_token
         return t / layers
 
     def allreduce_time_s(self, tokens: float) -> float:
