@@ -710,6 +710,12 @@ def calibrate_cmd(
     start: Annotated[float | None, typer.Option(help="Range start (Unix seconds) for --prometheus.")] = None,
     end: Annotated[float | None, typer.Option(help="Range end (Unix seconds) for --prometheus.")] = None,
     step_s: Annotated[float, typer.Option(help="Range step (s) for --prometheus.")] = 60.0,
+    window: Annotated[
+        str, typer.Option(help="Rate window of the --prometheus queries (PromQL duration).")
+    ] = "5m",
+    prometheus_selector: Annotated[
+        str, typer.Option(help='Label matchers of the fleet\'s series for --prometheus, e.g. job="vllm".')
+    ] = "",
 ) -> None:
     from rich.table import Table
 
@@ -741,7 +747,15 @@ def calibrate_cmd(
         if start is None or end is None or model is None or gpu is None or tp is None:
             raise ConfigError("--prometheus needs --start, --end, --model, --gpu and --tp")
         targets += read_prometheus(
-            prometheus, start_s=start, end_s=end, step_s=step_s, model=model, gpu=gpu, tp=tp
+            prometheus,
+            start_s=start,
+            end_s=end,
+            step_s=step_s,
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            window=window,
+            selector=prometheus_selector,
         )
         sources.append(prometheus)
     profile = calibrate(

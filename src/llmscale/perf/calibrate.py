@@ -212,16 +212,32 @@ def read_closed_batches(
     return targets
 
 
-def _decode_step_s(perf: Any, batch: float, ctx_each: float) -> float:
+def _itl_s(perf: Any, batch: float, ctx_each: float, rate_rps: float, prompt_tokens: float) -> float:
+    """Mean inter-token latency of a replica decoding ``batch`` sequences while prompts arrive.
+
+    A decode step of the batch takes t_dec; every prompt that arrives is prefilled inside some
+    step, which it lengthens by its marginal cost t_p (a mixed step minus a decode-only one).
+    Prompts arriving at ``rate_rps`` take a share rho = rate x t_p of the engine's time, so the
+    decode steps stretch to t_dec / (1 - rho), the mean ITL vLLM's histogram records. E.g.
+    Llama-3-8B on one H100, 6 sequences at 1,260 context and 3 req/s of 1,155-token prompts:
+    t_dec ~ 8.3 ms, t_p ~ 40 ms, rho ~ 0.12, ITL ~ 9.4 ms.
+    """
     b = max(1, round(batch))
-    return float(perf.decode(b, max(1, round(ctx_each))).duration_s)
+    ctx = max(1, round(ctx_each))
+    t_dec = float(perf.decode(b, ctx).duration_s)
+    if rate_rps <= 0 or prompt_tokens < 1:
+        return t_dec
+    p = round(prompt_tokens)
+    mixed = float(perf.step(p, p * (p + 1) / 2.0, 1, b, b * ctx).duration_s)
+    rho = min(0.95, rate_rps * max(0.0, mixed - t_dec))
+    return t_dec / (1.0 - rho)
 
 
-def _decode_step_at(batch: float, ctx_each: float) -> Callable[[Any], float]:
-    """The predictor of a decode step of ``batch`` sequences of ``ctx_each`` context tokens."""
+def _itl_at(batch: float, ctx_each: float, rate_rps: float, prompt_tokens: float) -> Callable[[Any], float]:
+    """The predictor of the mean ITL at this batch, context, arrival rate and prompt length."""
 
     def predict(perf: Any) -> float:
-        return _decode_step_s(perf, batch, ctx_each)
+        return _itl_s(perf, batch, ctx_each, rate_rps, prompt_tokens)
 
     return predict
 
@@ -279,7 +295,9 @@ def read_serve_result(path: Path, *, model: str | None, gpu: str | None, tp: int
     itl = statistics.median(per_req_itl)
     mean_ctx = statistics.fmean(ctx)
     label = f"{path.name}: median ITL at ~{concurrency:.1f} in flight, context ~{mean_ctx:.0f}"
-    return [Target(label, m, g, tp, itl, _decode_step_at(concurrency, mean_ctx), kind="decode")]
+    rate = len(per_req_itl) / float(duration)
+    prompt = statistics.fmean(float(n) for n, gaps in zip(ins, itls, strict=True) if gaps)
+    return [Target(label, m, g, tp, itl, _itl_at(concurrency, mean_ctx, rate, prompt), kind="decode")]
 
 
 def read_prometheus(
@@ -292,43 +310,59 @@ def read_prometheus(
     gpu: str,
     tp: int,
     window: str = "5m",
+    selector: str = "",
 ) -> list[Target]:
-    """Targets from a live fleet: mean inter-token latency against the mean running batch, per step."""
+    """Targets from a live fleet: mean inter-token latency against the mean running batch, per step.
+
+    Reads vLLM's new histogram names and falls back to the old ones (``vllm:inter_token_latency_seconds``
+    or ``vllm:time_per_output_token_seconds``); ``selector`` (e.g. ``job="vllm"``) picks the fleet's
+    series. The mean context of a running sequence is its prompt plus half its output, from the
+    token counters over the finished requests (``vllm:e2e_request_latency_seconds_count``); the
+    prompts arriving meanwhile stretch the decode steps they share (see :func:`_itl_s`).
+    """
+    from llmscale.metrics.names import VllmMetric as V
     from llmscale.metrics.prometheus import query_range_values
     from llmscale.perf.catalogue import get_gpu, get_model
 
     m, g = get_model(model).name, get_gpu(gpu).name
+    sel = "{" + selector + "}" if selector else ""
+
+    def rate(name: str) -> str:
+        return f"sum(rate({name}{sel}[{window}]))"
+
     q_itl = (
-        f"sum(rate(vllm:time_per_output_token_seconds_sum[{window}]))"
-        f" / sum(rate(vllm:time_per_output_token_seconds_count[{window}]))"
+        f"({rate(V.ITL + '_sum')} or {rate(V.ITL_OLD + '_sum')})"
+        f" / ({rate(V.ITL + '_count')} or {rate(V.ITL_OLD + '_count')})"
     )
-    q_batch = "avg(vllm:num_requests_running)"
-    q_ctx = (
-        f"(sum(rate(vllm:prompt_tokens_total[{window}]))"
-        f" + 0.5 * sum(rate(vllm:generation_tokens_total[{window}])))"
-        f" / sum(rate(vllm:request_success_total[{window}]))"
-    )
-    itl = query_range_values(url, q_itl, start_s, end_s, step_s)
-    batch = query_range_values(url, q_batch, start_s, end_s, step_s)
-    ctx = query_range_values(url, q_ctx, start_s, end_s, step_s)
+    # Per replica: the batch averaged over the window like the rates, arrivals per replica.
+    q_batch = f"avg(avg_over_time({V.RUNNING}{sel}[{window}]))"
+    q_ctx = f"({rate(V.PROMPT_TOKENS)} + 0.5 * {rate(V.GENERATION_TOKENS)}) / {rate(V.E2E + '_count')}"
+    q_rate = f"{rate(V.E2E + '_count')} / count({V.RUNNING}{sel})"
+    q_prompt = f"{rate(V.PROMPT_TOKENS)} / {rate(V.E2E + '_count')}"
+    series = [
+        query_range_values(url, q, start_s, end_s, step_s) for q in (q_itl, q_batch, q_ctx, q_rate, q_prompt)
+    ]
     targets = []
-    for t in sorted(set(itl) & set(batch) & set(ctx)):
-        y, b, c = itl[t], batch[t], ctx[t]
-        if not (math.isfinite(y) and y > 0 and math.isfinite(b) and b >= 1 and math.isfinite(c) and c > 0):
+    for t in sorted(set.intersection(*(set(x) for x in series))):
+        y, b, c, lam, p = (x[t] for x in series)
+        if not all(math.isfinite(v) for v in (y, b, c, lam, p)) or y <= 0 or b < 1 or c <= 0:
             continue
         targets.append(
             Target(
-                f"t={t:.0f} batch {b:.1f} ctx {c:.0f}",
+                f"t={t:.0f} batch {b:.1f} ctx {c:.0f} {lam:.2f} req/s",
                 m,
                 g,
                 tp,
                 y,
-                _decode_step_at(b, c),
+                _itl_at(b, c, lam, p),
                 kind="decode",
             )
         )
     if not targets:
-        raise ConfigError(f"{url}: no step in the range had requests running with finite ITL and context")
+        raise ConfigError(
+            f"{url}: no step in {start_s:.0f}..{end_s:.0f} had requests running with a finite "
+            "inter-token latency and context (is the fleet serving, and scraped?)"
+        )
     return targets
 
 
