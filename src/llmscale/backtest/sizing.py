@@ -50,6 +50,7 @@ def _attainment(
     keep = (arrivals >= _WARM_S) & admitted
     if not keep.any():
         keep = admitted
+    # Every request rejected: nothing reached the replica, so no rate is too much for it.
     return float(met[keep].mean()) if keep.any() else 1.0
 
 
