@@ -148,6 +148,25 @@ def _engine_settings(
     return out
 
 
+def _context_warning(w: Any, settings: Any, err: Any) -> Any:
+    """Warn about requests longer than the model's context; return those a replica admits (for sizing).
+
+    The backtest still replays every request (the long ones are rejected, as vLLM rejects
+    them); only the defaults sized from the workload leave them out, so nobody is asked to
+    pay replicas for requests no replica serves.
+    """
+    from llmscale.backtest.context_check import check_context, within_context
+    from llmscale.report.context import context_warning
+
+    check = check_context(w, settings.model, settings.gpu, settings.tp, settings.sim, settings.calibration)
+    message = context_warning(check.as_json())
+    if message is not None:
+        from rich.text import Text
+
+        err.print(Text("warning: ", style="bold yellow") + Text(message))
+    return within_context(w, check)
+
+
 BACKTEST_HELP = (
     "Replay a workload on a simulated fleet under each policy; print the comparison and write a report.\n\n"
     "With no arguments: the embedded `default` workload (an hour shaped from the Azure conversation "
@@ -290,21 +309,23 @@ def backtest(
         calibration=None if calibration is None else str(calibration),
     ).with_cold_start()
 
-    # Size the defaults from what one replica sustains on this workload's lengths.
+    # Size the defaults from what one replica sustains on this workload's lengths, counting
+    # only the requests a replica admits (`sized`; the replay itself keeps every request).
+    sized = _context_warning(w, base, err)
     need_auto = replicas is None or max_replicas is None or initial_replicas is None
-    summary = w.summary()
+    summary = sized.summary()
     if need_auto:
         # Only the probe's performance model is needed: a fleet built for the whole workload
         # (~15 MB of per-request arrays) must not outlive this, or every worker process and
         # every oracle trial forked later carries a copy of its pages.
-        perf = build_fleet(w, base, 0).perf
+        perf = build_fleet(sized, base, 0).perf
         with err.status("Measuring one replica's capacity on this workload..."):
             cap = replica_capacity_rps(
-                perf, base.sim, w.input_tokens, w.output_tokens, slo_ttft_s, slo_tpot_s, seed=seed
+                perf, base.sim, sized.input_tokens, sized.output_tokens, slo_ttft_s, slo_tpot_s, seed=seed
             )
         peak_need = replicas_for_rate(float(summary["peak_1min_rps"]), cap)
-        first = w.arrival_s < min(300.0, w.duration_s + 1.0)
-        first_rate = float(first.sum()) / min(300.0, max(w.duration_s, 1.0))
+        first = sized.arrival_s < min(300.0, sized.duration_s + 1.0)
+        first_rate = float(first.sum()) / min(300.0, max(sized.duration_s, 1.0))
         err.print(
             f"[dim]one replica sustains ~{cap:.2f} req/s within the SLO on this workload; "
             f"peak minute needs ~{peak_need} replicas[/]"

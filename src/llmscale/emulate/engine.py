@@ -186,6 +186,18 @@ class Emulator:
         self._flights.clear()
 
     @property
+    def max_model_len(self) -> int:
+        """The longest request (prompt + max_tokens) a replica admits: vLLM's max_model_len as it runs.
+
+        The model's context, or less when one replica's KV cache holds less (a real vLLM would
+        not start then; it runs with --max-model-len lowered to what fits, and the simulator
+        rejects what does not fit): what ``/v1/models`` reports and a 400 names.
+        """
+        from llmscale.sim.limits import context_limit
+
+        return context_limit(self.fleet).admitted_tokens
+
+    @property
     def in_flight(self) -> int:
         return len(self._flights)
 

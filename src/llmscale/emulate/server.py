@@ -325,7 +325,7 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
         return _json_error(e)
     flight = emu.submit(p.input_tokens, p.max_tokens, ep.replica)
     if flight.outcome == Outcome.REJECTED:
-        limit = emu.fleet.max_model_len
+        limit = emu.max_model_len
         return _json_error(
             ApiError(
                 400,
@@ -387,7 +387,7 @@ async def _models(request: web.Request) -> web.Response:
     refusal = _not_ready(ep)
     if refusal is not None:
         return _json_error(refusal)
-    return web.json_response(models_object(ep.server.served_model, ep.server.emu.fleet.max_model_len))
+    return web.json_response(models_object(ep.server.served_model, ep.server.emu.max_model_len))
 
 
 async def _health(request: web.Request) -> web.Response:

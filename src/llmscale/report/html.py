@@ -46,6 +46,7 @@ from llmscale.report._common import (
     section,
     slo_text,
 )
+from llmscale.report.context import context_summary
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -729,6 +730,7 @@ _WORKLOAD_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("duration_s", "duration", _fmt_duration),
     ("mean_rps", "mean rate", lambda v: f"{fmt_float(v)} req/s"),
     ("peak_1min_rps", "peak 1-min rate", lambda v: f"{fmt_float(v)} req/s"),
+    ("context", "context", lambda v: context_summary(v) if isinstance(v, Mapping) else _fmt_any(v)),
 )
 _CONFIG_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("model", "model", str),
