@@ -46,7 +46,16 @@ Readings where the seed is ambiguous:
   adds 1. With no serving replica the gateway queue is shared over the
   replicas on the way; with no replica at all, any waiting request asks for
   one (``scale-from-zero``).
-* **"SM utilisation"** is DCGM's GPU utilisation, ``gpu_util_mean`` (%).
+* **"SM utilisation"** is ``gpu_util_mean`` (%), the mean of
+  ``DCGM_FI_DEV_GPU_UTIL``: the seed's source is "the GPU SM utilisation NVML
+  reports", and NVML's device utilisation is the share of time a kernel was
+  executing. It also makes the rule meaningful: "below 30 % with nothing
+  piling up" then says the GPUs idle most of the time, a replica to spare.
+  ``DCGM_FI_PROF_SM_ACTIVE`` would not: SMs hold warps only while they
+  compute or wait for HBM, so a decode-bound replica reads 0.46 at batch 1
+  down to 0.18 at batch 256 in the simulator (Llama-3-8B, H100), and with
+  vLLM admitting every request into the batch the "no backlog" reading holds
+  at full load too -- the rule would shrink a saturated fleet.
 * **"No new requests flowing in".** Literally zero arrivals would never let
   a fleet with any traffic shrink. Default reading (``no_new_requests:
   no-backlog``): new requests do not pile up, less than one waiting per
