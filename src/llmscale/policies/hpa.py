@@ -12,9 +12,9 @@ LLM serving is therefore over-provisioning, not starvation: a light but
 steady load spread by the router keeps every replica "busy", above the 70 %
 target, and HPA adds replicas until about 30 % of them sit idle -- or until
 max_replicas (``tests/backtest/test_hpa_gpu_util_failure.py``).
-Re-implemented from the
-algorithm in kubernetes/kubernetes ``pkg/controller/podautoscaler``
-(``replica_calculator.go``, ``horizontal.go``):
+
+Re-implemented from the algorithm in kubernetes/kubernetes
+``pkg/controller/podautoscaler`` (``replica_calculator.go``, ``horizontal.go``):
 
 - sync period 15 s; tolerance 0.1 (no change while |ratio - 1| <= 0.1);
 - ratio = mean over pods with a sample / target; Pending pods are ignored; pods
