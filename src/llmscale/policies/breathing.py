@@ -55,7 +55,11 @@ Readings where the seed is ambiguous:
   compute or wait for HBM, so a decode-bound replica reads 0.46 at batch 1
   down to 0.18 at batch 256 in the simulator (Llama-3-8B, H100), and with
   vLLM admitting every request into the batch the "no backlog" reading holds
-  at full load too -- the rule would shrink a saturated fleet.
+  at full load too -- the rule would shrink a saturated fleet. The cost of
+  the seed's choice, kept: a light load the router spreads over every replica
+  keeps each one busy, and the fleet does not shrink (on the
+  ``bandwidth-bound`` preset at 1 request/s it holds its initial 2 replicas
+  where one serves the SLO).
 * **"No new requests flowing in".** Literally zero arrivals would never let
   a fleet with any traffic shrink. Default reading (``no_new_requests:
   no-backlog``): new requests do not pile up, less than one waiting per

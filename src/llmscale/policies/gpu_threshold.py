@@ -25,10 +25,16 @@ GPU_UTIL (the time a kernel was executing) reads ~100 % on any replica with a
 request in flight. On GPU_UTIL the rule would say "scale out whenever a pod
 serves anything" and drive every loaded fleet to its maximum; on SM activity
 and memory traffic it says what the seed means, "compute or bandwidth past
-35 %". The memory term is ``DCGM_FI_DEV_MEM_COPY_UTIL`` as the seed says (the
-memory interface's busy time). Per pod the composite is the larger of the
-two (either alone when a pod reports only one: without DCGM's profiling
-fields, which dcgm-exporter's default counters leave out, memory alone), as
+35 %". Even so it does not measure load on a decode-bound replica: the SMs
+hold warps while each step streams the weights, 46 % of a batch-1 step in
+the simulator (Llama-3-8B, H100), so a replica serving a single request is
+already past 35 % (on the ``bandwidth-bound`` preset at 1 request/s, which
+one replica serves within the SLO, ``gpu-mem-copy`` climbs to
+max_replicas, 12). The seed's threshold is kept. The memory term is
+``DCGM_FI_DEV_MEM_COPY_UTIL`` as the seed says (the memory interface's busy
+time). Per pod the composite is the larger of the two (either alone when a
+pod reports only one: without DCGM's profiling fields, which dcgm-exporter's
+default counters leave out, memory alone), as
 :func:`llmscale.signals.gpu.seed_composite_util` and ``gpu_composite_util``;
 pods come from ``Signals.per_replica`` (Pending and Draining pods are not
 there; a running pod without a scrape is "missing"). Without per-pod values

@@ -43,7 +43,11 @@ Readings where the seed is ambiguous:
   the last 100 requests: ``e2e_p99_s`` (parameter ``p99_signal``; an
   interactive service may prefer ``ttft_p99_s``: LLM answers of a few hundred
   tokens take longer than 2 s end to end even on an idle fleet, which keeps
-  rule 3 from ever firing on ``e2e_p99_s``). An empty window reads 0 in the
+  rule 3 from ever firing on ``e2e_p99_s``; and answers longer than 5 s end to
+  end fire rule 2 on any fleet with requests in flight, since GPU utilisation
+  then reads above 85 %: on the ``bandwidth-bound`` preset at 1 request/s
+  (900-token answers, ~12 s each), which one replica serves within the SLO,
+  ``hybrid`` climbs to 10 replicas). An empty window reads 0 in the
   seed's ``calculateP99Latency``; here the P99 is undefined when no request
   finished in the signal window, read as 0 only when nothing is running or
   waiting (an idle fleet), and otherwise as unknown (``no-data-p99`` when no
