@@ -26,7 +26,7 @@ from llmscale.perf import get_perf_model
 from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
 
 MODEL = "meta-llama/Meta-Llama-3-8B"
-TIME_SCALE = 2.0  # simulated seconds per wall second: a 400-token answer streams in ~2.5 s
+TIME_SCALE = 2.0  # simulated seconds per wall second: a 400-token answer streams in ~1.6 s
 PROMPT_TOKENS = 2000
 FIRST_SCRAPE_AT, LAST_SCRAPE_AT, MAX_TOKENS = 20, 320, 400
 DRAIN_TIMEOUT_S = 30.0
@@ -104,7 +104,7 @@ def test_idle_then_streaming_replica_reads_like_the_simulator(emulate: EmulatePr
     # the same decode step, offline, at the window's middle context
     expect = predicted(PROMPT_TOKENS + (FIRST_SCRAPE_AT + LAST_SCRAPE_AT) // 2)
     for name, value in expect.items():
-        # the window's edges cut at most a 12.5 ms step of a ~3.8 s simulated window each
+        # the window's edges cut at most an 8 ms step of a ~2.4 s simulated window each
         assert busy[name] == pytest.approx(value, rel=0.05), name
-    # what the replica did: streamed weights, little math
-    assert busy[DCGM.TENSOR_ACTIVE] < 0.01 < busy[DCGM.SM_ACTIVE] < 0.5
+    # what the replica did: streamed weights (SMs waiting on HBM), little math, while "busy"
+    assert busy[DCGM.TENSOR_ACTIVE] < 0.01 < busy[DCGM.SM_ACTIVE] < busy[DCGM.GPU_UTIL] / 100.0

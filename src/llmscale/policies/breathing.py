@@ -51,11 +51,13 @@ Readings where the seed is ambiguous:
   reports", and NVML's device utilisation is the share of time a kernel was
   executing. It also makes the rule meaningful: "below 30 % with nothing
   piling up" then says the GPUs idle most of the time, a replica to spare.
-  ``DCGM_FI_PROF_SM_ACTIVE`` would not: SMs hold warps only while they
-  compute or wait for HBM, so a decode-bound replica reads 0.46 at batch 1
-  down to 0.18 at batch 256 in the simulator (Llama-3-8B, H100), and with
-  vLLM admitting every request into the batch the "no backlog" reading holds
-  at full load too -- the rule would shrink a saturated fleet. The cost of
+  ``DCGM_FI_PROF_SM_ACTIVE`` would tie it to the engine instead: SMs hold
+  warps only while they compute or wait for HBM, so a loaded decode-bound
+  replica reads what its host time leaves -- 0.39 at batch 256 in the
+  simulator with the committed coefficients (Llama-3-8B, H100, CUDA-graph
+  decode), 0.18 with the previous eager-engine fit. There "below 30 %" held
+  at full load, and with vLLM admitting every request into the batch so did
+  "no backlog": the rule would have shrunk a saturated fleet. The cost of
   the seed's choice, kept: a light load the router spreads over every replica
   keeps each one busy, and the fleet does not shrink (on the
   ``bandwidth-bound`` preset at 1 request/s it holds its initial 2 replicas

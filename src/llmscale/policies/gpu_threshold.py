@@ -26,7 +26,7 @@ request in flight. On GPU_UTIL the rule would say "scale out whenever a pod
 serves anything" and drive every loaded fleet to its maximum; on SM activity
 and memory traffic it says what the seed means, "compute or bandwidth past
 35 %". Even so it does not measure load on a decode-bound replica: the SMs
-hold warps while each step streams the weights, 46 % of a batch-1 step in
+hold warps while each step streams the weights, 64 % of a batch-1 step in
 the simulator (Llama-3-8B, H100), so a replica serving a single request is
 already past 35 % (on the ``bandwidth-bound`` preset at 1 request/s, which
 one replica serves within the SLO, ``gpu-mem-copy`` climbs to

@@ -34,11 +34,12 @@ Readings where the seed is ambiguous:
   cold start or a client; queue over 20 on GPUs busy 95 % of the time is a
   backlog the fleet cannot absorb; under 30 % the GPUs sit idle most of the
   time, spare capacity to shed. SM activity (``sm_active_mean``) would break
-  them: a decode-bound replica reads 0.46 at batch 1 down to 0.18 at batch
-  256 in the simulator (Llama-3-8B, H100), so "above 85 %" would never fire
-  and "below 30 %" would fire at full load. The cost of the seed's choice, kept: a light load that the
-  router spreads over every replica keeps each one "busy" and the fleet does
-  not shrink below the replicas that have a request.
+  the scale-up rules: a decode-bound replica reads 0.64 at batch 1 down to
+  0.39 at batch 256 in the simulator (Llama-3-8B, H100), a prefill-bound one
+  0.74-0.81, so "above 85 %" and "above 95 %" would never fire. The cost of
+  the seed's choice, kept: a light load that the router spreads over every
+  replica keeps each one "busy" and the fleet does not shrink below the
+  replicas that have a request.
 * **Which P99.** The seed's P99 is request latency over a sliding window of
   the last 100 requests: ``e2e_p99_s`` (parameter ``p99_signal``; an
   interactive service may prefer ``ttft_p99_s``: LLM answers of a few hundred
@@ -47,7 +48,7 @@ Readings where the seed is ambiguous:
   end fire rule 2 on any fleet with requests in flight, since GPU utilisation
   then reads above 85 %: on the ``bandwidth-bound`` preset at 1 request/s
   (900-token answers, ~12 s each), which one replica serves within the SLO,
-  ``hybrid`` climbs to 10 replicas). An empty window reads 0 in the
+  ``hybrid`` climbs to 9 replicas). An empty window reads 0 in the
   seed's ``calculateP99Latency``; here the P99 is undefined when no request
   finished in the signal window, read as 0 only when nothing is running or
   waiting (an idle fleet), and otherwise as unknown (``no-data-p99`` when no

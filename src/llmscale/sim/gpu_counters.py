@@ -18,29 +18,31 @@ Each counter below quotes the definition it implements (DCGM's field
 comments in ``dcgmlib/dcgm_fields.h``, dcgm-exporter's help strings in
 ``etc/default-counters.csv`` and ``etc/dcp-metrics-included.csv``, NVML's
 ``nvmlUtilization_t``) and argues its formula. Worked on Llama-3-8B on one
-H100 with the committed coefficients (``PerfModel.step``), every reading
-taken over a period in which the replica iterates back to back:
+H100 with the coefficients committed at 7728e30 (``PerfModel.step``, context
+1,000 tokens a sequence), every reading taken over a period in which the
+replica iterates back to back:
 
-===========================  ===========  ===========  ================
+===========================  ===========  ============  =============
                              decode, b=1  decode, b=64  prefill 2,048
-===========================  ===========  ===========  ================
-step duration                12.5 ms      35.3 ms       76.0 ms
+===========================  ===========  ============  =============
+step duration                7.9 ms       16.2 ms       60.8 ms
 ``DCGM_FI_DEV_GPU_UTIL``     100 %        100 %         100 %
-``DCGM_FI_PROF_SM_ACTIVE``   0.46         0.25          0.69
-``..._PIPE_TENSOR_ACTIVE``   0.001        0.028         0.40
-``DCGM_FI_PROF_DRAM_ACTIVE`` 0.36         0.20          0.10
-===========================  ===========  ===========  ================
+``DCGM_FI_PROF_SM_ACTIVE``   0.64         0.49          0.81
+``..._PIPE_TENSOR_ACTIVE``   0.002        0.062         0.49
+``DCGM_FI_PROF_DRAM_ACTIVE`` 0.57         0.44          0.13
+===========================  ===========  ============  =============
 
 GPU_UTIL says "work in flight", nothing more: it cannot tell a replica
 decoding one sequence from one at its batch limit. The tensor pipe tracks the
 useful math (prefill is compute; decode streams weights and KV and does
 little math). SM_ACTIVE sits between: it counts the SMs waiting on HBM as
 active, as DCGM does, so a decode step reads the time its weights take to
-stream, whatever the batch.
+stream, whatever the batch, and falls as the batch grows (each sequence adds
+host time, not HBM time).
 
 Limits, from what the replica accumulates: the host time inside an iteration
-(scheduling, sampling, launch stalls: ``StepCost.overhead_s``, 38 % of a
-batch-1 decode step above, 69 % at batch 64) is not accumulated by the
+(scheduling, sampling, launch stalls: ``StepCost.overhead_s``, 11 % of a
+batch-1 decode step above, 36 % at batch 64) is not accumulated by the
 replica, so ``GR_ENGINE_ACTIVE`` reads it as active; it is an upper bound.
 ``SM_ACTIVE`` takes the larger of the math time and the HBM time of the
 period, a lower bound on their per-step maximum summed over steps (equal when
@@ -96,11 +98,11 @@ class GpuCounterSpec:
 
     #: dense BF16 tensor-core peak, FLOP/s (H100 SXM: 989e12)
     peak_flops_s: float
-    #: the FLOP rate a serving step sustains, FLOP/s: ``busy_s`` = FLOPs / this (H100: 567e12)
+    #: the FLOP rate a serving step sustains, FLOP/s: ``busy_s`` = FLOPs / this (H100: 605e12)
     step_flops_s: float
     #: peak HBM bandwidth, bytes/s (H100 SXM: 3.35e12)
     hbm_bytes_s: float
-    #: fraction of peak HBM bandwidth a weight-streaming kernel sustains (fitted; H100: 0.79)
+    #: fraction of peak HBM bandwidth a weight-streaming kernel sustains (fitted; H100: 0.89)
     stream_bw_eff: float
 
     def __post_init__(self) -> None:
@@ -151,10 +153,10 @@ def gpu_counters(
     ``active_s``, ``busy_s`` and ``dram_bytes`` (per GPU; see the module docstring).
 
     An empty period (``period_s <= 0``) or an idle one reads 0 everywhere.
-    Worked, a batch-1 Llama-3-8B decode step on an H100 (12.48 ms, 0.027 ms of
-    math at 567 TFLOP/s, 15.1 GB): GPU_UTIL 100 %; tensor 0.027 x 567 / 989 /
-    12.48 = 0.001; DRAM 15.1e9 / 3.35e12 / 12.48 ms = 0.36; SM active
-    max(0.002, 0.36 / 0.79) = 0.46; occupancy 0.46 x 12 / 64 = 0.086.
+    Worked, a batch-1 Llama-3-8B decode step on an H100 (7.93 ms, 0.026 ms of
+    math at 605 TFLOP/s, 15.1 GB): GPU_UTIL 100 %; tensor 0.026 x 605 / 989 /
+    7.93 = 0.002; DRAM 15.1e9 / 3.35e12 / 7.93 ms = 0.57; SM active
+    max(0.003, 0.57 / 0.89) = 0.64; occupancy 0.64 x 12 / 64 = 0.12.
     """
     if not period_s > 0.0:
         return _IDLE
@@ -184,7 +186,7 @@ def gpu_counters(
     # assigned (computed from the number of cycles and elapsed cycles)", averaged over
     # SMs. A warp waiting on a load is assigned, so the SMs are active while they do the
     # step's math at the sustained rate (busy_s: its tensor pipes idle for the operand
-    # loads, epilogues and syncs in between, 1 - 567/989 = 43 % of it on an H100) and
+    # loads, epilogues and syncs in between, 1 - 605/989 = 39 % of it on an H100) and
     # while they wait for HBM to stream at the rate a streaming kernel reaches
     # (dram / stream_bw_eff). In a kernel the two overlap (roofline): the larger counts.
     # Host time runs no kernel and counts for neither; an SM is never active without the
