@@ -53,7 +53,7 @@ Readings where the seed is ambiguous:
   piling up" then says the GPUs idle most of the time, a replica to spare.
   ``DCGM_FI_PROF_SM_ACTIVE`` would tie it to the engine instead: SMs hold
   warps only while they compute or wait for HBM, so a loaded decode-bound
-  replica reads what its host time leaves -- 0.39 at batch 256 in the
+  replica reads what its host time leaves -- 0.49 at batch 256 in the
   simulator with the committed coefficients (Llama-3-8B, H100, CUDA-graph
   decode), 0.18 with the previous eager-engine fit. There "below 30 %" held
   at full load, and with vLLM admitting every request into the batch so did

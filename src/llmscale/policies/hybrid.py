@@ -35,8 +35,8 @@ Readings where the seed is ambiguous:
   backlog the fleet cannot absorb; under 30 % the GPUs sit idle most of the
   time, spare capacity to shed. SM activity (``sm_active_mean``) would break
   the scale-up rules: a decode-bound replica reads 0.64 at batch 1 down to
-  0.39 at batch 256 in the simulator (Llama-3-8B, H100), a prefill-bound one
-  0.74-0.81, so "above 85 %" and "above 95 %" would never fire. The cost of
+  0.49 at batch 256 in the simulator (Llama-3-8B, H100), a prefill-bound one
+  0.74-0.80, so "above 85 %" and "above 95 %" would never fire. The cost of
   the seed's choice, kept: a light load that the router spreads over every
   replica keeps each one "busy" and the fleet does not shrink below the
   replicas that have a request.

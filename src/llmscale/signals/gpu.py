@@ -11,8 +11,8 @@ the simulator produces them, :mod:`llmscale.sim.gpu_counters`):
   working, so utilisation looks normal").
 * ``sm_active_mean``: ``DCGM_FI_PROF_SM_ACTIVE``, the ratio of cycles an SM
   holds a warp (waiting on HBM counts): what the SMs are doing (simulated
-  Llama-3-8B on an H100: 0.64 decoding a batch of 1 down to 0.39 at 256,
-  0.74-0.81 on a prefill-bound replica).
+  Llama-3-8B on an H100: 0.64 decoding a batch of 1 down to 0.49 at 256,
+  0.74-0.80 on a prefill-bound replica).
 * ``gpu_composite_util`` (seed 000 chapter 1): ``max(SM_ACTIVE x 100,
   MEM_COPY_UTIL)`` per replica, then the mean. The seed names
   ``DCGM_FI_DEV_GPU_UTIL`` but describes it as "the share of active cycles of

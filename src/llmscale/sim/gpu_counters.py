@@ -18,18 +18,18 @@ Each counter below quotes the definition it implements (DCGM's field
 comments in ``dcgmlib/dcgm_fields.h``, dcgm-exporter's help strings in
 ``etc/default-counters.csv`` and ``etc/dcp-metrics-included.csv``, NVML's
 ``nvmlUtilization_t``) and argues its formula. Worked on Llama-3-8B on one
-H100 with the coefficients committed at 7728e30 (``PerfModel.step``, context
+H100 with the coefficients committed at 8827116 (``PerfModel.step``, context
 1,000 tokens a sequence), every reading taken over a period in which the
 replica iterates back to back:
 
 ===========================  ===========  ============  =============
                              decode, b=1  decode, b=64  prefill 2,048
 ===========================  ===========  ============  =============
-step duration                7.9 ms       16.2 ms       60.8 ms
+step duration                7.9 ms       17.1 ms       60.9 ms
 ``DCGM_FI_DEV_GPU_UTIL``     100 %        100 %         100 %
-``DCGM_FI_PROF_SM_ACTIVE``   0.64         0.49          0.81
-``..._PIPE_TENSOR_ACTIVE``   0.002        0.062         0.49
-``DCGM_FI_PROF_DRAM_ACTIVE`` 0.57         0.44          0.13
+``DCGM_FI_PROF_SM_ACTIVE``   0.64         0.55          0.80
+``..._PIPE_TENSOR_ACTIVE``   0.002        0.059         0.49
+``DCGM_FI_PROF_DRAM_ACTIVE`` 0.57         0.49          0.13
 ===========================  ===========  ============  =============
 
 GPU_UTIL says "work in flight", nothing more: it cannot tell a replica
@@ -41,8 +41,8 @@ stream, whatever the batch, and falls as the batch grows (each sequence adds
 host time, not HBM time).
 
 Limits, from what the replica accumulates: the host time inside an iteration
-(scheduling, sampling, launch stalls: ``StepCost.overhead_s``, 11 % of a
-batch-1 decode step above, 36 % at batch 64) is not accumulated by the
+(scheduling, sampling, launch stalls: ``StepCost.overhead_s``, 14 % of a
+batch-1 decode step above, 31 % at batch 64) is not accumulated by the
 replica, so ``GR_ENGINE_ACTIVE`` reads it as active; it is an upper bound.
 ``SM_ACTIVE`` takes the larger of the math time and the HBM time of the
 period, a lower bound on their per-step maximum summed over steps (equal when
@@ -98,7 +98,7 @@ class GpuCounterSpec:
 
     #: dense BF16 tensor-core peak, FLOP/s (H100 SXM: 989e12)
     peak_flops_s: float
-    #: the FLOP rate a serving step sustains, FLOP/s: ``busy_s`` = FLOPs / this (H100: 605e12)
+    #: the FLOP rate a serving step sustains, FLOP/s: ``busy_s`` = FLOPs / this (H100: 606e12)
     step_flops_s: float
     #: peak HBM bandwidth, bytes/s (H100 SXM: 3.35e12)
     hbm_bytes_s: float
@@ -153,9 +153,9 @@ def gpu_counters(
     ``active_s``, ``busy_s`` and ``dram_bytes`` (per GPU; see the module docstring).
 
     An empty period (``period_s <= 0``) or an idle one reads 0 everywhere.
-    Worked, a batch-1 Llama-3-8B decode step on an H100 (7.93 ms, 0.026 ms of
-    math at 605 TFLOP/s, 15.1 GB): GPU_UTIL 100 %; tensor 0.026 x 605 / 989 /
-    7.93 = 0.002; DRAM 15.1e9 / 3.35e12 / 7.93 ms = 0.57; SM active
+    Worked, a batch-1 Llama-3-8B decode step on an H100 (7.91 ms, 0.026 ms of
+    math at 606 TFLOP/s, 15.2 GB): GPU_UTIL 100 %; tensor 0.026 x 606 / 989 /
+    7.91 = 0.002; DRAM 15.2e9 / 3.35e12 / 7.91 ms = 0.57; SM active
     max(0.003, 0.57 / 0.89) = 0.64; occupancy 0.64 x 12 / 64 = 0.12.
     """
     if not period_s > 0.0:
@@ -186,7 +186,7 @@ def gpu_counters(
     # assigned (computed from the number of cycles and elapsed cycles)", averaged over
     # SMs. A warp waiting on a load is assigned, so the SMs are active while they do the
     # step's math at the sustained rate (busy_s: its tensor pipes idle for the operand
-    # loads, epilogues and syncs in between, 1 - 605/989 = 39 % of it on an H100) and
+    # loads, epilogues and syncs in between, 1 - 606/989 = 39 % of it on an H100) and
     # while they wait for HBM to stream at the rate a streaming kernel reaches
     # (dram / stream_bw_eff). In a kernel the two overlap (roofline): the larger counts.
     # Host time runs no kernel and counts for neither; an SM is never active without the
