@@ -1,10 +1,12 @@
 """One emulated replica's ``/metrics`` page: vLLM's names and buckets plus the DCGM exporter's fields.
 
 The numbers are the ones the backtest reads: :class:`SimMetricSource` computes
-them for a fleet, so each replica gets its own source over a one-replica view
-of the fleet. That keeps a scrape O(1) in the fleet size and gives every
-replica its own averaging window for the DCGM utilisation gauges (the time
-since that replica's previous scrape, as a sampling exporter would).
+them for a fleet (the DCGM fields with :mod:`llmscale.sim.gpu_counters`, so
+emulated and simulated counters agree by construction), and each replica gets
+its own source over a one-replica view of the fleet. That keeps a scrape O(1)
+in the fleet size and gives every replica its own averaging window for the
+DCGM utilisation gauges (the time since that replica's previous scrape, as a
+sampling exporter would).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from prometheus_client.registry import Collector
 from llmscale.metrics.names import VllmMetric as V
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet
+from llmscale.sim.gpu_counters import DCGM_HELP
 from llmscale.sim.replica import Replica
 from llmscale.types import ReplicaView
 
@@ -43,6 +46,7 @@ _HELP = {
     V.ITL_OLD: "Histogram of time per output token in seconds (pre-0.11 name).",
     V.TPOT: "Histogram of the per-request mean time per output token in seconds.",
     V.QUEUE_TIME: "Histogram of time spent waiting in the queue in seconds.",
+    **DCGM_HELP,  # dcgm-exporter's help strings, next to the formulas that produce the values
 }
 
 

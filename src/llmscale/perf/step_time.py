@@ -71,7 +71,8 @@ class StepCost(NamedTuple):
     duration_s: float
     #: Time the SMs spend on useful math: FLOPs / the FLOP rate large GEMMs sustain
     #: in a serving run (peak x GEMM efficiency x serving scale / TP sync), s.
-    #: ``sm_busy_s / duration_s`` is what llmscale reports as GPU utilisation.
+    #: The DCGM counters are derived from it (:mod:`llmscale.sim.gpu_counters`): FLOPs =
+    #: ``sm_busy_s`` x the step's FLOP rate, for the tensor pipe and SM activity.
     sm_busy_s: float
     #: Bytes moved to/from HBM per GPU: weights + KV reads/writes + activations.
     dram_bytes: float
