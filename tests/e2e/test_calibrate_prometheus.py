@@ -44,7 +44,8 @@ def test_calibrate_reads_a_live_fleet_through_prometheus(workdir, procs, prometh
         "loadgen",
         [
             *llmscale_command(), "loadgen", "--target", front, "--workload", "default",
-            "--rate-scale", "0.06", "--max-duration-s", "45", "--max-requests", "400", "--request-timeout-s", "60", "--seed", "3",
+            "--rate-scale", "0.06", "--max-duration-s", "45", "--max-requests", "400",
+            "--request-timeout-s", "60", "--seed", "3",
         ],
         workdir,
     )  # fmt: skip
