@@ -8,9 +8,11 @@ Usage::
 CALIBRATION_DIR defaults to ``<repo>/../shared/data/calibration``. Writes
 ``src/llmscale/perf/coefficients.json`` (derived coefficients only; no data is
 copied) with the data sources (and their SHA-256), the fit / held-out split,
-the held-out errors and the sanity anchors. Deterministic: the same data give
-byte-identical output. ``--check`` fits and compares with the committed file
-instead of writing (exit 1 if they differ).
+the held-out errors, the sanity anchors and the numpy / scipy versions it ran
+with. Deterministic: the same data and library versions give byte-identical
+output; other versions move the staged optimum by far less than the rounding
+tests/perf/test_perf_fidelity.py allows. ``--check`` fits and compares with the
+committed file instead of writing (exit 1 if they differ).
 
 See :mod:`llmscale.perf.calibration` for the points and :mod:`llmscale.perf.fit`
 for the model and the optimiser set-up.
@@ -45,6 +47,8 @@ SOURCES = {
         "microsoft/sarathi-serve osdi-experiments/figure-9 (Apache-2.0)"
     ),
     "sarathi/table-2_results.csv": "microsoft/sarathi-serve osdi-experiments/table-2 (Apache-2.0)",
+    "argonne/e2e_batch_latency.csv": "argonne-lcf/LLM-Inference-Bench, NVIDIA rows (BSD-3-Clause)",
+    "argonne/ttft_batch16_in1024.csv": "argonne-lcf/LLM-Inference-Bench, NVIDIA rows (BSD-3-Clause)",
 }
 
 

@@ -119,6 +119,54 @@ def _load_workload(
     return w
 
 
+def _engine_settings(
+    calibration: Path | None,
+    max_num_seqs: int | None,
+    max_num_batched_tokens: int | None,
+    chunked_prefill: bool | None,
+) -> dict[str, Any]:
+    """Engine scheduler settings: the options given, else the profile's engine, else vLLM V1's defaults."""
+    from llmscale.perf.closed_batch import EngineSettings
+
+    recorded: dict[str, Any] = {}
+    if calibration is not None:
+        from llmscale.perf.profile import load_profile
+
+        recorded = dict(load_profile(calibration).engine)
+    default = EngineSettings()
+    out = {
+        "max_num_seqs": max_num_seqs or int(recorded.get("max_num_seqs", default.max_num_seqs)),
+        "max_num_batched_tokens": max_num_batched_tokens
+        or int(recorded.get("max_num_batched_tokens", default.max_num_batched_tokens)),
+        "chunked_prefill": bool(recorded.get("chunked_prefill", default.chunked_prefill))
+        if chunked_prefill is None
+        else chunked_prefill,
+    }
+    for name in ("max_num_seqs", "max_num_batched_tokens"):
+        if out[name] < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} = {out[name]}, must be >= 1")
+    return out
+
+
+def _context_warning(w: Any, settings: Any, err: Any) -> Any:
+    """Warn about requests longer than the model's context; return those a replica admits (for sizing).
+
+    The backtest still replays every request (the long ones are rejected, as vLLM rejects
+    them); only the defaults sized from the workload leave them out, so nobody is asked to
+    pay replicas for requests no replica serves.
+    """
+    from llmscale.backtest.context_check import check_context, within_context
+    from llmscale.report.context import context_warning
+
+    check = check_context(w, settings.model, settings.gpu, settings.tp, settings.sim, settings.calibration)
+    message = context_warning(check.as_json())
+    if message is not None:
+        from rich.text import Text
+
+        err.print(Text("warning: ", style="bold yellow") + Text(message))
+    return within_context(w, check)
+
+
 BACKTEST_HELP = (
     "Replay a workload on a simulated fleet under each policy; print the comparison and write a report.\n\n"
     "With no arguments: the embedded `default` workload (an hour shaped from the Azure conversation "
@@ -206,6 +254,25 @@ def backtest(
     jobs: Annotated[
         int, typer.Option(help="Policies simulated in parallel processes (default: CPU count).")
     ] = 0,
+    calibration: Annotated[
+        Path | None,
+        typer.Option(
+            help="Calibration profile from `llmscale calibrate`: the step-time model of your engine."
+        ),
+    ] = None,
+    max_num_seqs: Annotated[
+        int | None, typer.Option(help="Engine: most sequences in one batch (vLLM's; default 256).")
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option(help="Engine: token budget of one iteration (default 8192).")
+    ] = None,
+    chunked_prefill: Annotated[
+        bool | None,
+        typer.Option(
+            "--chunked-prefill/--no-chunked-prefill",
+            help="Engine: split prompts into chunks that share iterations with decodes (vLLM V1: on).",
+        ),
+    ] = None,
 ) -> None:
     # Help text: BACKTEST_HELP (typer keeps a docstring's line breaks).
     from dataclasses import replace
@@ -226,7 +293,8 @@ def backtest(
     params = _load_policy_config(policy_config)
     w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale)
 
-    sim = SimConfig(timeout_s=timeout_s, grace_s=grace_s, seed=seed, router=router)
+    engine = _engine_settings(calibration, max_num_seqs, max_num_batched_tokens, chunked_prefill)
+    sim = SimConfig(timeout_s=timeout_s, grace_s=grace_s, seed=seed, router=router, **engine)
     base = BacktestSettings(
         model=model,
         gpu=gpu,
@@ -238,23 +306,26 @@ def backtest(
         slo_tpot_s=slo_tpot_s,
         seed=seed,
         sim=sim,
+        calibration=None if calibration is None else str(calibration),
     ).with_cold_start()
 
-    # Size the defaults from what one replica sustains on this workload's lengths.
+    # Size the defaults from what one replica sustains on this workload's lengths, counting
+    # only the requests a replica admits (`sized`; the replay itself keeps every request).
+    sized = _context_warning(w, base, err)
     need_auto = replicas is None or max_replicas is None or initial_replicas is None
-    summary = w.summary()
+    summary = sized.summary()
     if need_auto:
         # Only the probe's performance model is needed: a fleet built for the whole workload
         # (~15 MB of per-request arrays) must not outlive this, or every worker process and
         # every oracle trial forked later carries a copy of its pages.
-        perf = build_fleet(w, base, 0).perf
+        perf = build_fleet(sized, base, 0).perf
         with err.status("Measuring one replica's capacity on this workload..."):
             cap = replica_capacity_rps(
-                perf, base.sim, w.input_tokens, w.output_tokens, slo_ttft_s, slo_tpot_s, seed=seed
+                perf, base.sim, sized.input_tokens, sized.output_tokens, slo_ttft_s, slo_tpot_s, seed=seed
             )
         peak_need = replicas_for_rate(float(summary["peak_1min_rps"]), cap)
-        first = w.arrival_s < min(300.0, w.duration_s + 1.0)
-        first_rate = float(first.sum()) / min(300.0, max(w.duration_s, 1.0))
+        first = sized.arrival_s < min(300.0, sized.duration_s + 1.0)
+        first_rate = float(first.sum()) / min(300.0, max(sized.duration_s, 1.0))
         err.print(
             f"[dim]one replica sustains ~{cap:.2f} req/s within the SLO on this workload; "
             f"peak minute needs ~{peak_need} replicas[/]"
@@ -475,6 +546,22 @@ def emulate_cmd(
     ] = None,
     max_seconds: Annotated[float | None, typer.Option(help="Stop after this many wall seconds.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the simulator.")] = 0,
+    calibration: Annotated[
+        Path | None,
+        typer.Option(
+            help="Calibration profile from `llmscale calibrate`: the step-time model of your engine."
+        ),
+    ] = None,
+    max_num_seqs: Annotated[
+        int | None, typer.Option(help="Engine: most sequences in one batch (default 256).")
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option(help="Engine: token budget of one iteration (default 8192).")
+    ] = None,
+    chunked_prefill: Annotated[
+        bool | None,
+        typer.Option("--chunked-prefill/--no-chunked-prefill", help="Engine: chunked prefill (default on)."),
+    ] = None,
     tokenizer: Annotated[
         str | None,
         typer.Option(
@@ -521,6 +608,8 @@ def emulate_cmd(
         default_max_tokens=default_max_tokens,
         served_model_name=served_model_name,
         seed=seed,
+        calibration=None if calibration is None else str(calibration),
+        **_engine_settings(calibration, max_num_seqs, max_num_batched_tokens, chunked_prefill),
         tokenizer=tokenizer,
         admin_api=admin_api,
         admin_token=admin_token(admin_token_file, what="--admin-token-file") if admin_api else None,
@@ -610,6 +699,141 @@ def loadgen_cmd(
     if result.records and result.ok == 0:
         first = next((r.error for r in result.records if r.error), "")
         raise LlmscaleError(f"no request succeeded out of {len(result.records)}; first error: {first}")
+
+
+CALIBRATE_HELP = (
+    "Fit a calibration profile of the step-time model to your engine's own measurements and print "
+    "the error at every point.\n\n"
+    "FILE is a closed-batch CSV (model,gpu,tp,input_tokens,output_tokens,batch_size,latency_s[,ttft_s], "
+    "what `vllm bench latency` measures; the Argonne benchmark's columns work too) or the JSON of "
+    "`vllm bench serve --save-result`; or give --prometheus URL --start --end to read a live fleet's "
+    "inter-token latency against its running batch. Four factors scale the committed model "
+    "(bandwidth, compute, host overheads, TP communication); use the profile with "
+    "`backtest --calibration`, `emulate --calibration` or `target.calibration` in `run`'s config."
+)
+
+
+@app.command("calibrate", help=CALIBRATE_HELP)
+def calibrate_cmd(
+    files: Annotated[
+        list[Path] | None, typer.Argument(help="Closed-batch CSV or vllm bench serve JSON.")
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="Where to write the profile (YAML).")] = Path(
+        "profile.yaml"
+    ),
+    model: Annotated[
+        str | None, typer.Option(help="Model, where the file does not say (filters when it does).")
+    ] = None,
+    gpu: Annotated[
+        str | None, typer.Option(help="GPU, where the file does not say (filters when it does).")
+    ] = None,
+    tp: Annotated[
+        int | None, typer.Option(help="TP degree, where the file does not say (filters when it does).")
+    ] = None,
+    framework: Annotated[
+        str | None, typer.Option(help="Engine rows to use from a multi-engine file (e.g. TensorRT-LLM).")
+    ] = None,
+    engine_name: Annotated[
+        str, typer.Option(help="A name for the measured engine, kept in the profile.")
+    ] = "",
+    hold_out_lengths: Annotated[
+        str,
+        typer.Option(help="Comma-separated prompt/output lengths to check but not fit, e.g. 256,1024."),
+    ] = "",
+    max_num_seqs: Annotated[
+        int | None, typer.Option(help="The measured engine's max_num_seqs (default 256).")
+    ] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option(help="The measured engine's token budget per iteration (default 8192).")
+    ] = None,
+    chunked_prefill: Annotated[
+        bool | None,
+        typer.Option(
+            "--chunked-prefill/--no-chunked-prefill", help="Whether the measured engine chunks prompts."
+        ),
+    ] = None,
+    prometheus: Annotated[str | None, typer.Option(help="Prometheus base URL of a live fleet.")] = None,
+    start: Annotated[float | None, typer.Option(help="Range start (Unix seconds) for --prometheus.")] = None,
+    end: Annotated[float | None, typer.Option(help="Range end (Unix seconds) for --prometheus.")] = None,
+    step_s: Annotated[float, typer.Option(help="Range step (s) for --prometheus.")] = 60.0,
+    window: Annotated[
+        str, typer.Option(help="Rate window of the --prometheus queries (PromQL duration).")
+    ] = "5m",
+    prometheus_selector: Annotated[
+        str, typer.Option(help='Label matchers of the fleet\'s series for --prometheus, e.g. job="vllm".')
+    ] = "",
+) -> None:
+    from rich.table import Table
+
+    from llmscale.perf.calibrate import calibrate, read_closed_batches, read_prometheus, read_serve_result
+    from llmscale.perf.closed_batch import EngineSettings
+
+    console = _console(stderr=False)
+    try:
+        held = tuple(int(x) for x in hold_out_lengths.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--hold-out-lengths = {hold_out_lengths!r}, must be integers separated by commas"
+        ) from None
+    engine = EngineSettings(**_engine_settings(None, max_num_seqs, max_num_batched_tokens, chunked_prefill))
+    if not files and prometheus is None:
+        raise ConfigError("give one or more FILEs or --prometheus URL --start --end")
+    targets = []
+    sources = []
+    for f in files or []:
+        if f.suffix.lower() == ".json":
+            targets += read_serve_result(f, model=model, gpu=gpu, tp=tp)
+        else:
+            with _console(stderr=True).status(f"Replaying the closed batches of {f} on the simulator..."):
+                targets += read_closed_batches(
+                    f, model=model, gpu=gpu, tp=tp, framework=framework, engine=engine, hold_out_lengths=held
+                )
+        sources.append(str(f))
+    if prometheus is not None:
+        if start is None or end is None or model is None or gpu is None or tp is None:
+            raise ConfigError("--prometheus needs --start, --end, --model, --gpu and --tp")
+        targets += read_prometheus(
+            prometheus,
+            start_s=start,
+            end_s=end,
+            step_s=step_s,
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            window=window,
+            selector=prometheus_selector,
+        )
+        sources.append(prometheus)
+    profile = calibrate(
+        targets, engine=engine, engine_name=engine_name or framework or "unknown", sources=sources
+    )
+    table = Table(title=f"calibration: {len(targets)} points", show_lines=False)
+    for col in ("point", "measured s", "model s", "calibrated s", "error", "fitted"):
+        table.add_column(col, justify="left" if col == "point" else "right", overflow="fold")
+    for p in profile.points:
+        table.add_row(
+            p.label,
+            f"{p.measured_s:.4g}",
+            f"{p.uncalibrated_s:.4g}",
+            f"{p.predicted_s:.4g}",
+            f"{p.error_pct:+.1f}%",
+            "yes" if p.fitted else "held out",
+        )
+    console.print(table)
+    import statistics
+
+    fitted = [p for p in profile.points if p.fitted]
+    held_out = [p for p in profile.points if not p.fitted]
+    for title, group in (("fitted", fitted), ("held out", held_out)):
+        if group:
+            after = statistics.median(abs(p.error_pct) for p in group)
+            before = statistics.median(abs(p.uncalibrated_s / p.measured_s - 1) * 100 for p in group)
+            console.print(
+                f"{title}: median |error| {after:.1f}% (uncalibrated {before:.1f}%) over {len(group)} points"
+            )
+    console.print("factors: " + ", ".join(f"{k} {v:.3f}" for k, v in profile.factors.items()))
+    profile.save(out)
+    console.print(f"profile: {out}")
 
 
 def main() -> None:

@@ -80,6 +80,24 @@ class TargetConfig(_Section):
     #: ahead (slo, dynamo-sla) look this far. Default: the catalogue's published figure for the
     #: model and GPU (pod scheduling + image pull + weight loading + warm-up).
     cold_start_s: float | None = Field(default=None, gt=0)
+    #: a calibration profile written by ``llmscale calibrate`` for the deployed engine: the `slo`
+    #: capacity model and every capacity-model policy plan with it (default: the committed model)
+    calibration: str | None = None
+    #: the engine's scheduler settings, as the deployed vLLM runs (V1's defaults)
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int = Field(default=8192, ge=1)
+
+    @field_validator("calibration")
+    @classmethod
+    def _profile_exists(cls, v: str | None) -> str | None:
+        if v is not None:
+            from llmscale.perf.profile import load_profile
+
+            try:
+                load_profile(v)
+            except ConfigError as exc:  # pydantic then names the field path and the config file
+                raise ValueError(str(exc)) from exc
+        return v
 
     @property
     def label(self) -> str:
@@ -337,7 +355,12 @@ def policy_context(cfg: LiveConfig) -> Any:
         gpu=t.gpu,
         tp=t.tp,
         cold_start_s=cold_s,
-        extra={"initial_replicas": bounds.min_replicas},
+        calibration=t.calibration,
+        extra={
+            "initial_replicas": bounds.min_replicas,
+            "max_num_seqs": t.max_num_seqs,
+            "max_num_batched_tokens": t.max_num_batched_tokens,
+        },
     )
 
 

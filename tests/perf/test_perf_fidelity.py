@@ -52,15 +52,18 @@ def test_split_is_deterministic_and_holds_out_whole_configurations(shared_data: 
     assert any(not p.held_out for p in points if p.source == "splitwise_prompt")
 
 
-@pytest.mark.slow
 def test_refit_reproduces_committed_coefficients(shared_data: Path) -> None:
+    """A refit lands on the committed optimum: the staged fit has one (see llmscale.perf.fit).
+
+    The tolerance covers other numpy / scipy builds (last-digit differences move a
+    well-conditioned optimum by far less than 0.2%), not a different basin.
+    """
     pytest.importorskip("scipy")
     from llmscale.perf.coefficients import coefficients_to_dict
     from llmscale.perf.fit import fit_coefficients
 
     points = load_points(_calibration_dir(shared_data))
-    # The committed fit keeps the best of three starts; the nominal start reaches the same basin.
-    fitted, _ = fit_coefficients(points, starts=(1.0,))
+    fitted, info = fit_coefficients(points)
     new = coefficients_to_dict(fitted)["model"]
     old = coefficients_to_dict(load_coefficients())["model"]
 
@@ -76,3 +79,31 @@ def test_refit_reproduces_committed_coefficients(shared_data: Path) -> None:
     assert fn.keys() == fo.keys()
     for k in fo:
         assert fn[k] == pytest.approx(fo[k], rel=2e-3, abs=1e-9), k
+    # The engine stage (the only one with kinks) reaches the same cost from all three starts.
+    costs = list(info["stages"]["engines"]["starts"].values())
+    assert max(costs) <= min(costs) * 1.01, costs
+
+
+def test_end_to_end_latency_of_held_out_configurations(shared_data: Path) -> None:
+    """Real vLLM closed batches of whole configurations the fit never saw (issue 10's acceptance).
+
+    Held out: Mistral-7B on A100-40GB and H100 at TP 1/2/4, Qwen2-72B on 4 H100s, Llama-2-7B on
+    GH200. See benchmarks/perf_fidelity.py for the full table, including what does not hold yet
+    (Mistral-7B on H100 at batch >= 32 and long sequences runs up to 2x slower than any other 7B
+    model on that GPU; no term of the model explains it).
+    """
+    from llmscale.perf.e2e_fidelity import e2e_report
+
+    r = e2e_report(load_points(_calibration_dir(shared_data)), load_coefficients())
+    held = r["overall"]["held_out"]["makespan"]
+    assert held["n"] >= 150
+    assert held["median_abs_pct"] <= 10.0, held
+    assert held["p90_abs_pct"] <= 20.0, held
+    per_token = r["overall"]["held_out"]["per_token_batch1"]
+    assert per_token["median_abs_pct"] <= 10.0, per_token
+    for cfg, v in r["configs"].items():
+        if v["held_out"] and v["makespan"].get("n"):
+            assert v["makespan"]["median_abs_pct"] <= 10.0, (cfg, v["makespan"])
+    # Where the engine got faster with more GPUs, so does the model (it once got TP backwards).
+    checks = r["tp_speedup_checks"]
+    assert len(checks) >= 100 and all(c["ok"] for c in checks), [c for c in checks if not c["ok"]][:5]

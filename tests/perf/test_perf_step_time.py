@@ -133,7 +133,13 @@ def test_decode_reads_the_weights_once_per_step() -> None:
     # ~15 GB of matmul weights + LM head stream every step, whatever the batch.
     assert 14.5e9 < one.dram_bytes < 16.5e9
     aff = pm.decode_affine(8)
-    assert aff.bytes_per_ctx == pm.kv_bytes_per_token == 131_072
+    # The cache holds 128 KiB per token; the decode kernel reads a KV head once per query head
+    # sharing it (4 for Llama-3-8B), the engine's fitted share of those re-reads reaching HBM.
+    assert pm.kv_bytes_per_token == 131_072
+    reread = pm.coeffs.stack(None).gqa_kv_reread
+    assert aff.bytes_per_ctx == pytest.approx(131_072 * (1 + reread * 3))
+    mha = get_perf_model("llama-2-7b", "h100", 1)
+    assert mha.decode_affine(8).bytes_per_ctx == mha.kv_bytes_per_token == 524_288
 
 
 def test_llama3_8b_h100_kv_capacity() -> None:
@@ -157,11 +163,25 @@ def test_model_that_does_not_fit_names_the_tp_to_use() -> None:
         get_perf_model("llama-3-8b", "h100", 1).kv_capacity_blocks(block_size=0)
 
 
-def test_light_load_tpot_anchor() -> None:
-    # Published: vLLM, one H100, Llama-3-8B, about 13 ms per output token under light load.
+def test_batch_one_decode_streams_the_weights() -> None:
+    # vLLM with CUDA graphs decodes Llama-2-7B on one H100 at ~7.3 ms per output token at batch 1
+    # (shared/data/calibration/argonne). Llama-3-8B streams 15.0 GB of matmul and LM-head weights
+    # (Llama-2-7B: 13.2 GB): at 3.35 TB/s that alone is 4.5 ms; CPU and kernel overheads add ~2.5.
     pm = get_perf_model("llama-3-8b", "h100", 1)
+    weights_s = 15.0e9 / 3.35e12
     for b in (1, 2, 4):
-        assert 13e-3 * 0.75 <= pm.decode(b, 1000).duration_s <= 13e-3 * 1.25
+        d = pm.decode(b, 1000).duration_s
+        assert weights_s < d < 9.0e-3, (b, d)
+    # Decode is launched as a CUDA graph: no kernel-launch stall even at batch 1.
+    assert pm.decode(1, 1000).overhead_s < 2e-3
+
+
+@pytest.mark.parametrize("gpu", ["h100", "a100-40gb", "a100"])
+def test_tensor_parallelism_speeds_up_a_small_model(gpu: str) -> None:
+    # Measured (argonne): vLLM, Llama-2-7B, batch 1: H100 7.3 / 6.2 / 5.9 ms per token at TP 1 / 2 / 4;
+    # A100-40GB 12.9 / 8.5 / 6.3. Each GPU streams 1/tp of the weights; the all-reduces cost less.
+    steps = [get_perf_model("llama-3-8b", gpu, tp).decode(1, 500).duration_s for tp in (1, 2, 4)]
+    assert steps[0] > steps[1] > steps[2], steps
 
 
 def test_capacity_helpers() -> None:

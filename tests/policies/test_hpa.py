@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from llmscale.metrics.names import DCGM
 from llmscale.policies.hpa import HpaConfig, HpaPolicy, HpaState, hpa_replicas_for_metric
 from llmscale.types import FleetView, Signals
 
@@ -13,7 +14,7 @@ CFG = HpaConfig(min_replicas=1, max_replicas=50)
 
 
 def signals(now_s: float, spec: int, utils: list[float | None]) -> Signals:
-    per = {f"pod-{i}": ({} if u is None else {"DCGM_FI_DEV_GPU_UTIL": u}) for i, u in enumerate(utils)}
+    per = {f"pod-{i}": ({} if u is None else {DCGM.GPU_UTIL: u}) for i, u in enumerate(utils)}
     return Signals(
         time_s=now_s, fleet=FleetView(spec_replicas=spec, ready=len(utils)), values={}, per_replica=per
     )

@@ -1,4 +1,4 @@
-"""Seed 000 ch. 1 and 3.3: ``gpu-mem-copy`` (max(GPU, MEM_COPY) target 35 %), ``effective-vram`` (0.85)."""
+"""Seed 000 ch. 1 and 3.3: ``gpu-mem-copy`` (max(SM, MEM_COPY) target 35 %), ``effective-vram`` (0.85)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ BASE = Signals(time_s=0.0, fleet=FleetView(spec_replicas=4, ready=4), values={})
 
 
 def pods(*utils: tuple[float | None, float | None]) -> Signals:
-    """One pod per (GPU_UTIL, MEM_COPY_UTIL) pair; None leaves the field out."""
+    """One pod per (SM active %, MEM_COPY_UTIL) pair; None leaves the field out. Every pod also
+    reads GPU_UTIL 100 (a request in flight), which the policy must not read."""
     per = {}
-    for i, (gpu, copy) in enumerate(utils):
-        m = {}
-        if gpu is not None:
-            m[DCGM.GPU_UTIL] = gpu
+    for i, (sm_pct, copy) in enumerate(utils):
+        m = {DCGM.GPU_UTIL: 100.0}
+        if sm_pct is not None:
+            m[DCGM.SM_ACTIVE] = sm_pct / 100.0
         if copy is not None:
             m[DCGM.MEM_COPY_UTIL] = copy
         per[f"pod-{i}"] = m
@@ -32,8 +33,8 @@ def pods(*utils: tuple[float | None, float | None]) -> Signals:
 @pytest.mark.parametrize(
     ("signals", "desired", "rule"),
     [
-        # the seed's decode-bound replica: GPU_UTIL 9 %, MEM_COPY 92 % -> composite 92 % / 35 = 2.63
-        pytest.param(pods(*[(9.0, 92.0)] * 4), 11, "scale-up", id="gpu-9-copy-92-x4-to-11"),
+        # the seed's decode-bound replica: compute (SM) 9 %, MEM_COPY 92 % -> composite 92 % / 35 = 2.63
+        pytest.param(pods(*[(9.0, 92.0)] * 4), 11, "scale-up", id="sm-9-copy-92-x4-to-11"),
         pytest.param(pods((36.0, 10.0), (20.0, 37.0)), 2, "within-tolerance", id="36.5-within-10pct"),
         pytest.param(pods((20.0, 5.0), (10.0, 2.0)), 1, "scale-down", id="15-of-35-halves"),
         pytest.param(pods((None, 70.0), (70.0, None)), 4, "scale-up", id="either-field-alone"),

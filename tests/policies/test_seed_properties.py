@@ -46,7 +46,14 @@ fleet_st = st.builds(
 )
 per_pod_st = st.dictionaries(
     st.sampled_from([f"pod-{i}" for i in range(6)]),
-    st.dictionaries(st.sampled_from([DCGM.GPU_UTIL, DCGM.MEM_COPY_UTIL]), st.floats(0.0, 100.0)),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            DCGM.GPU_UTIL: st.floats(0.0, 100.0),
+            DCGM.SM_ACTIVE: st.floats(0.0, 1.0),
+            DCGM.MEM_COPY_UTIL: st.floats(0.0, 100.0),
+        },
+    ),
     max_size=6,
 )
 

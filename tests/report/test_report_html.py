@@ -41,7 +41,7 @@ def _simulate(policy: str, arrival: np.ndarray, rng: np.random.Generator, tp: in
     """A crude fleet: replicas go pending -> loading -> warm-up -> ready, scale-downs drain.
 
     Not a simulator, just enough dynamics that the charts look like a real backtest (lagging ready
-    capacity, queue bursts, TTFT spikes, SM-busy far below HBM bandwidth).
+    capacity, queue bursts, TTFT spikes, GPU utilisation pinned near 100 %, SM activity below HBM bandwidth).
     """
     n = arrival.size
     per_replica_rps = 4.0
@@ -66,6 +66,7 @@ def _simulate(policy: str, arrival: np.ndarray, rng: np.random.Generator, tp: in
             "replicas_draining",
             "desired_replicas",
             "gpu_util",
+            "sm_active",
             "bw_util",
             "kv_usage",
             "gpu_hours_cum",
@@ -122,8 +123,9 @@ def _simulate(policy: str, arrival: np.ndarray, rng: np.random.Generator, tp: in
         out["replicas_ready"].append(ready)
         out["replicas_draining"].append(draining)
         out["desired_replicas"].append(desired)
-        # SM-busy stays low while HBM bandwidth saturates: the memory-bound decode story.
-        out["gpu_util"].append(None if ready == 0 else 0.12 + 0.33 * load + rng.normal(0, 0.01))
+        # GPU_UTIL reads busy with any load; SM activity stays low while HBM bandwidth saturates.
+        out["gpu_util"].append(None if ready == 0 else min(0.9 + 0.5 * load, 1.0))
+        out["sm_active"].append(None if ready == 0 else 0.12 + 0.33 * load + rng.normal(0, 0.01))
         out["bw_util"].append(None if ready == 0 else min(0.06 + 0.92 * load + rng.normal(0, 0.01), 1.0))
         out["kv_usage"].append(None if ready == 0 else min(0.2 + 0.6 * load + queue / 5000.0, 1.0))
         out["gpu_hours_cum"].append(gpu_h)
@@ -243,7 +245,8 @@ def _many_policies_doc(n_policies: int, points: int) -> dict[str, Any]:
                     "replicas_ready": ready.tolist(),
                     "replicas_draining": np.zeros(points).tolist(),
                     "desired_replicas": ready.tolist(),
-                    "gpu_util": util.tolist(),
+                    "gpu_util": np.ones(points).tolist(),
+                    "sm_active": util.tolist(),
                     "bw_util": np.clip(util * 2.5, 0, 1).tolist(),
                     "kv_usage": util.tolist(),
                     "gpu_hours_cum": (ready.cumsum() * STEP_S / 3600.0).tolist(),
@@ -267,7 +270,7 @@ def expected_traces(n_series: int, n_points: int, oracle: bool) -> dict[str, int
         "chart-load-replicas": 7 * n_series,
         "chart-queue": n_series,
         "chart-ttft": n_series,
-        "chart-util": 3 * n_series,
+        "chart-util": 4 * n_series,
         "chart-gpu-hours": n_series,
     }
 
@@ -400,7 +403,7 @@ def test_series_with_none_values_become_gaps() -> None:
     figs = build_figures(doc)
     y = np.asarray(figs["chart-queue"].data[0].y, dtype=float)
     assert np.isnan(y[100:110]).all() and np.isfinite(y[:100]).all()
-    util = figs["chart-util"].data[1]  # SM busy: None during the cold start
+    util = figs["chart-util"].data[1]  # SM active: None during the cold start
     assert np.isnan(np.asarray(util.y, dtype=float)[0])
 
 

@@ -55,6 +55,7 @@ def vllm_values(
     prompt_tokens: float = 0.0,
     gen_tokens: float = 0.0,
     gpu_util: float = 30.0,
+    sm_active: float | None = 0.3,
     mem_copy: float = 40.0,
     fb_used_mib: float = 72_000.0,
     fb_free_mib: float = 8_000.0,
@@ -73,6 +74,8 @@ def vllm_values(
         DCGM.FB_USED: fb_used_mib,
         DCGM.FB_FREE: fb_free_mib,
     }
+    if sm_active is not None:
+        v[DCGM.SM_ACTIVE] = sm_active
     if dram_active is not None:
         v[DCGM.DRAM_ACTIVE] = dram_active
     if l2_miss is not None:
@@ -119,10 +122,10 @@ def synthetic_fleet(
                 prompt_tokens=c[0],
                 gen_tokens=c[1],
                 gpu_util=rng.uniform(0, 100),
+                sm_active=rng.uniform(0, 1),
                 mem_copy=rng.uniform(0, 100),
             )
             values[VLLM_OLD.kv_usage] = values[VLLM.kv_usage]
-            values[DCGM.SM_ACTIVE] = values[DCGM.GPU_UTIL] / 100
             values[DCGM.GR_ENGINE_ACTIVE] = 0.9
             values[SIM.KV_BLOCKS_TOTAL] = 28_000.0
             samples.append(ReplicaSample(f"replica-{i}", Phase.READY, True, values, hists))

@@ -85,7 +85,7 @@ def test_coefficient_of_variation(xs, expected):
 @pytest.mark.parametrize(
     ("replicas", "expected"),
     [
-        # utils (40, 40, 80) % over (10, 10, 10) running -> per request (4, 4, 8): CV 0.354
+        # SM activity (40, 40, 80) % over (10, 10, 10) running -> per request (4, 4, 8): CV 0.354
         pytest.param([(40, 10), (40, 10), (80, 10)], 0.3536, id="one-drifting"),
         # the third carries twice the load: (4, 4, 4) -> 0
         pytest.param([(40, 10), (40, 10), (80, 20)], 0.0, id="proportional"),
@@ -95,8 +95,10 @@ def test_coefficient_of_variation(xs, expected):
     ],
 )
 def test_tenant_drift(replicas, expected):
+    # GPU_UTIL reads 100 on every loaded replica: the drift must not come from it
     samples = [
-        sample(f"r{i}", vllm_values(gpu_util=u, mem_copy=0.0, running=n)) for i, (u, n) in enumerate(replicas)
+        sample(f"r{i}", vllm_values(gpu_util=100.0 if n else 0.0, sm_active=u / 100, mem_copy=0.0, running=n))
+        for i, (u, n) in enumerate(replicas)
     ]
     got = tenant_drift(FleetWindow.build([obs(0.0, *samples)])).value
     assert got == (None if expected is None else pytest.approx(expected, abs=1e-4))

@@ -34,6 +34,7 @@ LOAD_SIGNALS = (
     "kv_usage_mean",
     "kv_usage_max",
     "gpu_util_mean",
+    "sm_active_mean",
     "gpu_composite_util",
     "oom_risk",
 )
@@ -126,6 +127,7 @@ replica_st = st.fixed_dictionaries(
         "running": st.integers(0, 256).map(float),
         "kv": st.floats(0.0, 1.0),
         "gpu": st.floats(0.0, 100.0),
+        "sm": st.floats(0.0, 1.0),
         "copy": st.floats(0.0, 100.0),
     }
 )
@@ -137,6 +139,7 @@ def _sample(name: str, r: dict[str, float], k: int) -> ReplicaSample:
         waiting=r["waiting"],
         kv=r["kv"],
         gpu_util=r["gpu"],
+        sm_active=r["sm"],
         mem_copy=r["copy"],
         gen_tokens=100.0 * k,
         prompt_tokens=500.0 * k,
@@ -156,7 +159,9 @@ def _fleet_window(replicas, *, failed=None, drop=None, zero=None, ticks=3):
             if k == ticks - 1 and i == failed:
                 samples.append(sample(name, ok=False))
             elif k == ticks - 1 and i == zero:
-                samples.append(_sample(name, dict(r, waiting=0.0, running=0.0, kv=0.0, gpu=0.0, copy=0.0), k))
+                samples.append(
+                    _sample(name, dict(r, waiting=0.0, running=0.0, kv=0.0, gpu=0.0, sm=0.0, copy=0.0), k)
+                )
             else:
                 samples.append(_sample(name, r, k))
         window.append(obs(15.0 * k, *samples, gateway=3))

@@ -18,6 +18,7 @@ from llmscale.signals.gpu import (
     gpu_signals,
     normalized_entropy,
     percentile_linear,
+    seed_composite_util,
 )
 from llmscale.signals.window import FleetWindow
 
@@ -34,6 +35,24 @@ from llmscale.signals.window import FleetWindow
 )
 def test_composite_util_is_max(gpu, copy, expected):
     assert composite_util(gpu, copy) == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        # a decode-bound replica with a request in flight: GPU_UTIL 100 is not the compute term
+        pytest.param({DCGM.GPU_UTIL: 100.0, DCGM.SM_ACTIVE: 0.09, DCGM.MEM_COPY_UTIL: 92.0}, 92.0, id="seed"),
+        pytest.param(
+            {DCGM.GPU_UTIL: 100.0, DCGM.SM_ACTIVE: 0.7, DCGM.MEM_COPY_UTIL: 10.0}, 70.0, id="prefill"
+        ),
+        # dcgm-exporter's default counters: no profiling field -> memory alone, never GPU_UTIL
+        pytest.param({DCGM.GPU_UTIL: 100.0, DCGM.MEM_COPY_UTIL: 20.0}, 20.0, id="no-profiling-fields"),
+        pytest.param({DCGM.GPU_UTIL: 100.0}, None, id="gpu-util-alone"),
+    ],
+)
+def test_seed_composite_reads_sm_activity_and_memory_not_gpu_util(values, expected):
+    got = seed_composite_util(values)
+    assert got == (None if expected is None else pytest.approx(expected))
 
 
 @pytest.mark.parametrize(
@@ -109,15 +128,17 @@ def test_entropy_is_a_ratio(queue):
 
 
 def test_gpu_signals_worked_fleet():
-    a = vllm_values(
-        gpu_util=9.0, mem_copy=92.0, fb_used_mib=72_000, fb_free_mib=8_000, dram_active=0.9, l2_miss=0.8
-    )
-    b = vllm_values(
-        gpu_util=50.0, mem_copy=30.0, fb_used_mib=40_000, fb_free_mib=40_000, dram_active=0.3, l2_miss=0.2
-    )
+    # a: seed 000's decode-bound replica, compute 9 % while memory is 92 % busy; both have
+    # requests in flight, so GPU_UTIL reads 100 and 90
+    kw = {"fb_used_mib": 72_000, "fb_free_mib": 8_000, "dram_active": 0.9, "l2_miss": 0.8}
+    a = vllm_values(gpu_util=100.0, sm_active=0.09, mem_copy=92.0, **kw)
+    kw = {"fb_used_mib": 40_000, "fb_free_mib": 40_000, "dram_active": 0.3, "l2_miss": 0.2}
+    b = vllm_values(gpu_util=90.0, sm_active=0.5, mem_copy=30.0, **kw)
     values = gpu_signals(FleetWindow.build([obs(0.0, sample("a", a), sample("b", b), sample("c", ok=False))]))
-    assert values["gpu_util_mean"].value == pytest.approx(29.5)
+    assert values["gpu_util_mean"].value == pytest.approx(95.0)
+    assert values["sm_active_mean"].value == pytest.approx(0.295)
     assert values["mem_copy_util_mean"].value == pytest.approx(61.0)
+    # max(SM active %, memory %): a 92, b 50 -- GPU_UTIL is not a term
     assert values["gpu_composite_util"].value == pytest.approx((92 + 50) / 2)
     assert values["vram_used_ratio"].value == pytest.approx((0.9 + 0.5) / 2)
     # a: 0.36 + 0.27 + 0.3 = 0.93; b: 0.2 + 0.09 + 0.075 = 0.365

@@ -37,6 +37,25 @@ class FakeModel:
 class FakeGpu:
     hbm_bandwidth_bytes_s: float = 3.35e12
     memory_bytes: int = 80 * 2**30
+    peak_bf16_flops: float = 989e12
+    family: str = "fake"
+
+
+@dataclass(frozen=True)
+class FakeKernel:
+    """What the GPU counters read of ``PerfModel.kernel``: the FLOP rate behind ``sm_busy_s``."""
+
+    step_flops_s: float = 500e12
+
+
+@dataclass(frozen=True)
+class FakeFamily:
+    weight_bw_eff: float = 0.8
+
+
+class FakeCoeffs:
+    def family(self, name: str) -> FakeFamily:
+        return FakeFamily()
 
 
 class FakePerf:
@@ -55,8 +74,12 @@ class FakePerf:
         self.per_prefill_tok_s = per_prefill_tok_s
         self.model = FakeModel()
         self.gpu = FakeGpu()
+        self.kernel = FakeKernel()
+        self.coeffs = FakeCoeffs()
 
-    def kv_capacity_blocks(self, gpu_memory_utilization: float = 0.9, block_size: int = 16) -> int:
+    def kv_capacity_blocks(
+        self, gpu_memory_utilization: float = 0.9, block_size: int = 16, **engine: int
+    ) -> int:
         return self.blocks
 
     def decode_affine(self, b: int) -> DecodeAffine:

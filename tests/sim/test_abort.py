@@ -137,8 +137,9 @@ def test_iteration_tokens_count_as_vllm_counts_them():
     seed=st.integers(0, 2**16),
     blocks=st.integers(40, 2000),
     aborts=st.lists(st.tuples(st.floats(0.0, 3.0), st.integers(0, 59)), max_size=12),
+    chunked=st.booleans(),
 )
-def test_aborts_conserve_requests_and_blocks_and_jumps_still_match_stepping(seed, blocks, aborts):
+def test_aborts_conserve_requests_and_blocks_and_jumps_still_match_stepping(seed, blocks, aborts, chunked):
     """Random load on two replicas with little KV (so preemptions happen) and clients leaving at
     random moments: every block comes back, every request is resolved exactly once, and the
     closed-form jumps give the same outcome as stepping token by token with the same aborts."""
@@ -149,7 +150,9 @@ def test_aborts_conserve_requests_and_blocks_and_jumps_still_match_stepping(seed
     outputs = rng.integers(1, 300, n)
     runs = []
     for cap in (None, 1):
-        f = make_fleet(arrivals, inputs, outputs, replicas=2, blocks=blocks, max_jump_steps=cap)
+        f = make_fleet(
+            arrivals, inputs, outputs, replicas=2, blocks=blocks, max_jump_steps=cap, chunked_prefill=chunked
+        )
         aborted = []
         for t, idx in sorted(aborts):
             f.run_until(t)
@@ -171,17 +174,19 @@ def test_aborts_conserve_requests_and_blocks_and_jumps_still_match_stepping(seed
     np.testing.assert_allclose(fast.ttft_s, slow.ttft_s, rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "whole-prompts"])
 @pytest.mark.parametrize("cap", [None, 1], ids=["jumps", "stepping"])
-def test_abort_mid_mixed_iteration_returns_the_blocks_of_its_decode_token(cap):
-    """A decoding request aborted while a mixed iteration (its decode step plus a newcomer's
-    prefill) is under way, at every step phase mod 16: the block that iteration took for its
-    token must come back too, or the replica ends with blocks it can never free."""
+def test_abort_mid_mixed_iteration_returns_the_blocks_of_its_decode_token(cap, chunked):
+    """A decoding request aborted while a newcomer's prefill iteration is under way, at every
+    step phase mod 16. With chunked prefill that iteration carries the decode step too and took
+    the block for its token, which must come back as well; without, the decodes sit it out and
+    hold no such block. Either way the replica must end with no block in use."""
     phases = set()
     for k in range(16):
         # Request 0 decodes; request 1 (a 2,000-token prompt, ~0.2 s of prefill) arrives after
         # 20 ms + k decode steps, so the mixed step starts at a different kv mod 16 each time.
         t1 = 0.020 + 0.0102 * k + 0.001
-        f = make_fleet([0.0, t1], [16, 2000], [400, 5], max_jump_steps=cap)
+        f = make_fleet([0.0, t1], [16, 2000], [400, 5], max_jump_steps=cap, chunked_prefill=chunked)
         f.run_until(t1 + 0.05)
         a = find(f, 0)
         assert a is not None and a.state == DECODING and f.replicas[0].kind == MIXED

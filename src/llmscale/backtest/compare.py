@@ -20,6 +20,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
+from llmscale.backtest.context_check import check_context
 from llmscale.backtest.oracle import OracleSettings, run_oracle
 from llmscale.backtest.results import PolicyResult
 from llmscale.backtest.runner import BacktestSettings, run_policy
@@ -219,6 +220,10 @@ def build_document(
         **{f"sim_{k}": (None if v == float("inf") else v) for k, v in sim.items()},
     }
     workload_doc: dict[str, Any] = {"name": workload.name, **workload.summary()}
+    # Requests beyond the model's context: the fleet rejects them on arrival (HTTP 400).
+    workload_doc["context"] = check_context(
+        workload, settings.model, settings.gpu, settings.tp, settings.sim, settings.calibration
+    ).as_json()
     workload_doc["source"] = dict(workload.meta)
     return {
         "workload": workload_doc,

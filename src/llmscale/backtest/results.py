@@ -40,6 +40,7 @@ SUMMARY_KEYS = (
     "scale_events",
     "direction_changes",
     "mean_gpu_util",
+    "mean_sm_active",
     "makespan_s",
     "wall_s",
 )
@@ -117,6 +118,19 @@ def per_minute_p99_ttft(
     return t_out, p_out
 
 
+def _ready_weighted_mean(series: dict[str, list[Any]], key: str) -> float | None:
+    """The mean of series ``key`` over ready replicas (each sample weighted by the replicas ready then).
+
+    ``gpu_util`` gives the mean DCGM_FI_DEV_GPU_UTIL as a 0-1 ratio, ``sm_active`` the mean
+    DCGM_FI_PROF_SM_ACTIVE. None when no sample had a ready replica.
+    """
+    if key not in series:
+        return None
+    pairs = [(u, r) for u, r in zip(series[key], series["replicas_ready"], strict=True) if u is not None]
+    weight = sum(r for _, r in pairs)
+    return sum(u * r for u, r in pairs) / weight if weight else None
+
+
 def summarize(
     policy: str,
     workload: Workload,
@@ -149,13 +163,8 @@ def summarize(
             strict=True,
         )
     ]
-    util = [u for u in series.get("gpu_util", []) if u is not None]
-    ready = [
-        r
-        for r, u in zip(series.get("replicas_ready", []), series.get("gpu_util", []), strict=True)
-        if u is not None
-    ]
-    mean_util = sum(u * r for u, r in zip(util, ready, strict=True)) / sum(ready) if sum(ready) else None
+    mean_util = _ready_weighted_mean(series, "gpu_util")
+    mean_sm = _ready_weighted_mean(series, "sm_active")
     summary: dict[str, Any] = {
         "policy": policy,
         "requests": n,
@@ -178,6 +187,7 @@ def summarize(
         "scale_events": fleet.scale_events,
         "direction_changes": _direction_changes(desired),
         "mean_gpu_util": None if mean_util is None else round(mean_util, 4),
+        "mean_sm_active": None if mean_sm is None else round(mean_sm, 4),
         "makespan_s": round(last_finish - first_arrival, 3),
         "wall_s": round(wall_s, 3),
     }

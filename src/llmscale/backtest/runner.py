@@ -23,6 +23,7 @@ from llmscale.policies.base import Policy, PolicyContext, create_policy
 from llmscale.policies.static import StaticPolicy
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
 from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
@@ -43,6 +44,8 @@ class BacktestSettings:
     slo_tpot_s: float = 0.1
     seed: int = 0
     sim: SimConfig = field(default_factory=SimConfig)
+    #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
+    calibration: str | None = None
     #: parameters per policy name (from --replicas and --policy-config)
     policy_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: after the last arrival, keep simulating at most this long for in-flight work
@@ -80,9 +83,11 @@ class BacktestSettings:
             gpu=self.gpu,
             tp=self.tp,
             cold_start_s=s.pending_s + s.loading_s + s.warmup_s,
+            calibration=self.calibration,
             extra={
                 "initial_replicas": self.initial_replicas,
                 "max_num_seqs": s.max_num_seqs,
+                "max_num_batched_tokens": s.max_num_batched_tokens,
                 "client_timeout_s": s.timeout_s,
             },
         )
@@ -102,7 +107,7 @@ def series_step_for(duration_s: float) -> float:
 def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas: int) -> Fleet:
     from llmscale.perf import get_perf_model
 
-    perf = get_perf_model(settings.model, settings.gpu, settings.tp)
+    perf = get_perf_model(settings.model, settings.gpu, settings.tp, calibration=settings.calibration)
     return Fleet(
         perf,
         settings.sim,
@@ -115,7 +120,15 @@ def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas
 
 
 class SeriesRecorder:
-    """Samples the fleet at a fixed step for the report's time series."""
+    """Samples the fleet at a fixed step for the report's time series.
+
+    The GPU columns are the DCGM readings of the step averaged over the GPUs of
+    serving replicas (:func:`llmscale.sim.gpu_counters.gpu_counters` over the
+    fleet's summed counters and serving replica-seconds): ``gpu_util``
+    ``DCGM_FI_DEV_GPU_UTIL`` as a 0-1 ratio (time with work in flight),
+    ``sm_active`` ``DCGM_FI_PROF_SM_ACTIVE``, ``bw_util``
+    ``DCGM_FI_PROF_DRAM_ACTIVE``.
+    """
 
     def __init__(self, fleet: Fleet, step_s: float) -> None:
         self.fleet = fleet
@@ -133,6 +146,7 @@ class SeriesRecorder:
                 "replicas_draining",
                 "desired_replicas",
                 "gpu_util",
+                "sm_active",
                 "bw_util",
                 "kv_usage",
                 "gpu_hours_cum",
@@ -140,8 +154,7 @@ class SeriesRecorder:
         }
         self._prev_t = 0.0
         self._prev = fleet.counter_totals()
-        perf: Any = fleet.perf
-        self._peak_bw = float(perf.gpu.hbm_bandwidth_bytes_s)
+        self._spec = GpuCounterSpec.from_perf(fleet.perf)
 
     def sample(self, t: float) -> None:
         fleet = self.fleet
@@ -156,7 +169,7 @@ class SeriesRecorder:
             running += r.num_running
             if r.phase == Phase.READY:
                 kv.append(r.kv_usage())
-        busy, _active, dram = fleet.counter_totals()
+        busy, active, dram = fleet.counter_totals()
         dt = t - self._prev_t
         serving = counts[Phase.READY] + counts[Phase.DRAINING]
         c = self.cols
@@ -170,15 +183,19 @@ class SeriesRecorder:
         c["replicas_draining"].append(counts[Phase.DRAINING])
         c["desired_replicas"].append(fleet.spec_replicas)
         if dt > 0 and serving:
-            c["gpu_util"].append(round(min(1.0, (busy - self._prev[0]) / dt / serving), 4))
-            c["bw_util"].append(round(min(1.0, (dram - self._prev[2]) / dt / serving / self._peak_bw), 4))
+            p_busy, p_active, p_dram = self._prev
+            g = gpu_counters(self._spec, dt * serving, active - p_active, busy - p_busy, dram - p_dram)
+            c["gpu_util"].append(round(g.gr_engine_active, 4))
+            c["sm_active"].append(round(g.sm_active, 4))
+            c["bw_util"].append(round(g.dram_active, 4))
         else:
             c["gpu_util"].append(None)
+            c["sm_active"].append(None)
             c["bw_util"].append(None)
         c["kv_usage"].append(round(sum(kv) / len(kv), 4) if kv else None)
         c["gpu_hours_cum"].append(round(fleet.gpu_seconds(t) / 3600.0, 5))
         self._prev_t = t
-        self._prev = (busy, _active, dram)
+        self._prev = (busy, active, dram)
 
 
 def run_policy(

@@ -68,6 +68,11 @@ class EmulateConfig:
     grace_s: float = 30.0
     timeout_s: float = 60.0
     max_num_seqs: int = 256
+    #: vLLM's token budget per iteration and chunked prefill (V1's defaults; see SimConfig)
+    max_num_batched_tokens: int = 8192
+    chunked_prefill: bool = True
+    #: a calibration profile (``llmscale calibrate``) scaling the step-time model, or None
+    calibration: str | None = None
     max_replicas: int = 512
     #: ``max_tokens`` when a request does not say (the OpenAI completions default)
     default_max_tokens: int = 16

@@ -88,6 +88,8 @@ def build_sim_config(cfg: EmulateConfig) -> SimConfig:
     cs = cold_start(cfg.model, cfg.gpu, cfg.tp)
     return SimConfig(
         max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        chunked_prefill=cfg.chunked_prefill,
         pending_s=cs.pending_s if cfg.pending_s is None else cfg.pending_s,
         loading_s=cs.loading_s if cfg.loading_s is None else cfg.loading_s,
         warmup_s=cs.warmup_s if cfg.warmup_s is None else cfg.warmup_s,
@@ -104,7 +106,7 @@ class Emulator:
         from llmscale.perf import get_perf_model
 
         self.cfg = cfg
-        self.perf = get_perf_model(cfg.model, cfg.gpu, cfg.tp)
+        self.perf = get_perf_model(cfg.model, cfg.gpu, cfg.tp, calibration=cfg.calibration)
         empty_f = np.zeros(0, dtype=np.float64)
         empty_i = np.zeros(0, dtype=np.int64)
         self.fleet = Fleet(
@@ -172,7 +174,7 @@ class Emulator:
         """The finished-request counts of a replica (made on first use)."""
         stats = self._stats.get(replica_name)
         if stats is None:
-            stats = self._stats[replica_name] = RequestStats(self.fleet.max_model_len)
+            stats = self._stats[replica_name] = RequestStats(self.max_model_len)
         return stats
 
     def forget_stats(self, replica_name: str) -> None:
@@ -246,6 +248,18 @@ class Emulator:
             flight.outcome = Outcome.SHUTDOWN
             flight.changed.set()
         self._flights.clear()
+
+    @property
+    def max_model_len(self) -> int:
+        """The longest request (prompt + max_tokens) a replica admits: vLLM's max_model_len as it runs.
+
+        The model's context, or less when one replica's KV cache holds less (a real vLLM would
+        not start then; it runs with --max-model-len lowered to what fits, and the simulator
+        rejects what does not fit): what ``/v1/models`` reports and a 400 names.
+        """
+        from llmscale.sim.limits import context_limit
+
+        return context_limit(self.fleet).admitted_tokens
 
     @property
     def in_flight(self) -> int:

@@ -1,10 +1,12 @@
 """One emulated replica's ``/metrics`` page: vLLM's names and buckets plus the DCGM exporter's fields.
 
 The numbers are the ones the backtest reads: :class:`SimMetricSource` computes
-them for a fleet, so each replica gets its own source over a one-replica view
-of the fleet. That keeps a scrape O(1) in the fleet size and gives every
-replica its own averaging window for the DCGM utilisation gauges (the time
-since that replica's previous scrape, as a sampling exporter would).
+them for a fleet (the DCGM fields with :mod:`llmscale.sim.gpu_counters`, so
+emulated and simulated counters agree by construction), and each replica gets
+its own source over a one-replica view of the fleet. That keeps a scrape O(1)
+in the fleet size and gives every replica its own averaging window for the
+DCGM utilisation gauges (the time since that replica's previous scrape, as a
+sampling exporter would).
 
 On top of those, the families only the emulator exports (:meth:`ReplicaCollector.engine_families`),
 with vLLM V1's names, types, labels and buckets (vllm/v1/metrics/loggers.py):
@@ -32,6 +34,7 @@ from llmscale.emulate.request_stats import FINISHED_REASONS, RequestStats
 from llmscale.metrics.names import VllmMetric as V
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet
+from llmscale.sim.gpu_counters import DCGM_HELP
 from llmscale.sim.histogram import BucketHistogram
 from llmscale.sim.replica import Replica
 from llmscale.types import ReplicaView
@@ -60,6 +63,7 @@ _HELP = {
     V.REQUEST_GENERATION_TOKENS: "Number of generation tokens processed.",
     V.ITERATION_TOKENS: "Histogram of number of tokens per engine_step.",
     V.CACHE_CONFIG_INFO: "Information of the LLMEngine CacheConfig",
+    **DCGM_HELP,  # dcgm-exporter's help strings, next to the formulas that produce the values
 }
 
 

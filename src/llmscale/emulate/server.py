@@ -373,13 +373,13 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
         if refusal is not None:
             raise refusal
         # vLLM refuses prompt + max_tokens beyond the context up front, whatever stop strings say.
-        if p.input_tokens + p.max_tokens > emu.fleet.max_model_len:
-            raise _too_long(p, emu.fleet.max_model_len)
+        if p.input_tokens + p.max_tokens > emu.max_model_len:
+            raise _too_long(p, emu.max_model_len)
     except ApiError as e:
         return _json_error(e)
     flight = emu.submit(p.input_tokens, p.output.tokens, ep.replica, finish_reason=p.output.finish_reason)
     if flight.outcome == Outcome.REJECTED:  # more KV blocks than the whole replica has
-        return _json_error(_too_long(p, emu.fleet.max_model_len))
+        return _json_error(_too_long(p, emu.max_model_len))
     if p.stream:
         return await _stream(request, p, flight)
     try:
@@ -456,7 +456,7 @@ async def _models(request: web.Request) -> web.Response:
     refusal = _not_ready(ep)
     if refusal is not None:
         return _json_error(refusal)
-    return web.json_response(models_object(ep.server.served_model, ep.server.emu.fleet.max_model_len))
+    return web.json_response(models_object(ep.server.served_model, ep.server.emu.max_model_len))
 
 
 async def _health(request: web.Request) -> web.Response:

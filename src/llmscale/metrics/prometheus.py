@@ -307,3 +307,42 @@ class PrometheusSource:
         except (KeyError, TypeError, ValueError) as e:
             raise _QueryRefused(f"{expr!r}: malformed vector ({type(e).__name__}: {e})") from e
         return out
+
+
+def query_range_values(
+    base_url: str, expr: str, start_s: float, end_s: float, step_s: float, *, timeout_s: float = 30.0
+) -> dict[float, float]:
+    """One PromQL range query that returns a single series: timestamp -> value (NaN skipped).
+
+    For offline analysis (``llmscale calibrate --prometheus``), not the controller's tick path.
+    Raises :class:`~llmscale.errors.ConfigError` naming the URL and the query when Prometheus
+    cannot be reached, refuses the query, or answers with more than one series.
+    """
+    import httpx
+
+    if not (end_s > start_s and step_s > 0 and (end_s - start_s) / step_s <= 11_000):
+        raise ConfigError(
+            f"range {start_s}..{end_s} step {step_s}: end must follow start and the range hold "
+            "at most 11,000 steps (Prometheus' limit)"
+        )
+    url = base_url.rstrip("/") + "/api/v1/query_range"
+    params: dict[str, str | float] = {"query": expr, "start": start_s, "end": end_s, "step": step_s}
+    try:
+        r = httpx.get(url, params=params, timeout=timeout_s)
+        body = r.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ConfigError(f"{base_url}: Prometheus query failed ({exc}): {expr}") from exc
+    if r.status_code != 200 or body.get("status") != "success":
+        raise ConfigError(f"{base_url}: Prometheus refused {expr!r}: {body.get('error', r.status_code)}")
+    result = body.get("data", {}).get("result", [])
+    if len(result) > 1:
+        raise ConfigError(f"{base_url}: {expr!r} returned {len(result)} series, expected one (aggregate it)")
+    out: dict[float, float] = {}
+    for t, v in result[0].get("values", []) if result else []:
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            continue
+        if x == x:  # not NaN
+            out[float(t)] = x
+    return out

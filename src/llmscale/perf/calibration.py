@@ -30,7 +30,18 @@ sarathi_prefill      Fig. 2: prefill-only iteration vs prompt tokens.
 sarathi_chunked      Fig. 9a: whole prefill of 2k-16k tokens in chunks of 512-16k
                      (sum of chunk iterations; tests the attention-pairs term).
 sarathi_mixed        Table 2: decode-only, prefill-only and one hybrid batch.
+argonne_e2e          End to end, vLLM (2024) serving a closed batch of B requests of L
+                     prompt and L output tokens (L 128-2048, B 1-64) on A100-40GB,
+                     H100 and GH200, TP 1/2/4: the latency until the batch finished,
+                     predicted by replaying the batch on the simulator with vLLM
+                     V0's scheduler settings (:mod:`llmscale.perf.closed_batch`).
+argonne_ttft         vLLM's time to first token of 16 prompts of 1,024 tokens.
 ===================  ===============================================================
+
+The Argonne rows are the only *end-to-end* measurements: everything else times
+kernels or single iterations. Engines other than vLLM in that file (TensorRT-LLM,
+DeepSpeed-MII, llama.cpp) are not fitted: they are what ``llmscale calibrate``
+is for, and its test fits one of them.
 
 Excluded, with reasons: Splitwise ``tensor_parallel = 2`` rows at batch 64
 (broken: prompt time drops 8x), ``h100-80gb-pcap`` rows (power-capped H100, not
@@ -38,10 +49,13 @@ a catalogue GPU), Vidur ``send_recv`` (no pipeline parallelism here) and the
 multi-node all-reduce rows (devices_per_node < num_workers).
 
 Held-out split (deterministic): within every source the points are sorted by
-their key and every 5th (index 4, 9, ...) is held out; in addition two whole
+their key and every 5th (index 4, 9, ...) is held out; in addition whole
 configurations are held out as out-of-sample *model* tests: all BLOOM-176B
-Splitwise rows (the only non-Llama architecture: MHA, ALiBi, plain GELU MLP)
-and Vidur's CodeLlama-34B GEMM / element-wise profiles.
+Splitwise rows (the only non-Llama architecture: MHA, ALiBi, plain GELU MLP),
+Vidur's CodeLlama-34B GEMM / element-wise profiles, and of the end-to-end rows
+every configuration of Mistral-7B (A100-40GB and H100, TP 1/2/4), Qwen2-72B on
+4 H100s and Llama-2-7B on GH200: whole models, a big TP-4 replica and a GPU the
+fit never sees.
 """
 
 from __future__ import annotations
@@ -54,7 +68,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmscale.errors import NoDataError
+from llmscale.errors import ConfigError, NoDataError
 
 __all__ = [
     "HELD_OUT_CONFIGS",
@@ -65,6 +79,8 @@ __all__ = [
 ]
 
 SOURCES = (
+    "argonne_e2e",
+    "argonne_ttft",
     "vidur_gemm",
     "vidur_elementwise",
     "vidur_attention",
@@ -83,7 +99,23 @@ HELD_OUT_CONFIGS = (
     ("splitwise_", "bloom-176b"),
     ("vidur_gemm", "codellama-34b"),
     ("vidur_elementwise", "codellama-34b"),
+    ("argonne_", "mistral-7b/"),
+    ("argonne_", "qwen2-72b/"),
+    ("argonne_", "llama-2-7b/gh200/"),
 )
+
+#: Argonne's hardware names -> catalogue GPUs. Their A100s are 40 GB cards (see the data README).
+ARGONNE_GPUS = {"Nvidia A100 GPU": "a100-40gb", "Nvidia H100 GPU": "h100-80gb", "Nvidia GH200 GPU": "gh200"}
+#: Argonne's model ids -> catalogue models (the others in the file are architectures the
+#: catalogue does not describe: DeciLM's variable GQA, GPT-J, OPT, BLOOM-7B, Aquila, Qwen1.5).
+ARGONNE_MODELS = {
+    "meta-llama/Llama-2-7b-hf": "llama-2-7b",
+    "meta-llama/Llama-2-70b-hf": "llama-2-70b",
+    "mistralai/Mistral-7B-v0.1": "mistral-7b",
+    "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7b",
+    "Qwen/Qwen2-7B": "qwen2-7b",
+    "Qwen/Qwen2-72B": "qwen2-72b",
+}
 
 _VIDUR_MODELS = {
     "Llama-2-7b-hf": "llama-2-7b",
@@ -153,7 +185,7 @@ def _mk(
     stack: str = "vllm",
     key: tuple[Any, ...] = (),
 ) -> CalPoint:
-    config = f"{model}/{gpu}/tp{tp}" + (f"/{stack}" if kind == "steps" else "")
+    config = f"{model}/{gpu}/tp{tp}" + (f"/{stack}" if kind in ("steps", "schedule") else "")
     return CalPoint(source, config, (config, *key), kind, model, gpu, tp, stack, args, measured_s)
 
 
@@ -286,6 +318,7 @@ def _splitwise(root: Path) -> Iterable[CalPoint]:
             "steps",
             (step,),
             statistics.median(vals) * _MS,
+            stack="splitwise",
             key=(p, b),
         )
     for (model, gpu, tp, p, b, t), vals in sorted(token.items()):
@@ -299,6 +332,7 @@ def _splitwise(root: Path) -> Iterable[CalPoint]:
             "steps",
             (step,),
             statistics.median(vals) * _MS,
+            stack="splitwise",
             key=(p, b, t),
         )
 
@@ -336,6 +370,68 @@ def _sarathi(root: Path) -> Iterable[CalPoint]:
         nd = int(r["batch_num_decode_tokens"])
         step = (npf, npf * (npf + 1) / 2.0, 1 if npf else 0, nd, nd * 1032)
         yield pt("sarathi_mixed", [step], float(r["batch_execution_time"]), (npf, nd))
+
+
+def argonne_rows(path: Path, framework: str = "vLLM") -> list[tuple[str, str, int, int, int, float]]:
+    """(model, gpu, tp, length, batch, latency_s) of one engine's end-to-end rows (medians of repeats).
+
+    Rows of models or GPUs the catalogue does not know are left out, and so are rows whose
+    latency is physically impossible (GH200 rows at L = 2,048 report 0.04 s for 64 x 4,096
+    tokens: a broken run).
+    """
+    acc: dict[tuple[str, str, int, int, int], list[float]] = defaultdict(list)
+    for r in _rows(path):
+        if r["Framework"] != framework:
+            continue
+        model = ARGONNE_MODELS.get(r["Model"])
+        gpu = ARGONNE_GPUS.get(r["Hardware"])
+        if model is None or gpu is None:
+            continue
+        length = int(r["Input Output Length"])
+        batch = int(r["Batch Size"])
+        latency = float(r["Latency"])
+        # At least one output token per request and iteration: >= 1 ms per token is a floor
+        # no engine beats for 7B+ models (weights alone stream in > 3 ms per step).
+        if latency < length * 1e-3:
+            continue
+        acc[(model, gpu, int(r["Num of Hardware"]), length, batch)].append(latency)
+    return [(m, g, tp, ln, b, statistics.median(v)) for (m, g, tp, ln, b), v in sorted(acc.items())]
+
+
+def _argonne(root: Path) -> Iterable[CalPoint]:
+    from llmscale.perf.catalogue import get_model
+    from llmscale.perf.closed_batch import EngineSettings, schedule
+
+    d = root / "argonne"
+    if not d.is_dir():
+        return
+    for model, gpu, tp, length, batch, latency in argonne_rows(d / "e2e_batch_latency.csv"):
+        engine = EngineSettings.vllm_v0(get_model(model).max_context_tokens)
+        try:
+            sched = schedule(model, gpu, tp, length, length, batch, engine)
+        except ConfigError:
+            continue  # does not fit these GPUs in the model's memory accounting
+        yield _mk("argonne_e2e", model, gpu, tp, "schedule", (sched,), latency, key=(length, batch))
+    for r in _rows(d / "ttft_batch16_in1024.csv"):
+        ttft_model = ARGONNE_MODELS.get(r["Model"])
+        ttft_gpu = ARGONNE_GPUS.get(r["Hardware"])
+        if r["Framework"] != "vLLM" or ttft_model is None or ttft_gpu is None:
+            continue
+        tp = int(r["Num of Hardware"])
+        n_in, batch = int(r["Input Length"]), int(r["Batch Size"])
+        engine = EngineSettings.vllm_v0(get_model(ttft_model).max_context_tokens)
+        # One output token: the batch's latency is its last request's time to first token.
+        sched = schedule(ttft_model, ttft_gpu, tp, n_in, 1, batch, engine)
+        yield _mk(
+            "argonne_ttft",
+            ttft_model,
+            ttft_gpu,
+            tp,
+            "schedule",
+            (sched,),
+            float(r["TTFT Latency"]),
+            key=(n_in, batch),
+        )
 
 
 def _split(points: list[CalPoint]) -> list[CalPoint]:
@@ -381,4 +477,5 @@ def load_points(calibration_dir: Path | str | None = None) -> list[CalPoint]:
     points.extend(_vidur_cpu(root))
     points.extend(_splitwise(root))
     points.extend(_sarathi(root))
+    points.extend(_argonne(root))
     return _split(points)

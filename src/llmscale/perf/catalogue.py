@@ -59,15 +59,40 @@ class ModelSpec:
     gated_mlp: bool = True
     #: Longest sequence the model was trained for (config.json max_position_embeddings).
     max_context_tokens: int = 4096
+    #: Mixture of experts: MLP experts per layer (config.json num_local_experts; 1 = dense).
+    num_experts: int = 1
+    #: ... of which each token is routed through this many (num_experts_per_tok).
+    experts_per_token: int = 1
+
+    @property
+    def attn_params_per_layer(self) -> int:
+        """Weights of one layer's attention projections (QKV and output), all TP shards together."""
+        q_dim = self.num_heads * self.head_dim
+        kv_dim = self.num_kv_heads * self.head_dim
+        return self.hidden_size * (q_dim + 2 * kv_dim) + q_dim * self.hidden_size
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one MLP (one expert of a mixture), e.g. Llama-3-8B: 3 x 4096 x 14,336 = 176.2M."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
 
     @property
     def linear_params_per_layer(self) -> int:
-        """Weights of the matmuls of one layer (QKV, output projection, MLP), all TP shards together."""
-        q_dim = self.num_heads * self.head_dim
-        kv_dim = self.num_kv_heads * self.head_dim
-        attn = self.hidden_size * (q_dim + 2 * kv_dim) + q_dim * self.hidden_size
-        mlp = (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size
-        return attn + mlp
+        """Weights of the matmuls of one layer (QKV, output projection, every expert's MLP), all TP shards."""
+        return self.attn_params_per_layer + self.num_experts * self.expert_params
+
+    @property
+    def active_linear_params_per_layer(self) -> int:
+        """Matmul weights one token passes through in one layer: attention + its ``experts_per_token`` MLPs.
+
+        Equal to :attr:`linear_params_per_layer` for a dense model. Mixtral-8x7B:
+        41.9M + 2 x 176.2M = 394.3M of the layer's 1,451.2M.
+        """
+        return self.attn_params_per_layer + self.experts_per_token * self.expert_params
 
     @property
     def weights_bytes(self) -> int:
@@ -136,6 +161,21 @@ _A100_PCIE = GpuSpec(
     nvlink_bandwidth_bytes_s=300e9,
     tdp_w=300.0,
 )
+# A100 SXM4 40GB: same data sheet: 312 TFLOP/s bf16 dense, 1,555 GB/s HBM2, 40 GB,
+# NVLink 3, 400 W; nvidia-smi reports 40,960 MiB. The card of many HPC systems (the
+# Argonne end-to-end measurements in shared/data/calibration/argonne ran on it): a third
+# less bandwidth than the 80 GB card, so a weight-streaming decode step is ~1.3x slower,
+# and half the memory for the KV cache.
+_A100_40GB = GpuSpec(
+    name="a100-40gb",
+    aliases=("a100-sxm4-40gb", "a100-40g", "nvidia-a100-40gb", "a100-40gb-sxm"),
+    family="a100",
+    peak_bf16_flops=312e12,
+    hbm_bandwidth_bytes_s=1.555e12,
+    memory_bytes=40_960 * _MIB,
+    nvlink_bandwidth_bytes_s=300e9,
+    tdp_w=400.0,
+)
 # H100 SXM5 80GB: NVIDIA H100 data sheet: 989 TFLOP/s bf16 dense (1,979 with
 # sparsity), 3.35 TB/s HBM3, NVLink 4 900 GB/s total (450 each way), 700 W.
 # nvidia-smi reports 81,559 MiB.
@@ -161,6 +201,19 @@ _H200 = GpuSpec(
     memory_bytes=143_771 * _MIB,
     nvlink_bandwidth_bytes_s=450e9,
     tdp_w=700.0,
+)
+# GH200 Grace Hopper Superchip, 96 GB HBM3 variant: NVIDIA GH200 data sheet: the H100's
+# GH100 die (989 TFLOP/s bf16 dense), 4.0 TB/s HBM3, 96 GB, 900 GB/s NVLink-C2C to the
+# Grace CPU, up to 1,000 W for the module. Memory taken as the data sheet's 96 GB.
+_GH200 = GpuSpec(
+    name="gh200",
+    aliases=("gh200-96gb", "nvidia-gh200", "grace-hopper"),
+    family="h100",
+    peak_bf16_flops=989e12,
+    hbm_bandwidth_bytes_s=4.0e12,
+    memory_bytes=96_000_000_000,
+    nvlink_bandwidth_bytes_s=450e9,
+    tdp_w=1000.0,
 )
 
 # -- Models -----------------------------------------------------------------
@@ -336,6 +389,109 @@ _BLOOM_176B = ModelSpec(
     max_context_tokens=2048,
 )
 
+# Qwen2 / Qwen2.5 (Qwen/Qwen2-7B, Qwen2-72B, Qwen2.5-7B/32B/72B config.json): untied input and
+# output embeddings (vocab 152,064), biases on Q/K/V (counted in param_count, not in the matmul
+# weights: 0.1% of them). Base models declare max_position_embeddings 131,072; the Qwen2.5
+# -Instruct configs declare 32,768 (longer needs YaRN rope scaling set by the operator).
+_QWEN2_7B = ModelSpec(
+    name="qwen2-7b",
+    hf_id="Qwen/Qwen2-7B",
+    aliases=("qwen2-7b-base",),
+    num_layers=28,
+    hidden_size=3584,
+    num_heads=28,
+    num_kv_heads=4,
+    head_dim=128,
+    intermediate_size=18944,
+    vocab_size=152064,
+    param_count=7_615_616_512,
+    max_context_tokens=131072,
+)
+_QWEN2_7B_INSTRUCT = replace(
+    _QWEN2_7B, name="qwen2-7b-instruct", hf_id="Qwen/Qwen2-7B-Instruct", aliases=(), max_context_tokens=32768
+)
+_QWEN2_72B = ModelSpec(
+    name="qwen2-72b",
+    hf_id="Qwen/Qwen2-72B",
+    aliases=("qwen2-72b-base",),
+    num_layers=80,
+    hidden_size=8192,
+    num_heads=64,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=29568,
+    vocab_size=152064,
+    param_count=72_706_203_648,
+    max_context_tokens=131072,
+)
+_QWEN2_72B_INSTRUCT = replace(
+    _QWEN2_72B,
+    name="qwen2-72b-instruct",
+    hf_id="Qwen/Qwen2-72B-Instruct",
+    aliases=(),
+    max_context_tokens=32768,
+)
+_QWEN25_7B = replace(
+    _QWEN2_7B, name="qwen2.5-7b", hf_id="Qwen/Qwen2.5-7B", aliases=("qwen2.5-7b-base", "qwen25-7b")
+)
+_QWEN25_7B_INSTRUCT = replace(
+    _QWEN25_7B,
+    name="qwen2.5-7b-instruct",
+    hf_id="Qwen/Qwen2.5-7B-Instruct",
+    aliases=("qwen25-7b-instruct",),
+    max_context_tokens=32768,
+)
+_QWEN25_32B = ModelSpec(
+    name="qwen2.5-32b",
+    hf_id="Qwen/Qwen2.5-32B",
+    aliases=("qwen2.5-32b-base", "qwen25-32b"),
+    num_layers=64,
+    hidden_size=5120,
+    num_heads=40,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=27648,
+    vocab_size=152064,
+    param_count=32_763_876_352,
+    max_context_tokens=131072,
+)
+_QWEN25_32B_INSTRUCT = replace(
+    _QWEN25_32B,
+    name="qwen2.5-32b-instruct",
+    hf_id="Qwen/Qwen2.5-32B-Instruct",
+    aliases=("qwen25-32b-instruct",),
+    max_context_tokens=32768,
+)
+_QWEN25_72B = replace(
+    _QWEN2_72B, name="qwen2.5-72b", hf_id="Qwen/Qwen2.5-72B", aliases=("qwen2.5-72b-base", "qwen25-72b")
+)
+_QWEN25_72B_INSTRUCT = replace(
+    _QWEN25_72B,
+    name="qwen2.5-72b-instruct",
+    hf_id="Qwen/Qwen2.5-72B-Instruct",
+    aliases=("qwen25-72b-instruct",),
+    max_context_tokens=32768,
+)
+# Mixtral-8x7B (mistralai/Mixtral-8x7B-v0.1 config.json): Mistral-7B's attention with 8 SwiGLU
+# experts per layer, 2 routed per token (num_local_experts 8, num_experts_per_tok 2); 46.7B
+# parameters of which 12.9B are active per token.
+_MIXTRAL_8X7B = ModelSpec(
+    name="mixtral-8x7b",
+    hf_id="mistralai/Mixtral-8x7B-v0.1",
+    aliases=("mixtral", "mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b-instruct"),
+    num_layers=32,
+    hidden_size=4096,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=32000,
+    param_count=46_702_792_704,
+    max_context_tokens=32768,
+    num_experts=8,
+    experts_per_token=2,
+)
+
 
 _T = TypeVar("_T", ModelSpec, GpuSpec)
 
@@ -370,12 +526,23 @@ MODELS: Final[MappingProxyType[str, ModelSpec]] = MappingProxyType(
             _CODELLAMA_34B,
             _YI_34B,
             _BLOOM_176B,
+            _QWEN2_7B,
+            _QWEN2_7B_INSTRUCT,
+            _QWEN2_72B,
+            _QWEN2_72B_INSTRUCT,
+            _QWEN25_7B,
+            _QWEN25_7B_INSTRUCT,
+            _QWEN25_32B,
+            _QWEN25_32B_INSTRUCT,
+            _QWEN25_72B,
+            _QWEN25_72B_INSTRUCT,
+            _MIXTRAL_8X7B,
         )
     }
 )
 #: GPUs by canonical short name.
 GPUS: Final[MappingProxyType[str, GpuSpec]] = MappingProxyType(
-    {g.name: g for g in (_A100_SXM, _A100_PCIE, _H100_SXM, _H200)}
+    {g.name: g for g in (_A100_SXM, _A100_PCIE, _A100_40GB, _H100_SXM, _H200, _GH200)}
 )
 
 _MODEL_KEYS: Final = _index((m, (m.name, m.hf_id, *m.aliases)) for m in MODELS.values())

@@ -71,6 +71,24 @@ class StackCoefficients:
     per_seq_s: float
     #: Extra fixed cost of an iteration that contains a prefill chunk.
     prefill_iter_s: float
+    #: Decode-only iterations of up to this many sequences replay a captured CUDA graph and
+    #: never wait on kernel launches (vLLM captures batch sizes up to 256 unless run with
+    #: ``--enforce-eager``); 0 = an eager engine that launches every kernel from Python.
+    cuda_graph_max_batch: int = 0
+    #: Share of the per-kernel fixed times (fitted to eager kernel profiles) that a decode
+    #: iteration replayed as a CUDA graph still pays: the host no longer launches each kernel.
+    graph_kernel_scale: float = 1.0
+    #: Latency of one tensor-parallel all-reduce of a small activation, s, when the engine runs
+    #: its own all-reduce kernel over NVLink instead of NCCL for small messages (vLLM's custom
+    #: all-reduce, on by default since 0.3); 0 = NCCL's fitted latency for the TP degree.
+    allreduce_latency_s: float = 0.0
+    #: Sampling work per sequence per vocabulary entry, s: the logits of every sequence are
+    #: soft-maxed and sorted for top-p / top-k, so a 152k-token vocabulary (Qwen2) costs ~4.75x
+    #: a 32k one (Llama-2) at the same batch.
+    sample_s_per_logit: float = 0.0
+    #: Share of a grouped-query model's KV re-reads (one per query head sharing a KV head) that
+    #: reach HBM in the engine's decode attention kernel: 0 = each KV head read once.
+    gqa_kv_reread: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +176,11 @@ def coefficients_from_dict(d: Mapping[str, Any]) -> PerfCoefficients:
                         iter_s=float(v["iter_s"]),
                         per_seq_s=float(v["per_seq_s"]),
                         prefill_iter_s=float(v["prefill_iter_s"]),
+                        cuda_graph_max_batch=int(v.get("cuda_graph_max_batch", 0)),
+                        allreduce_latency_s=float(v.get("allreduce_latency_s", 0.0)),
+                        graph_kernel_scale=float(v.get("graph_kernel_scale", 1.0)),
+                        sample_s_per_logit=float(v.get("sample_s_per_logit", 0.0)),
+                        gqa_kv_reread=float(v.get("gqa_kv_reread", 0.0)),
                     )
                     for k, v in model["stacks"].items()
                 }
@@ -195,7 +218,16 @@ def coefficients_to_dict(c: PerfCoefficients) -> dict[str, Any]:
         "cpu_per_seq_s": c.cpu_per_seq_s,
         "cpu_tp_s": c.cpu_tp_s,
         "stacks": {
-            name: {"iter_s": s.iter_s, "per_seq_s": s.per_seq_s, "prefill_iter_s": s.prefill_iter_s}
+            name: {
+                "iter_s": s.iter_s,
+                "per_seq_s": s.per_seq_s,
+                "prefill_iter_s": s.prefill_iter_s,
+                "cuda_graph_max_batch": s.cuda_graph_max_batch,
+                "allreduce_latency_s": s.allreduce_latency_s,
+                "graph_kernel_scale": s.graph_kernel_scale,
+                "sample_s_per_logit": s.sample_s_per_logit,
+                "gqa_kv_reread": s.gqa_kv_reread,
+            }
             for name, s in sorted(c.stacks.items())
         },
         "tp_compute_penalty": c.tp_compute_penalty,

@@ -37,17 +37,24 @@ class StepKernel:
         "elem_bytes_per_token",
         "elem_fixed_s",
         "elem_s_per_token",
+        "expert_tm_s",
         "flops_per_seq",
         "flops_per_token",
         "gemm_fixed_s",
+        "graph_fixed_scale",
+        "graph_max_batch",
         "kv_bytes_per_token",
         "kv_s_per_token",
         "launch_s",
+        "moe_experts",
+        "moe_miss",
         "prefill_iter_s",
         "step_attn_s_per_pair",
         "step_flops_s",
         "tm_pow",
+        "weight_expert_bytes",
         "weight_stream_bytes",
+        "weight_tm_s",
     )
 
     def __init__(
@@ -76,6 +83,13 @@ class StepKernel:
         weight_stream_bytes: float,
         elem_bytes_per_token: float,
         kv_bytes_per_token: float,
+        graph_max_batch: float = 0.0,
+        graph_fixed_scale: float = 1.0,
+        moe_experts: float = 0.0,
+        moe_miss: float = 0.0,
+        weight_tm_s: float = 0.0,
+        expert_tm_s: float = 0.0,
+        weight_expert_bytes: float = 0.0,
     ) -> None:
         self.flops_per_token = flops_per_token
         self.flops_per_seq = flops_per_seq
@@ -100,6 +114,19 @@ class StepKernel:
         self.weight_stream_bytes = weight_stream_bytes
         self.elem_bytes_per_token = elem_bytes_per_token
         self.kv_bytes_per_token = kv_bytes_per_token
+        #: Decode-only iterations of at most this many sequences replay a captured CUDA graph:
+        #: the host issues one graph, not every kernel, so they are never launch-bound (0: eager).
+        self.graph_max_batch = graph_max_batch
+        self.graph_fixed_scale = graph_fixed_scale
+        #: Mixture of experts (0: dense): experts per layer, and the chance (1 - k/E) that one
+        #: token leaves a given expert unused. ``weight_tm_s`` streams the weights every
+        #: iteration reads (attention, LM head); ``expert_tm_s`` / ``weight_expert_bytes`` one
+        #: expert's MLP weights over all layers, read once per iteration if any token used it.
+        self.moe_experts = moe_experts
+        self.moe_miss = moe_miss
+        self.weight_tm_s = weight_tm_s
+        self.expert_tm_s = expert_tm_s
+        self.weight_expert_bytes = weight_expert_bytes
 
     def cost(
         self,
@@ -121,18 +148,35 @@ class StepKernel:
         n_seqs = num_prefill_seqs + num_decode
         flops = self.flops_per_token * n + self.flops_per_seq * n_seqs
         tc = flops / self.step_flops_s
+        tm_pow = self.tm_pow
+        weight_bytes = self.weight_stream_bytes
+        if self.moe_experts > 0.0:
+            # Experts the batch's n tokens touch, with uniform routing: E x (1 - (1 - k/E)^n).
+            # Mixtral-8x7B: 2 of 8 at one token, 7.2 at 8 tokens, all 8 from ~24 tokens on, so a
+            # decode step streams 2.1x the weights at batch 16 that it streams at batch 1.
+            touched = self.moe_experts * (1.0 - math.pow(self.moe_miss, n))
+            tm_pow = math.pow(self.weight_tm_s + self.expert_tm_s * touched, self.blend_exp)
+            weight_bytes = weight_bytes + self.weight_expert_bytes * touched
         # math.pow, not **: float ** float is typed Any (it may be complex), which would make mypyc
         # box every operation below; for these positive bases both are the same libm pow().
-        gpu = math.pow(math.pow(tc, self.blend_exp) + self.tm_pow, self.blend_inv) + self.gemm_fixed_s
-        gpu += n * self.elem_s_per_token + self.elem_fixed_s
+        graph = num_prefill_seqs == 0.0 and num_decode <= self.graph_max_batch
+        # Fixed time per kernel (launch latency, tail wave), per iteration. A replayed CUDA graph
+        # issues its kernels back to back from the GPU, so only a fraction of it remains.
+        fixed = self.gemm_fixed_s + self.elem_fixed_s
+        if num_prefill_seqs > 0.0:
+            fixed += self.attn_call_s
+        if num_decode > 0.0:
+            fixed += self.attn_call_s
+        if graph:
+            fixed *= self.graph_fixed_scale
+        gpu = math.pow(math.pow(tc, self.blend_exp) + tm_pow, self.blend_inv) + fixed
+        gpu += n * self.elem_s_per_token
         gpu += n * self.ar_s_per_token + self.ar_fixed_s
         serial = self.cpu_fixed_s + self.cpu_per_seq_s * n_seqs
         if num_prefill_seqs > 0.0:
-            gpu += self.attn_call_s + prefill_attn_pairs * self.step_attn_s_per_pair
+            gpu += prefill_attn_pairs * self.step_attn_s_per_pair
             serial += self.prefill_iter_s
-        if num_decode > 0.0:
-            gpu += self.attn_call_s
-        if self.launch_s > gpu:  # the host issues kernels slower than they run
+        if not graph and self.launch_s > gpu:  # the host issues kernels slower than they run
             duration = serial + self.launch_s + decode_ctx_tokens * self.kv_s_per_token
             overhead = serial + (self.launch_s - gpu)
         else:
@@ -143,9 +187,5 @@ class StepKernel:
             + prefill_attn_pairs * self.attn_flops_per_pair
             + decode_ctx_tokens * self.attn_flops_per_ctx
         ) / self.step_flops_s
-        dram = (
-            self.weight_stream_bytes
-            + n * self.elem_bytes_per_token
-            + decode_ctx_tokens * self.kv_bytes_per_token
-        )
+        dram = weight_bytes + n * self.elem_bytes_per_token + decode_ctx_tokens * self.kv_bytes_per_token
         return duration, busy, dram, overhead

@@ -71,7 +71,8 @@ class StepCost(NamedTuple):
     duration_s: float
     #: Time the SMs spend on useful math: FLOPs / the FLOP rate large GEMMs sustain
     #: in a serving run (peak x GEMM efficiency x serving scale / TP sync), s.
-    #: ``sm_busy_s / duration_s`` is what llmscale reports as GPU utilisation.
+    #: The DCGM counters are derived from it (:mod:`llmscale.sim.gpu_counters`): FLOPs =
+    #: ``sm_busy_s`` x the step's FLOP rate, for the tensor pipe and SM activity.
     sm_busy_s: float
     #: Bytes moved to/from HBM per GPU: weights + KV reads/writes + activations.
     dram_bytes: float
@@ -124,6 +125,8 @@ class PerfModel:
         "_flops_s",
         "_gemm_fixed_s",
         "_kv_bytes_per_token",
+        "_kv_profile_s_per_token",
+        "_kv_read_bytes_per_token",
         "_kv_s_per_token",
         "_launch_s",
         "_prefill_iter_s",
@@ -169,14 +172,27 @@ class PerfModel:
         kv_dim = m.num_kv_heads * m.head_dim
 
         # GEMMs. Weights streamed once per iteration: all layers' matmuls + LM head,
-        # e.g. Llama-3-8B tp1: (32 x 218.1M + 525.3M) x 2 B = 15.0 GB.
+        # e.g. Llama-3-8B tp1: (32 x 218.1M + 525.3M) x 2 B = 15.0 GB. A mixture of experts
+        # streams its attention and LM head every iteration and each expert's MLP only if a
+        # token of the batch was routed to it (StepKernel.cost); FLOPs follow the active path.
         lin_per_layer = m.linear_params_per_layer / tp
         lm_head = h * m.vocab_size / tp
         self._weight_stream_bytes = bpp * (layers * lin_per_layer + lm_head)
         self._flops_s = g.peak_bf16_flops * fam.gemm_flops_eff
-        self._flops_per_token = 2.0 * layers * lin_per_layer
+        self._flops_per_token = 2.0 * layers * m.active_linear_params_per_layer / tp
         self._flops_per_seq = 2.0 * lm_head
         tm = self._weight_stream_bytes / (hbm * fam.weight_bw_eff)
+        if m.is_moe:
+            shared_bytes = bpp * (layers * m.attn_params_per_layer / tp + lm_head)
+            expert_bytes = bpp * layers * m.expert_params / tp
+            moe_experts = float(m.num_experts)
+            moe_miss = 1.0 - m.experts_per_token / m.num_experts
+            weight_tm_s = shared_bytes / (hbm * fam.weight_bw_eff)
+            expert_tm_s = expert_bytes / (hbm * fam.weight_bw_eff)
+            kernel_stream_bytes = shared_bytes
+        else:
+            expert_bytes = moe_experts = moe_miss = weight_tm_s = expert_tm_s = 0.0
+            kernel_stream_bytes = self._weight_stream_bytes
         self._blend_exp = c.gemm_blend_exp
         self._blend_inv = 1.0 / c.gemm_blend_exp
         self._tm_pow = tm**c.gemm_blend_exp
@@ -202,7 +218,14 @@ class PerfModel:
         self._attn_s_per_pair = self._attn_flops_per_pair / (g.peak_bf16_flops * c.attn_prefill_flops_eff)
         self._attn_flops_per_ctx = self._attn_flops_per_pair
         self._kv_bytes_per_token = m.kv_bytes_per_token / tp
-        self._kv_s_per_token = self._kv_bytes_per_token / (hbm * c.attn_kv_bw_eff)
+        self._kv_profile_s_per_token = self._kv_bytes_per_token / (hbm * c.attn_kv_bw_eff)
+        # A decode attention kernel that runs one thread block per *query* head reads a KV head
+        # once per query head sharing it, partly from L2: grouped-query models (Mistral, Llama-3:
+        # 4 query heads per KV head) save less KV traffic than their cache size suggests.
+        # gqa_kv_reread is the engine's share of those extra reads that reach HBM.
+        group = m.num_heads / m.num_kv_heads
+        self._kv_read_bytes_per_token = self._kv_bytes_per_token * (1.0 + st.gqa_kv_reread * (group - 1.0))
+        self._kv_s_per_token = self._kv_read_bytes_per_token / (hbm * c.attn_kv_bw_eff)
         self._attn_call_s = layers * c.attn_kernel_s
         # A serving run sustains a lower FLOP rate than short kernel profiles (power and
         # clock limits), and a multi-GPU forward pass loses more to synchronisation.
@@ -216,6 +239,8 @@ class PerfModel:
             bw = fam.allreduce_bw_bytes_s.get(tp)
             if lat is None or bw is None:
                 raise ConfigError(f"no fitted all-reduce coefficients for tp = {tp} on {g.name}")
+            if st.allreduce_latency_s > 0.0:
+                lat = st.allreduce_latency_s  # the engine's own small-message all-reduce
             self._ar_fixed_s = 2 * layers * lat
             self._ar_s_per_token = 2 * layers * h * bpp / bw
         else:
@@ -224,7 +249,7 @@ class PerfModel:
 
         self._launch_s = layers * fam.launch_per_layer_s
         self._cpu_fixed_s = c.cpu_iter_s + (c.cpu_tp_s if tp > 1 else 0.0) + st.iter_s
-        self._cpu_per_seq_s = c.cpu_per_seq_s + st.per_seq_s
+        self._cpu_per_seq_s = c.cpu_per_seq_s + st.per_seq_s + st.sample_s_per_logit * m.vocab_size
         self._prefill_iter_s = st.prefill_iter_s
         self._decode_cache: list[DecodeAffine | None] = [None] * (DECODE_AFFINE_CACHE_SIZE + 1)
         self.kernel = StepKernel(
@@ -248,9 +273,16 @@ class PerfModel:
             kv_s_per_token=self._kv_s_per_token,
             attn_flops_per_pair=self._attn_flops_per_pair,
             attn_flops_per_ctx=self._attn_flops_per_ctx,
-            weight_stream_bytes=self._weight_stream_bytes,
+            weight_stream_bytes=kernel_stream_bytes,
             elem_bytes_per_token=self._elem_bytes_per_token,
-            kv_bytes_per_token=self._kv_bytes_per_token,
+            kv_bytes_per_token=self._kv_read_bytes_per_token,
+            graph_max_batch=float(st.cuda_graph_max_batch),
+            graph_fixed_scale=st.graph_kernel_scale,
+            moe_experts=moe_experts,
+            moe_miss=moe_miss,
+            weight_tm_s=weight_tm_s,
+            expert_tm_s=expert_tm_s,
+            weight_expert_bytes=expert_bytes,
         )
 
     def __repr__(self) -> str:
@@ -295,7 +327,7 @@ class PerfModel:
         if num_decode > 0:
             per_ctx = self._kv_s_per_token
             busy_per_ctx = self._attn_flops_per_ctx / self._step_flops_s
-            bytes_per_ctx = self._kv_bytes_per_token
+            bytes_per_ctx = self._kv_read_bytes_per_token
         else:
             per_ctx = busy_per_ctx = bytes_per_ctx = 0.0
         aff = DecodeAffine(
@@ -332,7 +364,7 @@ class PerfModel:
         """Attention kernel time of ONE layer, s (prefill pairs and decode context as in :meth:`step`)."""
         layers = self.model.num_layers
         t = (int(prefill) + int(decode)) * self._attn_call_s
-        t += prefill_attn_pairs * self._attn_s_per_pair + decode_ctx_tokens * self._kv_s_per_token
+        t += prefill_attn_pairs * self._attn_s_per_pair + decode_ctx_tokens * self._kv_profile_s_per_token
         return t / layers
 
     def allreduce_time_s(self, tokens: float) -> float:
@@ -495,21 +527,40 @@ class PerfModel:
         return lo
 
 
-_MODELS_CACHE: dict[tuple[str, str, int, str | None], PerfModel] = {}
+_MODELS_CACHE: dict[tuple[str, str, int, str | None, str | None, int], PerfModel] = {}
 
 
-def get_perf_model(model: str, gpu: str, tp: int, *, stack: str | None = None) -> PerfModel:
+def get_perf_model(
+    model: str, gpu: str, tp: int, *, stack: str | None = None, calibration: str | None = None
+) -> PerfModel:
     """The :class:`PerfModel` of ``model`` on ``tp`` x ``gpu`` with the committed coefficients.
 
-    Coefficients are read on first use from the package (no ``../shared``
-    needed); models are memoised, so repeated calls share the decode cache.
+    ``calibration`` is the path of a profile written by ``llmscale calibrate``: its factors
+    scale the committed coefficients (:mod:`llmscale.perf.profile`). Coefficients are read on
+    first use from the package (no ``../shared`` needed); models are memoised (per profile
+    file version), so repeated calls share the decode cache.
     """
     m = get_model(model)
     g = get_gpu(gpu)
     validate_tp(m, tp)
-    key = (m.name, g.name, int(tp), stack)
+    mtime = 0
+    if calibration is not None:
+        from pathlib import Path
+
+        try:
+            mtime = Path(calibration).stat().st_mtime_ns
+        except OSError as exc:
+            raise ConfigError(
+                f"{calibration}: calibration profile not found ({exc.strerror or exc})"
+            ) from exc
+    key = (m.name, g.name, int(tp), stack, calibration, mtime)
     pm = _MODELS_CACHE.get(key)
     if pm is None:
-        pm = PerfModel(m, g, tp, stack=stack)
+        coeffs = None
+        if calibration is not None:
+            from llmscale.perf.profile import profile_coefficients
+
+            coeffs = profile_coefficients(calibration)
+        pm = PerfModel(m, g, tp, coeffs, stack=stack)
         _MODELS_CACHE[key] = pm
     return pm

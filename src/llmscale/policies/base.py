@@ -57,6 +57,8 @@ class PolicyContext:
     tp: int = 1
     #: cold start of a new replica, seconds (pending + loading + warmup)
     cold_start_s: float = 90.0
+    #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
+    calibration: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 

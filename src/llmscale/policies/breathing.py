@@ -46,7 +46,22 @@ Readings where the seed is ambiguous:
   adds 1. With no serving replica the gateway queue is shared over the
   replicas on the way; with no replica at all, any waiting request asks for
   one (``scale-from-zero``).
-* **"SM utilisation"** is DCGM's GPU utilisation, ``gpu_util_mean`` (%).
+* **"SM utilisation"** is ``gpu_util_mean`` (%), the mean of
+  ``DCGM_FI_DEV_GPU_UTIL``: the seed's source is "the GPU SM utilisation NVML
+  reports", and NVML's device utilisation is the share of time a kernel was
+  executing. It also makes the rule meaningful: "below 30 % with nothing
+  piling up" then says the GPUs idle most of the time, a replica to spare.
+  ``DCGM_FI_PROF_SM_ACTIVE`` would tie it to the engine instead: SMs hold
+  warps only while they compute or wait for HBM, so a loaded decode-bound
+  replica reads what its host time leaves -- 0.49 at batch 256 in the
+  simulator with the committed coefficients (Llama-3-8B, H100, CUDA-graph
+  decode), 0.18 with the previous eager-engine fit. There "below 30 %" held
+  at full load, and with vLLM admitting every request into the batch so did
+  "no backlog": the rule would have shrunk a saturated fleet. The cost of
+  the seed's choice, kept: a light load the router spreads over every replica
+  keeps each one busy, and the fleet does not shrink (on the
+  ``bandwidth-bound`` preset at 1 request/s it holds its initial 2 replicas
+  where one serves the SLO).
 * **"No new requests flowing in".** Literally zero arrivals would never let
   a fleet with any traffic shrink. Default reading (``no_new_requests:
   no-backlog``): new requests do not pile up, less than one waiting per

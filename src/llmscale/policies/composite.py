@@ -31,7 +31,9 @@ Readings where the seed is ambiguous:
   not > 0.85; growth 8 %/step: 0.88 -> scale out.
   Note what the score measures: long requests *and* a growing cache. A
   fleet saturated at a steady KV usage (growth ~0) scores at most 0.7 and
-  does not scale out; that is the seed's design, kept as it is.
+  does not scale out; that is the seed's design, kept as it is. It reads
+  no GPU counter: its 85 % is a share of these three references, not a GPU
+  utilisation.
 * **Scale out.** One replica per trigger (``up_step``); the 3 consecutive
   periods are the guard's ``confirm_up_ticks: 3``.
 * **"KV growth drops sharply".** Read as the mean KV usage *shrinking* by at

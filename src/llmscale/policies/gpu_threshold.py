@@ -15,13 +15,33 @@ stop scaling on ``nvidia.com/gpu`` requests; collect DCGM's
 ``DCGM_FI_DEV_GPU_UTIL`` and ``DCGM_FI_DEV_MEM_COPY_UTIL``; "in the HPA define
 the composite ``max(gpu_util, mem_copy_util) > 35%`` as the scale-out
 threshold". A threshold in an HPA is a target: 35 % (``target_pct``) per pod.
-Per pod the composite is the larger of the two fields (either alone when a
-pod reports only one), exactly as ``gpu_composite_util``; pods come from
-``Signals.per_replica`` (Pending and Draining pods are not there; a running
-pod without a scrape is "missing"). Without per-pod values the fleet mean
-``gpu_composite_util`` stands for every ready replica and starting replicas
-are missing. Worked (``test_seed_gpu_threshold.py``): 4 pods at composite
-92 % (GPU 9 %, copy 92 %) -> ratio 2.63 -> ceil(2.63 x 4) = 11 replicas.
+
+Which counters: the compute term is ``DCGM_FI_PROF_SM_ACTIVE`` x 100, not the
+``DCGM_FI_DEV_GPU_UTIL`` the seed names. The seed describes its utilisation as
+"the share of active cycles of the SM compute units in the driver's sampling
+window" and reads it at 9 % on a decode-bound fleet with memory bandwidth at
+92 %: that is SM activity (the ratio of cycles an SM holds a warp), while
+GPU_UTIL (the time a kernel was executing) reads ~100 % on any replica with a
+request in flight. On GPU_UTIL the rule would say "scale out whenever a pod
+serves anything" and drive every loaded fleet to its maximum; on SM activity
+and memory traffic it says what the seed means, "compute or bandwidth past
+35 %". Even so it does not measure load on a decode-bound replica: the SMs
+hold warps while each step streams the weights, 64 % of a batch-1 step in
+the simulator (Llama-3-8B, H100), so a replica serving a single request is
+already past 35 % (on the ``bandwidth-bound`` preset at 1 request/s, which
+one replica serves within the SLO, ``gpu-mem-copy`` climbs to
+max_replicas, 12). The seed's threshold is kept. The memory term is
+``DCGM_FI_DEV_MEM_COPY_UTIL`` as the seed says (the memory interface's busy
+time). Per pod the composite is the larger of the two (either alone when a
+pod reports only one: without DCGM's profiling fields, which dcgm-exporter's
+default counters leave out, memory alone), as
+:func:`llmscale.signals.gpu.seed_composite_util` and ``gpu_composite_util``;
+pods come from ``Signals.per_replica`` (Pending and Draining pods are not
+there; a running pod without a scrape is "missing"). Without per-pod values
+the fleet mean ``gpu_composite_util`` stands for every ready replica and
+starting replicas are missing. Worked (``test_seed_gpu_threshold.py``): 4
+pods at composite 92 % (SM active 0.09, copy 92 %) -> ratio 2.63 ->
+ceil(2.63 x 4) = 11 replicas.
 
 ``effective-vram`` — seed 000 3.3, "Effective VRAM Utilization instead of raw
 GPU utilisation": ``0.4 used/total + 0.3 bw/bw_max + 0.3 l2_miss/0.8`` (signal
@@ -43,10 +63,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.errors import ConfigError
-from llmscale.metrics.names import DCGM
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.hpa import hpa_replicas_for_metric
-from llmscale.signals.gpu import composite_util
+from llmscale.signals.gpu import seed_composite_util
 from llmscale.types import Decision, Signals
 
 __all__ = ["EffectiveVramPolicy", "GpuMemCopyPolicy", "HpaTarget", "hpa_decision", "pod_values"]
@@ -96,7 +115,7 @@ def _overrides(t: HpaTarget) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class GpuMemCopyPolicy:
-    """Seed 000 chapter 1: HPA on ``max(GPU_UTIL, MEM_COPY_UTIL)`` per pod with a 35 % target."""
+    """Seed 000 chapter 1: HPA on ``max(SM_ACTIVE x 100, MEM_COPY_UTIL)`` per pod, 35 % target."""
 
     config: HpaTarget
     name: str = "gpu-mem-copy"
@@ -114,12 +133,11 @@ class GpuMemCopyPolicy:
 
     def decide(self, signals: Signals, state: None, now_s: float) -> tuple[Decision, None]:
         values: dict[str, float | None] = {
-            pod: composite_util(m.get(DCGM.GPU_UTIL), m.get(DCGM.MEM_COPY_UTIL))
-            for pod, m in signals.per_replica.items()
+            pod: seed_composite_util(m) for pod, m in signals.per_replica.items()
         }
         if not any(v is not None for v in values.values()):
             values = pod_values(signals, signals.get("gpu_composite_util"))
-        return hpa_decision(signals, values, self.config, "max(gpu_util, mem_copy_util) %"), None
+        return hpa_decision(signals, values, self.config, "max(sm_active, mem_copy_util) %"), None
 
 
 @dataclass(frozen=True)
@@ -166,7 +184,7 @@ _HPA_COMMON: dict[str, Any] = {"tolerance": 0.1, "tick_s": 15.0, "down_stabiliza
 
 @register(
     "gpu-mem-copy",
-    "seed 000 ch.1: HPA on max(GPU_UTIL, MEM_COPY_UTIL) per pod, target 35%",
+    "seed 000 ch.1: HPA on max(SM_ACTIVE %, MEM_COPY_UTIL) per pod, target 35%",
     {"target_pct": 35.0, **_HPA_COMMON},
 )
 def _make_mem_copy(ctx: PolicyContext, params: Mapping[str, Any]) -> GpuMemCopyPolicy:

@@ -1,10 +1,20 @@
 """``hpa-gpu-util``: the Kubernetes HPA (autoscaling/v2) on a per-pod GPU-utilisation metric.
 
-The common production set-up the design documents show failing: DCGM's
-``DCGM_FI_DEV_GPU_UTIL`` exposed per pod (prometheus-adapter) as a Pods metric
-with an AverageValue target of 70 (percent). Re-implemented from the
-algorithm in kubernetes/kubernetes ``pkg/controller/podautoscaler``
-(``replica_calculator.go``, ``horizontal.go``):
+The common production set-up: DCGM's ``DCGM_FI_DEV_GPU_UTIL`` exposed per pod
+(dcgm-exporter, prometheus-adapter) as a Pods metric with an AverageValue
+target of 70 (percent). It reads that field exactly as such a set-up does,
+with DCGM's meaning: NVML's "percent of time over the past sample period
+during which one or more kernels was executing". A vLLM replica runs an
+engine iteration whenever a request is in flight, so the field reads ~100 %
+on a replica serving one request as on one at its batch limit, and 0 on an
+idle one; the fleet mean is the share of replicas with work. Its failure on
+LLM serving is therefore over-provisioning, not starvation: a light but
+steady load spread by the router keeps every replica "busy", above the 70 %
+target, and HPA adds replicas until about 30 % of them sit idle -- or until
+max_replicas (``tests/backtest/test_hpa_gpu_util_failure.py``).
+
+Re-implemented from the algorithm in kubernetes/kubernetes
+``pkg/controller/podautoscaler`` (``replica_calculator.go``, ``horizontal.go``):
 
 - sync period 15 s; tolerance 0.1 (no change while |ratio - 1| <= 0.1);
 - ratio = mean over pods with a sample / target; Pending pods are ignored; pods
@@ -30,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmscale.metrics.names import DCGM
 from llmscale.policies._hpa_behavior import HpaBehavior, HpaState, apply_hpa_behavior
 from llmscale.policies.base import PolicyContext, register
 from llmscale.types import Decision, Signals
@@ -39,7 +50,7 @@ __all__ = ["HpaConfig", "HpaPolicy", "HpaState", "hpa_replicas_for_metric"]
 
 @dataclass(frozen=True)
 class HpaConfig:
-    metric: str = "DCGM_FI_DEV_GPU_UTIL"
+    metric: str = DCGM.GPU_UTIL
     target: float = 70.0
     tolerance: float = 0.1
     sync_s: float = 15.0
@@ -133,7 +144,7 @@ class HpaPolicy:
 
 
 _DEFAULTS = {
-    "metric": "DCGM_FI_DEV_GPU_UTIL",
+    "metric": DCGM.GPU_UTIL,
     "target": 70.0,
     "tolerance": 0.1,
     "sync_s": 15.0,

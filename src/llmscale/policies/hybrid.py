@@ -24,11 +24,31 @@ may make things worse"): rule ``no-data``, the current replicas.
 
 Readings where the seed is ambiguous:
 
+* **Which GPU counter.** ``gpu_util_mean``, the mean of
+  ``DCGM_FI_DEV_GPU_UTIL``: the share of time a replica had a kernel
+  executing (NVML's definition), ~100 % with any request in flight. It is
+  the seed's: its collector is DCGM's GPU utilisation and its failure path
+  reads it as time ("the GPU is always working, so the utilisation looks
+  normal" while the queue grows). With it the rules mean what they say: P99
+  over 5 s *with* no idle time on the GPUs (85 %) is a saturated fleet, not a
+  cold start or a client; queue over 20 on GPUs busy 95 % of the time is a
+  backlog the fleet cannot absorb; under 30 % the GPUs sit idle most of the
+  time, spare capacity to shed. SM activity (``sm_active_mean``) would break
+  the scale-up rules: a decode-bound replica reads 0.64 at batch 1 down to
+  0.49 at batch 256 in the simulator (Llama-3-8B, H100), a prefill-bound one
+  0.74-0.80, so "above 85 %" and "above 95 %" would never fire. The cost of
+  the seed's choice, kept: a light load that the router spreads over every
+  replica keeps each one "busy" and the fleet does not shrink below the
+  replicas that have a request.
 * **Which P99.** The seed's P99 is request latency over a sliding window of
   the last 100 requests: ``e2e_p99_s`` (parameter ``p99_signal``; an
   interactive service may prefer ``ttft_p99_s``: LLM answers of a few hundred
   tokens take longer than 2 s end to end even on an idle fleet, which keeps
-  rule 3 from ever firing on ``e2e_p99_s``). An empty window reads 0 in the
+  rule 3 from ever firing on ``e2e_p99_s``; and answers longer than 5 s end to
+  end fire rule 2 on any fleet with requests in flight, since GPU utilisation
+  then reads above 85 %: on the ``bandwidth-bound`` preset at 1 request/s
+  (900-token answers, ~12 s each), which one replica serves within the SLO,
+  ``hybrid`` climbs to 9 replicas). An empty window reads 0 in the
   seed's ``calculateP99Latency``; here the P99 is undefined when no request
   finished in the signal window, read as 0 only when nothing is running or
   waiting (an idle fleet), and otherwise as unknown (``no-data-p99`` when no
@@ -54,8 +74,8 @@ forecasts the rate one cold start ahead (``ctx.cold_start_s``). The capacity
 of a replica is the highest request rate per serving replica seen while the
 fleet was healthy (no reactive scale-up, queue <= the warn level 20), a lower
 bound that decays with a one-day half-life (each daily peak refreshes it;
-GPU utilisation is no gate: a decode-bound replica near capacity reads
-~20 % in llmscale's simulator). When the forecast exceeds what the current
+GPU utilisation is no gate: it reads ~100 % on a replica with one request as
+on one at capacity). When the forecast exceeds what the current
 replicas carry at that capacity by more than 10 % (``tolerance``, HPA's),
 predicted replicas = ceil(forecast / capacity); no predictive scale-up while
 the reactive rules find the fleet idle (their scale-down zone), nor without

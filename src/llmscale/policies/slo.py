@@ -85,6 +85,8 @@ class SloConfig:
     gpu: str = "h100-80gb"
     tp: int = 1
     max_num_seqs: int = 256
+    #: a calibration profile (``llmscale calibrate``) scaling the step-time model, or None
+    calibration: str | None = None
     #: used until the fleet has reported request lengths
     default_prompt_tokens: float = 1000.0
     default_output_tokens: float = 200.0
@@ -112,6 +114,7 @@ def replica_capacity_rps(
     tpot_target_s: float,
     ttft_target_s: float,
     max_num_seqs: int,
+    calibration: str | None = None,
 ) -> float:
     """Steady-state requests/s one replica serves with mean TPOT and TTFT within their targets.
 
@@ -130,7 +133,7 @@ def replica_capacity_rps(
     """
     from llmscale.perf import get_perf_model
 
-    perf = get_perf_model(model, gpu, tp)
+    perf = get_perf_model(model, gpu, tp, calibration=calibration)
     p = max(1, prompt_tokens)
     o = max(1, output_tokens)
     ctx = p + o / 2.0
@@ -237,6 +240,7 @@ class SloPolicy:
             c.slo_tpot_s,
             c.slo_ttft_s,
             c.max_num_seqs,
+            c.calibration,
         )
 
     def decide(self, signals: Signals, state: SloState, now_s: float) -> tuple[Decision, SloState]:
@@ -368,5 +372,6 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             gpu=ctx.gpu,
             tp=ctx.tp,
             max_num_seqs=int(ctx.extra.get("max_num_seqs", 256)),
+            calibration=ctx.calibration,
         )
     )

@@ -221,7 +221,13 @@ COLUMNS: tuple[Column, ...] = (
     Column("scale_events", "Scale\nevents", fmt_count, None, "Number of scaling actions"),
     Column("killed_by_scale_down", "Killed", fmt_count, None, "Requests killed by a scale-down"),
     Column("timed_out", "Timed\nout", fmt_count, None, "Requests that timed out"),
-    Column("rejected", "Rejected", fmt_count, None, "Requests rejected (queue full)"),
+    Column(
+        "rejected",
+        "Rejected",
+        fmt_count,
+        None,
+        "Requests rejected on arrival: longer than the model's context (HTTP 400), or the gateway queue full",
+    ),
 )
 
 

@@ -13,7 +13,7 @@ oracle included when it has one):
 
 * ``chart-load-replicas``: 7 per P (5 lifecycle states stacked, desired replicas, arrival rate);
 * ``chart-queue``, ``chart-ttft``, ``chart-gpu-hours``: 1 per P;
-* ``chart-util``: 3 per P (SM busy, HBM bandwidth, KV-cache usage);
+* ``chart-util``: 4 per P (HBM bandwidth, SM active, GPU utilisation, KV-cache usage);
 * ``chart-pareto``: 1 per policy with both GPU-hours and attainment, +1 for the oracle, +1 for the
   Pareto frontier (when at least one policy has a point).
 """
@@ -46,6 +46,7 @@ from llmscale.report._common import (
     section,
     slo_text,
 )
+from llmscale.report.context import context_summary
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -90,6 +91,7 @@ _SM_COLOR = "#1a4f9c"
 _BW_COLOR = "#e8590c"
 _BW_FILL = "rgba(232, 89, 12, 0.28)"
 _KV_COLOR = "#6b6b6b"
+_GPU_COLOR = "#2b8a3e"
 _SLO_COLOR = "#b22222"
 _FONT = "system-ui, -apple-system, 'Segoe UI', 'DejaVu Sans', Roboto, sans-serif"
 
@@ -114,11 +116,13 @@ _CAPTIONS: dict[str, str] = {
         "minutes where no request finished prefill."
     ),
     CHART_UTIL: (
-        "One panel per policy: SM-busy fraction (blue line) against HBM bandwidth utilization (orange "
-        "area) and KV-cache usage (grey dotted), averaged over ready replicas. Decode is memory-bound: "
-        "when the orange area is pinned near 100 % while the blue line sits far lower, the GPUs are "
-        "saturated even though 'GPU utilization' suggests headroom, so a utilization-target policy "
-        "scales too late."
+        "One panel per policy, averaged over ready replicas, as dcgm-exporter reports them: GPU "
+        "utilization (DCGM_FI_DEV_GPU_UTIL, green dashed), the share of time a kernel was running; SM "
+        "activity (DCGM_FI_PROF_SM_ACTIVE, blue line); HBM bandwidth (DCGM_FI_PROF_DRAM_ACTIVE, orange "
+        "area); KV-cache usage (grey dotted). GPU utilization sits near 100 % whenever requests are in "
+        "flight, whether a replica serves one or hundreds, so a policy that targets it adds replicas "
+        "under any steady load. SM activity and bandwidth show what the GPUs do: decode streams "
+        "weights and KV from HBM and does little math."
     ),
     CHART_GPU_HOURS: (
         "GPU-hours accumulated over the trace (every replica that exists is paid for, ready or not). "
@@ -135,7 +139,7 @@ _TITLES: dict[str, str] = {
     CHART_LOAD: "Load and replicas by lifecycle state",
     CHART_QUEUE: "Queue depth",
     CHART_TTFT: "Per-minute P99 TTFT vs. SLO",
-    CHART_UTIL: "GPU (SM) utilization vs. HBM bandwidth utilization",
+    CHART_UTIL: "GPU utilization, SM activity and HBM bandwidth (DCGM)",
     CHART_GPU_HOURS: "Cumulative GPU-hours",
 }
 
@@ -165,6 +169,7 @@ _SERIES_KEYS = (
     "running",
     "desired_replicas",
     "gpu_util",
+    "sm_active",
     "bw_util",
     "kv_usage",
     "gpu_hours_cum",
@@ -545,7 +550,7 @@ def _fig_ttft(data: list[tuple[Row, _Series]], tax: _TimeAxis, slo_ttft_s: float
 
 
 def _fig_util(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
-    """Chart 4: SM-busy vs. HBM-bandwidth (and KV-cache) utilization, one panel per policy."""
+    """Chart 4: GPU utilization, SM activity, HBM bandwidth and KV-cache usage, one panel per policy."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -561,10 +566,10 @@ def _fig_util(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
         subplot_titles=[f"<b>{_esc(row.label)}</b>" for row, _ in data],
         figure=_figure(),
     )
-    budget = _budget(n * 3)
+    budget = _budget(n * 4)
     for k, (_row, s) in enumerate(data, start=1):
-        sm, bw, kv = (s.get(key) * 100.0 for key in ("gpu_util", "bw_util", "kv_usage"))
-        idx = decimate_indices([sm, bw, kv], budget)
+        gpu, sm, bw, kv = (s.get(key) * 100.0 for key in ("gpu_util", "sm_active", "bw_util", "kv_usage"))
+        idx = decimate_indices([gpu, sm, bw, kv], budget)
         x = _f32(s.t[idx] / tax.divisor)
         # Bandwidth first, as a filled area, so the SM line is drawn on top of it.
         for y, name, group, extra in (
@@ -574,7 +579,8 @@ def _fig_util(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
                 "bw",
                 {"fill": "tozeroy", "fillcolor": _BW_FILL, "line": {"color": _BW_COLOR, "width": 1}},
             ),
-            (sm, "SM busy (%)", "sm", {"line": {"color": _SM_COLOR, "width": 2}}),
+            (sm, "SM active (%)", "sm", {"line": {"color": _SM_COLOR, "width": 2}}),
+            (gpu, "GPU util. (%)", "gpu", {"line": {"color": _GPU_COLOR, "width": 1.5, "dash": "dash"}}),
             (kv, "KV-cache usage (%)", "kv", {"line": {"color": _KV_COLOR, "width": 1.2, "dash": "dot"}}),
         ):
             fig.add_trace(
@@ -729,6 +735,7 @@ _WORKLOAD_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("duration_s", "duration", _fmt_duration),
     ("mean_rps", "mean rate", lambda v: f"{fmt_float(v)} req/s"),
     ("peak_1min_rps", "peak 1-min rate", lambda v: f"{fmt_float(v)} req/s"),
+    ("context", "context", lambda v: context_summary(v) if isinstance(v, Mapping) else _fmt_any(v)),
 )
 _CONFIG_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("model", "model", str),

@@ -42,9 +42,10 @@ SIGNALS: dict[str, tuple[str, str]] = {
     "generation_tps": ("tokens/s", "generated tokens per second"),
     "throughput_window_ms": ("ms", "adaptive throughput window of seed 000 2.4"),
     # GPU
-    "gpu_util_mean": ("%", "DCGM_FI_DEV_GPU_UTIL mean over serving replicas"),
+    "gpu_util_mean": ("%", "DCGM_FI_DEV_GPU_UTIL mean over serving replicas: time with work in flight"),
+    "sm_active_mean": ("ratio", "DCGM_FI_PROF_SM_ACTIVE mean: share of SM cycles holding a warp"),
     "mem_copy_util_mean": ("%", "DCGM_FI_DEV_MEM_COPY_UTIL mean"),
-    "gpu_composite_util": ("%", "max(gpu_util, mem_copy_util) (seed 000 chapter 1)"),
+    "gpu_composite_util": ("%", "max(SM_ACTIVE x 100, MEM_COPY_UTIL) (seed 000 chapter 1)"),
     "effective_vram": ("ratio", "0.4 used/total + 0.3 bw/bw_max + 0.3 l2_miss/0.8 (seed 000 3.3)"),
     "vram_used_ratio": ("ratio", "framebuffer used / total"),
     "bw_saturation_p95": ("ratio", "P95 of memory-bandwidth utilisation over 60 s (seed 004)"),

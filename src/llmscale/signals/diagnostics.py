@@ -7,7 +7,9 @@ sample of the last ``min_serving_s`` (60 s), it was READY with a successful
 scrape and
 
 * framebuffer used >= 50 % of total (resident: the seed's 14820/24576 = 60 %),
-* DCGM_FI_DEV_GPU_UTIL < 2 % (compute near zero),
+* DCGM_FI_DEV_GPU_UTIL < 2 % (no kernel ran: NVML's "percent of time ... one
+  or more kernels was executing", which reads near 0 only on a GPU that ran
+  nothing -- the seed's nvidia-smi "Gpu-Util: 4 %"),
 * no running and no waiting request;
 
 and it has been READY for at least ``min_serving_s`` (its oldest READY sample
@@ -21,7 +23,10 @@ tenants sharing GPUs under contention (P99 42 -> 187 ms, throughput 210 -> 68
 req/s) without a formula. Replicas behind one router share the load, so
 their utilisation *per unit of load* should agree; the drift is the
 coefficient of variation (population std / mean) over serving replicas of
-``composite util % / running requests``. Worked: utils (40, 40, 80) % with
+``composite util % / running requests``, the composite of seed 000 chapter 1
+(:func:`llmscale.signals.gpu.seed_composite_util`: SM activity or memory
+traffic, whichever is higher). Not GPU_UTIL: it reads 100 % on every replica
+with a request in flight, so per request it would only compare batch sizes. Worked: utils (40, 40, 80) % with
 (10, 10, 10) running -> per request (4, 4, 8): mean 5.33, std 1.886, drift
 0.354; the same fleet with the third replica at 20 running -> (4, 4, 4): 0.
 Replicas with no running request are left out (no load share to compare).
@@ -33,7 +38,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from llmscale.metrics.names import DCGM
-from llmscale.signals.gpu import composite_util, fb_used_ratio
+from llmscale.signals.gpu import fb_used_ratio, seed_composite_util
 from llmscale.signals.window import RUNNING, WAITING, FleetWindow, first_value
 from llmscale.types import Phase, SignalValue
 
@@ -115,7 +120,7 @@ def tenant_drift(fw: FleetWindow) -> SignalValue:
     for s in fw.known:
         vals = s.values
         running = first_value(vals, RUNNING)
-        util = composite_util(vals.get(DCGM.GPU_UTIL), vals.get(DCGM.MEM_COPY_UTIL))
+        util = seed_composite_util(vals)
         if running is None or util is None or running <= 0.0:
             continue
         per_load.append(util / running)

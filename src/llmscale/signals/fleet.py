@@ -70,6 +70,7 @@ PER_POD_METRICS: tuple[str, ...] = tuple(
         DCGM.GPU_UTIL,
         DCGM.MEM_COPY_UTIL,
         DCGM.GR_ENGINE_ACTIVE,
+        DCGM.SM_ACTIVE,
         DCGM.DRAM_ACTIVE,
         VLLM.waiting,
         VLLM.running,
@@ -180,7 +181,14 @@ _GROUPS: tuple[tuple[Callable[[SignalValues], Mapping[str, SignalValue]], tuple[
     (lambda v: {"kv_growth_pct_per_step": kv_growth_signal(v.window)}, ("kv_growth_pct_per_step",)),
     (
         lambda v: gpu_gauge_signals(v.window),
-        ("gpu_util_mean", "mem_copy_util_mean", "gpu_composite_util", "vram_used_ratio", "effective_vram"),
+        (
+            "gpu_util_mean",
+            "sm_active_mean",
+            "mem_copy_util_mean",
+            "gpu_composite_util",
+            "vram_used_ratio",
+            "effective_vram",
+        ),
     ),
     (lambda v: {"bw_saturation_p95": bw_saturation_p95(v.window)}, ("bw_saturation_p95",)),
     (lambda v: {"queue_entropy": queue_entropy(v.window)}, ("queue_entropy",)),

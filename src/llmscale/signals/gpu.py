@@ -1,9 +1,29 @@
 """GPU signals from DCGM fields: utilisation, composite, effective VRAM, bandwidth tail; queue entropy.
 
-* ``gpu_composite_util`` (seed 000 chapter 1): ``max(gpu_util, mem_copy_util)``
-  per replica, then the mean. A decode-bound replica reads GPU_UTIL 9 % with
-  MEM_COPY_UTIL 92 %: composite 92 %, which is what the seed's fixed HPA
-  scales on (threshold 35 %). A replica reporting one of the two uses it.
+Which DCGM field each reads, and why (the fields' definitions are quoted where
+the simulator produces them, :mod:`llmscale.sim.gpu_counters`):
+
+* ``gpu_util_mean``: ``DCGM_FI_DEV_GPU_UTIL``, NVML's "percent of time ... one
+  or more kernels was executing": the share of time a replica had work in
+  flight. ~100 % on a replica with any request running, whatever its batch;
+  0 on an idle one. What HPA setups on dcgm-exporter read, and what the
+  design documents' time-based rules mean (seed 002's "the GPU is always
+  working, so utilisation looks normal").
+* ``sm_active_mean``: ``DCGM_FI_PROF_SM_ACTIVE``, the ratio of cycles an SM
+  holds a warp (waiting on HBM counts): what the SMs are doing (simulated
+  Llama-3-8B on an H100: 0.64 decoding a batch of 1 down to 0.49 at 256,
+  0.74-0.80 on a prefill-bound replica).
+* ``gpu_composite_util`` (seed 000 chapter 1): ``max(SM_ACTIVE x 100,
+  MEM_COPY_UTIL)`` per replica, then the mean. The seed names
+  ``DCGM_FI_DEV_GPU_UTIL`` but describes it as "the share of active cycles of
+  the SM compute units in the driver's sampling window", which is
+  ``DCGM_FI_PROF_SM_ACTIVE``'s definition; on GPU_UTIL the composite would read
+  ~100 % on any replica with a request in flight and the seed's 35 % threshold
+  would scale every loaded fleet to its maximum. Seed 000's picture -- compute
+  9 %, memory 92 % -> composite 92 % -- is the reading on SM activity. A
+  replica reporting one of the two uses it (dcgm-exporter's default counters
+  carry no ``DCGM_FI_PROF_*`` field: without them the composite is
+  MEM_COPY_UTIL alone, never GPU_UTIL).
 * ``effective_vram`` (seed 000 3.3): ``0.4 used/total + 0.3 bw/bw_max + 0.3 l2_miss/0.8``
   per replica, then the mean. ``used/total`` = FB_USED / (FB_USED + FB_FREE);
   ``bw/bw_max`` = DCGM_FI_PROF_DRAM_ACTIVE (already a 0-1 ratio of peak) or,
@@ -45,6 +65,8 @@ __all__ = [
     "normalized_entropy",
     "percentile_linear",
     "queue_entropy",
+    "seed_composite_util",
+    "sm_active_pct",
 ]
 
 #: seed 004: bandwidth saturation is the P95 over a 60 s sliding window
@@ -58,13 +80,28 @@ ENTROPY_EPSILON = 1e-8
 L2_MISS_SEVERE = 0.8
 
 
-def composite_util(gpu_util_pct: float | None, mem_copy_util_pct: float | None) -> float | None:
-    """Seed 000 chapter 1: ``max(gpu_util, mem_copy_util)`` in percent; either alone if one is missing."""
-    if gpu_util_pct is None:
+def composite_util(compute_pct: float | None, mem_copy_util_pct: float | None) -> float | None:
+    """``max(compute, mem_copy_util)`` in percent; either alone if one is missing."""
+    if compute_pct is None:
         return mem_copy_util_pct
     if mem_copy_util_pct is None:
-        return gpu_util_pct
-    return max(gpu_util_pct, mem_copy_util_pct)
+        return compute_pct
+    return max(compute_pct, mem_copy_util_pct)
+
+
+def sm_active_pct(values: Mapping[str, float]) -> float | None:
+    """``DCGM_FI_PROF_SM_ACTIVE`` (a 0-1 ratio) in percent, None when the replica does not export it."""
+    v = values.get(DCGM.SM_ACTIVE)
+    return None if v is None else 100.0 * v
+
+
+def seed_composite_util(values: Mapping[str, float]) -> float | None:
+    """Seed 000 chapter 1's ``max(gpu_util, mem_copy_util)``, its compute term read as SM activity.
+
+    Worked: SM_ACTIVE 0.09, MEM_COPY_UTIL 92 % -> 92 %; the same replica's
+    GPU_UTIL (100 %, a request in flight) is not read (module docstring).
+    """
+    return composite_util(sm_active_pct(values), values.get(DCGM.MEM_COPY_UTIL))
 
 
 def fb_used_ratio(values: Mapping[str, float]) -> float | None:
@@ -141,8 +178,8 @@ def _mean(xs: list[float]) -> float:
 
 
 def gpu_signals(fw: FleetWindow) -> dict[str, SignalValue]:
-    """gpu_util_mean, mem_copy_util_mean, gpu_composite_util, effective_vram, vram_used_ratio,
-    bw_saturation_p95 and queue_entropy."""
+    """gpu_util_mean, sm_active_mean, mem_copy_util_mean, gpu_composite_util, effective_vram,
+    vram_used_ratio, bw_saturation_p95 and queue_entropy."""
     values = gpu_gauge_signals(fw)
     values["bw_saturation_p95"] = bw_saturation_p95(fw)
     values["queue_entropy"] = queue_entropy(fw)
@@ -150,9 +187,10 @@ def gpu_signals(fw: FleetWindow) -> dict[str, SignalValue]:
 
 
 def gpu_gauge_signals(fw: FleetWindow) -> dict[str, SignalValue]:
-    """The newest observation's means over serving replicas: gpu_util_mean, mem_copy_util_mean,
-    gpu_composite_util, vram_used_ratio and effective_vram."""
+    """The newest observation's means over serving replicas: gpu_util_mean, sm_active_mean,
+    mem_copy_util_mean, gpu_composite_util, vram_used_ratio and effective_vram."""
     util: list[float] = []
+    sm: list[float] = []
     copy: list[float] = []
     composite: list[float] = []
     used: list[float] = []
@@ -160,12 +198,15 @@ def gpu_gauge_signals(fw: FleetWindow) -> dict[str, SignalValue]:
     for s in fw.known:
         vals = s.values
         u = vals.get(DCGM.GPU_UTIL)
+        a = vals.get(DCGM.SM_ACTIVE)
         c = vals.get(DCGM.MEM_COPY_UTIL)
         if u is not None:
             util.append(u)
+        if a is not None:
+            sm.append(a)
         if c is not None:
             copy.append(c)
-        m = composite_util(u, c)
+        m = seed_composite_util(vals)
         if m is not None:
             composite.append(m)
         fb = fb_used_ratio(vals)
@@ -184,8 +225,9 @@ def gpu_gauge_signals(fw: FleetWindow) -> dict[str, SignalValue]:
 
     values = {
         "gpu_util_mean": mean_or_none(util, DCGM.GPU_UTIL),
+        "sm_active_mean": mean_or_none(sm, DCGM.SM_ACTIVE),
         "mem_copy_util_mean": mean_or_none(copy, DCGM.MEM_COPY_UTIL),
-        "gpu_composite_util": mean_or_none(composite, "GPU or memory-copy utilisation"),
+        "gpu_composite_util": mean_or_none(composite, f"{DCGM.SM_ACTIVE} or {DCGM.MEM_COPY_UTIL}"),
         "vram_used_ratio": mean_or_none(used, "FB_USED and FB_FREE"),
     }
     if eff:

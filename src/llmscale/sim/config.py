@@ -20,6 +20,9 @@ class SimConfig:
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
+    #: Split prompts into chunks that share iterations with decodes (vLLM V1 always; V0 opt-in).
+    #: Off: whole prompts in prefill-only iterations, max_num_batched_tokens >= max_model_len.
+    chunked_prefill: bool = True
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None  # None: the model's context length
     pending_s: float = 60.0

@@ -2,13 +2,12 @@
 
 Gauges that real exporters average over a sample period (the DCGM utilisation
 fields) are computed here from the replicas' cumulative counters, over the
-time since this source last observed that replica.
-
-``DCGM_FI_DEV_GPU_UTIL`` follows the reading of the design documents: the
-share of time the SMs do useful math (so a memory-bandwidth-bound decode
-batch reads low while HBM is saturated). The time-based reading NVML gives
-("a kernel was executing") is exported as ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``,
-for policies that want it.
+time since this source last observed that replica, by
+:func:`llmscale.sim.gpu_counters.gpu_counters`: each field means what DCGM
+defines it to mean (``DCGM_FI_DEV_GPU_UTIL`` the share of time with a kernel
+executing, so ~100 % on a replica with any request in flight; the profiling
+fields ``DCGM_FI_PROF_*`` what the SMs, tensor pipes and HBM did). The
+emulator's ``/metrics`` pages are this source over a one-replica fleet.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from typing import Any
 from llmscale.metrics.names import DCGM, SIM
 from llmscale.metrics.names import VllmMetric as V
 from llmscale.sim.fleet import Fleet
+from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
 from llmscale.sim.histogram import BucketHistogram
 from llmscale.sim.replica import Replica
 from llmscale.types import FleetView, HistogramView, Observation, Phase, ReplicaSample
@@ -68,9 +68,11 @@ class SimMetricSource:
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
         perf: Any = fleet.perf
-        self._peak_bw = float(perf.gpu.hbm_bandwidth_bytes_s)
+        self._spec = GpuCounterSpec.from_perf(perf)
         self._gpu_mem = float(perf.gpu.memory_bytes)
-        # vLLM preallocates the whole KV pool at start-up, so framebuffer use is
+        # DCGM_FI_DEV_FB_USED (field 252, "Used Frame Buffer in MB") and DCGM_FI_DEV_FB_FREE
+        # (251, "Free Frame Buffer in MB"); dcgm-exporter: "Framebuffer memory used / free
+        # (in MiB)". vLLM preallocates the whole KV pool at start-up, so framebuffer use is
         # weights + pool whatever the load (the "always ~90% used" reading operators see).
         self._fb_used = min(self._gpu_mem, self._gpu_mem * fleet.config.gpu_memory_utilization)
         self._fb_used_mib = self._fb_used / _MIB
@@ -98,18 +100,13 @@ class SimMetricSource:
             if memo is None or memo.replica is not r:
                 memo = last[r.name] = _Scraped(r, r.created_s, 0.0, 0.0, 0.0)
             dt = now_s - memo.t
-            if dt > 0.0:
-                sm = (busy - memo.busy) / dt
-                active = (active_s - memo.active) / dt
-                bw = (dram - memo.bytes) / dt / self._peak_bw
-            else:
-                sm = active = bw = 0.0
+            g = gpu_counters(self._spec, dt, active_s - memo.active, busy - memo.busy, dram - memo.bytes)
+            # The simulator's L2-miss proxy: the share of the GPU's time bound by HBM traffic,
+            # HBM time / (HBM time + math time), both as shares of the period.
+            math_share = min((busy - memo.busy) / dt, 1.0) if dt > 0.0 else 0.0
+            mem_share = g.dram_active
+            l2 = mem_share / (mem_share + math_share) if (mem_share + math_share) > 0.0 else 0.0
             memo.t, memo.busy, memo.active, memo.bytes = now_s, busy, active_s, dram
-            sm = min(sm, 1.0)
-            active = min(active, 1.0)
-            bw = min(bw, 1.0)
-            mem_time = bw
-            l2 = mem_time / (mem_time + sm) if (mem_time + sm) > 0 else 0.0
             kv = r.kv_usage()
             values = {
                 _RUNNING: float(r.num_running),
@@ -119,11 +116,13 @@ class SimMetricSource:
                 _PREEMPTIONS: float(r.num_preemptions),
                 _PROMPT_TOKENS: float(r.prompt_tokens_total),
                 _GENERATION_TOKENS: float(r.gen_tokens_total),
-                _GPU_UTIL: 100.0 * sm,
-                _MEM_COPY_UTIL: 100.0 * bw,
-                _SM_ACTIVE: sm,
-                _GR_ENGINE_ACTIVE: active,
-                _DRAM_ACTIVE: bw,
+                _GPU_UTIL: g.gpu_util_pct,
+                _MEM_COPY_UTIL: g.mem_copy_util_pct,
+                _GR_ENGINE_ACTIVE: g.gr_engine_active,
+                _SM_ACTIVE: g.sm_active,
+                _SM_OCCUPANCY: g.sm_occupancy,
+                _TENSOR_ACTIVE: g.tensor_active,
+                _DRAM_ACTIVE: g.dram_active,
                 _FB_USED: self._fb_used_mib,
                 _FB_FREE: self._fb_free_mib,
                 _L2_MISS: l2,
@@ -160,6 +159,7 @@ class SimMetricSource:
 _RUNNING, _WAITING, _KV_USAGE, _KV_USAGE_OLD = V.RUNNING, V.WAITING, V.KV_USAGE, V.KV_USAGE_OLD
 _PREEMPTIONS, _PROMPT_TOKENS, _GENERATION_TOKENS = V.PREEMPTIONS, V.PROMPT_TOKENS, V.GENERATION_TOKENS
 _GPU_UTIL, _MEM_COPY_UTIL, _SM_ACTIVE = DCGM.GPU_UTIL, DCGM.MEM_COPY_UTIL, DCGM.SM_ACTIVE
+_SM_OCCUPANCY, _TENSOR_ACTIVE = DCGM.SM_OCCUPANCY, DCGM.TENSOR_ACTIVE
 _GR_ENGINE_ACTIVE, _DRAM_ACTIVE, _FB_USED, _FB_FREE = (
     DCGM.GR_ENGINE_ACTIVE,
     DCGM.DRAM_ACTIVE,

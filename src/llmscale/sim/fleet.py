@@ -194,13 +194,28 @@ class Fleet:
         self.perf = perf
         self.config = config
         self.gpus_per_replica = gpus_per_replica
-        self.total_blocks = int(perf.kv_capacity_blocks(config.gpu_memory_utilization, BLOCK_TOKENS))
+        # vLLM sizes the KV pool after a profiling pass at the largest batch it will run.
+        self.total_blocks = int(
+            perf.kv_capacity_blocks(
+                config.gpu_memory_utilization,
+                BLOCK_TOKENS,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                max_num_seqs=config.max_num_seqs,
+            )
+        )
         self.costs = IterationCosts(perf, config.max_num_seqs)
         # Settings read per request, held natively (the config is an ordinary Python object).
         self._timeout_s = config.timeout_s
         self._round_robin = config.router == "round-robin"
         self._max_queue = -1 if config.max_queue is None else config.max_queue  # -1: unbounded
         self.max_model_len = config.max_model_len or int(getattr(perf.model, "max_context_tokens", 8192))
+        if not config.chunked_prefill and config.max_num_batched_tokens < self.max_model_len:
+            # vLLM refuses to start like this: a prompt longer than the budget could never run.
+            raise ConfigError(
+                f"max_num_batched_tokens = {config.max_num_batched_tokens} is below max_model_len = "
+                f"{self.max_model_len}: without chunked prefill every prompt must fit one iteration "
+                "(raise max_num_batched_tokens, lower max_model_len or enable chunked prefill)"
+            )
         self._arr = _floats(arrival_s)
         self._inp = _ints(input_tokens)
         self._out = _ints(output_tokens)
@@ -420,6 +435,7 @@ class Fleet:
             phase=Phase.READY if warm else Phase.PENDING,
             histogram_bounds=HISTOGRAM_BOUNDS,
             max_jump=cfg.max_jump_steps,
+            chunked_prefill=cfg.chunked_prefill,
         )
         self.replicas.append(r)
         if warm:

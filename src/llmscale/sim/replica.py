@@ -53,6 +53,10 @@ BLOCK_TOKENS: Final = 16
 IDLE: Final = 0
 MIXED: Final = 1  # one iteration that includes prefill chunks
 JUMP: Final = 2  # n decode-only iterations in closed form
+# Woken by an arrival, starting its first iteration at this same instant: requests that arrive
+# at the same time (a closed batch, a trace with whole-second timestamps) are all admitted to
+# that first iteration, as an engine that finds them queued at its next step would.
+WAKE: Final = 3
 
 
 def blocks_for(tokens: i64) -> i64:
@@ -228,6 +232,7 @@ class Replica:
         "active_s",
         "blocks_used",
         "busy_s",
+        "chunked",
         "costs",
         "counter",
         "created_s",
@@ -251,6 +256,7 @@ class Replica:
         "max_batched_tokens",
         "max_jump",
         "max_seqs",
+        "mixed_dec",
         "n_dec",
         "name",
         "num_preemptions",
@@ -273,6 +279,7 @@ class Replica:
         "sum_kv",
         "timeout_s",
         "total_blocks",
+        "trace",
         "waiting",
     )
 
@@ -290,6 +297,7 @@ class Replica:
         phase: Phase,
         histogram_bounds: dict[str, tuple[float, ...]],
         max_jump: int | None = None,
+        chunked_prefill: bool = True,
     ) -> None:
         self.name = name
         self.fleet = fleet
@@ -299,6 +307,16 @@ class Replica:
         self.max_batched_tokens: i64 = max_batched_tokens
         self.timeout_s = timeout_s
         self.max_jump: i64 = -1 if max_jump is None else max_jump  # -1: jumps are not capped
+        # Chunked prefill (vLLM V1; V0 with --enable-chunked-prefill): prompts are cut to fill the
+        # token budget and share iterations with the decodes. Without it (V0's default), a prompt
+        # is prefilled whole in a prefill-only iteration and the decodes wait for that iteration.
+        self.chunked = chunked_prefill
+        self.mixed_dec = False  # whether the MIXED iteration in flight also advances the decodes
+        #: When a list: every iteration is appended as (steps, prefill tokens, attention pairs,
+        #: prefill sequences, decode sequences, decode context summed over the steps), the inputs
+        #: of PerfModel.step (a jump of k decode steps is one entry). The performance fit replays
+        #: closed batches once to get their schedule, which does not depend on the step costs.
+        self.trace: list[tuple[float, float, float, float, float, float]] | None = None
         self.created_s = created_s
         self._phase = phase
         self.draining = phase == Phase.DRAINING  # read per iteration: a native bool, not an enum compare
@@ -392,7 +410,9 @@ class Replica:
         self.outstanding += 1
         kind = self.kind
         if kind == IDLE:
-            self._schedule(now)
+            self.kind = WAKE
+            self.plan_end = now
+            self.fleet.push_step(self)
         elif kind == JUMP and self.plan_n > 1 and self.running.size < self.max_seqs:
             # Only worth cutting the jump if the newcomer could be admitted at the next step.
             self._cut_jump(now)
@@ -485,6 +505,10 @@ class Replica:
         # Counts enter float formulas as exact doubles (whole numbers below 2**53), so each
         # expression rounds exactly as Python's int-times-float does.
         fk = float(k)
+        trace = self.trace
+        if trace is not None:
+            ctx = fk * float(self.sum_kv) + float(n_dec) * fk * (fk - 1.0) * 0.5
+            trace.append((fk, 0.0, 0.0, 0.0, float(n_dec), ctx))
         duration = fk * a + b * fk * (fk - 1.0) * 0.5
         # KV blocks: every 16 steps each sequence takes exactly one new block.
         counter = self.counter
@@ -514,13 +538,13 @@ class Replica:
     def _apply_mixed(self, now: float) -> None:
         """Effects of one iteration with prefill chunks, ending at ``now``."""
         n_dec = self.n_dec
-        if n_dec:
+        if n_dec and self.mixed_dec:
             self.hist_itl.observe(self.plan_a, float(n_dec))
             self.gen_tokens_total += n_dec
             self.counter += 1
             self.sum_kv += n_dec
         counter = self.counter
-        step_tokens = n_dec  # as vLLM counts them: see hist_mixed_step_tokens
+        step_tokens: i64 = n_dec if self.mixed_dec else 0  # as vLLM counts them: see hist_mixed_step_tokens
         # The chunks in the order they were handed out: the queue is in admission order, and the
         # requests admitted by this iteration are at its end. Those still prefilling go back in.
         prefill = self.prefill
@@ -604,6 +628,8 @@ class Replica:
         """Plan the next iteration starting at ``now`` (or go idle)."""
         if self.draining and self.outstanding == 0:
             return
+        if not self.chunked and self._schedule_whole_prefills(now):
+            return
         # 1. Decodes need a block for the token they are about to write; preempt if short.
         dec_need: i64 = 0
         if self.n_dec:
@@ -673,25 +699,86 @@ class Replica:
                 pairs += float(c * (c + 1)) * 0.5
                 budget -= c
         if n_chunks:
-            n_dec = self.n_dec
             self.blocks_used += dec_need
-            duration_s, sm_busy_s, dram_bytes = self.costs.step(
-                pf_tokens, pairs, n_chunks, n_dec, self.sum_kv
-            )
-            d = duration_s * self.fleet.noise()
-            self.busy_s += sm_busy_s
-            self.dram_bytes += dram_bytes
-            self.active_s += d
-            self.kind = MIXED
-            self.plan_a = d
-            self.plan_t0 = now
-            self.plan_end = now + d
-            self.fleet.push_step(self)
+            self._start_mixed(now, pf_tokens, pairs, n_chunks, True)
             return
         if self.n_dec:
             self._plan_jump(now)
         else:
             self.kind = IDLE
+
+    def _start_mixed(self, now: float, pf_tokens: i64, pairs: float, n_chunks: i64, with_dec: bool) -> None:
+        """Start one iteration of ``n_chunks`` prefill chunks (and every decode when ``with_dec``)."""
+        n_dec: i64 = self.n_dec if with_dec else 0
+        ctx: i64 = self.sum_kv if with_dec else 0
+        trace = self.trace
+        if trace is not None:
+            trace.append((1.0, float(pf_tokens), pairs, float(n_chunks), float(n_dec), float(ctx)))
+        duration_s, sm_busy_s, dram_bytes = self.costs.step(pf_tokens, pairs, n_chunks, n_dec, ctx)
+        d = duration_s * self.fleet.noise()
+        self.busy_s += sm_busy_s
+        self.dram_bytes += dram_bytes
+        self.active_s += d
+        self.kind = MIXED
+        self.mixed_dec = with_dec
+        self.plan_a = d
+        self.plan_t0 = now
+        self.plan_end = now + d
+        self.fleet.push_step(self)
+
+    def _schedule_whole_prefills(self, now: float) -> bool:
+        """Without chunked prefill: start a prefill-only iteration of whole prompts if any fits.
+
+        vLLM V0's default scheduler runs waiting prompts first: as many whole prompts as
+        ``max_num_batched_tokens``, ``max_num_seqs`` and free KV blocks allow, in one iteration
+        that the running decodes sit out. False when no prompt can start (then decodes run).
+        A prompt longer than the budget never starts; the fleet rejects those at arrival
+        (SimConfig requires max_num_batched_tokens >= max_model_len without chunking).
+        """
+        waiting = self.waiting
+        if not waiting.size:
+            return False
+        budget = self.max_batched_tokens
+        running = self.running
+        max_seqs = self.max_seqs
+        timeout_s = self.timeout_s
+        n_pf: i64 = 0
+        pf_tokens: i64 = 0
+        pairs = 0.0
+        while running.size < max_seqs:
+            head = waiting.first
+            if head is None:
+                break
+            if head.first_token_s < 0.0 and now - head.arrival_s >= timeout_s:
+                waiting.remove(head)
+                self.outstanding -= 1
+                self.fleet.on_timed_out(head, now)
+                continue
+            c = head.prefill_target
+            if c > budget:
+                break
+            blocks = blocks_for(c)
+            if blocks > self.total_blocks - self.blocks_used:
+                break
+            waiting.remove(head)
+            self.blocks_used += blocks
+            head.state = PREFILLING
+            head.prefilled = 0
+            if head.scheduled_s < 0.0:
+                head.scheduled_s = now
+                self.hist_queue.observe(now - head.dispatch_s)
+                self.prompt_tokens_total += head.input_tokens
+            running.append(head)
+            self.prefill.append(head)
+            head.chunk = c
+            n_pf += 1
+            pf_tokens += c
+            pairs += float(c * (c + 1)) * 0.5
+            budget -= c
+        if n_pf == 0:
+            return False
+        self._start_mixed(now, pf_tokens, pairs, n_pf, False)
+        return True
 
     def _plan_jump(self, now: float) -> None:
         n = self.finishing.first().fin_at - self.counter
@@ -797,8 +884,8 @@ class Replica:
             self.n_dec -= 1
             self.sum_kv -= kv
             self.finishing.remove(req)
-            if self.kind == MIXED and (kv & 15) == 0:
-                kv += 1  # a mixed iteration took the block for this step's token when it was scheduled
+            if self.kind == MIXED and self.mixed_dec and (kv & 15) == 0:
+                kv += 1  # a mixed iteration with the decodes took the block for this step's token
             self._release(req, blocks_for(kv))
         req.state = DONE
         self.outstanding -= 1
