@@ -367,7 +367,7 @@ class Replica:
         # (vLLM streams no output for an unfinished prefill chunk); emulate's /metrics exports
         # them. A decode-only step of b sequences carries b tokens: those steps are counted per
         # batch size, an indexed add per jump; mixed steps go in a histogram. Callgrind on
-        # Fleet.run_until (30k requests, 24 H100 replicas, 120 req/s): +2.2% instructions for
+        # Fleet.run_until (30k requests, 24 H100 replicas, 120 req/s): +2.6% instructions for
         # both; a histogram observation per jump as well had cost +4.9%.
         self.decode_steps_by_batch = vec[i64]([0] * (max_seqs + 1))
         self.hist_mixed_step_tokens = BucketHistogram(histogram_bounds["iteration_tokens"])
