@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from signals_fixtures import obs, sample
+from signals_fixtures import obs, sample, synthetic_fleet
 
 from llmscale.metrics.names import VLLM, VLLM_OLD
 from llmscale.signals.drift import drift_window
@@ -148,3 +148,13 @@ def test_older_vllm_names_and_a_replica_seen_once():
     window[-1] = obs(30.0, *window[-1].replicas, _replica("new", itl=(999.0, 99.0)))
     w = drift_window(FleetWindow.build(window))
     assert w.itl_count == 100.0 and w.itl_mean_s == pytest.approx(0.015)
+
+
+def test_waiting_is_the_fleet_queue_the_other_signals_read():
+    # the same extrapolation over unknown replicas as ObsTotals.queue(), computed in the one pass
+    window = synthetic_fleet(replicas=12, observations=20, tick_s=15.0, seed=5)
+    window[-2] = obs(window[-2].time_s, *window[-2].replicas[:-1], sample("lost", ok=False), gateway=3)
+    fw = FleetWindow.build(window)
+    queues = [t.queue() for t in fw.totals[-5:]]
+    assert None not in queues and max(queues) > 0
+    assert drift_window(fw).waiting_max == pytest.approx(max(queues))

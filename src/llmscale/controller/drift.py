@@ -16,6 +16,11 @@ asks the deployment's step-time model for the same means (:mod:`llmscale.perf.dr
   a document of the adjustment for the controller's saved state (:meth:`DriftMonitor.to_state`).
 
 What is measured and predicted, and the physics of the adjustment, are in those two modules.
+
+Cost: the hook reads the tick's indexed window (shared with the signals) and, adapting, builds
+seven small step-time models for the elasticities (~0.1 ms each). Over 500 replicas x 20
+observations (``tests/signals``' synthetic fleet) it adds ~4 ms of CPU to a tick whose whole
+signal catalogue takes ~41 ms on the same machine.
 """
 
 from __future__ import annotations

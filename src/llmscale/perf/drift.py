@@ -125,6 +125,13 @@ class OperatingPoint:
     budget_tokens: int = 8192
 
 
+#: longer mean prompts are read as this (no served model has a longer context)
+_MAX_PROMPT_TOKENS = 1_000_000
+#: the prefill share of engine time is capped here: beyond it the replica is saturated and the
+#: queueing, not the step time, sets the latency
+_MAX_PREFILL_SHARE = 0.9
+
+
 def _duration(model: StepModel, p: int, pairs: float, n_p: int, b: int, ctx: int) -> float:
     return float(model.step(p, pairs, n_p, b, ctx)[0])
 
@@ -163,13 +170,6 @@ def _prefill_steps_s(model: StepModel, op: OperatingPoint) -> tuple[float, float
         without += decode_only
         done += c
     return with_prefill, without
-
-
-#: longer mean prompts are read as this (no served model has a longer context)
-_MAX_PROMPT_TOKENS = 1_000_000
-#: the prefill share of engine time is capped here: beyond it the replica is saturated and the
-#: queueing, not the step time, sets the latency
-_MAX_PREFILL_SHARE = 0.9
 
 
 def predict_itl_s(model: StepModel, op: OperatingPoint) -> float:

@@ -46,6 +46,7 @@ from llmscale.signals.window import (
     QUEUE_TIME,
     RUNNING,
     TTFT,
+    WAITING,
     FleetWindow,
     Span,
     first_value,
@@ -178,21 +179,39 @@ def drift_window(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> DriftWi
             queue_sum += inc[0]
             queue_count += inc[1]
     # The batch a token saw: every known serving replica at every observation, weighted by itself.
+    # One pass over the window's samples for both. The queue is the fleet's at each observation
+    # as ObsTotals.queue() reads it (unknown replicas extrapolated; None when no serving replica
+    # reports one), without indexing the observations before the window.
     b_sum = b_sq = 0.0
     b_seen = False
     waiting_max: float | None = 0.0
-    totals = fw.totals
     ready = Phase.READY
     for i in range(start, len(obs)):
-        for s in obs[i].replicas:
-            if s.ok and s.phase == ready:
-                b = first_value(s.values, RUNNING)
-                if b is not None:
-                    b_seen = True
-                    b_sum += b
-                    b_sq += b * b
-        q = totals[i].queue()
-        waiting_max = None if q is None or waiting_max is None else max(waiting_max, q)
+        o = obs[i]
+        serving = waiting_n = 0
+        waiting = 0.0
+        for s in o.replicas:
+            if s.phase != ready:
+                continue
+            serving += 1
+            if not s.ok:
+                continue
+            values = s.values
+            b = first_value(values, RUNNING)
+            if b is not None:
+                b_seen = True
+                b_sum += b
+                b_sq += b * b
+            q = first_value(values, WAITING)
+            if q is not None:
+                waiting += q
+                waiting_n += 1
+        gateway = float(o.gateway_queue or 0)
+        if serving == 0:
+            queue: float | None = gateway
+        else:
+            queue = waiting * serving / waiting_n + gateway if waiting_n else None
+        waiting_max = None if queue is None or waiting_max is None else max(waiting_max, queue)
     if b_sum > 0.0:
         batch: float | None = b_sq / b_sum
     else:
