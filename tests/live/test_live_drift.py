@@ -398,9 +398,14 @@ def test_drift_defaults_monitor_without_adapting():
 
 
 def test_drift_adapt_makes_the_policies_rebuildable():
-    cfg = parse_config({**CFG, "drift": {"adapt": True, "time_constant_s": 120, "max_step": 0.05}})
-    monitor, runs = build_drift(cfg, [policy_run(cfg, cfg.policy)], None)
-    assert isinstance(runs[0].policy, AdjustablePolicy) and monitor.policies == (runs[0].policy,)
+    doc = {**CFG, "drift": {"adapt": True, "time_constant_s": 120, "max_step": 0.05}}
+    cfg = parse_config({**doc, "shadow": {"name": "capacity-calibrated"}})
+    assert cfg.shadow is not None
+    monitor, runs = build_drift(cfg, [policy_run(cfg, cfg.policy), policy_run(cfg, cfg.shadow)], None)
+    # the primary and the shadow plan with the same engine: both are rebuilt around the factors
+    assert [r.policy.name for r in runs] == ["slo", "capacity-calibrated"]
+    assert all(isinstance(r.policy, AdjustablePolicy) for r in runs)
+    assert monitor.policies == tuple(r.policy for r in runs)
     assert monitor.settings.adapt_config.time_constant_s == 120.0
     assert build_drift(parse_config({**CFG, "drift": {"enabled": False}}), [], None) == (None, [])
 
