@@ -118,11 +118,11 @@ def test_decode_elasticities_are_memory_and_host_and_sum_to_one(batch):
         assert abs(e["compute"]) < 0.01
 
 
-def test_a_bandwidth_of_0_6_reads_as_the_docstrings_1_40():
+def test_a_bandwidth_of_0_6_reads_as_the_docstrings_1_42():
     # the module docstring's worked number: batch 16, 1,200 tokens of context
     op = OperatingPoint(batch=16, context_tokens=1200, prompt_tokens=1000, prefill_rps=0.0)
     ratio = predict_itl_s(_model(bandwidth=0.6), op) / predict_itl_s(PERF, op)
-    assert ratio == pytest.approx(1.40, abs=0.005)
+    assert ratio == pytest.approx(1.42, abs=0.005)
 
 
 # -- the warning ----------------------------------------------------------------------------
@@ -230,17 +230,27 @@ def test_adapt_step(cfg, state, evidence, now_s, expected_bw):
 
 
 def test_min_norm_split_is_the_docstrings_worked_number():
-    # ln 1.40 along e = (-0.60, +0.40) (batch 16: -0.598, +0.402): bandwidth x0.68, host x1.30
+    # ln 1.42 along e = (-0.63, +0.37) (batch 16: -0.632, +0.368): bandwidth x0.66, host x1.27
     # when fully applied
-    log_ratio = math.log(14.077 / 10.063)
-    ev = Evidence("itl", log_ratio, {"bandwidth": -0.598, "host": 0.402})
-    full = AdaptConfig(time_constant_s=1e-6, max_step=0.5)
+    log_ratio = math.log(14.708 / 10.347)
+    ev = Evidence("itl", log_ratio, {"bandwidth": -0.632, "host": 0.368})
+    full = AdaptConfig(time_constant_s=1e-6, max_step=1.0)
     new, _ = adapt_step(AdaptState(last_s=0.0), [ev], full, 1.0)
-    assert new.scale.bandwidth == pytest.approx(0.68, abs=0.002)
-    assert new.scale.host == pytest.approx(1.30, abs=0.005)
-    # ... which removes the log error to first order: e . delta = ln 1.40
-    moved = -0.598 * math.log(new.scale.bandwidth) + 0.402 * math.log(new.scale.host)
+    assert new.scale.bandwidth == pytest.approx(0.66, abs=0.002)
+    assert new.scale.host == pytest.approx(1.27, abs=0.005)
+    # ... which removes the log error to first order: e . delta = ln 1.42
+    moved = -0.632 * math.log(new.scale.bandwidth) + 0.368 * math.log(new.scale.host)
     assert moved == pytest.approx(log_ratio)
+
+
+def test_a_capped_step_keeps_its_direction():
+    # the same 1.42x slow window at 3% a tick: bandwidth, the larger share, moves the full 3% and
+    # host 0.368 / 0.632 of it, not 3% as well
+    ev = Evidence("itl", math.log(1.42), {"bandwidth": -0.632, "host": 0.368})
+    new, notes = adapt_step(AdaptState(last_s=0.0), [ev], AdaptConfig(time_constant_s=1e-6), 1.0)
+    assert new.scale.bandwidth == pytest.approx(1 / 1.03)
+    assert math.log(new.scale.host) == pytest.approx(math.log(1.03) * 0.368 / 0.632)
+    assert notes["itl"] == "bandwidth -2.91%, host +1.74%"
 
 
 def test_each_quantity_moves_only_its_own_factors():

@@ -35,25 +35,26 @@ operating point (:func:`predict_itl_s`, :func:`predict_prefill_s`, :func:`predic
 (:mod:`llmscale.perf.profile`): ``bandwidth`` (weight and KV streaming), ``compute`` (GEMM and
 attention FLOP rate), ``host`` (CPU phases, kernel launches) and ``comm`` (all-reduce). A
 decode step is memory- and host-bound: Llama-3-8B on one H100 at batch 16 and 1,200 tokens
-of context takes 10.06 ms, and its elasticities (d ln t / d ln factor) are -0.60 to bandwidth,
-+0.40 to host, 0 to compute. A prefill of 1,000 tokens is compute-bound (-0.74 to compute).
+of context takes 10.35 ms, and its elasticities (d ln t / d ln factor) are -0.63 to bandwidth,
++0.37 to host, 0 to compute. A prefill of 1,000 tokens is compute-bound (-0.73 to compute).
 So the ITL ratio moves the decode-side factors (bandwidth, host) and the TTFT ratio the
 compute factor; ``comm`` is left alone (no window separates it).
 
 One ratio cannot tell bandwidth from host: the smallest change of the log factors that removes
 a log error ``l`` along elasticities ``e`` is ``delta = l x e / |e|^2`` (each factor moves by
 its share of the explanation). Worked: an engine whose HBM reaches 0.6 of what the model
-assumes decodes that batch in 14.08 ms, ratio 1.40, ``l = ln 1.40 = 0.336``;
-``|e|^2 = 0.60^2 + 0.40^2 = 0.52``, so the full correction is bandwidth x exp(-0.336 x 0.60 /
-0.52) = x0.68 and host x exp(+0.336 x 0.40 / 0.52) = x1.30, after which the model predicts the
+assumes decodes that batch in 14.71 ms, ratio 1.42, ``l = ln 1.42 = 0.352``;
+``|e|^2 = 0.63^2 + 0.37^2 = 0.53``, so the full correction is bandwidth x exp(-0.352 x 0.63 /
+0.53) = x0.66 and host x exp(+0.352 x 0.37 / 0.53) = x1.27, after which the model predicts the
 observed ITL again. Windows at other batch sizes pull the two apart, slowly: the elasticities
-change little with the batch (-0.64/+0.36 at batch 1, -0.54/+0.46 at 64).
+change little with the batch (-0.64/+0.36 at batch 1, -0.62/+0.38 at 64).
 
 **Smoothing and bounds** (:func:`adapt_step`). Each tick moves the log factors a fraction
 ``g = 1 - exp(-dt / time_constant_s)`` of the way to the correction its window asks for: the
 log factor follows an exponentially weighted moving average of the windows' targets with
 that time constant (600 s by default: a lasting 40% drift is 63% corrected after 10 minutes).
-A tick moves a factor by at most ``max_step`` (3%), and no factor leaves ``[start / 2,
+A tick moves a factor by at most ``max_step`` (3%; a longer step is shortened as a whole, so
+it keeps the split the elasticities asked for), and no factor leaves ``[start / 2,
 start x 2]`` (``bound``). The tick's ITL and TTFT windows overlap by most of their 60 s, so
 successive targets are not independent: the time constant, not the tick, sets the speed.
 
@@ -312,8 +313,8 @@ class AdaptConfig:
     def __post_init__(self) -> None:
         if not self.time_constant_s > 0.0:
             raise ConfigError(f"drift time_constant_s = {self.time_constant_s}, must be > 0")
-        if not 0.0 < self.max_step <= 0.5:
-            raise ConfigError(f"drift max_step = {self.max_step}, must be in (0, 0.5]")
+        if not 0.0 < self.max_step <= 1.0:
+            raise ConfigError(f"drift max_step = {self.max_step}, must be in (0, 1]")
         if not self.bound > 1.0:
             raise ConfigError(f"drift bound = {self.bound}, must be > 1")
 
@@ -358,12 +359,17 @@ def adapt_step(
                 f"(|e| = {math.sqrt(norm2):.2f} < {cfg.min_elasticity})"
             )
             continue
+        steps = {f: gain * ev.log_ratio * e / norm2 for f, e in ev.elasticity.items()}
+        # A step beyond the cap is shortened as a whole, not factor by factor: it keeps its
+        # direction, the split the elasticities asked for.
+        longest = max(abs(v) for v in steps.values())
+        if longest > max_log_step:
+            steps = {f: v * max_log_step / longest for f, v in steps.items()}
         moved = []
-        for f, e in ev.elasticity.items():
-            target = ev.log_ratio * e / norm2
-            step = max(-max_log_step, min(max_log_step, gain * target))
-            logs[f] = max(-max_log, min(max_log, logs[f] + step))
-            moved.append(f"{f} {math.expm1(step) * 100:+.2f}%")
+        for f, step in steps.items():
+            before = logs[f]
+            logs[f] = max(-max_log, min(max_log, before + step))
+            moved.append(f"{f} {math.expm1(logs[f] - before) * 100:+.2f}%")
         notes[ev.quantity] = ", ".join(moved)
     scale = FactorScale(**{f: math.exp(v) for f, v in logs.items()})
     return AdaptState(scale, now_s), notes

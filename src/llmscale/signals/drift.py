@@ -22,8 +22,8 @@ Which numbers, and why:
   (token counters over finished requests): a sequence's context grows from its prompt to
   prompt + output while it decodes, so halfway on average. Long outputs stay in the batch
   longer, so this understates the context of the running batch a little; on Llama-3-8B at
-  batch 32 the KV reads it feeds are ~1.5 of 12 ms per step, so a 30% error in the context
-  moves the prediction by ~4%.
+  batch 32 the KV reads it feeds are ~3 of 13 ms per step, so a 30% error in the context
+  moves the prediction by ~7%.
 * **Prefills per second per replica** — the TTFT histogram's count increase over the span:
   each prefill takes engine time from the decode steps it shares an iteration with.
 * **Mean TTFT, and how much of it was queueing** — ``vllm:request_queue_time_seconds`` times a
