@@ -25,6 +25,7 @@ from llmscale.guards import GuardConfig
 __all__ = [
     "ActuatorConfig",
     "Address",
+    "DriftConfig",
     "LiveConfig",
     "MetricsConfig",
     "Mode",
@@ -201,6 +202,27 @@ class SloConfig(_Section):
     tpot_s: float = Field(default=0.1, gt=0)
 
 
+class DriftConfig(_Section):
+    """The fleet against the step-time model (``llmscale.perf.drift`` explains each number)."""
+
+    #: compare the fleet's mean ITL and TTFT with the model every tick: ratio signals, gauges,
+    #: one warning when a ratio leaves 1 +- ``warn`` and one when it is back
+    enabled: bool = True
+    warn: float = Field(default=0.15, gt=0, lt=1)
+    #: adjust the calibration's factors online from the ratios, so the capacity-model policies
+    #: plan with the engine the fleet runs (bounded to [1/2, 2] x the profile's)
+    adapt: bool = False
+    #: the factors follow an EWMA of what each window asks, with this time constant
+    time_constant_s: float = Field(default=600.0, gt=0)
+    #: most a factor moves in one tick, relative
+    max_step: float = Field(default=0.03, gt=0, le=0.5)
+    #: a window's ITL is compared only with this many inter-token gaps and finished requests,
+    #: its TTFT only with this many first tokens
+    min_tokens: int = Field(default=2000, ge=1)
+    min_requests: int = Field(default=20, ge=1)
+    min_first_tokens: int = Field(default=50, ge=1)
+
+
 def _guard_overrides_model() -> type[BaseModel]:
     """A model with every GuardConfig field, each optional: only the keys a user sets override."""
     hints = typing.get_type_hints(GuardConfig)
@@ -231,6 +253,7 @@ class LiveConfig(_Section):
     decision_log: DecisionLogConfig = Field(default_factory=DecisionLogConfig)
     state: StateConfig = Field(default_factory=StateConfig)
     slo: SloConfig = Field(default_factory=SloConfig)
+    drift: DriftConfig = Field(default_factory=DriftConfig)
 
     def guard_overrides(self) -> dict[str, Any]:
         """The guard settings the file sets (an explicit ``null`` switches a limit off)."""

@@ -54,6 +54,8 @@ class LogEntry:
     shadow: TickRecord | None = None
     shadow_version: str | None = None
     tick_duration_s: float | None = None
+    #: the model-drift hook's readings and factors this tick (``controller/drift.py``), if on
+    drift: Mapping[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         r = self.record
@@ -94,6 +96,8 @@ class LogEntry:
             doc["shadow"] = None
         if self.tick_duration_s is not None:
             doc["tick_duration_s"] = round(self.tick_duration_s, 6)
+        if self.drift is not None:
+            doc["drift"] = dict(self.drift)
         clean: dict[str, Any] = _finite(doc)
         return clean
 

@@ -27,7 +27,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmscale.clock import Clock, WallClock
 from llmscale.cluster.base import Cluster
@@ -47,6 +47,9 @@ from llmscale.guards import GuardConfig
 from llmscale.metrics.source import MetricSource
 from llmscale.policies.base import Policy
 from llmscale.types import FleetView, Observation, Phase, ReplicaSample, TickRecord
+
+if TYPE_CHECKING:
+    from llmscale.controller.drift import DriftMonitor
 
 __all__ = ["ClusterAlignedSource", "LiveController", "PolicyRun", "actuation_reason"]
 
@@ -158,11 +161,13 @@ class LiveController:
         store: StateStore | None = None,
         slo: tuple[float, float] | None = None,
         timer: Clock | None = None,
+        drift: DriftMonitor | None = None,
     ) -> None:
         """``clock``: the controller's time line (epoch seconds live, so saved state survives a
         restart). ``timer``: what tick durations are measured with (monotonic by default).
         ``primary_acts``: whether the primary's decision scales the target (default: in apply and
-        shadow modes; config's ``shadow.primary: dry-run`` turns it off).
+        shadow modes; config's ``shadow.primary: dry-run`` turns it off). ``drift``: the
+        model-drift hook (``controller/drift.py``), run on each tick's signals before the policies.
         """
         if mode is Mode.SHADOW and shadow is None:
             raise ConfigError("mode shadow needs a shadow policy")
@@ -182,6 +187,7 @@ class LiveController:
         self.decision_log = decision_log
         self.store = store
         self.slo = slo
+        self.drift = drift
         self.state = ControllerState(policy_state=primary.policy.initial_state())
         self.shadow_state = ControllerState(policy_state=shadow.policy.initial_state()) if shadow else None
         self.last_decision: Mapping[str, Any] | None = None
@@ -224,6 +230,9 @@ class LiveController:
             return
         self.state = replace(self.state, guard_state=saved.guard_state)
         self.last_decision = saved.last_decision
+        if self.drift is not None and self.drift.settings.adapt:
+            why_not = self.drift.restore(doc.get("drift"))
+            log.info("step-time factors for %s: %s", self.target, why_not or f"restored {self.drift.factors}")
         log.info("loaded controller state for %s: last decision %s", self.target, saved.last_decision)
 
     # -- the tick ---------------------------------------------------------------------------
@@ -246,6 +255,8 @@ class LiveController:
 
     def _tick(self, now_s: float, t0: float) -> LogEntry:
         window, signals = observe_signals(now_s, self.source, self.state.window)
+        if self.drift is not None:
+            signals = self.drift.tick(now_s, window, signals)
         obs = window[-1]
         before = self.state
         run = self.primary
@@ -299,6 +310,9 @@ class LiveController:
         self.state = state
         if record.applied:
             self.last_decision = decision_to_dict(record)
+        # An acting controller also saves when the step-time factors moved (by 1%), so a restart
+        # plans with them at once instead of learning them again over the adjustment's time constant.
+        if record.applied or (self.primary_acts and self.drift is not None and self.drift.moved):
             self._save_state()
 
         shadow_record = None
@@ -327,6 +341,7 @@ class LiveController:
             shadow=shadow_record,
             shadow_version=self.shadow.version if self.shadow else None,
             tick_duration_s=max(0.0, self._timer.now_s() - t0),
+            drift=self.drift.last.as_json() if self.drift is not None and self.drift.last else None,
         )
         if self.decision_log is not None:
             self.decision_log.write(entry)
@@ -360,6 +375,8 @@ class LiveController:
         if self.store is None:
             return
         doc = state_to_dict(self.state.guard_state, self.last_decision, target=self.target)
+        if self.drift is not None and self.drift.settings.adapt:
+            doc["drift"] = self.drift.to_state()
         try:
             self.store.save(doc)
         except LlmscaleError as e:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llmscale.clock import Clock, UnixClock
@@ -24,7 +24,15 @@ from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
 from llmscale.metrics.source import MetricSource
 
-__all__ = ["Runtime", "build_cluster", "build_runtime", "build_source", "build_store", "policy_run"]
+__all__ = [
+    "Runtime",
+    "build_cluster",
+    "build_drift",
+    "build_runtime",
+    "build_source",
+    "build_store",
+    "policy_run",
+]
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +232,57 @@ def build_store(cfg: LiveConfig, kube: Any) -> StateStore | None:
     return annotation
 
 
+def build_drift(cfg: LiveConfig, runs: list[PolicyRun], registry: Any) -> tuple[Any, list[PolicyRun]]:
+    """The model-drift hook (None when ``drift.enabled`` is off or the model is unknown to the
+    catalogue), and ``runs`` with their policies made rebuildable around adjusted factors when
+    ``drift.adapt`` is on."""
+    d = cfg.drift
+    if not d.enabled:
+        return None, runs
+    from llmscale.controller.drift import AdjustablePolicy, DriftMonitor, DriftSettings
+    from llmscale.perf.drift import AdaptConfig, DriftLimits
+    from llmscale.policies.base import create_policy
+
+    t = cfg.target
+    settings = DriftSettings(
+        warn=d.warn,
+        adapt=d.adapt,
+        limits=DriftLimits(
+            min_tokens=float(d.min_tokens),
+            min_requests=float(d.min_requests),
+            min_first_tokens=float(d.min_first_tokens),
+        ),
+        adapt_config=AdaptConfig(time_constant_s=d.time_constant_s, max_step=d.max_step),
+    )
+    try:
+        monitor = DriftMonitor(
+            settings,
+            model=t.model,
+            gpu=t.gpu,
+            tp=t.tp,
+            calibration=t.calibration,
+            budget_tokens=t.max_num_batched_tokens,
+            target=t.label,
+            registry=registry,
+        )
+    except ConfigError as e:
+        log.warning("model drift is off: %s", e)
+        return None, runs
+    if not d.adapt:
+        return monitor, runs
+    ctx = policy_context(cfg)
+    specs = [cfg.policy] + ([cfg.shadow] if cfg.shadow is not None else [])
+    adjustable: list[AdjustablePolicy] = []
+    for spec in specs:
+
+        def build(scale: Any, spec: PolicySpec = spec) -> Any:
+            return create_policy(spec.name, replace(ctx, perf_scale=scale), spec.params)
+
+        adjustable.append(AdjustablePolicy(build))
+    monitor.policies = tuple(adjustable)
+    return monitor, [replace(run, policy=p) for run, p in zip(runs, adjustable, strict=True)]
+
+
 def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
     """Every part of ``llmscale run``, connected; the server is built, not started."""
     clock = clock or UnixClock()
@@ -238,6 +297,8 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
         primary = policy_run(cfg, cfg.policy)
         shadow = policy_run(cfg, cfg.shadow, cfg.shadow.guards) if cfg.shadow is not None else None
         metrics = ControllerMetrics(cfg.target.label, cfg.metrics.source)
+        drift, runs = build_drift(cfg, [primary] + ([shadow] if shadow is not None else []), metrics.registry)
+        primary, shadow = runs[0], (runs[1] if shadow is not None else None)
         decisions = DecisionLog(cfg.decision_log.path)
         closers.append(decisions.close)
         controller = LiveController(
@@ -254,6 +315,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
             decision_log=decisions,
             store=store,
             slo=(cfg.slo.ttft_s, cfg.slo.tpot_s),
+            drift=drift,
         )
     except BaseException:
         _close_all(closers)

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from llmscale.errors import ConfigError
 from llmscale.types import Decision, Signals
+
+if TYPE_CHECKING:
+    from llmscale.perf.profile import FactorScale
 
 __all__ = ["POLICIES", "Policy", "PolicyContext", "PolicyInfo", "create_policy", "policy_names", "register"]
 
@@ -59,6 +62,9 @@ class PolicyContext:
     cold_start_s: float = 90.0
     #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
     calibration: str | None = None
+    #: multipliers on the profile's factors from the live controller's online drift adjustment
+    #: (``drift.adapt``; :mod:`llmscale.perf.drift`), or None: the profile as written
+    perf_scale: FactorScale | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
