@@ -109,8 +109,6 @@ def _kubernetes_cluster(cfg: LiveConfig, clock: Clock) -> Any:
         selector=",".join(f"{k}={v}" for k, v in sorted(t.selector.items())),
     )
     k = cfg.actuator.kubernetes
-    if k.in_cluster and (k.kubeconfig or k.context):
-        raise ConfigError("actuator.kubernetes: in_cluster excludes kubeconfig and context")
     return KubernetesCluster.from_config(target, kubeconfig=k.kubeconfig, context=k.context, clock=clock)
 
 
@@ -216,16 +214,22 @@ def build_store(cfg: LiveConfig, kube: Any) -> StateStore | None:
         assert cfg.state.path is not None  # checked at load
         file_store: StateStore = FileStateStore(cfg.state.path)
         return file_store
-    from llmscale.cluster.state_store import AnnotationStateStore
+    from llmscale.cluster.state_store import ConfigMapStateStore, state_configmap_name
 
     if kube is None:
-        raise ConfigError("state.store annotation needs a Kubernetes target (actuator kubernetes or keda)")
-    annotation: StateStore = AnnotationStateStore(kube.api_client, kube.target)
-    return annotation
+        raise ConfigError("state.store configmap needs a Kubernetes target (actuator kubernetes or keda)")
+    name = cfg.state.configmap or state_configmap_name(cfg.target.name)
+    configmap: StateStore = ConfigMapStateStore(
+        kube.api_client, cfg.target.namespace, name, target=cfg.target.label
+    )
+    return configmap
 
 
-def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
-    """Every part of ``llmscale run``, connected; the server is built, not started."""
+def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: str | None = None) -> Runtime:
+    """Every part of ``llmscale run``, connected; the server is built, not started.
+
+    ``config_name`` (the config file's name) prefixes start-up errors about its settings.
+    """
     clock = clock or UnixClock()
     closers: list[Callable[[], None]] = []
     try:
@@ -236,7 +240,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
             closers.append(close_source)
         store = build_store(cfg, kube)
         primary = policy_run(cfg, cfg.policy)
-        shadow = policy_run(cfg, cfg.shadow, cfg.shadow.guards) if cfg.shadow is not None else None
+        shadow = policy_run(cfg, cfg.shadow, cfg.shadow.guard_overrides()) if cfg.shadow is not None else None
         metrics = ControllerMetrics(cfg.target.label, cfg.metrics.source)
         decisions = DecisionLog(cfg.decision_log.path)
         closers.append(decisions.close)
@@ -254,6 +258,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
             decision_log=decisions,
             store=store,
             slo=(cfg.slo.ttft_s, cfg.slo.tpot_s),
+            config_name=config_name,
         )
     except BaseException:
         _close_all(closers)
