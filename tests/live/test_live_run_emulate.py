@@ -91,3 +91,36 @@ def test_dry_run_touches_nothing_and_sigterm_stops_cleanly(tmp_path, emulate):
     assert first["mode"] == "dry-run" and first["final"] == 3 and first["applied"] is False
     assert httpx.get(emulate.base_url + "/admin/replicas", timeout=5).json()["spec_replicas"] == 1
     assert not (tmp_path / "state.json").exists()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_once_exits_1_when_its_only_tick_failed(tmp_path):
+    # A well-formed URL where nothing listens: the config is valid, the tick cannot see the fleet.
+    nowhere = f"http://127.0.0.1:{_closed_port()}"
+    cfg = _config(tmp_path, nowhere)
+    proc = _run("--config", str(cfg), "--once")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "llmscale: error: the last tick failed: ActuationError: emulate admin API" in err
+    (line,) = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    assert line["error"].startswith("ActuationError: emulate admin API") and line["applied"] is False
+
+
+def test_an_unwritable_decision_log_stops_the_controller_before_it_scales(tmp_path, emulate):
+    cfg = _config(
+        tmp_path, emulate.base_url, decision_log={"path": str(tmp_path / "no-such-dir" / "d.jsonl")}
+    )
+    proc = _run("--config", str(cfg), "--once")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert "llmscale.yaml: decision_log.path: cannot append to " in err and "Traceback" not in err
+    # static asks for 3: nothing was scaled without a record of it
+    assert httpx.get(emulate.base_url + "/admin/replicas", timeout=5).json()["spec_replicas"] == 1
+    assert not (tmp_path / "state.json").exists()
