@@ -128,7 +128,9 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
         targets = EmulateTargets(s.emulate_url, s.path, s.timeout_s)
     else:
         targets = _pod_targets(kube, s.port, s.path, s.dcgm_port)
-    scrape: MetricSource = PodScrapeSource(targets, timeout_s=s.timeout_s)
+    scrape: MetricSource = PodScrapeSource(
+        targets, timeout_s=s.timeout_s, max_sample_age_s=s.max_sample_age_s
+    )
     return scrape
 
 
