@@ -91,7 +91,13 @@ def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None
         initial_replicas=kube.spec_replicas,
         replicas_view=kube.replicas_view,
     )
-    server, port = serve(scaler, str(keda_cfg.listen))
+    server, port = serve(
+        scaler,
+        str(keda_cfg.listen),
+        max_streams=keda_cfg.max_streams,
+        max_streams_per_peer=keda_cfg.max_streams_per_peer,
+        max_workers=max(16, keda_cfg.max_streams + 8),
+    )
     log.info("KEDA external scaler on %s:%d", keda_cfg.listen.host, port)
     closers.append(server.stop)
     keda: Cluster = scaler
