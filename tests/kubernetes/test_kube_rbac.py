@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,7 @@ from llmscale.types import FleetView, Observation
 RBAC_DIR = Path(__file__).resolve().parents[2] / "deploy" / "rbac"
 SHIPPED_TARGET = "vllm-llama3-8b"  # the placeholder in role.yaml's resourceNames
 SHIPPED_NAMES = {SHIPPED_TARGET, state_configmap_name(SHIPPED_TARGET)}
+LLMSCALE = Path(sys.executable).with_name("llmscale")
 
 
 def load_manifests(namespace: str, target_name: str) -> list[dict[str, Any]]:
@@ -287,3 +292,118 @@ def test_a_kill_between_save_and_scale_keeps_the_cooldown_clock(sa_setup):
     entry = restarted.tick(1030.0)
     assert entry is not None and entry.record.guard == "cooldown" and not entry.record.applied
     assert client.AppsV1Api(admin).read_namespaced_deployment_scale("llama", ns).spec.replicas == 1
+
+
+def _service_account_kubeconfig(kube_cluster: Any, ns: str, sa_name: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as the ServiceAccount (its token), as the pod would."""
+    token = kube_cluster.service_account_token(ns, sa_name)
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "test",
+                        "cluster": {
+                            "server": kube_cluster.host,
+                            "certificate-authority": kube_cluster.ca_file,
+                        },
+                    }
+                ],
+                "users": [{"name": sa_name, "user": {"token": token}}],
+                "contexts": [
+                    {"name": "sa", "context": {"cluster": "test", "user": sa_name, "namespace": ns}}
+                ],
+                "current-context": "sa",
+            }
+        )
+    )
+    return path
+
+
+def test_llmscale_run_as_the_service_account_scales_and_saves_its_state(kube_cluster, sa_setup, tmp_path):
+    """The shipped Role is enough for the real controller: it scales, and its state is in the
+    ConfigMap (written before the scale), with nothing on the Deployment but its scale."""
+    admin, _, ns = sa_setup
+    before = client.AppsV1Api(admin).read_namespaced_deployment("llama", ns)
+    kubeconfig = _service_account_kubeconfig(kube_cluster, ns, "llmscale", tmp_path / "sa-kubeconfig")
+    doc = {
+        "target": {"namespace": ns, "name": "llama", "selector": {"app": "llama"}},
+        "metrics": {
+            "source": "scrape",
+            "scrape": {
+                "static_targets": [{"name": "nowhere", "url": "http://127.0.0.1:9/metrics"}],
+                "timeout_s": 0.5,
+            },
+        },
+        "policy": {"name": "static", "params": {"replicas": 3}},
+        "guards": {"min_replicas": 1, "max_replicas": 5},
+        "tick_s": 1,
+        "mode": "apply",
+        "actuator": {"kind": "kubernetes", "kubernetes": {"kubeconfig": str(kubeconfig)}},
+        "server": {"listen": "127.0.0.1:0"},
+        "decision_log": {"path": str(tmp_path / "decisions.jsonl")},
+        "state": {"store": "configmap"},
+    }
+    config = tmp_path / "llmscale.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    apps = client.AppsV1Api(admin)
+    core = client.CoreV1Api(admin)
+
+    def saved() -> dict[str, Any] | None:
+        text = (core.read_namespaced_config_map(state_configmap_name("llama"), ns).data or {}).get(
+            "state.json"
+        )
+        return None if text is None else json.loads(text)
+
+    proc = subprocess.Popen(
+        [str(LLMSCALE), "run", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+
+        def scaled_and_saved() -> bool:
+            if proc.poll() is not None:
+                return True  # exited: the assertion below says why
+            last = (saved() or {}).get("last_decision") or {}
+            return (
+                apps.read_namespaced_deployment_scale("llama", ns).spec.replicas == 3
+                and last.get("final") == 3
+            )
+
+        wait_for("the scale at 3 and the state saying so", scaled_and_saved, timeout_s=90.0)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    assert "forbidden" not in err.lower(), err[-3000:]
+    state = saved()
+    assert state is not None and state["target"] == f"{ns}/llama"
+    after = apps.read_namespaced_deployment("llama", ns)
+    assert after.spec.template == before.spec.template
+    # (the Deployment controller adds its revision annotation by itself; llmscale adds none)
+    assert not any(k.startswith("llmscale") for k in after.metadata.annotations or {})
+
+
+def test_the_shipped_network_policy_is_accepted_by_the_api_server(kube_cluster, kube_namespace):
+    """Schema check by the real API server (enforcing it needs a network plugin this harness lacks;
+    tests/deploy checks what it admits)."""
+    path = Path(__file__).resolve().parents[2] / "deploy" / "controller" / "networkpolicy.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["metadata"]["namespace"] = kube_namespace
+    api = client.NetworkingV1Api(kube_cluster.admin_client())
+    created = api.create_namespaced_network_policy(kube_namespace, doc)
+    assert created.spec.policy_types == ["Ingress"]
+    ports = sorted(str(r.ports[0].port) for r in created.spec.ingress)
+    assert ports == ["grpc-keda", "http-metrics"]
