@@ -271,7 +271,10 @@ def _guard_overrides_model() -> type[BaseModel]:
         kind = hints[f.name]
         numeric = kind in (int, float, int | None, float | None)
         limits = GUARD_RANGES.get(f.name, {"ge": 0}) if numeric else {}
-        spec[f.name] = (kind | None, Field(default=None, **limits))  # type: ignore[call-overload]
+        # The field's own type: null only where GuardConfig takes None (a limit switched off), so
+        # ``min_replicas: null`` is an error, not a TypeError in the guards. The default (None, never
+        # validated) only marks "not set": guard_overrides() dumps what the file set.
+        spec[f.name] = (kind, Field(default=None, **limits))  # type: ignore[call-overload]
     model: type[BaseModel] = create_model(
         "GuardOverrides", __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False), **spec
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from llmscale.config import LiveConfig, Mode, load_config, parse_config
@@ -367,3 +370,98 @@ def test_every_numeric_guard_has_its_range_written_down():
     hints = typing.get_type_hints(GuardConfig)
     numeric = {n for n, t in hints.items() if t in (int, float, int | None, float | None)}
     assert numeric == set(GUARD_RANGES), numeric ^ set(GUARD_RANGES)
+
+
+# ---- whatever a file says: a config or a ConfigError, never a traceback -----------------
+
+FUZZ_BASE: dict[str, Any] = {
+    "target": {"name": "emu", "selector": {"app": "emu"}, "cold_start_s": 30},
+    "metrics": {"source": "scrape", "scrape": {"emulate_url": "http://127.0.0.1:8000", "timeout_s": 2}},
+    "policy": {"name": "slo", "params": {"drain_s": 30, "target_utilization": 0.9}},
+    "shadow": {
+        "name": "breathing",
+        "params": {"queue_signal": "queue_waiting"},
+        "guards": {"max_up_step": 2},
+    },
+    "guards": {"min_replicas": 1, "max_replicas": 8, "cooldown_up_s": 30, "max_down_ratio": 2.0},
+    "tick_s": 5,
+    "actuator": {"kind": "emulate", "emulate": {"url": "http://127.0.0.1:8000"}},
+    "server": {"listen": "127.0.0.1:9464"},
+    "decision_log": {"path": "decisions.jsonl"},
+    "state": {"store": "file", "path": "state.json"},
+    "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
+}
+
+
+#: the other half of the schema: Prometheus, KEDA, a ConfigMap state store, Kubernetes
+FUZZ_KEDA: dict[str, Any] = {
+    "target": {"namespace": "llm", "name": "llama", "selector": {"app": "llama"}, "tp": 2},
+    "metrics": {
+        "source": "prometheus",
+        "prometheus": {
+            "url": "http://prom:9090",
+            "timeout_s": 5,
+            "max_sample_age_s": 60,
+            "queries": {"x": "up"},
+        },
+    },
+    "policy": {"name": "keda-queue", "params": {"signal": "queue_waiting", "threshold": 4}},
+    "mode": "dry-run",
+    "actuator": {
+        "kind": "keda",
+        "keda": {"listen": "127.0.0.1:9090", "max_streams": 8, "max_streams_per_peer": 2},
+        "kubernetes": {"kubeconfig": "/k", "context": "c"},
+    },
+    "state": {"store": "configmap", "configmap": "llmscale-state-llama"},
+}
+
+
+def _leaf_paths(doc: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    if not isinstance(doc, dict):
+        return [prefix]
+    out = [prefix] if prefix else []
+    for k, v in doc.items():
+        out += _leaf_paths(v, (*prefix, k))
+    return out
+
+
+FUZZ_PATHS = [("emulate", *p) for p in _leaf_paths(FUZZ_BASE)] + [
+    ("keda", *p) for p in _leaf_paths(FUZZ_KEDA)
+]
+ODD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.sampled_from([10**400, -1, 0]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["http://", "htp:/x", "127.0.0.1:99999", "\x00", "1e999", ".inf", "queue_wiating"]),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutations=st.lists(st.tuples(st.sampled_from(FUZZ_PATHS), ODD_VALUES), min_size=1, max_size=3))
+def test_any_value_anywhere_is_a_config_or_a_config_error(mutations):
+    from llmscale.controller.wiring import policy_run
+
+    base = mutations[0][0][0]
+    doc = yaml.safe_load(yaml.safe_dump(FUZZ_BASE if base == "emulate" else FUZZ_KEDA))
+    for (_, *path), value in mutations:
+        node = doc
+        for key in path[:-1]:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[path[-1]] = value
+    try:
+        cfg = parse_config(doc, source="fuzz.yaml")
+    except ConfigError as e:
+        assert str(e).startswith("fuzz.yaml: "), e
+        return
+    # What loads, builds: the policies and their guards (what `run` does before it starts).
+    policy_run(cfg, cfg.policy)
+    if cfg.shadow is not None:
+        policy_run(cfg, cfg.shadow, cfg.shadow.guard_overrides())
+    assert math.isfinite(cfg.tick_s) and cfg.tick_s >= 0.1
