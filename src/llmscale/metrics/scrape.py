@@ -16,6 +16,10 @@ described in ``last_errors``. So is a target whose page cannot be its load:
   least), or samples stamped with a time older than that (exporters that stamp their
   samples say how old they are; the clock is ``wall_clock``, Unix time).
 
+These checks cost ~30 us a page (hashing the emulator's 19 KB, 199-line page ~14 us,
+vetting its values ~16 us), against ~100 us to read it through its layout: ~15 ms of a
+500-replica tick.
+
 The target list comes from a callable, so the same source reads a static list
 or the pods a Kubernetes discovery function finds (the caller passes it: this
 module does not import the Kubernetes client). Parsing runs after all fetches
