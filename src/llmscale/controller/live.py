@@ -9,10 +9,11 @@ with explicit times. Around it the live loop adds what a real fleet needs:
 - modes: ``apply`` scales, ``dry-run`` decides and logs only, ``shadow`` runs a second
   policy on the same signals with its own guard state and logs both side by side;
 - a total metrics outage (no replica reports) never scales down, whatever the guards say;
-- a tick that scales first writes its decision record, then saves the guard state the
-  scale leads to, and only then scales: a tick whose record or state cannot be written does
-  not act, and a controller killed between the save and the scale restarts inside the
-  cooldown the scale started (it may wait one cooldown too long, never act twice);
+- a tick that scales first saves the guard state the scale leads to, then writes its
+  decision record, and only then scales: a tick whose state or record cannot be written
+  does not act (a saved state is then put back), and a controller killed between the save
+  and the scale restarts inside the cooldown the scale started (it may wait one cooldown
+  too long, never act twice);
 - a failed scale is counted by reason, recorded (a second line with the tick's trace id) and
   leaves the guard state as it was (the saved one is put back), so the next tick retries
   instead of waiting out a cooldown for a scale that never happened;
