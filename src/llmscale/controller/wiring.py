@@ -99,7 +99,13 @@ def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None
         initial_replicas=kube.spec_replicas,
         replicas_view=kube.replicas_view,
     )
-    server, port = serve(scaler, str(keda_cfg.listen))
+    server, port = serve(
+        scaler,
+        str(keda_cfg.listen),
+        max_streams=keda_cfg.max_streams,
+        max_streams_per_peer=keda_cfg.max_streams_per_peer,
+        max_workers=max(16, keda_cfg.max_streams + 8),
+    )
     log.info("KEDA external scaler on %s:%d", keda_cfg.listen.host, port)
     closers.append(server.stop)
     keda: Cluster = scaler
@@ -117,8 +123,6 @@ def _kubernetes_cluster(cfg: LiveConfig, clock: Clock) -> Any:
         selector=",".join(f"{k}={v}" for k, v in sorted(t.selector.items())),
     )
     k = cfg.actuator.kubernetes
-    if k.in_cluster and (k.kubeconfig or k.context):
-        raise ConfigError("actuator.kubernetes: in_cluster excludes kubeconfig and context")
     return KubernetesCluster.from_config(target, kubeconfig=k.kubeconfig, context=k.context, clock=clock)
 
 
@@ -138,7 +142,9 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
         targets = EmulateTargets(s.emulate_url, s.path, s.timeout_s)
     else:
         targets = _pod_targets(kube, s.port, s.path, s.dcgm_port)
-    scrape: MetricSource = PodScrapeSource(targets, timeout_s=s.timeout_s)
+    scrape: MetricSource = PodScrapeSource(
+        targets, timeout_s=s.timeout_s, max_sample_age_s=s.max_sample_age_s
+    )
     return scrape
 
 
@@ -224,12 +230,15 @@ def build_store(cfg: LiveConfig, kube: Any) -> StateStore | None:
         assert cfg.state.path is not None  # checked at load
         file_store: StateStore = FileStateStore(cfg.state.path)
         return file_store
-    from llmscale.cluster.state_store import AnnotationStateStore
+    from llmscale.cluster.state_store import ConfigMapStateStore, state_configmap_name
 
     if kube is None:
-        raise ConfigError("state.store annotation needs a Kubernetes target (actuator kubernetes or keda)")
-    annotation: StateStore = AnnotationStateStore(kube.api_client, kube.target)
-    return annotation
+        raise ConfigError("state.store configmap needs a Kubernetes target (actuator kubernetes or keda)")
+    name = cfg.state.configmap or state_configmap_name(cfg.target.name)
+    configmap: StateStore = ConfigMapStateStore(
+        kube.api_client, cfg.target.namespace, name, target=cfg.target.label
+    )
+    return configmap
 
 
 def build_drift(cfg: LiveConfig, runs: list[PolicyRun], registry: Any) -> tuple[Any, list[PolicyRun]]:
@@ -283,8 +292,11 @@ def build_drift(cfg: LiveConfig, runs: list[PolicyRun], registry: Any) -> tuple[
     return monitor, [replace(run, policy=p) for run, p in zip(runs, adjustable, strict=True)]
 
 
-def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
-    """Every part of ``llmscale run``, connected; the server is built, not started."""
+def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: str | None = None) -> Runtime:
+    """Every part of ``llmscale run``, connected; the server is built, not started.
+
+    ``config_name`` (the config file's name) prefixes start-up errors about its settings.
+    """
     clock = clock or UnixClock()
     closers: list[Callable[[], None]] = []
     try:
@@ -295,7 +307,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
             closers.append(close_source)
         store = build_store(cfg, kube)
         primary = policy_run(cfg, cfg.policy)
-        shadow = policy_run(cfg, cfg.shadow, cfg.shadow.guards) if cfg.shadow is not None else None
+        shadow = policy_run(cfg, cfg.shadow, cfg.shadow.guard_overrides()) if cfg.shadow is not None else None
         metrics = ControllerMetrics(cfg.target.label, cfg.metrics.source)
         drift, runs = build_drift(cfg, [primary] + ([shadow] if shadow is not None else []), metrics.registry)
         primary, shadow = runs[0], (runs[1] if shadow is not None else None)
@@ -316,6 +328,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
             store=store,
             slo=(cfg.slo.ttft_s, cfg.slo.tpot_s),
             drift=drift,
+            config_name=config_name,
         )
     except BaseException:
         _close_all(closers)
