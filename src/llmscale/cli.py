@@ -473,7 +473,7 @@ def run_cmd(
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    runtime = build_runtime(cfg)
+    runtime = build_runtime(cfg, config_name=config.name)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -487,10 +487,16 @@ def run_cmd(
             runtime.server.start()
         except OSError as e:
             raise ConfigError(f"{config.name}: server.listen {cfg.server.listen}: cannot listen: {e}") from e
+        bounded = once or max_ticks is not None
         ticks = runtime.controller.run(stop, max_ticks=1 if once else max_ticks)
         logging.getLogger("llmscale").info(
             "stopped after %d tick(s), %d failed", ticks, runtime.controller.failed_ticks
         )
+        failure = runtime.controller.last_failure
+        if bounded and ticks and failure is not None:
+            # A script running `--once` (or a bounded run) must see that the tick it asked for did
+            # not do what it decided: exit 1, with the reason, like any other failure.
+            raise LlmscaleError(f"the last tick failed: {failure}")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -15,9 +15,17 @@ from collections.abc import Mapping
 from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+)
 
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
@@ -25,6 +33,7 @@ from llmscale.guards import GuardConfig
 __all__ = [
     "ActuatorConfig",
     "Address",
+    "DriftConfig",
     "LiveConfig",
     "MetricsConfig",
     "Mode",
@@ -43,7 +52,38 @@ class Mode(StrEnum):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: YAML reads ``.inf`` and ``.nan`` as floats, and no setting here means
+    # either (``tick_s: .inf`` passed ``gt=0`` and crashed the loop after its first tick).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _http_url(value: Any) -> Any:
+    """An ``http(s)://host[:port][/path]`` URL, checked at load rather than failing at every tick."""
+    if not isinstance(value, str):
+        return value  # pydantic's type check words the error
+    from urllib.parse import urlsplit
+
+    text = value.strip()
+    if text != value or any(c.isspace() for c in text):
+        raise ValueError(f"{value!r} contains blanks")
+    try:
+        parts = urlsplit(text)
+        port = parts.port  # raises ValueError for a port that is not a number in 0..65535
+    except ValueError as e:
+        raise ValueError(f"{value!r} is not a URL: {e}") from e
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"{value!r} must start with http:// or https://")
+    if not parts.hostname:
+        raise ValueError(f"{value!r} has no host (e.g. http://127.0.0.1:8000)")
+    if port == 0:
+        raise ValueError(f"{value!r}: port 0 cannot be connected to")
+    if parts.query or parts.fragment:
+        raise ValueError(f"{value!r}: a base URL takes no ?query or #fragment")
+    return text
+
+
+#: a URL llmscale connects to (Prometheus, a replica's /metrics page, emulate's admin API)
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
 
 
 class Address(_Section):
@@ -106,7 +146,7 @@ class TargetConfig(_Section):
 
 
 class PrometheusConfig(_Section):
-    url: str = Field(min_length=1)
+    url: HttpUrl
     timeout_s: float = Field(default=5.0, gt=0)
     #: the series label that names the replica (the pod)
     replica_label: str = "pod"
@@ -122,18 +162,21 @@ class PrometheusConfig(_Section):
 
 class StaticTarget(_Section):
     name: str = Field(min_length=1)
-    url: str = Field(min_length=1)
+    url: HttpUrl
 
 
 class ScrapeConfig(_Section):
     port: int = Field(default=8000, ge=1, le=65535)
-    path: str = "/metrics"
+    path: str = Field(default="/metrics", pattern=r"^/\S*$")
     timeout_s: float = Field(default=2.0, gt=0)
     dcgm_port: int | None = Field(default=None, ge=1, le=65535)
     #: fixed targets instead of pods found through the Kubernetes API
     static_targets: tuple[StaticTarget, ...] | None = None
     #: discover targets from emulate's ``/admin/targets`` on every tick
-    emulate_url: str | None = None
+    emulate_url: HttpUrl | None = None
+    #: the staleness limit: a replica whose page has not changed for longer than this, or whose
+    #: samples carry timestamps older than this, is unknown (a frozen exporter, a cached page)
+    max_sample_age_s: float = Field(default=60.0, gt=0)
     #: a file holding emulate's admin token (default: $LLMSCALE_EMULATE_ADMIN_TOKEN)
     emulate_token_file: str | None = None
 
@@ -149,13 +192,6 @@ class PolicySpec(_Section):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class ShadowSpec(PolicySpec):
-    #: the shadow policy's own guard overrides, over the top-level ``guards``
-    guards: dict[str, Any] = Field(default_factory=dict)
-    #: what the primary policy does in shadow mode: act (apply) or only log (dry-run)
-    primary: Literal["apply", "dry-run"] = "apply"
-
-
 class KubernetesConfig(_Section):
     kubeconfig: str | None = None
     context: str | None = None
@@ -167,12 +203,17 @@ class KedaConfig(_Section):
     metric_name: str = "llmscale-desired-replicas"
     #: the ScaledObject that asks (default: the target's name)
     scaled_object: str | None = None
+    #: open ``StreamIsActive`` calls allowed in total and per client address: KEDA opens one per
+    #: ScaledObject trigger, so a client holding more is refused (RESOURCE_EXHAUSTED) instead of
+    #: taking every stream slot and locking KEDA out
+    max_streams: int = Field(default=8, ge=1, le=64)
+    max_streams_per_peer: int = Field(default=2, ge=1, le=64)
 
     _addr = field_validator("listen", mode="before")(_parse_address)
 
 
 class EmulateConfig(_Section):
-    url: str = Field(min_length=1)
+    url: HttpUrl
     #: a file holding emulate's admin token (default: $LLMSCALE_EMULATE_ADMIN_TOKEN); the token
     #: itself never goes in this file
     token_file: str | None = None
@@ -197,8 +238,25 @@ class DecisionLogConfig(_Section):
 
 
 class StateConfig(_Section):
-    store: Literal["annotation", "file", "none"] = "none"
+    #: ``configmap``: the controller's own ConfigMap in the target's namespace (needs only get and
+    #: update on that one ConfigMap, see deploy/rbac/role.yaml); ``file``: a local file
+    store: Literal["configmap", "file", "none"] = "none"
     path: str | None = None
+    #: the ConfigMap's name (default ``llmscale-state-<target name>``)
+    configmap: str | None = Field(
+        default=None, min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    )
+
+    @field_validator("store", mode="before")
+    @classmethod
+    def _annotation_is_gone(cls, value: Any) -> Any:
+        if value == "annotation":
+            raise ValueError(
+                "annotation is no longer a state store: it needed `patch` on the target Deployment, "
+                "which also lets the controller rewrite the pod template; use configmap (its own "
+                "ConfigMap, see deploy/rbac/role.yaml)"
+            )
+        return value
 
 
 class SloConfig(_Section):
@@ -206,12 +264,64 @@ class SloConfig(_Section):
     tpot_s: float = Field(default=0.1, gt=0)
 
 
+class DriftConfig(_Section):
+    """The fleet against the step-time model (``llmscale.perf.drift`` explains each number)."""
+
+    #: compare the fleet's mean ITL and TTFT with the model every tick: ratio signals, gauges,
+    #: one warning when a ratio leaves 1 +- ``warn`` and one when it is back
+    enabled: bool = True
+    warn: float = Field(default=0.15, gt=0, lt=1)
+    #: adjust the calibration's factors online from the ratios, so the capacity-model policies
+    #: plan with the engine the fleet runs (bounded to [1/2, 2] x the profile's)
+    adapt: bool = False
+    #: the factors follow an EWMA of what each window asks, with this time constant
+    time_constant_s: float = Field(default=600.0, gt=0)
+    #: most a factor moves in one tick, relative
+    max_step: float = Field(default=0.03, gt=0, le=0.5)
+    #: a window's ITL is compared only with this many inter-token gaps and finished requests,
+    #: its TTFT only with this many first tokens
+    min_tokens: int = Field(default=2000, ge=1)
+    min_requests: int = Field(default=20, ge=1)
+    min_first_tokens: int = Field(default=50, ge=1)
+
+
+#: Ranges of the guards' numeric settings, checked when the file is read (finite always). A
+#: numeric guard not listed here must be >= 0; tests/live/test_live_config.py checks that every
+#: numeric GuardConfig field is listed, so a new guard gets its range written down. A step of 0 or
+#: less is refused: ``max_up_step: -1`` capped every scale-up below the current spec.
+GUARD_RANGES: dict[str, dict[str, float]] = {
+    "min_replicas": {"ge": 0},
+    "max_replicas": {"ge": 0},
+    "confirm_up_ticks": {"ge": 1},
+    "confirm_down_ticks": {"ge": 1},
+    "cooldown_up_s": {"ge": 0},
+    "cooldown_down_s": {"ge": 0},
+    "stabilization_up_s": {"ge": 0},
+    "stabilization_down_s": {"ge": 0},
+    "max_up_step": {"ge": 1},
+    "max_up_ratio": {"ge": 1},
+    "max_down_step": {"ge": 1},
+    "max_down_ratio": {"ge": 1},
+    "headroom_max_usage": {"gt": 0, "le": 1},
+    "gpu_budget": {"ge": 1},
+    "gpus_per_replica": {"ge": 1},
+}
+
+
 def _guard_overrides_model() -> type[BaseModel]:
     """A model with every GuardConfig field, each optional: only the keys a user sets override."""
     hints = typing.get_type_hints(GuardConfig)
-    spec: dict[str, Any] = {f.name: (hints[f.name] | None, None) for f in fields(GuardConfig)}
+    spec: dict[str, Any] = {}
+    for f in fields(GuardConfig):
+        kind = hints[f.name]
+        numeric = kind in (int, float, int | None, float | None)
+        limits = GUARD_RANGES.get(f.name, {"ge": 0}) if numeric else {}
+        # The field's own type: null only where GuardConfig takes None (a limit switched off), so
+        # ``min_replicas: null`` is an error, not a TypeError in the guards. The default (None, never
+        # validated) only marks "not set": guard_overrides() dumps what the file set.
+        spec[f.name] = (kind, Field(default=None, **limits))  # type: ignore[call-overload]
     model: type[BaseModel] = create_model(
-        "GuardOverrides", __config__=ConfigDict(extra="forbid", frozen=True), **spec
+        "GuardOverrides", __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False), **spec
     )
     return model
 
@@ -223,19 +333,34 @@ else:
     GuardOverrides = _guard_overrides_model()
 
 
+class ShadowSpec(PolicySpec):
+    #: the shadow policy's own guard overrides, over the top-level ``guards``
+    guards: GuardOverrides = Field(default_factory=GuardOverrides)
+    #: what the primary policy does in shadow mode: act (apply) or only log (dry-run)
+    primary: Literal["apply", "dry-run"] = "apply"
+
+    def guard_overrides(self) -> dict[str, Any]:
+        """The shadow's own guard settings the file sets."""
+        model: BaseModel = self.guards
+        return model.model_dump(exclude_unset=True)
+
+
 class LiveConfig(_Section):
     target: TargetConfig
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     policy: PolicySpec
     shadow: ShadowSpec | None = None
     guards: GuardOverrides = Field(default_factory=GuardOverrides)
-    tick_s: float = Field(default=15.0, gt=0)
+    #: at least 0.1 s: each tick reads the scale, lists the pods and scrapes every replica, and a
+    #: tick of 1 ms would turn the controller into a load test of the API server
+    tick_s: float = Field(default=15.0, ge=0.1)
     mode: Mode = Mode.DRY_RUN
     actuator: ActuatorConfig = Field(default_factory=ActuatorConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
     decision_log: DecisionLogConfig = Field(default_factory=DecisionLogConfig)
     state: StateConfig = Field(default_factory=StateConfig)
     slo: SloConfig = Field(default_factory=SloConfig)
+    drift: DriftConfig = Field(default_factory=DriftConfig)
 
     def guard_overrides(self) -> dict[str, Any]:
         """The guard settings the file sets (an explicit ``null`` switches a limit off)."""
@@ -256,9 +381,15 @@ def load_config(path: str | Path, *, mode: str | None = None) -> LiveConfig:
 
     p = Path(path)
     try:
-        text = p.read_text()
+        raw = p.read_bytes()
     except OSError as e:
         raise ConfigError(f"{p}: cannot read the config file: {e.strerror}") from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"{p.name}: not a YAML text file (byte {e.start} is not UTF-8: a binary file?)"
+        ) from e
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -279,8 +410,12 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> LiveCo
     except ValidationError as e:
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        msg = first["msg"].removeprefix("Value error, ")
+        got = first.get("input")
+        if isinstance(got, int | float | str) and not isinstance(got, bool) and repr(got) not in msg:
+            msg = f"{msg} (got {got!r})"
         more = f" (and {e.error_count() - 1} more error(s))" if e.error_count() > 1 else ""
-        raise ConfigError(f"{source}: {where}: {first['msg']}{more}") from e
+        raise ConfigError(f"{source}: {where}: {msg}{more}") from e
     _check_semantics(cfg, source)
     return cfg
 
@@ -291,7 +426,7 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
     def fail(where: str, msg: str) -> ConfigError:
         return ConfigError(f"{source}: {where}: {msg}")
 
-    from llmscale.policies.base import create_policy, policy_names
+    from llmscale.policies.base import PolicyParamError, create_policy, policy_names
 
     try:
         guards = GuardConfig().merged(cfg.guard_overrides())
@@ -299,7 +434,7 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
         raise fail("guards", str(e)) from e
     if cfg.shadow is not None:
         try:
-            guards.merged(cfg.shadow.guards)
+            guards.merged(cfg.shadow.guard_overrides())
         except ConfigError as e:
             raise fail("shadow.guards", str(e)) from e
     known = policy_names()
@@ -312,6 +447,8 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
             raise fail(f"{where}.name", f"unknown policy {spec.name!r}; known policies: {', '.join(known)}")
         try:
             create_policy(spec.name, ctx, spec.params)
+        except PolicyParamError as e:
+            raise fail(f"{where}.params.{e.param}", str(e)) from e
         except ConfigError as e:
             raise fail(f"{where}.params", str(e)) from e
     if cfg.mode is Mode.SHADOW and cfg.shadow is None:
@@ -333,8 +470,17 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
         raise fail("metrics.scrape", "with actuator emulate, give emulate_url or static_targets")
     if cfg.state.store == "file" and not cfg.state.path:
         raise fail("state.path", "required when state.store is file")
-    if cfg.state.store == "annotation" and cfg.actuator.kind == "emulate":
-        raise fail("state.store", "annotation needs a Kubernetes target; use file or none with emulate")
+    if cfg.state.store == "configmap" and cfg.actuator.kind == "emulate":
+        raise fail("state.store", "configmap needs a Kubernetes target; use file or none with emulate")
+    k = cfg.actuator.kubernetes
+    if k.in_cluster and (k.kubeconfig or k.context):
+        raise fail("actuator.kubernetes", "in_cluster excludes kubeconfig and context")
+    keda = cfg.actuator.keda
+    if keda.max_streams_per_peer > keda.max_streams:
+        raise fail(
+            "actuator.keda.max_streams_per_peer",
+            f"{keda.max_streams_per_peer}, must be <= max_streams ({keda.max_streams})",
+        )
 
 
 def policy_context(cfg: LiveConfig) -> Any:

@@ -43,7 +43,9 @@ class GuardConfig:
     #: HPA-style stabilisation: the lowest (up) / highest (down) proposal over the window wins
     stabilization_up_s: float = 0.0
     stabilization_down_s: float = 0.0
-    #: replicas starting (pending/loading/warmup) cover a scale-up before new ones are added
+    #: replicas starting (pending/loading/warmup) cover a relative scale-up (a step over the current
+    #: spec, ``Decision.relative``) before new ones are added; an absolute proposal already counts
+    #: them, since the spec it is compared with includes them
     pending_aware: bool = True
     #: rate limits per decision: at most +step or x ratio up, -step or /ratio down (None = off)
     max_up_step: int | None = None
@@ -207,9 +209,17 @@ def apply_guards(
     history = (*history, (now_s, proposal))
 
     # 5. Capacity on the way covers a scale-up first (no 2 -> 4 -> 8 -> 16 while loading).
-    if cfg.pending_aware and desired > current and fleet.starting > 0:
+    #    ``current`` is the spec, which already counts the replicas starting. An absolute proposal
+    #    (a total sized from the load) is therefore compared with it as it is: a target of 3 with 1
+    #    of 1 replica pending scales to 3. Subtracting the starting replicas from it as well would
+    #    count them twice (3 - 1 = 2, then 3 - 2 = 2 until the pods are ready). A relative proposal
+    #    (current + a step sized for the load the serving replicas see) is what capacity on the way
+    #    covers: those replicas were asked for by earlier steps for that same load, so a step of k
+    #    with s starting adds max(0, k - s). Spec 4 with 2 loading, +1 asked: stays 4.
+    #    Pinned by tests/guards/test_guards.py::test_pending_aware_*.
+    if cfg.pending_aware and decision.relative and desired > current and fleet.starting > 0:
         covered = max(current, desired - fleet.starting)
-        change("pending-aware", covered, f"{fleet.starting} replica(s) already starting")
+        change("pending-aware", covered, f"{fleet.starting} replica(s) already starting cover the step")
 
     # 6. Rate limits.
     if desired > current:

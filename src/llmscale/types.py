@@ -194,6 +194,12 @@ class Decision:
     rule: str
     inputs: Mapping[str, float | None] = field(default_factory=dict)
     note: str = ""
+    #: ``desired`` is the current spec plus a step the policy sized for the load its serving
+    #: replicas see (+1 per trigger, ``current x queue / threshold``), not a total sized from the
+    #: load (``static``'s fixed count, capacity models, HPA's formula). Only the pending-aware guard
+    #: reads it, on a scale-up: replicas already starting were asked for by earlier steps for that
+    #: same load, so they cover a relative step first (``guards.py``, step 5)
+    relative: bool = False
 
 
 @dataclass(frozen=True, slots=True)

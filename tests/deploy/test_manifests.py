@@ -416,3 +416,41 @@ def test_rbac_grants_the_controller_its_target() -> None:
     assert role["metadata"]["namespace"] == target["namespace"]
     scale_rule = next(r for r in role["rules"] if "deployments/scale" in r["resources"])
     assert target["name"] in scale_rule["resourceNames"]
+
+
+# ---- NetworkPolicy --------------------------------------------------------------------
+
+
+def test_network_policy_admits_only_prometheus_and_keda_to_their_ports() -> None:
+    """The controller binds 0.0.0.0 in its pod; the policy is what keeps other pods out."""
+    np = _one("NetworkPolicy", "llmscale")
+    spec = np["spec"]
+    pod_labels = _one("Deployment", "llmscale")["spec"]["template"]["metadata"]["labels"]
+    assert spec["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert np["metadata"]["namespace"] == _one("Deployment", "llmscale")["metadata"]["namespace"]
+    # Ingress only is listed: a policy without Ingress in policyTypes would admit everyone.
+    assert spec["policyTypes"] == ["Ingress"]
+    ports = {p["name"]: p["containerPort"] for p in _container()["ports"]}
+    admitted = {}
+    for rule in spec["ingress"]:
+        (port,) = rule["ports"]
+        assert port["protocol"] == "TCP" and port["port"] in ports, port
+        (peer,) = rule["from"]  # one peer per port; an empty "from" would admit every source
+        # Both selectors in one peer: pods with these labels *in* that namespace (two peers
+        # would admit the whole namespace, and the labels in any namespace).
+        assert set(peer) == {"namespaceSelector", "podSelector"}, peer
+        assert peer["namespaceSelector"]["matchLabels"] and peer["podSelector"]["matchLabels"]
+        admitted[port["port"]] = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+    assert admitted == {"http-metrics": "monitoring", "grpc-keda": "keda"}
+    cfg = _config()
+    assert _port(cfg["server"]["listen"]) == ports["http-metrics"]
+    assert _port(cfg["actuator"]["keda"]["listen"]) == ports["grpc-keda"]
+
+
+def test_prometheus_reaches_the_metrics_port_from_where_the_network_policy_admits() -> None:
+    """The ServiceMonitor's Prometheus (prometheus-operator in `monitoring`) is the admitted peer."""
+    np = _one("NetworkPolicy", "llmscale")
+    sm = _one("ServiceMonitor", "llmscale")
+    (ep,) = sm["spec"]["endpoints"]
+    (rule,) = [r for r in np["spec"]["ingress"] if r["ports"][0]["port"] == ep["port"]]
+    assert rule["from"][0]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}

@@ -34,8 +34,8 @@ def sig(spec=4, ready=None, starting=0, unknown=0, **values) -> Signals:
     )
 
 
-def guard(desired, signals, cfg=OFF, state=None, now=0.0, rule="r"):
-    return apply_guards(Decision(desired, rule), signals, cfg, state or GuardState(), now)
+def guard(desired, signals, cfg=OFF, state=None, now=0.0, rule="r", relative=False):
+    return apply_guards(Decision(desired, rule, relative=relative), signals, cfg, state or GuardState(), now)
 
 
 @pytest.mark.parametrize(
@@ -102,8 +102,49 @@ def test_stabilization_highest_recommendation_in_the_down_window_wins():
 def test_pending_aware_no_runaway_while_loading():
     cfg = replace(OFF, pending_aware=True)
     # 2 ready + 2 starting; a step policy asks for one more: covered by those on the way.
-    out, _ = guard(5, sig(spec=4, ready=2, starting=2), cfg)
+    out, _ = guard(5, sig(spec=4, ready=2, starting=2), cfg, relative=True)
     assert (out.desired, out.guard) == (4, "pending-aware")
+
+
+@pytest.mark.parametrize(
+    ("spec", "starting", "desired", "relative", "expected"),
+    [
+        # The spec counts the replica pending: a target of 3 with 1 of 1 pending is 2 more, not 1.
+        # (max(current, desired - starting) gave 2, and 2 again with 2 of 2 pending: stuck until ready.)
+        pytest.param(1, 1, 3, False, 3, id="absolute-3-with-1-of-1-pending"),
+        pytest.param(2, 2, 3, False, 3, id="absolute-3-with-2-of-2-pending"),
+        # An absolute total at or below the spec needs nothing: the ones on the way are in the spec.
+        pytest.param(4, 2, 4, False, 4, id="absolute-equal-to-spec"),
+        # A step of 3 over spec 3 with 1 starting: that one covers 1 of the 3 -> 3 + 2 = 5.
+        pytest.param(3, 1, 6, True, 5, id="relative-step-3-one-starting-covers-1"),
+        # A step of 1 with 2 starting is covered entirely.
+        pytest.param(4, 2, 5, True, 4, id="relative-step-1-two-starting-cover-it"),
+        # Nothing starting: a relative step passes unchanged.
+        pytest.param(4, 0, 6, True, 6, id="relative-nothing-starting"),
+    ],
+)
+def test_pending_aware_counts_the_starting_replicas_once(spec, starting, desired, relative, expected):
+    cfg = replace(OFF, pending_aware=True)
+    out, _ = guard(desired, sig(spec=spec, starting=starting), cfg, relative=relative)
+    assert out.desired == expected
+    assert out.guard == (None if expected == desired else "pending-aware")
+
+
+@given(
+    spec=st.integers(0, 30),
+    starting=st.integers(0, 30),
+    desired=st.integers(0, 40),
+    relative=st.booleans(),
+)
+def test_pending_aware_covers_relative_steps_only(spec, starting, desired, relative):
+    starting = min(starting, spec)
+    cfg = replace(OFF, pending_aware=True, min_replicas=0, max_replicas=40)
+    out, _ = guard(desired, sig(spec=spec, starting=starting), cfg, relative=relative)
+    if not relative or desired <= spec:
+        assert out.desired == desired
+    else:
+        # A relative step is covered by the replicas starting, never below the spec.
+        assert out.desired == max(spec, desired - starting)
 
 
 def test_rate_limits():

@@ -17,6 +17,7 @@ from llmscale.cluster.base import Cluster
 from llmscale.cluster.keda import DEFAULT_METRIC_NAME, KedaScaler, KedaServer, serve
 from llmscale.cluster.keda import externalscaler_pb2 as pb
 from llmscale.cluster.keda import externalscaler_pb2_grpc as pb_grpc
+from llmscale.cluster.keda.server import peer_host
 from llmscale.errors import ActuationError, ConfigError
 from llmscale.types import Phase, ReplicaView
 
@@ -346,7 +347,8 @@ def test_streams_beyond_the_limit_are_refused_and_unary_calls_still_answer(make_
 
 
 def test_several_streams_all_see_each_change(make_served: MakeServed) -> None:
-    s: Served = make_served(keepalive_s=60.0)
+    # Five subscribers on one address (127.0.0.1): allowed here, beyond the default of 2 per client.
+    s: Served = make_served(keepalive_s=60.0, max_streams_per_peer=5)
     s.scaler.scale_to(0, now_s=0.0)
     channels = [grpc.insecure_channel(f"127.0.0.1:{s.port}") for _ in range(5)]
     try:
@@ -404,3 +406,91 @@ def test_concurrent_clients_read_a_consistent_decision(served: Served) -> None:
         assert values[-1] == last
         assert all(1 <= v <= last for v in values)
         assert values == sorted(values)
+
+
+# --- one client cannot lock KEDA out --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("peer", "host"),
+    [
+        ("ipv4:10.0.0.7:51234", "ipv4:10.0.0.7"),
+        ("ipv6:[::1]:51234", "ipv6:[::1]"),
+        ("ipv6:%5B::1%5D:51234", "ipv6:[::1]"),  # as grpcio 1.85 writes it
+        ("ipv6:[fe80::1%eth0]:8", "ipv6:[fe80::1%eth0]"),
+        ("unix:/run/keda.sock", "unix:/run/keda.sock"),
+    ],
+)
+def test_peer_host_drops_the_port_only(peer: str, host: str) -> None:
+    assert peer_host(peer) == host
+
+
+def _open_until_refused(
+    stub: pb_grpc.ExternalScalerStub, at_most: int
+) -> tuple[list[StreamReader], StreamReader]:
+    """Open streams one by one (each confirmed by its first message) until one is refused."""
+    opened: list[StreamReader] = []
+    for _ in range(at_most):
+        r = StreamReader.open(stub, ref())
+        try:
+            assert r.next() is True
+        except queue.Empty:
+            assert r.ended.wait(WAIT_S), "a stream neither answered nor ended"
+            return opened, r
+        opened.append(r)
+    raise AssertionError(f"{at_most} streams opened, none refused")
+
+
+def test_a_client_flooding_streams_cannot_lock_keda_out(make_served: MakeServed) -> None:
+    """Found from outside: any client could open the 8 StreamIsActive slots and KEDA got none.
+    The flooder here connects over ::1, KEDA over 127.0.0.1: two client addresses on loopback."""
+    s: Served = make_served(address="localhost:0", keepalive_s=60.0)  # both loopbacks, one port
+    s.scaler.scale_to(2, now_s=0.0)
+    flooder_channel = grpc.insecure_channel(f"[::1]:{s.port}")
+    keda_channel = grpc.insecure_channel(f"127.0.0.1:{s.port}")
+    try:
+        flood, refused = _open_until_refused(pb_grpc.ExternalScalerStub(flooder_channel), at_most=8)
+        assert len(flood) == 2, "the per-client limit (2) let more through"
+        assert refused.final_code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert s.server.servicer.open_streams_of("ipv6:[::1]") == 2
+        # KEDA still gets its stream and hears the decision, and a change of it.
+        keda = StreamReader.open(pb_grpc.ExternalScalerStub(keda_channel), ref())
+        assert keda.next() is True
+        s.scaler.scale_to(0, now_s=1.0)
+        assert keda.next() is False
+        # The flooder's slots come back when its streams end.
+        for r in flood:
+            r.cancel()
+        assert wait_until(lambda: s.server.servicer.open_streams_of("ipv6:[::1]") == 0)
+        again = StreamReader.open(pb_grpc.ExternalScalerStub(flooder_channel), ref())
+        assert again.next() is False
+        again.cancel()
+        keda.cancel()
+    finally:
+        flooder_channel.close()
+        keda_channel.close()
+
+
+def test_the_total_limit_holds_across_clients(make_served: MakeServed) -> None:
+    s: Served = make_served(address="localhost:0", keepalive_s=60.0, max_streams=3, max_workers=5)
+    s.scaler.scale_to(1, now_s=0.0)
+    v6 = grpc.insecure_channel(f"[::1]:{s.port}")
+    v4 = grpc.insecure_channel(f"127.0.0.1:{s.port}")
+    try:
+        first, _ = _open_until_refused(pb_grpc.ExternalScalerStub(v6), at_most=3)
+        assert len(first) == 2
+        second = StreamReader.open(pb_grpc.ExternalScalerStub(v4), ref())
+        assert second.next() is True
+        third = StreamReader.open(pb_grpc.ExternalScalerStub(v4), ref())  # within its share, over the total
+        assert third.ended.wait(WAIT_S) and third.final_code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert s.server.servicer.open_streams == 3
+        for r in (*first, second):
+            r.cancel()
+    finally:
+        v6.close()
+        v4.close()
+
+
+def test_the_per_client_limit_is_validated() -> None:
+    with pytest.raises(ConfigError, match=r"max_streams_per_peer = 9, must be in 1\.\.max_streams"):
+        serve(KedaScaler("llm", "serving"), max_streams=8, max_streams_per_peer=9)

@@ -70,18 +70,59 @@ def _run(config: Path, *args: str, timeout_s: float = 120.0) -> subprocess.Compl
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def _start(config: Path, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(LLMSCALE), "run", "--config", str(config), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def _stop(proc: subprocess.Popen[str], timeout_s: float = 60.0) -> tuple[str, str]:
+    """SIGTERM (the controller stops after its tick), then the output; SIGKILL if it hangs."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def test_run_scales_a_deployment_through_the_scale_subresource(kube_cluster, kube_namespace, tmp_path):
+    """A target of 3 reaches 3 while the pods are still pending, not once they are ready.
+
+    The pods stay Pending for 10 minutes (the fake kubelet's ``pending`` timing), so the spec must
+    reach 3 with every replica on the way: the pending-aware guard used to count them twice
+    (3 - 1 pending = 2, then 3 - 2 = 2), and this test passed only where pods got ready within the
+    two ticks it ran. It now waits for the scale it asserts, with a bound, however fast the machine.
+    """
     admin = kube_cluster.admin_client()
-    create_deployment(admin, kube_namespace, "vllm", replicas=1)
+    create_deployment(admin, kube_namespace, "vllm", replicas=1, pending=600.0)
     config = _config(tmp_path, kube_cluster.workdir / "kubeconfig", kube_namespace, "vllm", replicas=3)
-    done = _run(config, "--max-ticks", "2")
-    assert done.returncode == 0, done.stderr[-3000:]
-    scale = client.AppsV1Api(admin).read_namespaced_deployment_scale("vllm", kube_namespace)
-    assert scale.spec.replicas == 3
-    wait_for("3 ready pods", lambda: ready_replicas(admin, kube_namespace, "vllm") == 3 or None)
+    apps = client.AppsV1Api(admin)
+    proc = _start(config)
+    try:
+        wait_for(
+            "the scale to reach 3",
+            lambda: (
+                apps.read_namespaced_deployment_scale("vllm", kube_namespace).spec.replicas == 3
+                or proc.poll() is not None
+            ),
+            timeout_s=90.0,
+        )
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert ready_replicas(admin, kube_namespace, "vllm") == 0, "reached 3 only once pods were ready"
+    finally:
+        _, err = _stop(proc)
+    assert proc.returncode == 0, err[-3000:]
     lines = [yaml.safe_load(line) for line in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     applied = [rec for rec in lines if rec.get("applied")]
-    assert applied and applied[0]["final"] == 3
+    assert applied and applied[0]["final"] == 3, applied
+    assert applied[0]["guard"] is None, applied[0]
 
 
 def test_run_refuses_a_target_an_hpa_owns(kube_cluster, kube_namespace, tmp_path):

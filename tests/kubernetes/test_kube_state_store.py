@@ -1,4 +1,4 @@
-"""Controller state that survives restarts: an annotation on the real target, or a local file."""
+"""Controller state that survives restarts: the controller's own ConfigMap on a real API server, or a file."""
 
 from __future__ import annotations
 
@@ -10,61 +10,53 @@ import pytest
 from kube_workloads import create_deployment, ready_replicas, wait_for
 from kubernetes import client
 
-from llmscale.cluster.kubernetes import KubeScaleTarget
-from llmscale.cluster.state_store import STATE_ANNOTATION, AnnotationStateStore, FileStateStore
+from llmscale.cluster.state_store import STATE_KEY, ConfigMapStateStore, FileStateStore
 from llmscale.errors import ActuationError
 
 STATE = {"last_desired": 4, "last_scale_up_s": 1234.5, "cooldown": {"down_since_s": None}, "rule": "queue>8"}
 
 
-def test_annotation_store_round_trips_through_the_api_server(kube_cluster, kube_namespace):
+def test_configmap_store_round_trips_through_the_api_server(kube_cluster, kube_namespace):
     admin = kube_cluster.admin_client()
     create_deployment(admin, kube_namespace, "vllm", replicas=1)
     wait_for("the Deployment's pod", lambda: ready_replicas(admin, kube_namespace, "vllm") == 1)
-    target = KubeScaleTarget(kube_namespace, "Deployment", "vllm", "app=vllm")
     apps = client.AppsV1Api(admin)
     before = apps.read_namespaced_deployment("vllm", kube_namespace)
 
-    store = AnnotationStateStore(admin, target)
-    assert store.load() is None
-    store.save(STATE)
+    store = ConfigMapStateStore(admin, kube_namespace, "llmscale-state-vllm", target=f"{kube_namespace}/vllm")
+    assert store.load() is None  # no ConfigMap yet: no state, not an error
+    store.save(STATE)  # creates it (the admin may; the shipped Role relies on deploy/ creating it)
     # A restarted controller builds a new store: the state comes back from the server.
-    assert AnnotationStateStore(kube_cluster.admin_client(), target).load() == STATE
-
-    after = apps.read_namespaced_deployment("vllm", kube_namespace)
-    assert json.loads(after.metadata.annotations[STATE_ANNOTATION]) == STATE
-    # Metadata only: the pod template is unchanged, so no rollout (no second ReplicaSet).
-    # (The generation does move: a Deployment copies its annotations to its ReplicaSet.)
-    assert after.spec.template == before.spec.template
-    replica_sets = client.AppsV1Api(admin).list_namespaced_replica_set(kube_namespace).items
-    assert len(replica_sets) == 1
-
-    store.save({"last_desired": 2})
+    assert (
+        ConfigMapStateStore(kube_cluster.admin_client(), kube_namespace, "llmscale-state-vllm").load()
+        == STATE
+    )
+    cm = client.CoreV1Api(admin).read_namespaced_config_map("llmscale-state-vllm", kube_namespace)
+    assert json.loads(cm.data[STATE_KEY]) == STATE
+    store.save({"last_desired": 2})  # an update of the existing one
     assert store.load() == {"last_desired": 2}
 
+    # The target is not touched at all: same generation, same metadata.
+    after = apps.read_namespaced_deployment("vllm", kube_namespace)
+    assert after.metadata.generation == before.metadata.generation
+    assert after.metadata.annotations == before.metadata.annotations
 
-def test_annotation_store_ignores_a_hand_edited_annotation(kube_cluster, kube_namespace):
+
+def test_configmap_store_ignores_a_hand_edited_state(kube_cluster, kube_namespace):
     admin = kube_cluster.admin_client()
-    create_deployment(admin, kube_namespace, "vllm")
-    client.AppsV1Api(admin).patch_namespaced_deployment(
-        "vllm",
-        kube_namespace,
-        {"metadata": {"annotations": {STATE_ANNOTATION: "{not json"}}},
-        _content_type="application/merge-patch+json",
-    )
-    assert (
-        AnnotationStateStore(admin, KubeScaleTarget(kube_namespace, "Deployment", "vllm", "app=vllm")).load()
-        is None
-    )
+    body = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="st"), data={STATE_KEY: "{not json"})
+    client.CoreV1Api(admin).create_namespaced_config_map(kube_namespace, body)
+    assert ConfigMapStateStore(admin, kube_namespace, "st").load() is None
+    empty = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="empty"))  # as deploy/ ships it
+    client.CoreV1Api(admin).create_namespaced_config_map(kube_namespace, empty)
+    assert ConfigMapStateStore(admin, kube_namespace, "empty").load() is None
 
 
-def test_annotation_store_on_missing_target_raises(kube_cluster, kube_namespace):
-    store = AnnotationStateStore(
-        kube_cluster.admin_client(), KubeScaleTarget(kube_namespace, "Deployment", "gone", "app=gone")
-    )
-    with pytest.raises(ActuationError, match="cannot get state annotation"):
-        store.load()
-    with pytest.raises(ActuationError, match="cannot patch state annotation"):
+def test_configmap_store_errors_name_the_configmap(kube_cluster, kube_namespace):
+    store = ConfigMapStateStore(kube_cluster.admin_client(), "no-such-namespace", "llmscale-state-x")
+    with pytest.raises(
+        ActuationError, match="cannot create the controller state in ConfigMap no-such-namespace/"
+    ):
         store.save({"x": 1})
 
 

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
 
-from llmscale.config import Mode, load_config, parse_config
+from llmscale.config import LiveConfig, Mode, load_config, parse_config
 from llmscale.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +73,154 @@ BAD_FIELDS = [
     ("target.name", None, "target.name:", "no-name"),
     ("policy.name", "hpa", "policy.name: unknown policy 'hpa'; known policies: ", "policy"),
     ("policy.params", {"replica": 3}, "policy.params: policy 'static' has no parameter", "param"),
-    ("tick_s", 0, "tick_s: Input should be greater than 0", "tick"),
+    ("tick_s", 0, "tick_s: Input should be greater than or equal to 0.1", "tick"),
+    ("tick_s", float("inf"), "tick_s: Input should be a finite number (got inf)", "tick-inf"),
+    ("tick_s", float("nan"), "tick_s: Input should be a finite number", "tick-nan"),
+    (
+        "guards.max_up_step",
+        -1,
+        "guards.max_up_step: Input should be greater than or equal to 1 (got -1)",
+        "up-step",
+    ),
+    (
+        "guards.max_down_step",
+        -2,
+        "guards.max_down_step: Input should be greater than or equal to 1",
+        "down-step",
+    ),
+    (
+        "guards.max_up_ratio",
+        0.5,
+        "guards.max_up_ratio: Input should be greater than or equal to 1",
+        "up-ratio",
+    ),
+    (
+        "guards.cooldown_down_s",
+        -5,
+        "guards.cooldown_down_s: Input should be greater than or equal to 0",
+        "cooldown",
+    ),
+    (
+        "guards.stabilization_up_s",
+        float("inf"),
+        "guards.stabilization_up_s: Input should be a finite",
+        "stab-inf",
+    ),
+    (
+        "guards.headroom_max_usage",
+        1.5,
+        "guards.headroom_max_usage: Input should be less than or equal to 1",
+        "headroom",
+    ),
+    (
+        "guards.confirm_up_ticks",
+        0,
+        "guards.confirm_up_ticks: Input should be greater than or equal to 1",
+        "confirm",
+    ),
+    ("guards.gpu_budget", -8, "guards.gpu_budget: Input should be greater than or equal to 1", "gpu-budget"),
+    ("guards.min_replicas", 1.5, "guards.min_replicas: Input should be a valid integer", "min-fraction"),
+    (
+        "shadow",
+        {"name": "static", "params": {"replicas": 2}, "guards": {"max_up_step": -1}},
+        "shadow.guards.max_up_step: Input should be greater than or equal to 1",
+        "shadow-step",
+    ),
+    (
+        "policy.params",
+        {"replicas": "three"},
+        "policy.params.replicas: policy 'static': replicas = 'three', must be a number",
+        "param-string",
+    ),
+    (
+        "policy",
+        {"name": "slo", "params": {"drain_s": "fast"}},
+        "policy.params.drain_s: policy 'slo': drain_s = 'fast', must be a number",
+        "numeric-param-string",
+    ),
+    (
+        "policy",
+        {"name": "slo", "params": {"target_utilization": float("nan")}},
+        "policy.params.target_utilization: policy 'slo': target_utilization = nan, must be a finite number",
+        "numeric-param-nan",
+    ),
+    (
+        "policy",
+        {"name": "composite", "params": {"idle_down": "yes"}},
+        "policy.params.idle_down: policy 'composite': idle_down = 'yes', must be true or false",
+        "flag-param-string",
+    ),
+    (
+        "policy",
+        {"name": "breathing", "params": {"queue_signal": "queue_wiating"}},
+        "policy.params.queue_signal: policy 'breathing': queue_signal = 'queue_wiating' is not a signal; "
+        "did you mean 'queue_waiting'?",
+        "signal-typo",
+    ),
+    (
+        "policy",
+        {"name": "keda-queue", "params": {"signal": "kv_usage"}},
+        "policy.params.signal: policy 'keda-queue': signal = 'kv_usage' is not a signal",
+        "keda-signal-typo",
+    ),
+    (
+        "shadow",
+        {"name": "hpa-gpu-util", "params": {"metric": "DCGM_FI_DEV_GPU_UTL"}},
+        "shadow.params.metric: policy 'hpa-gpu-util': metric = 'DCGM_FI_DEV_GPU_UTL', must be a per-pod",
+        "hpa-metric-typo",
+    ),
+    (
+        "metrics.prometheus.url",
+        "prom:9090",
+        "metrics.prometheus.url: 'prom:9090' must start with http://",
+        "prom-url",
+    ),
+    ("metrics.prometheus.url", "http://", "metrics.prometheus.url: 'http://' has no host", "url-no-host"),
+    (
+        "metrics.prometheus.url",
+        "http://prom:99999",
+        "metrics.prometheus.url: 'http://prom:99999' is not a URL",
+        "url-port",
+    ),
+    (
+        "metrics.prometheus.url",
+        "http://prom:90 90",
+        "metrics.prometheus.url: 'http://prom:90 90' contains blanks",
+        "url-blank",
+    ),
+    (
+        "metrics.prometheus.max_sample_age_s",
+        float("inf"),
+        "metrics.prometheus.max_sample_age_s: Input should be a finite",
+        "age",
+    ),
+    ("metrics.scrape.path", "metrics", "metrics.scrape.path: String should match pattern", "scrape-path"),
+    (
+        "metrics.scrape.max_sample_age_s",
+        0,
+        "metrics.scrape.max_sample_age_s: Input should be greater than 0",
+        "scrape-age",
+    ),
+    (
+        "actuator.keda.max_streams",
+        0,
+        "actuator.keda.max_streams: Input should be greater than or equal to 1",
+        "keda-streams",
+    ),
+    (
+        "actuator.keda",
+        {"max_streams": 2, "max_streams_per_peer": 3},
+        "actuator.keda.max_streams_per_peer: 3, must be <= max_streams (2)",
+        "keda-per-peer",
+    ),
+    (
+        "actuator.kubernetes",
+        {"in_cluster": True, "kubeconfig": "/k"},
+        "actuator.kubernetes: in_cluster excludes kubeconfig and context",
+        "in-cluster-and-kubeconfig",
+    ),
+    ("state.store", "annotation", "state.store: annotation is no longer a state store", "annotation-store"),
+    ("state.configmap", "Not_A_Name", "state.configmap: String should match pattern", "configmap-name"),
     ("mode", "yolo", "mode: Input should be 'apply', 'dry-run' or 'shadow'", "mode"),
     ("mode", "shadow", "shadow: required when mode is shadow", "shadow-missing"),
     ("shadow", {"name": "nope"}, "shadow.name: unknown policy 'nope'", "shadow-policy"),
@@ -82,7 +234,7 @@ BAD_FIELDS = [
         "static-target",
     ),
     ("actuator.kind", "emulate", "actuator.emulate: required", "emulate-url"),
-    ("server.listen", "9464", "server.listen: Value error, '9464' is not host:port", "listen"),
+    ("server.listen", "9464", "server.listen: '9464' is not host:port", "listen"),
     ("state.store", "file", "state.path: required", "state-path"),
     ("slo.ttft_s", 0, "slo.ttft_s: Input should be greater than 0", "slo"),
     ("extra", 1, "extra: Extra inputs are not permitted", "top-level-typo"),
@@ -168,3 +320,148 @@ def test_policies_plan_with_the_targets_cold_start(target_extra, expected_s):
     doc = _with("target", {**GOOD["target"], "model": "llama-3-8b", "gpu": "h100-80gb", **target_extra})
     ctx = policy_context(parse_config(doc, source="inline"))
     assert ctx.cold_start_s == pytest.approx(expected_s, abs=0.05)
+
+
+def test_a_binary_file_is_a_config_error_not_a_traceback(tmp_path):
+    p = tmp_path / "llmscale.yaml"
+    p.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
+    with pytest.raises(ConfigError, match=r"^llmscale.yaml: not a YAML text file \(byte \d+ is not UTF-8"):
+        load_config(p)
+
+
+def _float_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Dotted paths of every float field of ``model`` and its sections (optional ones included)."""
+    out = []
+    for name, f in model.model_fields.items():
+        path = f"{prefix}{name}"
+        args = typing.get_args(f.annotation) or (f.annotation,)
+        if float in args:
+            out.append(path)
+        for a in args:
+            if isinstance(a, type) and issubclass(a, BaseModel) and a is not BaseModel:
+                out.extend(_float_fields(a, f"{path}."))
+    return out
+
+
+FLOAT_FIELDS = _float_fields(LiveConfig)
+
+
+def test_the_sweep_below_sees_the_fields_it_should():
+    # Not an empty sweep: the settings this file's other tests name are in it.
+    for path in ("tick_s", "guards.cooldown_up_s", "metrics.prometheus.timeout_s", "target.cold_start_s"):
+        assert path in FLOAT_FIELDS, FLOAT_FIELDS
+
+
+@pytest.mark.parametrize("path", FLOAT_FIELDS)
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")], ids=repr)
+def test_every_float_setting_must_be_finite(tmp_path, path, bad):
+    doc = _with(path, bad)
+    if path.startswith("shadow."):
+        doc["shadow"]["name"] = "static"  # a shadow section needs its policy
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, doc))
+    assert str(err.value).startswith(f"llmscale.yaml: {path}: Input should be a finite number"), err.value
+
+
+def test_every_numeric_guard_has_its_range_written_down():
+    from llmscale.config import GUARD_RANGES
+    from llmscale.guards import GuardConfig
+
+    hints = typing.get_type_hints(GuardConfig)
+    numeric = {n for n, t in hints.items() if t in (int, float, int | None, float | None)}
+    assert numeric == set(GUARD_RANGES), numeric ^ set(GUARD_RANGES)
+
+
+# ---- whatever a file says: a config or a ConfigError, never a traceback -----------------
+
+FUZZ_BASE: dict[str, Any] = {
+    "target": {"name": "emu", "selector": {"app": "emu"}, "cold_start_s": 30},
+    "metrics": {"source": "scrape", "scrape": {"emulate_url": "http://127.0.0.1:8000", "timeout_s": 2}},
+    "policy": {"name": "slo", "params": {"drain_s": 30, "target_utilization": 0.9}},
+    "shadow": {
+        "name": "breathing",
+        "params": {"queue_signal": "queue_waiting"},
+        "guards": {"max_up_step": 2},
+    },
+    "guards": {"min_replicas": 1, "max_replicas": 8, "cooldown_up_s": 30, "max_down_ratio": 2.0},
+    "tick_s": 5,
+    "actuator": {"kind": "emulate", "emulate": {"url": "http://127.0.0.1:8000"}},
+    "server": {"listen": "127.0.0.1:9464"},
+    "decision_log": {"path": "decisions.jsonl"},
+    "state": {"store": "file", "path": "state.json"},
+    "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
+}
+
+
+#: the other half of the schema: Prometheus, KEDA, a ConfigMap state store, Kubernetes
+FUZZ_KEDA: dict[str, Any] = {
+    "target": {"namespace": "llm", "name": "llama", "selector": {"app": "llama"}, "tp": 2},
+    "metrics": {
+        "source": "prometheus",
+        "prometheus": {
+            "url": "http://prom:9090",
+            "timeout_s": 5,
+            "max_sample_age_s": 60,
+            "queries": {"x": "up"},
+        },
+    },
+    "policy": {"name": "keda-queue", "params": {"signal": "queue_waiting", "threshold": 4}},
+    "mode": "dry-run",
+    "actuator": {
+        "kind": "keda",
+        "keda": {"listen": "127.0.0.1:9090", "max_streams": 8, "max_streams_per_peer": 2},
+        "kubernetes": {"kubeconfig": "/k", "context": "c"},
+    },
+    "state": {"store": "configmap", "configmap": "llmscale-state-llama"},
+}
+
+
+def _leaf_paths(doc: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    if not isinstance(doc, dict):
+        return [prefix]
+    out = [prefix] if prefix else []
+    for k, v in doc.items():
+        out += _leaf_paths(v, (*prefix, k))
+    return out
+
+
+FUZZ_PATHS = [("emulate", *p) for p in _leaf_paths(FUZZ_BASE)] + [
+    ("keda", *p) for p in _leaf_paths(FUZZ_KEDA)
+]
+ODD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.sampled_from([10**400, -1, 0]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["http://", "htp:/x", "127.0.0.1:99999", "\x00", "1e999", ".inf", "queue_wiating"]),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutations=st.lists(st.tuples(st.sampled_from(FUZZ_PATHS), ODD_VALUES), min_size=1, max_size=3))
+def test_any_value_anywhere_is_a_config_or_a_config_error(mutations):
+    from llmscale.controller.wiring import policy_run
+
+    base = mutations[0][0][0]
+    doc = yaml.safe_load(yaml.safe_dump(FUZZ_BASE if base == "emulate" else FUZZ_KEDA))
+    for (_, *path), value in mutations:
+        node = doc
+        for key in path[:-1]:
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
+        node[path[-1]] = value
+    try:
+        cfg = parse_config(doc, source="fuzz.yaml")
+    except ConfigError as e:
+        assert str(e).startswith("fuzz.yaml: "), e
+        return
+    # What loads, builds: the policies and their guards (what `run` does before it starts).
+    policy_run(cfg, cfg.policy)
+    if cfg.shadow is not None:
+        policy_run(cfg, cfg.shadow, cfg.shadow.guard_overrides())
+    assert math.isfinite(cfg.tick_s) and cfg.tick_s >= 0.1

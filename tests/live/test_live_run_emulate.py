@@ -142,3 +142,73 @@ def test_without_the_token_actuation_fails_and_says_why(tmp_path, emulate):
     assert (
         httpx.get(emulate.base_url + "/admin/replicas", timeout=5, headers=AUTH).json()["spec_replicas"] == 1
     )
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_once_exits_1_when_its_only_tick_failed(tmp_path):
+    # A well-formed URL where nothing listens: the config is valid, the tick cannot see the fleet.
+    nowhere = f"http://127.0.0.1:{_closed_port()}"
+    cfg = _config(tmp_path, nowhere)
+    proc = _run("--config", str(cfg), "--once")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err
+    assert "llmscale: error: the last tick failed: ActuationError: emulate admin API" in err
+    (line,) = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    assert line["error"].startswith("ActuationError: emulate admin API") and line["applied"] is False
+
+
+def test_an_unwritable_decision_log_stops_the_controller_before_it_scales(tmp_path, emulate):
+    cfg = _config(
+        tmp_path, emulate.base_url, decision_log={"path": str(tmp_path / "no-such-dir" / "d.jsonl")}
+    )
+    proc = _run("--config", str(cfg), "--once")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2, err
+    assert "llmscale.yaml: decision_log.path: cannot append to " in err and "Traceback" not in err
+    # static asks for 3: nothing was scaled without a record of it
+    assert (
+        httpx.get(emulate.base_url + "/admin/replicas", timeout=5, headers=AUTH).json()["spec_replicas"] == 1
+    )
+    assert not (tmp_path / "state.json").exists()
+
+
+def test_an_outage_of_the_fleet_is_recorded_and_every_replica_counts_unknown(tmp_path, monkeypatch):
+    """The live path built from a config (wiring, PodScrapeSource, EmulateCluster) over a real
+    emulated fleet of 2, which then goes away: each tick during the outage fails, writes its line
+    with the error, and the unknown-replicas gauge says 2, not the 0 of the last good tick."""
+    from llmscale.config import load_config
+    from llmscale.controller.wiring import build_runtime
+
+    monkeypatch.setenv("LLMSCALE_EMULATE_ADMIN_TOKEN", TOKEN)  # what the in-process actuator reads
+    fleet = EmulatorThread(
+        EmulateConfig(
+            replicas=2, port=0, pending_s=0.0, loading_s=0.0, warmup_s=0.0, admin_api=True, admin_token=TOKEN
+        )
+    )
+    fleet.start()
+    stopped = False
+    cfg = load_config(_config(tmp_path, fleet.base_url, policy={"name": "static", "params": {"replicas": 2}}))
+    runtime = build_runtime(cfg, config_name="llmscale.yaml")
+    try:
+        c = runtime.controller
+        first = c.tick(1000.0)
+        assert first is not None and first.error is None and first.unknown_replicas == 0
+        assert c.metrics.registry.get_sample_value("llmscale_unknown_replicas") == 0.0
+        fleet.stop()
+        stopped = True
+        assert c.tick(1002.0) is None
+        assert c.metrics.registry.get_sample_value("llmscale_unknown_replicas") == 2.0
+    finally:
+        runtime.close()
+        if not stopped:
+            fleet.stop()
+    lines = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
+    assert [ln["error"] is None for ln in lines] == [True, False]
+    assert "emulate admin API" in lines[1]["error"] and lines[1]["unknown_replicas"] == 2

@@ -159,6 +159,33 @@ def test_nan_summary_quantiles_and_untyped(parse):
     )
     page = parse(text)
     assert page.values == {"g": 3.0, "lat_sum": 12.5, "lat_count": 40.0, "untyped_thing": 5.0}
+    # Left out of the values, but said: a scraper must not read a NaN as "nothing to report".
+    assert page.nan == frozenset({"g"})
+    assert page.stamped_s == {"untyped_thing": 1_700_000_000.0}
+
+
+@pytest.mark.parametrize("parse", [parse_exposition, parse_exposition_reference], ids=["fast", "reference"])
+def test_nan_and_timestamps_of_histograms_name_the_family(parse):
+    text = (
+        "# TYPE vllm:e2e_request_latency_seconds histogram\n"
+        'vllm:e2e_request_latency_seconds_bucket{le="1"} NaN 1700000000000\n'
+        'vllm:e2e_request_latency_seconds_bucket{le="+Inf"} 4 1700000060000\n'
+        "vllm:e2e_request_latency_seconds_sum 3 1700000060000\n"
+        "vllm:e2e_request_latency_seconds_count 4 1700000060000\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        "vllm:num_requests_waiting 2 1700000030500\n"
+        "vllm:num_requests_waiting_created 1600000000 1600000000000\n"
+    )
+    page = parse(text)
+    assert page.nan == frozenset({VLLM.e2e})
+    # The oldest stamp of each name; a _created series is no measurement and has none.
+    assert page.stamped_s == {VLLM.e2e: 1_700_000_000.0, VLLM.waiting: 1_700_000_030.5}
+    assert page.values[VLLM.waiting] == 2.0
+
+
+def test_a_page_without_nan_or_stamps_says_so():
+    page = parse_exposition(VLLM_NEW)
+    assert page.nan == frozenset() and page.stamped_s == {}
 
 
 @pytest.mark.parametrize("parse", [parse_exposition, parse_exposition_reference], ids=["fast", "reference"])

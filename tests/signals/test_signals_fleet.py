@@ -66,8 +66,9 @@ def test_every_catalogue_name_is_a_signal_value():
     s = compute_signals(_window())
     assert set(s.values) == set(SIGNALS)
     invalid = {k: v.note for k, v in s.values.items() if v.value is None}
-    # after six ticks of a steady fleet only the rhythm of a flat load is undefined
-    assert set(invalid) == {"rhythm_decay", "rhythm_phase"}
+    # after six ticks of a steady fleet only the rhythm of a flat load is undefined, and the model
+    # drift ratios, which only the live controller computes (against its step-time model)
+    assert set(invalid) == {"rhythm_decay", "rhythm_phase", "model_drift_itl_ratio", "model_drift_ttft_ratio"}
     assert all(invalid.values())
     assert s.get("queue_waiting") == 5.0
     assert s.get("request_rate_rps") == pytest.approx(2 * 10 / 15)
@@ -233,6 +234,7 @@ def _eager(window):
     values.update(rhythm_signals(fw))
     values.update(predictor_signals(ttft, len(fw.observations) - 1, values))
     values.update(diagnostic_signals(fw))
+    values.update(fleet_module._MODEL_DRIFT)  # placeholders: the live controller sets them
     for name in SIGNALS:
         values.setdefault(name, SignalValue(None, "not computed"))
     return values

@@ -5,11 +5,15 @@ a restarted controller forgets that it scaled up ten seconds ago and may scale
 again (or down) at once: a restart must not cost an extra scale action within
 the cooldown.
 
-* :class:`AnnotationStateStore` keeps it in the ``llmscale.io/state`` annotation
-  of the target Deployment/StatefulSet: it lives and dies with the target and
-  needs no extra object. Only a pod template change rolls the pods, so the
-  annotation never restarts a replica (a Deployment does bump its generation and
-  copies the annotation onto its ReplicaSet; see test_kube_state_store.py).
+* :class:`ConfigMapStateStore` keeps it in the controller's own ConfigMap
+  (``llmscale-state-<target>``, key ``state.json``) in the target's namespace.
+  The Role then needs only ``get`` and ``update`` on that one ConfigMap by name,
+  besides ``get``/``update`` on the target's ``scale`` subresource. (It used to
+  be an annotation on the target, which needed ``patch`` on the Deployment itself:
+  RBAC cannot scope a verb to a field, so that also let the controller rewrite the
+  pod template, e.g. its image.) ``create`` cannot be scoped by name (the object
+  has no name when the request is authorised), so deploy/ ships the ConfigMap and
+  the store creates it only where the Role allows that.
 * :class:`FileStateStore` writes a local file atomically, for ``emulate`` and
   dry-run setups that have no API server.
 
@@ -28,21 +32,27 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from llmscale.cluster.kubernetes import ErrorReason, KubeActuationError, KubeScaleTarget
+from llmscale.cluster.kubernetes import ErrorReason, KubeActuationError
 from llmscale.errors import ActuationError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-__all__ = ["STATE_ANNOTATION", "AnnotationStateStore", "FileStateStore", "StateStore"]
+__all__ = ["STATE_KEY", "ConfigMapStateStore", "FileStateStore", "StateStore", "state_configmap_name"]
 
 log = logging.getLogger(__name__)
 
-STATE_ANNOTATION = "llmscale.io/state"
+#: the ConfigMap's data key holding the state document
+STATE_KEY = "state.json"
 
-#: annotations of one object share a 256 KiB limit; the state is a few hundred bytes,
-#: so anything near this is a bug upstream, not something to store
+#: a ConfigMap holds at most 1 MiB; the state is a few hundred bytes, so anything near this is a
+#: bug upstream, not something to store
 _MAX_STATE_BYTES = 64 * 1024
+
+
+def state_configmap_name(target_name: str) -> str:
+    """The state ConfigMap of the controller scaling ``target_name``: ``llmscale-state-<name>``."""
+    return f"llmscale-state-{target_name}"
 
 
 class StateStore(Protocol):
@@ -132,74 +142,106 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class AnnotationStateStore:
-    """State in the ``llmscale.io/state`` annotation of the scale target.
+class ConfigMapStateStore:
+    """State in the ``state.json`` key of the controller's own ConfigMap ``namespace/name``.
 
-    Saved with a JSON merge patch that touches only that one annotation, so it never
-    conflicts with, or overwrites, a concurrent change to the spec or other metadata.
-    Needs ``get`` and ``patch`` on the target itself (see deploy/rbac/role.yaml).
+    ``load`` is a ``get`` (a missing ConfigMap is "no state yet"); ``save`` an ``update``
+    (PUT) of the whole ConfigMap without a resourceVersion: the controller is its only
+    writer, so last-writer-wins is the intent, and no read is needed before a write. A
+    ConfigMap that does not exist yet is created (404 on the update), which needs ``create``
+    on configmaps; deploy/ ships the ConfigMap so the shipped Role needs none.
+    ``target`` (``namespace/name``) only labels the ConfigMap it creates.
     """
 
     def __init__(
-        self, api_client: ApiClient, target: KubeScaleTarget, *, request_timeout_s: float = 10.0
+        self,
+        api_client: ApiClient,
+        namespace: str,
+        name: str,
+        *,
+        target: str = "",
+        request_timeout_s: float = 10.0,
     ) -> None:
         from kubernetes import client
 
+        self.namespace = namespace
+        self.name = name
         self.target = target
-        self._apps = client.AppsV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
         self._timeout_s = request_timeout_s
+
+    def __str__(self) -> str:
+        return f"ConfigMap {self.namespace}/{self.name}"
 
     def _fail(self, verb: str, e: Exception) -> KubeActuationError:
         from kubernetes.client.exceptions import ApiException
 
-        t = self.target
         status = e.status if isinstance(e, ApiException) else None
         hint = (
-            f"; the ServiceAccount needs '{verb}' on {t.resource} named {t.name} (deploy/rbac/role.yaml)"
+            f"; the ServiceAccount needs '{verb}' on configmaps named {self.name} "
+            "(deploy/rbac/role.yaml; deploy/rbac/state-configmap.yaml creates it)"
             if status == 403
             else ""
         )
         reason: ErrorReason = (
             "forbidden" if status == 403 else "server_error" if (status or 500) >= 500 else "other"
         )
-        return KubeActuationError(f"cannot {verb} state annotation on {t}: {e}{hint}", reason=reason)
+        detail = _api_message(e)
+        return KubeActuationError(
+            f"cannot {verb} the controller state in {self}: {detail}{hint}", reason=reason
+        )
 
     def load(self) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        t = self.target
-        read = (
-            self._apps.read_namespaced_deployment
-            if t.kind == "Deployment"
-            else self._apps.read_namespaced_stateful_set
-        )
         try:
-            obj = read(t.name, t.namespace, _request_timeout=self._timeout_s)
-        except (ApiException, HTTPError, OSError) as e:
+            cm = self._core.read_namespaced_config_map(
+                self.name, self.namespace, _request_timeout=self._timeout_s
+            )
+        except ApiException as e:
+            if e.status == 404:
+                return None
             raise self._fail("get", e) from e
-        annotations = (obj.metadata.annotations if obj.metadata is not None else None) or {}
-        text = annotations.get(STATE_ANNOTATION)
-        return None if text is None else _decode(text, f"{t} annotation {STATE_ANNOTATION}")
+        except (HTTPError, OSError) as e:
+            raise self._fail("get", e) from e
+        text = (cm.data or {}).get(STATE_KEY)
+        return None if text is None else _decode(text, f"{self} key {STATE_KEY}")
 
     def save(self, state: dict[str, Any]) -> None:
+        from kubernetes import client
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        t = self.target
-        body = {"metadata": {"annotations": {STATE_ANNOTATION: _encode(state)}}}
-        patch = (
-            self._apps.patch_namespaced_deployment
-            if t.kind == "Deployment"
-            else self._apps.patch_namespaced_stateful_set
+        labels = {"app.kubernetes.io/name": "llmscale", "app.kubernetes.io/component": "state"}
+        body = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=self.name, namespace=self.namespace, labels=labels),
+            data={STATE_KEY: _encode(state)},
         )
         try:
-            patch(
-                t.name,
-                t.namespace,
-                body,
-                _request_timeout=self._timeout_s,
-                _content_type="application/merge-patch+json",
+            self._core.replace_namespaced_config_map(
+                self.name, self.namespace, body, _request_timeout=self._timeout_s
             )
+            return
+        except ApiException as e:
+            if e.status != 404:
+                raise self._fail("update", e) from e
+        except (HTTPError, OSError) as e:
+            raise self._fail("update", e) from e
+        try:
+            self._core.create_namespaced_config_map(self.namespace, body, _request_timeout=self._timeout_s)
         except (ApiException, HTTPError, OSError) as e:
-            raise self._fail("patch", e) from e
+            raise self._fail("create", e) from e
+
+
+def _api_message(e: Exception) -> str:
+    """The API server's own message of an ApiException (its JSON body), else the exception."""
+    body = getattr(e, "body", None)
+    if isinstance(body, str | bytes):
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and doc.get("message"):
+            return f"{doc.get('code', getattr(e, 'status', ''))} {doc['message']}"
+    return f"{type(e).__name__}: {e}"

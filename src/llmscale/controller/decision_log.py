@@ -5,6 +5,13 @@ the policy version (name + hash of its parameters and guards + llmscale version:
 with the same version came from the same decision function), the fleet by phase, the
 numbers that fired the rule, the proposal before guards and the result after them, which
 guard changed it and why, whether the target was scaled, and the shadow policy's answer.
+
+Every tick writes a line, a failed one too: its ``error`` says why, and the fields it never
+got to (``proposed``, ``final``, ``replicas``, ...) are null. A tick that scales writes its
+line *before* it acts (``applied: true`` says the scale was asked for), so a tick whose line
+cannot be written does not act; if the scale then fails, a second line with the same
+``trace_id`` records it (``applied: false``, ``actuation_error``). Readers keep the last line
+of each trace id.
 """
 
 from __future__ import annotations
@@ -21,9 +28,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from llmscale import __version__
+from llmscale.errors import LlmscaleError
 from llmscale.types import TickRecord
 
-__all__ = ["DecisionLog", "LogEntry", "new_trace_id", "policy_version"]
+__all__ = ["DecisionLog", "DecisionLogError", "LogEntry", "new_trace_id", "policy_version"]
 
 
 def policy_version(name: str, params: Mapping[str, Any], guards: Mapping[str, Any]) -> str:
@@ -37,11 +45,34 @@ def new_trace_id() -> str:
     return uuid.uuid4().hex
 
 
+class DecisionLogError(LlmscaleError):
+    """The decision log cannot be opened or written: the tick must not act."""
+
+
+#: the fields of a tick's line that come from its TickRecord: null on a failed tick's line
+_RECORD_FIELDS = (
+    "policy",
+    "replicas",
+    "proposed",
+    "final",
+    "rule",
+    "signals",
+    "note",
+    "guard",
+    "guard_note",
+    "applied",
+    "fleet_state",
+)
+
+
 @dataclass(frozen=True)
 class LogEntry:
-    """What the live loop knows about a tick besides the :class:`TickRecord`."""
+    """What the live loop knows about a tick besides the :class:`TickRecord`.
 
-    record: TickRecord
+    ``record`` is None for a tick that failed before it decided; ``error`` then says why.
+    """
+
+    record: TickRecord | None
     trace_id: str
     policy_version: str
     mode: str
@@ -54,13 +85,20 @@ class LogEntry:
     shadow: TickRecord | None = None
     shadow_version: str | None = None
     tick_duration_s: float | None = None
+    #: the model-drift hook's readings and factors this tick (``controller/drift.py``), if on
+    drift: Mapping[str, Any] | None = None
+    #: why the tick failed (``Type: message``); None for a tick that completed
+    error: str | None = None
+    #: the tick's time when ``record`` is None (a record carries its own)
+    time_s: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         r = self.record
-        ts = datetime.fromtimestamp(r.time_s, tz=UTC)
+        t = r.time_s if r is not None else self.time_s if self.time_s is not None else 0.0
+        ts = datetime.fromtimestamp(t, tz=UTC)
         doc: dict[str, Any] = {
             "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-            "ts_unix": round(r.time_s, 3),
+            "ts_unix": round(t, 3),
             "trace_id": self.trace_id,
             "target": self.target,
             "mode": self.mode,
@@ -68,14 +106,19 @@ class LogEntry:
             "unknown_replicas": self.unknown_replicas,
             "metrics_outage": self.metrics_outage,
         }
-        body = r.as_json()
-        body.pop("time_s")
-        # The record's names are the backtest's; say them once more the way the brief reads:
-        # "signals" are the numbers that fired the rule, "proposed" / "final" before / after guards.
-        doc.update(body)
-        doc["signals"] = doc.pop("inputs")
-        doc["proposed"] = doc.pop("desired_before_guards")
-        doc["final"] = doc.pop("desired")
+        if r is not None:
+            body = r.as_json()
+            body.pop("time_s")
+            # The record's names are the backtest's; say them once more the way the brief reads:
+            # "signals" are the numbers that fired the rule, "proposed" / "final" before / after guards.
+            doc.update(body)
+            doc["signals"] = doc.pop("inputs")
+            doc["proposed"] = doc.pop("desired_before_guards")
+            doc["final"] = doc.pop("desired")
+        else:
+            doc.update(dict.fromkeys(_RECORD_FIELDS))
+            doc["applied"] = False
+        doc["error"] = self.error
         doc["actuation_error"] = dict(self.actuation_error) if self.actuation_error else None
         if self.shadow is not None:
             s = self.shadow.as_json()
@@ -94,6 +137,8 @@ class LogEntry:
             doc["shadow"] = None
         if self.tick_duration_s is not None:
             doc["tick_duration_s"] = round(self.tick_duration_s, 6)
+        if self.drift is not None:
+            doc["drift"] = dict(self.drift)
         clean: dict[str, Any] = _finite(doc)
         return clean
 
@@ -121,15 +166,30 @@ class DecisionLog:
         self._stream = stream
         self._owned = False
 
+    def open(self) -> None:
+        """Open the file for appending now (the live loop does at start, to refuse an unwritable
+        path before the first tick rather than fail every tick). Raises DecisionLogError."""
+        if self._stream is not None:
+            return
+        if self.path == "-":
+            self._stream = sys.stdout
+            return
+        try:
+            self._stream = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        except OSError as e:
+            raise DecisionLogError(f"cannot append to {self.path}: {e.strerror or e}") from e
+        self._owned = True
+
     def write(self, entry: LogEntry) -> None:
-        if self._stream is None:
-            if self.path == "-":
-                self._stream = sys.stdout
-            else:
-                self._stream = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
-                self._owned = True
-        self._stream.write(json.dumps(entry.as_json(), allow_nan=False) + "\n")
-        self._stream.flush()
+        """Append ``entry`` as one line and flush it; raises DecisionLogError when it cannot."""
+        self.open()
+        assert self._stream is not None
+        line = json.dumps(entry.as_json(), allow_nan=False) + "\n"
+        try:
+            self._stream.write(line)
+            self._stream.flush()
+        except (OSError, ValueError) as e:  # ValueError: the file was closed under us
+            raise DecisionLogError(f"cannot write the decision log {self.path}: {e}") from e
 
     def close(self) -> None:
         if self._owned and self._stream is not None:

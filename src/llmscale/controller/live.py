@@ -9,12 +9,20 @@ with explicit times. Around it the live loop adds what a real fleet needs:
 - modes: ``apply`` scales, ``dry-run`` decides and logs only, ``shadow`` runs a second
   policy on the same signals with its own guard state and logs both side by side;
 - a total metrics outage (no replica reports) never scales down, whatever the guards say;
-- a failed scale is counted by reason and leaves the guard state as it was, so the next
-  tick retries instead of waiting out a cooldown for a scale that never happened;
-- the guard state is saved after every applied decision and loaded at start, so a
-  restarted controller takes no extra action within its cooldowns;
+- a tick that scales first saves the guard state the scale leads to, then writes its
+  decision record, and only then scales: a tick whose state or record cannot be written
+  does not act (a saved state is then put back), and a controller killed between the save
+  and the scale restarts inside the cooldown the scale started (it may wait one cooldown
+  too long, never act twice);
+- a failed scale is counted by reason, recorded (a second line with the tick's trace id) and
+  leaves the guard state as it was (the saved one is put back), so the next tick retries
+  instead of waiting out a cooldown for a scale that never happened;
+- the saved state is loaded at start, so a restarted controller takes no extra action within
+  its cooldowns; when the controller acts, start-up also writes it back, and opens the
+  decision log, so an unwritable store or log stops it before its first tick;
 - the only broad ``except`` is at the top of :meth:`LiveController.tick`: a failing tick is
-  logged and counted, and the loop goes on.
+  logged, counted and recorded with its error (every replica it knew of counts as unknown),
+  and the loop goes on.
 
 In ``dry-run`` and for the shadow policy the guard state advances as if the decision had
 been applied: the log then shows the cadence of actions the policy would take (one
@@ -27,13 +35,13 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmscale.clock import Clock, WallClock
 from llmscale.cluster.base import Cluster
 from llmscale.config import Mode
-from llmscale.controller.decision_log import DecisionLog, LogEntry, new_trace_id
-from llmscale.controller.loop import ControllerState, decide_and_act, observe_signals, scale_if_changed
+from llmscale.controller.decision_log import DecisionLog, DecisionLogError, LogEntry, new_trace_id
+from llmscale.controller.loop import ControllerState, decide_and_act, observe_signals
 from llmscale.controller.persist import (
     StateFormatError,
     StateStore,
@@ -43,12 +51,16 @@ from llmscale.controller.persist import (
 )
 from llmscale.controller.server import ACTUATION_REASONS, ControllerMetrics
 from llmscale.errors import ActuationError, ConfigError, LlmscaleError
-from llmscale.guards import GuardConfig
+from llmscale.guards import GuardConfig, GuardState
 from llmscale.metrics.source import MetricSource
 from llmscale.policies.base import Policy
 from llmscale.types import FleetView, Observation, Phase, ReplicaSample, TickRecord
 
 __all__ = ["ClusterAlignedSource", "LiveController", "PolicyRun", "actuation_reason"]
+
+
+if TYPE_CHECKING:
+    from llmscale.controller.drift import DriftMonitor
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +83,9 @@ class ClusterAlignedSource:
         self.cluster = cluster
         #: replicas in READY/DRAINING without data at the last observe (failed or missing scrapes)
         self.last_missing = 0
+        #: replicas in READY/DRAINING at the last observe that got that far: the ones whose load
+        #: is unknown when a later tick fails before it observes anything
+        self.last_serving = 0
 
     def observe(self, now_s: float) -> Observation:
         obs = self.source.observe(now_s)
@@ -89,6 +104,7 @@ class ClusterAlignedSource:
                 draining=counts[Phase.DRAINING],
             )
             self.last_missing = sum(1 for s in obs.replicas if not s.ok and s.phase in _SCRAPED_PHASES)
+            self.last_serving = sum(1 for s in obs.replicas if s.phase in _SCRAPED_PHASES)
             return replace(obs, fleet=fleet)
         by_name = {s.replica: s for s in obs.replicas}
         samples = []
@@ -102,6 +118,7 @@ class ClusterAlignedSource:
                 missing += 1
             samples.append(s)
         self.last_missing = missing
+        self.last_serving = sum(1 for v in views if v.phase in _SCRAPED_PHASES)
         return replace(obs, fleet=FleetView.from_replicas(spec, views), replicas=tuple(samples))
 
 
@@ -158,11 +175,15 @@ class LiveController:
         store: StateStore | None = None,
         slo: tuple[float, float] | None = None,
         timer: Clock | None = None,
+        config_name: str | None = None,
+        drift: DriftMonitor | None = None,
     ) -> None:
         """``clock``: the controller's time line (epoch seconds live, so saved state survives a
         restart). ``timer``: what tick durations are measured with (monotonic by default).
         ``primary_acts``: whether the primary's decision scales the target (default: in apply and
-        shadow modes; config's ``shadow.primary: dry-run`` turns it off).
+        shadow modes; config's ``shadow.primary: dry-run`` turns it off). ``config_name``: the
+        config file, named in start-up errors about its settings. ``drift``: the model-drift
+        hook (``controller/drift.py``), run on each tick's signals before the policies.
         """
         if mode is Mode.SHADOW and shadow is None:
             raise ConfigError("mode shadow needs a shadow policy")
@@ -188,6 +209,11 @@ class LiveController:
         self.last_tick_s: float | None = None
         self.ticks = 0
         self.failed_ticks = 0
+        #: why the last tick did not complete what it decided (it raised, its record or state could
+        #: not be written, or its scale failed); None when it did
+        self.last_failure: str | None = None
+        self.config_name = config_name
+        self.drift = drift
         self._started = False
         self._errors_seen = 0
 
@@ -202,8 +228,21 @@ class LiveController:
         check = getattr(self.cluster, "check_ownership", None)
         if self.primary_acts and callable(check):
             check()
+        where = f"{self.config_name}: " if self.config_name else ""
+        if self.decision_log is not None:
+            try:
+                self.decision_log.open()
+            except DecisionLogError as e:
+                raise ConfigError(f"{where}decision_log.path: {e}") from e
         if self.store is not None:
             self._load_state()
+            if self.primary_acts:
+                # Written back now, so a store this controller cannot write (a read-only file, a
+                # Role without update on the ConfigMap) stops it here, not at its first scale.
+                try:
+                    self._persist(self.state.guard_state, self.last_decision)
+                except LlmscaleError as e:
+                    raise ConfigError(f"{where}state: cannot save the controller state: {e}") from e
         self._started = True
 
     def _load_state(self) -> None:
@@ -225,27 +264,38 @@ class LiveController:
         self.state = replace(self.state, guard_state=saved.guard_state)
         self.last_decision = saved.last_decision
         log.info("loaded controller state for %s: last decision %s", self.target, saved.last_decision)
+        if self.drift is not None and self.drift.settings.adapt:
+            why_not = self.drift.restore(doc.get("drift"))
+            log.info("step-time factors for %s: %s", self.target, why_not or f"restored {self.drift.factors}")
 
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self, now_s: float) -> LogEntry | None:
-        """One tick at ``now_s`` (the controller's clock); None when the tick failed."""
+        """One tick at ``now_s`` (the controller's clock); None when the tick failed.
+
+        Every tick writes a decision record, a failed one with its error (see the decision log).
+        """
         if not self._started:
             self.start()
         t0 = self._timer.now_s()
+        trace_id = new_trace_id()
         try:
-            entry = self._tick(now_s, t0)
-        except Exception:  # the loop's one broad except: a bad tick must not stop the controller
+            entry = self._tick(now_s, t0, trace_id)
+        except Exception as e:  # the loop's one broad except: a bad tick must not stop the controller
             self.failed_ticks += 1
+            self.last_failure = f"{type(e).__name__}: {e}"
             self.metrics.tick_errors.inc()
             log.exception("tick at %.3f failed; the loop goes on", now_s)
+            self._record_failure(now_s, t0, trace_id, self.last_failure)
             return None
         finally:
             self.metrics.tick_duration.observe(max(0.0, self._timer.now_s() - t0))
         return entry
 
-    def _tick(self, now_s: float, t0: float) -> LogEntry:
+    def _tick(self, now_s: float, t0: float, trace_id: str) -> LogEntry:
         window, signals = observe_signals(now_s, self.source, self.state.window)
+        if self.drift is not None:
+            signals = self.drift.tick(now_s, window, signals)
         obs = window[-1]
         before = self.state
         run = self.primary
@@ -270,18 +320,61 @@ class LiveController:
                 )
                 state = replace(state, guard_state=before.guard_state)
 
-        error: dict[str, str] | None = None
         current = self.cluster.spec_replicas
         # A KEDA scaler serves nothing until its first decision is published, even one that
         # equals the starting spec (KEDA would see UNAVAILABLE and the ScaledObject its fallback).
         unpublished = getattr(self.cluster, "has_decision", True) is False
-        if self.primary_acts and (record.final != current or unpublished):
+        act = self.primary_acts and (record.final != current or unpublished)
+        changes = act and record.final != current
+        # Written ahead of the scale: ``applied`` says the scale is asked for (see decision_log.py).
+        record = replace(record, applied=changes)
+
+        shadow_record = None
+        shadow_state = self.shadow_state
+        if self.shadow is not None and shadow_state is not None:
+            sr = self.shadow
+            shadow_record, shadow_state = decide_and_act(
+                now_s, signals, sr.policy, sr.guards, self.cluster, replace(shadow_state, window=window),
+                slo=self.slo, actuate=False,
+            )  # fmt: skip
+
+        entry = LogEntry(
+            record=record,
+            trace_id=trace_id,
+            policy_version=run.version,
+            mode=str(self.mode),
+            target=self.target,
+            unknown_replicas=signals.unknown_replicas,
+            metrics_outage=outage,
+            shadow=shadow_record,
+            shadow_version=self.shadow.version if self.shadow else None,
+            tick_duration_s=max(0.0, self._timer.now_s() - t0),
+            drift=self.drift.last.as_json() if self.drift is not None and self.drift.last else None,
+        )
+        saved = before.guard_state, self.last_decision
+        decision = decision_to_dict(record) if changes else self.last_decision
+        # An acting controller also saves when the step-time factors moved (by 1%), so a restart
+        # plans with them at once instead of learning them again over the adjustment's time constant.
+        if not changes and self.primary_acts and self.drift is not None and self.drift.moved:
             try:
-                if record.final == current:
-                    self.cluster.scale_to(record.final, now_s, drain_until_idle=run.guards.drain_aware)
-                    applied = False
-                else:
-                    applied = scale_if_changed(self.cluster, record.final, run.guards, now_s)
+                self._persist(state.guard_state, decision)
+            except LlmscaleError as e:
+                log.warning("could not save the adjusted step-time factors of %s: %s", self.target, e)
+        if changes:
+            # The state the scale leads to, before the scale: a kill between the two must not lose
+            # the cooldown clock it starts. Raises: then nothing is written or scaled.
+            self._persist(state.guard_state, decision)
+        try:
+            self._write(entry)
+        except LlmscaleError:
+            if changes:
+                self._restore(*saved)
+            raise
+
+        error: dict[str, str] | None = None
+        if act:
+            try:
+                self.cluster.scale_to(record.final, now_s, drain_until_idle=run.guards.drain_aware)
             except ActuationError as e:
                 reason = actuation_reason(e)
                 error = {"reason": reason, "message": str(e)}
@@ -291,23 +384,22 @@ class LiveController:
                 )
                 # The scale did not happen: no cooldown starts, the next tick decides afresh.
                 state = replace(state, guard_state=before.guard_state)
+                decision = self.last_decision
+                if changes:
+                    self._restore(*saved)
+                record = replace(record, applied=False)
+                entry = replace(entry, record=record, actuation_error=error)
+                self.last_failure = f"scaling to {record.final} failed ({reason}): {e}"
+                self._write(entry)  # the outcome, under the same trace id
             else:
-                record = replace(record, applied=applied)
-                if applied:
+                if changes:
                     direction = "up" if record.final > current else "down"
                     self.metrics.scale_actions.labels(direction=direction).inc()
+        if error is None:
+            self.last_failure = None
         self.state = state
-        if record.applied:
-            self.last_decision = decision_to_dict(record)
-            self._save_state()
-
-        shadow_record = None
-        if self.shadow is not None and self.shadow_state is not None:
-            sr = self.shadow
-            shadow_record, self.shadow_state = decide_and_act(
-                now_s, signals, sr.policy, sr.guards, self.cluster, replace(self.shadow_state, window=window),
-                slo=self.slo, actuate=False,
-            )  # fmt: skip
+        self.shadow_state = shadow_state
+        self.last_decision = decision
 
         self._export(record, shadow_record, signals.unknown_replicas)
         self.metrics.observe_signals({k: v.value for k, v in signals.values.items()})
@@ -315,22 +407,34 @@ class LiveController:
         self.last_tick_s = now_s
         self.ticks += 1
         self.metrics.last_tick.set(now_s)
-        entry = LogEntry(
-            record=record,
-            trace_id=new_trace_id(),
-            policy_version=run.version,
-            mode=str(self.mode),
-            target=self.target,
-            unknown_replicas=signals.unknown_replicas,
-            metrics_outage=outage,
-            actuation_error=error,
-            shadow=shadow_record,
-            shadow_version=self.shadow.version if self.shadow else None,
-            tick_duration_s=max(0.0, self._timer.now_s() - t0),
-        )
+        return entry
+
+    def _write(self, entry: LogEntry) -> None:
         if self.decision_log is not None:
             self.decision_log.write(entry)
-        return entry
+
+    def _record_failure(self, now_s: float, t0: float, trace_id: str, error: str) -> None:
+        """A failed tick's line, and its unknowns: every serving replica the controller knew of,
+        since a tick that failed saw none of them (the gauge must not keep the last good tick's 0)."""
+        unknown = self.source.last_serving
+        self.metrics.unknown.set(unknown)
+        entry = LogEntry(
+            record=None,
+            trace_id=trace_id,
+            policy_version=self.primary.version,
+            mode=str(self.mode),
+            target=self.target,
+            unknown_replicas=unknown,
+            metrics_outage=False,
+            shadow_version=self.shadow.version if self.shadow else None,
+            tick_duration_s=max(0.0, self._timer.now_s() - t0),
+            error=error,
+            time_s=now_s,
+        )
+        try:
+            self._write(entry)
+        except LlmscaleError as e:
+            log.error("cannot record the failed tick at %.3f either: %s", now_s, e)
 
     def _scrape_errors(self) -> int:
         """Failed fetches this tick: the source's own ``errors_total`` when it keeps one
@@ -356,15 +460,22 @@ class LiveController:
             m.shadow_desired.labels(policy=shadow.policy).set(shadow.final)
             m.decisions.labels(policy=shadow.policy, rule=shadow.proposed.rule).inc()
 
-    def _save_state(self) -> None:
+    def _persist(self, guard_state: GuardState, last_decision: Mapping[str, Any] | None) -> None:
+        """Save the state document; raises LlmscaleError (a store's failure) when it cannot."""
         if self.store is None:
             return
-        doc = state_to_dict(self.state.guard_state, self.last_decision, target=self.target)
+        doc = state_to_dict(guard_state, last_decision, target=self.target)
+        if self.drift is not None and self.drift.settings.adapt:
+            doc["drift"] = self.drift.to_state()
+        self.store.save(doc)
+
+    def _restore(self, guard_state: GuardState, last_decision: Mapping[str, Any] | None) -> None:
+        """Put back the state saved before a scale that did not happen (best effort: if this fails
+        too, the saved clock only delays a restarted controller's next action by one cooldown)."""
         try:
-            self.store.save(doc)
+            self._persist(guard_state, last_decision)
         except LlmscaleError as e:
-            # The scale already happened; a lost save only weakens restart protection.
-            log.warning("could not save controller state for %s: %s", self.target, e)
+            log.warning("could not restore the controller state of %s: %s", self.target, e)
 
     # -- readiness and the loop -------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from llmscale.clock import Clock, UnixClock
@@ -24,7 +24,15 @@ from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
 from llmscale.metrics.source import MetricSource
 
-__all__ = ["Runtime", "build_cluster", "build_runtime", "build_source", "build_store", "policy_run"]
+__all__ = [
+    "Runtime",
+    "build_cluster",
+    "build_drift",
+    "build_runtime",
+    "build_source",
+    "build_store",
+    "policy_run",
+]
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +102,13 @@ def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None
         initial_replicas=kube.spec_replicas,
         replicas_view=kube.replicas_view,
     )
-    server, port = serve(scaler, str(keda_cfg.listen))
+    server, port = serve(
+        scaler,
+        str(keda_cfg.listen),
+        max_streams=keda_cfg.max_streams,
+        max_streams_per_peer=keda_cfg.max_streams_per_peer,
+        max_workers=max(16, keda_cfg.max_streams + 8),
+    )
     log.info("KEDA external scaler on %s:%d", keda_cfg.listen.host, port)
     closers.append(server.stop)
     keda: Cluster = scaler
@@ -112,8 +126,6 @@ def _kubernetes_cluster(cfg: LiveConfig, clock: Clock) -> Any:
         selector=",".join(f"{k}={v}" for k, v in sorted(t.selector.items())),
     )
     k = cfg.actuator.kubernetes
-    if k.in_cluster and (k.kubeconfig or k.context):
-        raise ConfigError("actuator.kubernetes: in_cluster excludes kubeconfig and context")
     return KubernetesCluster.from_config(target, kubeconfig=k.kubeconfig, context=k.context, clock=clock)
 
 
@@ -136,7 +148,9 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
         targets = EmulateTargets(s.emulate_url, s.path, s.timeout_s, token=token)
     else:
         targets = _pod_targets(kube, s.port, s.path, s.dcgm_port)
-    scrape: MetricSource = PodScrapeSource(targets, timeout_s=s.timeout_s)
+    scrape: MetricSource = PodScrapeSource(
+        targets, timeout_s=s.timeout_s, max_sample_age_s=s.max_sample_age_s
+    )
     return scrape
 
 
@@ -223,16 +237,73 @@ def build_store(cfg: LiveConfig, kube: Any) -> StateStore | None:
         assert cfg.state.path is not None  # checked at load
         file_store: StateStore = FileStateStore(cfg.state.path)
         return file_store
-    from llmscale.cluster.state_store import AnnotationStateStore
+    from llmscale.cluster.state_store import ConfigMapStateStore, state_configmap_name
 
     if kube is None:
-        raise ConfigError("state.store annotation needs a Kubernetes target (actuator kubernetes or keda)")
-    annotation: StateStore = AnnotationStateStore(kube.api_client, kube.target)
-    return annotation
+        raise ConfigError("state.store configmap needs a Kubernetes target (actuator kubernetes or keda)")
+    name = cfg.state.configmap or state_configmap_name(cfg.target.name)
+    configmap: StateStore = ConfigMapStateStore(
+        kube.api_client, cfg.target.namespace, name, target=cfg.target.label
+    )
+    return configmap
 
 
-def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
-    """Every part of ``llmscale run``, connected; the server is built, not started."""
+def build_drift(cfg: LiveConfig, runs: list[PolicyRun], registry: Any) -> tuple[Any, list[PolicyRun]]:
+    """The model-drift hook (None when ``drift.enabled`` is off or the model is unknown to the
+    catalogue), and ``runs`` with their policies made rebuildable around adjusted factors when
+    ``drift.adapt`` is on."""
+    d = cfg.drift
+    if not d.enabled:
+        return None, runs
+    from llmscale.controller.drift import AdjustablePolicy, DriftMonitor, DriftSettings
+    from llmscale.perf.drift import AdaptConfig, DriftLimits
+    from llmscale.policies.base import create_policy
+
+    t = cfg.target
+    settings = DriftSettings(
+        warn=d.warn,
+        adapt=d.adapt,
+        limits=DriftLimits(
+            min_tokens=float(d.min_tokens),
+            min_requests=float(d.min_requests),
+            min_first_tokens=float(d.min_first_tokens),
+        ),
+        adapt_config=AdaptConfig(time_constant_s=d.time_constant_s, max_step=d.max_step),
+    )
+    try:
+        monitor = DriftMonitor(
+            settings,
+            model=t.model,
+            gpu=t.gpu,
+            tp=t.tp,
+            calibration=t.calibration,
+            budget_tokens=t.max_num_batched_tokens,
+            target=t.label,
+            registry=registry,
+        )
+    except ConfigError as e:
+        log.warning("model drift is off: %s", e)
+        return None, runs
+    if not d.adapt:
+        return monitor, runs
+    ctx = policy_context(cfg)
+    specs = [cfg.policy] + ([cfg.shadow] if cfg.shadow is not None else [])
+    adjustable: list[AdjustablePolicy] = []
+    for spec in specs:
+
+        def build(scale: Any, spec: PolicySpec = spec) -> Any:
+            return create_policy(spec.name, replace(ctx, perf_scale=scale), spec.params)
+
+        adjustable.append(AdjustablePolicy(build))
+    monitor.policies = tuple(adjustable)
+    return monitor, [replace(run, policy=p) for run, p in zip(runs, adjustable, strict=True)]
+
+
+def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: str | None = None) -> Runtime:
+    """Every part of ``llmscale run``, connected; the server is built, not started.
+
+    ``config_name`` (the config file's name) prefixes start-up errors about its settings.
+    """
     clock = clock or UnixClock()
     closers: list[Callable[[], None]] = []
     try:
@@ -243,8 +314,10 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
             closers.append(close_source)
         store = build_store(cfg, kube)
         primary = policy_run(cfg, cfg.policy)
-        shadow = policy_run(cfg, cfg.shadow, cfg.shadow.guards) if cfg.shadow is not None else None
+        shadow = policy_run(cfg, cfg.shadow, cfg.shadow.guard_overrides()) if cfg.shadow is not None else None
         metrics = ControllerMetrics(cfg.target.label, cfg.metrics.source)
+        drift, runs = build_drift(cfg, [primary] + ([shadow] if shadow is not None else []), metrics.registry)
+        primary, shadow = runs[0], (runs[1] if shadow is not None else None)
         decisions = DecisionLog(cfg.decision_log.path)
         closers.append(decisions.close)
         controller = LiveController(
@@ -261,6 +334,8 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None) -> Runtime:
             decision_log=decisions,
             store=store,
             slo=(cfg.slo.ttft_s, cfg.slo.tpot_s),
+            drift=drift,
+            config_name=config_name,
         )
     except BaseException:
         _close_all(closers)

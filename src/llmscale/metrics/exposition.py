@@ -21,8 +21,11 @@ folded into one number per name, by what the number means:
 * ``*_info`` gauges carry their data in labels and are 1: the max is kept;
 * histograms add up bucket by bucket, as PromQL's ``sum by (le)``.
 
-NaN samples are skipped (the exporter has no value), and so are ``*_created``
-series (a creation time, not a measurement).
+NaN samples are left out of the values (the exporter has no value), and so are
+``*_created`` series (a creation time, not a measurement). The page says which
+names had a NaN sample (``ParsedPage.nan``) and the oldest explicit timestamp of
+each name that carries one (``ParsedPage.stamped_s``): the scraper decides from
+them whether the replica's page can be trusted at all (``metrics/vetting.py``).
 
 Two parsers give the same result. :func:`parse_exposition` first tries a fast
 one-pass reader (one regular expression per line) that handles the regular
@@ -118,6 +121,11 @@ class ParsedPage:
 
     values: dict[str, float] = field(default_factory=dict)
     histograms: dict[str, Histogram] = field(default_factory=dict)
+    #: value names and histogram families with a NaN sample on the page (left out of the above)
+    nan: frozenset[str] = frozenset()
+    #: per value name or histogram family, its oldest explicit sample timestamp (Unix seconds);
+    #: only names whose samples carry one (exporters rarely do)
+    stamped_s: dict[str, float] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -131,6 +139,8 @@ class _Sink(Protocol):
     def bucket(self, family: str, le: float, v: float) -> None: ...
     def hist_sum(self, family: str, v: float) -> None: ...
     def hist_count(self, family: str, v: float) -> None: ...
+    def nan_of(self, name: str) -> None: ...
+    def stamp(self, name: str, t_s: float) -> None: ...
 
 
 @dataclass(slots=True)
@@ -148,9 +158,22 @@ class _Folder:
         self.ns: dict[str, int] = {}
         self.maxes: dict[str, float] = {}
         self.hists: dict[str, _HistAcc] = {}
+        self.nans: set[str] = set()
+        self.stamps: dict[str, float] = {}
+
+    def nan_of(self, name: str) -> None:
+        self.nans.add(name)
+
+    def stamp(self, name: str, t_s: float) -> None:
+        old = self.stamps.get(name)
+        if old is None or t_s < old:
+            self.stamps[name] = t_s
 
     def value(self, name: str, v: float) -> None:
-        if v != v or name.endswith("_created"):  # NaN: no value; _created: a timestamp
+        if name.endswith("_created"):  # a creation time, not a measurement
+            return
+        if v != v:  # NaN: no value, and the page says so
+            self.nans.add(name)
             return
         how = aggregation_of(name)
         if how == "max":
@@ -190,6 +213,8 @@ class _Folder:
             h = build_histogram(acc.buckets, acc.sum, acc.count)
             if h is not None:
                 hists[family] = h
+        if self.nans or self.stamps:
+            return ParsedPage(values, hists, frozenset(self.nans), dict(self.stamps))
         return ParsedPage(values, hists)
 
 
@@ -276,10 +301,17 @@ def parse_exposition_reference(
                     folder.hist_sum(fam.name, v)
                 elif s.name == fam.name + "_count" and v == v:
                     folder.hist_count(fam.name, v)
+                if v != v:
+                    folder.nan_of(fam.name)
+                if s.timestamp is not None:
+                    folder.stamp(fam.name, float(s.timestamp))
                 continue
             if fam.type == "summary" and "quantile" in s.labels:
                 continue  # pre-computed quantiles do not add up over label sets
-            folder.value(s.name[: -len("_total")] if renamed and s.name.endswith("_total") else s.name, v)
+            name = s.name[: -len("_total")] if renamed and s.name.endswith("_total") else s.name
+            folder.value(name, v)
+            if s.timestamp is not None and not name.endswith("_created"):
+                folder.stamp(name, float(s.timestamp))
     return folder.page()
 
 
@@ -294,9 +326,9 @@ class _Unrecognised(Exception):
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _PAIR = r'[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"'
 # A whole sample line in one match: name, optional {labels} (no escapes), a value without "_"
-# (float() reads 1_000, the text format does not), an optional integer timestamp.
+# (float() reads 1_000, the text format does not), an optional integer timestamp (milliseconds).
 _SAMPLE = re.compile(
-    rf"[ \t]*({_NAME})(?:\{{((?:{_PAIR}(?:,{_PAIR})*,?)?)\}})?[ \t]+([^\s_]+)(?:[ \t]+-?\d+)?[ \t]*"
+    rf"[ \t]*({_NAME})(?:\{{((?:{_PAIR}(?:,{_PAIR})*,?)?)\}})?[ \t]+([^\s_]+)(?:[ \t]+(-?\d+))?[ \t]*"
 )
 _LE = re.compile(r'(?:^|,)le="([^"]*)"')
 _META = re.compile(rf"#[ \t]+(HELP|TYPE)[ \t]+({_NAME})(?:[ \t]+(.*))?")
@@ -364,6 +396,7 @@ def _fast(text: str, select: tuple[str, str] | None, folder: _Sink) -> None:
                     hit = None  # the pattern's path below words the failure
             else:
                 hit = None
+        stamp_ms: str | None = None
         if hit is not None:
             name, labels, le = hit
         else:
@@ -397,7 +430,7 @@ def _fast(text: str, select: tuple[str, str] | None, folder: _Sink) -> None:
                     hist = typ == "histogram"
                 continue
             assert m is not None
-            name, labels, value_text = m.groups()
+            name, labels, value_text, stamp_ms = m.groups()
             try:
                 v = float(value_text)  # reads "+Inf", "-Inf" and "NaN" as the format spells them
             except ValueError as e:
@@ -415,9 +448,14 @@ def _fast(text: str, select: tuple[str, str] | None, folder: _Sink) -> None:
         if name not in allowed:
             family, typ, allowed, hist = "", "untyped", (), False
             value(name, v)
+            if stamp_ms is not None and not name.endswith("_created"):
+                folder.stamp(name, int(stamp_ms) / 1000.0)
             continue
         if hist:
+            if stamp_ms is not None:
+                folder.stamp(family, int(stamp_ms) / 1000.0)
             if v != v:
+                folder.nan_of(family)
                 continue
             suffix = name[len(family) :]
             if suffix == "_bucket":
@@ -438,6 +476,8 @@ def _fast(text: str, select: tuple[str, str] | None, folder: _Sink) -> None:
         if typ == "summary" and labels is not None and 'quantile="' in labels:
             continue  # pre-computed quantiles do not add up over label sets
         value(name, v)
+        if stamp_ms is not None and not name.endswith("_created"):
+            folder.stamp(name, int(stamp_ms) / 1000.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -457,6 +497,12 @@ class _SlotRecorder:
         self.buckets: dict[str, dict[float, list[int]]] = {}
         self.sums: dict[str, list[int]] = {}
         self.counts: dict[str, list[int]] = {}
+
+    def nan_of(self, name: str) -> None:
+        raise _Unrecognised(name)  # never: a marked page has no NaN (see _layout_of)
+
+    def stamp(self, name: str, t_s: float) -> None:
+        raise _Unrecognised(name)  # never: _layout_of refuses lines with a timestamp
 
     def _slot(self, v: float) -> int:
         k = int(v)

@@ -13,7 +13,9 @@ One tick is one evaluation time and a batch of instant queries
    Prometheus itself restarted), and an old value must not pass for a fresh one;
 3. the value and histogram queries of :mod:`llmscale.metrics.promql`.
 
-A replica is known (``ok=True``) when all its ``up`` series are 1 and fresh.
+A replica is known (``ok=True``) when all its ``up`` series are 1 and fresh, and
+no metric llmscale reads has a negative, infinite or NaN value for it
+(``metrics/vetting.py``: such a value is a broken exporter, not a load).
 When Prometheus is unreachable, times out or answers 5xx, every replica of
 the last successful tick comes back unknown (``ok=False``) and the error is
 counted: the source never raises and never invents zeros. A single query that
@@ -33,6 +35,7 @@ from llmscale.metrics._loop import LoopThread
 from llmscale.metrics.exposition import build_histogram
 from llmscale.metrics.promql import QuerySet, default_queries, with_overrides
 from llmscale.metrics.scrape import fleet_view_of
+from llmscale.metrics.vetting import distrust
 from llmscale.types import Histogram, Observation, Phase, ReplicaSample
 
 __all__ = ["PrometheusSource", "PrometheusUnavailable"]
@@ -64,6 +67,8 @@ class _Replica:
     buckets: dict[str, dict[float, float]] = field(default_factory=dict)
     sums: dict[str, float] = field(default_factory=dict)
     counts: dict[str, float] = field(default_factory=dict)
+    #: metric names and histogram families that came back NaN for it
+    nan: set[str] = field(default_factory=set)
 
 
 Vector = list[tuple[Mapping[str, str], float, float]]  # (labels, sample time, value)
@@ -176,6 +181,11 @@ class PrometheusSource:
                 h = build_histogram(buckets, r.sums.get(family, 0.0), r.counts.get(family))
                 if h is not None:
                     hists[family] = h
+            why = distrust(r.values, hists, r.nan)
+            if why is not None:
+                errors[name] = why
+                samples.append(ReplicaSample(name, r.phase, ok=False))
+                continue
             samples.append(ReplicaSample(name, r.phase, ok=True, values=r.values, histograms=hists))
         # Replicas of the last tick that no longer have an ``up`` series: unknown this tick, then forgotten
         # (the live loop adds an unknown sample for any the cluster still lists).
@@ -259,7 +269,10 @@ class PrometheusSource:
             return
         for labels, _, v in vector:
             r = replicas.get(labels.get(label, ""))
-            if r is None or v != v:  # a series of no current replica; NaN: no value
+            if r is None:  # a series of no current replica
+                continue
+            if v != v:  # NaN: no value, which the replica's verdict must hear of (not read as absent)
+                r.nan.add(key)
                 continue
             if part == "value":
                 r.values[key] = v

@@ -212,32 +212,20 @@ def read_closed_batches(
     return targets
 
 
-def _itl_s(perf: Any, batch: float, ctx_each: float, rate_rps: float, prompt_tokens: float) -> float:
-    """Mean inter-token latency of a replica decoding ``batch`` sequences while prompts arrive.
-
-    A decode step of the batch takes t_dec; every prompt that arrives is prefilled inside some
-    step, which it lengthens by its marginal cost t_p (a mixed step minus a decode-only one).
-    Prompts arriving at ``rate_rps`` take a share rho = rate x t_p of the engine's time, so the
-    decode steps stretch to t_dec / (1 - rho), the mean ITL vLLM's histogram records. E.g.
-    Llama-3-8B on one H100, 6 sequences at 1,260 context and 3 req/s of 1,155-token prompts:
-    t_dec ~ 8.3 ms, t_p ~ 40 ms, rho ~ 0.12, ITL ~ 9.4 ms.
-    """
-    b = max(1, round(batch))
-    ctx = max(1, round(ctx_each))
-    t_dec = float(perf.decode(b, ctx).duration_s)
-    if rate_rps <= 0 or prompt_tokens < 1:
-        return t_dec
-    p = round(prompt_tokens)
-    mixed = float(perf.step(p, p * (p + 1) / 2.0, 1, b, b * ctx).duration_s)
-    rho = min(0.95, rate_rps * max(0.0, mixed - t_dec))
-    return t_dec / (1.0 - rho)
-
-
 def _itl_at(batch: float, ctx_each: float, rate_rps: float, prompt_tokens: float) -> Callable[[Any], float]:
-    """The predictor of the mean ITL at this batch, context, arrival rate and prompt length."""
+    """The predictor of the mean ITL at this batch, context, arrival rate and prompt length.
+
+    The same formula the live controller's drift check uses (:func:`llmscale.perf.drift.predict_itl_s`):
+    decode steps stretched by the share of engine time the arriving prompts' prefills take.
+    """
+    from llmscale.perf.drift import OperatingPoint, predict_itl_s
+
+    op = OperatingPoint(
+        batch=batch, context_tokens=ctx_each, prompt_tokens=prompt_tokens, prefill_rps=rate_rps
+    )
 
     def predict(perf: Any) -> float:
-        return _itl_s(perf, batch, ctx_each, rate_rps, prompt_tokens)
+        return predict_itl_s(perf, op)
 
     return predict
 
@@ -318,7 +306,7 @@ def read_prometheus(
     or ``vllm:time_per_output_token_seconds``); ``selector`` (e.g. ``job="vllm"``) picks the fleet's
     series. The mean context of a running sequence is its prompt plus half its output, from the
     token counters over the finished requests (``vllm:e2e_request_latency_seconds_count``); the
-    prompts arriving meanwhile stretch the decode steps they share (see :func:`_itl_s`).
+    prompts arriving meanwhile stretch the decode steps they share (see :func:`_itl_at`).
     """
     from llmscale.metrics.names import VllmMetric as V
     from llmscale.metrics.prometheus import query_range_values

@@ -31,13 +31,55 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.perf.coefficients import PerfCoefficients, load_coefficients
 
-__all__ = ["FACTOR_NAMES", "CalibrationProfile", "PointError", "load_profile", "profile_coefficients"]
+__all__ = [
+    "FACTOR_NAMES",
+    "CalibrationProfile",
+    "FactorScale",
+    "PointError",
+    "load_profile",
+    "profile_coefficients",
+    "profile_factors",
+]
 
 PROFILE_FORMAT = "llmscale calibration profile v1"
 #: The fitted scale factors, in vector order.
 FACTOR_NAMES = ("bandwidth", "compute", "host", "comm")
 #: A factor outside this range means the data describe another model or GPU, not another engine.
 FACTOR_RANGE = (0.1, 10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class FactorScale:
+    """Multipliers on a profile's four factors (1: as calibrated), hashable so models can be memoised.
+
+    The live controller's online drift adjustment (:mod:`llmscale.perf.drift`) hands one to the
+    capacity-model policies: the factors they plan with are the profile's (or 1 without a
+    profile) times these. Scaling is multiplicative in every factor (:func:`scale_coefficients`
+    multiplies or divides each coefficient by one factor), so a profile's ``bandwidth: 0.8``
+    adjusted by ``bandwidth=0.9`` is exactly ``bandwidth: 0.72``.
+    """
+
+    bandwidth: float = 1.0
+    compute: float = 1.0
+    host: float = 1.0
+    comm: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in FACTOR_NAMES:
+            v = getattr(self, name)
+            if not math.isfinite(v) or v <= 0.0:
+                raise ConfigError(f"factor scale {name} = {v!r}, must be a finite number > 0")
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: float(getattr(self, name)) for name in FACTOR_NAMES}
+
+    def applied_to(self, factors: Mapping[str, float]) -> dict[str, float]:
+        """``factors`` (a profile's; missing ones are 1) times these multipliers."""
+        return {name: float(factors.get(name, 1.0)) * getattr(self, name) for name in FACTOR_NAMES}
+
+    @property
+    def identity(self) -> bool:
+        return all(getattr(self, name) == 1.0 for name in FACTOR_NAMES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +275,18 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     return _load(str(p), mtime)
 
 
-def profile_coefficients(path: str | Path | None) -> PerfCoefficients:
-    """The committed coefficients, scaled by the profile at ``path`` when one is given."""
+def profile_factors(path: str | Path | None) -> dict[str, float]:
+    """The four factors of the profile at ``path`` (all 1 without one)."""
+    if path is None:
+        return {name: 1.0 for name in FACTOR_NAMES}
+    profile = load_profile(path)
+    return {name: profile.factor(name) for name in FACTOR_NAMES}
+
+
+def profile_coefficients(path: str | Path | None, scale: FactorScale | None = None) -> PerfCoefficients:
+    """The committed coefficients, scaled by the profile at ``path`` when one is given, then by ``scale``."""
+    if scale is not None and not scale.identity:
+        return scale_coefficients(load_coefficients(), scale.applied_to(profile_factors(path)))
     if path is None:
         return load_coefficients()
     return load_profile(path).coefficients()

@@ -43,12 +43,15 @@ published ~13 ms per output token of vLLM under light load.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from llmscale.errors import ConfigError
 from llmscale.perf.catalogue import SUPPORTED_TP, GpuSpec, ModelSpec, get_gpu, get_model, validate_tp
 from llmscale.perf.coefficients import PerfCoefficients, load_coefficients
 from llmscale.perf.kernel import StepKernel
+
+if TYPE_CHECKING:
+    from llmscale.perf.profile import FactorScale
 
 __all__ = [
     "DECODE_AFFINE_CACHE_SIZE",
@@ -528,17 +531,30 @@ class PerfModel:
 
 
 _MODELS_CACHE: dict[tuple[str, str, int, str | None, str | None, int], PerfModel] = {}
+#: models of online-adjusted factors (:class:`~llmscale.perf.profile.FactorScale`), most recent last.
+#: Bounded: a live controller adapting its factors asks for a new scale every few ticks for a
+#: while (1% steps, see ``llmscale.perf.drift``), and only the latest few are ever used again.
+_SCALED_CACHE: dict[tuple[object, ...], PerfModel] = {}
+_SCALED_CACHE_SIZE = 16
 
 
 def get_perf_model(
-    model: str, gpu: str, tp: int, *, stack: str | None = None, calibration: str | None = None
+    model: str,
+    gpu: str,
+    tp: int,
+    *,
+    stack: str | None = None,
+    calibration: str | None = None,
+    scale: FactorScale | None = None,
 ) -> PerfModel:
     """The :class:`PerfModel` of ``model`` on ``tp`` x ``gpu`` with the committed coefficients.
 
     ``calibration`` is the path of a profile written by ``llmscale calibrate``: its factors
-    scale the committed coefficients (:mod:`llmscale.perf.profile`). Coefficients are read on
-    first use from the package (no ``../shared`` needed); models are memoised (per profile
-    file version), so repeated calls share the decode cache.
+    scale the committed coefficients (:mod:`llmscale.perf.profile`). ``scale`` multiplies the
+    profile's factors further (the live controller's online drift adjustment; None or all 1:
+    the profile as written). Coefficients are read on first use from the package (no
+    ``../shared`` needed); models are memoised (per profile file version and scale), so
+    repeated calls share the decode cache.
     """
     m = get_model(model)
     g = get_gpu(gpu)
@@ -554,6 +570,8 @@ def get_perf_model(
                 f"{calibration}: calibration profile not found ({exc.strerror or exc})"
             ) from exc
     key = (m.name, g.name, int(tp), stack, calibration, mtime)
+    if scale is not None and not scale.identity:
+        return _scaled_model(m, g, int(tp), stack, calibration, mtime, scale)
     pm = _MODELS_CACHE.get(key)
     if pm is None:
         coeffs = None
@@ -563,4 +581,25 @@ def get_perf_model(
             coeffs = profile_coefficients(calibration)
         pm = PerfModel(m, g, tp, coeffs, stack=stack)
         _MODELS_CACHE[key] = pm
+    return pm
+
+
+def _scaled_model(
+    m: ModelSpec,
+    g: GpuSpec,
+    tp: int,
+    stack: str | None,
+    calibration: str | None,
+    mtime: int,
+    scale: FactorScale,
+) -> PerfModel:
+    from llmscale.perf.profile import profile_coefficients
+
+    key: tuple[object, ...] = (m.name, g.name, tp, stack, calibration, mtime, scale)
+    pm = _SCALED_CACHE.pop(key, None)
+    if pm is None:
+        pm = PerfModel(m, g, tp, profile_coefficients(calibration, scale), stack=stack)
+        while len(_SCALED_CACHE) >= _SCALED_CACHE_SIZE:
+            del _SCALED_CACHE[next(iter(_SCALED_CACHE))]
+    _SCALED_CACHE[key] = pm  # re-inserted: the most recently used is last
     return pm

@@ -50,9 +50,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from llmscale.errors import ConfigError
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_non_negative, check_positive, clamp
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import PolicyContext, PolicyParamError, register
 from llmscale.types import Decision, Signals
 
 __all__ = ["ApaConfig", "ApaPolicy", "ApaState", "apa_replicas"]
@@ -188,7 +187,9 @@ _DEFAULTS: dict[str, Any] = {
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ApaPolicy:
     metric = str(params["metric"])
     if metric not in APA_DEFAULT_TARGETS:
-        raise ConfigError(f"aibrix-apa: metric = {metric!r}, must be one of {', '.join(APA_DEFAULT_TARGETS)}")
+        raise PolicyParamError(
+            "aibrix-apa", "metric", f"{metric!r}, must be one of {', '.join(APA_DEFAULT_TARGETS)}"
+        )
     target = APA_DEFAULT_TARGETS[metric] if params["target"] is None else float(params["target"])
     cfg = ApaConfig(
         metric=metric,

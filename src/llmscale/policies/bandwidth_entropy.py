@@ -169,7 +169,7 @@ class BandwidthEntropyPolicy:
             step = 2 if severe else 1
             rule = "severe-bandwidth-entropy" if severe else "bandwidth-and-entropy-high"
             note = f"bandwidth {up_bw:.2f} > {cfg.bw_up:g} and entropy {up_ent:.2f} > {cfg.entropy_up:g}"
-            return Decision(current + step, rule, inputs, note), new_state
+            return Decision(current + step, rule, inputs, note, relative=True), new_state
         if bw_c < cfg.bw_down and ent_c < cfg.entropy_down and current > 0:
             note = (
                 f"compensated bandwidth {bw_c:.2f} < {cfg.bw_down:g} and entropy {ent_c:.2f} < "

@@ -7,14 +7,29 @@ the numbers that fired it, and its next state (a frozen dataclass).
 
 from __future__ import annotations
 
+import difflib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from llmscale.errors import ConfigError
 from llmscale.types import Decision, Signals
 
-__all__ = ["POLICIES", "Policy", "PolicyContext", "PolicyInfo", "create_policy", "policy_names", "register"]
+if TYPE_CHECKING:
+    from llmscale.perf.profile import FactorScale
+
+__all__ = [
+    "POLICIES",
+    "Policy",
+    "PolicyContext",
+    "PolicyInfo",
+    "PolicyParamError",
+    "create_policy",
+    "names_a_signal",
+    "policy_names",
+    "register",
+]
 
 S = TypeVar("S")
 
@@ -59,6 +74,9 @@ class PolicyContext:
     cold_start_s: float = 90.0
     #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
     calibration: str | None = None
+    #: multipliers on the profile's factors from the live controller's online drift adjustment
+    #: (``drift.adapt``; :mod:`llmscale.perf.drift`), or None: the profile as written
+    perf_scale: FactorScale | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -85,8 +103,67 @@ def register(
     return wrap
 
 
+class PolicyParamError(ConfigError):
+    """A policy parameter the policy cannot be built with; ``param`` names it (for a field path)."""
+
+    def __init__(self, policy: str, param: str, message: str) -> None:
+        super().__init__(f"policy {policy!r}: {param} = {message}")
+        self.param = param
+
+
+def names_a_signal(param: str) -> bool:
+    """Whether parameter ``param`` names a signal of :data:`llmscale.signals.catalog.SIGNALS`.
+
+    The convention every policy follows (``signal``, ``queue_signal``, ``p99_signal``, ...), so the
+    registry checks each such value when the policy is built: a misspelt name would otherwise read
+    as "no data" at every tick and the fleet would never scale (``queue_signal: queue_wiating``).
+    ``tests/policies/test_policy_params.py`` checks that no policy names a signal under another name.
+    """
+    return param == "signal" or param.endswith("_signal")
+
+
+def _check_param(policy: str, key: str, value: Any, default: Any) -> None:
+    """Reject a value the factory would choke on or misread, naming ``key``.
+
+    The default's type is the parameter's: a number for a number (finite: ``.inf`` or ``.nan`` in a
+    YAML file is a typo, not a setting), true/false for a flag, a string for a string. A default of
+    None marks an optional number (``static``'s ``replicas``, ``horizon_s``, ``gpu_budget``, ...):
+    a number or null. ``tests/policies/test_policy_params.py`` pins these conventions.
+    """
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise PolicyParamError(policy, key, f"{value!r}, must be true or false")
+    elif isinstance(default, int | float) or (default is None and value is not None):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            what = "" if default is None else f" (default {default!r})"
+            raise PolicyParamError(policy, key, f"{value!r}, must be a number{what}")
+    elif isinstance(default, str) and not isinstance(value, str):
+        raise PolicyParamError(policy, key, f"{value!r}, must be a string (default {default!r})")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            finite = math.isfinite(float(value))
+        except OverflowError:  # an integer beyond any float: YAML reads 1000...0 (400 digits) so
+            finite = False
+        if not finite:
+            raise PolicyParamError(policy, key, f"{value!r:.40}, must be a finite number")
+    if names_a_signal(key) and isinstance(value, str):
+        from llmscale.signals.catalog import SIGNALS
+
+        if value not in SIGNALS:
+            close = difflib.get_close_matches(value, SIGNALS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise PolicyParamError(
+                policy,
+                key,
+                f"{value!r} is not a signal{hint} (signals, as src/llmscale/signals/catalog.py "
+                f"lists them: {', '.join(sorted(SIGNALS))})",
+            )
+
+
 def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | None = None) -> Policy[Any]:
-    """Build a registered policy; unknown names or parameters raise ConfigError naming them."""
+    """Build a registered policy; unknown names, unknown parameters and values of the wrong kind
+    (a string for a number, a non-finite number, a signal name the catalogue does not have) raise
+    ConfigError naming them (:class:`PolicyParamError` for a parameter's value)."""
     _load_builtin_policies()
     info = POLICIES.get(name)
     if info is None:
@@ -98,8 +175,13 @@ def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | Non
             raise ConfigError(
                 f"policy {name!r} has no parameter {key!r}; parameters: {', '.join(sorted(info.defaults))}"
             )
+        _check_param(name, key, value, info.defaults[key])
         merged[key] = value
-    return info.factory(ctx, merged)
+    try:
+        return info.factory(ctx, merged)
+    except (TypeError, ValueError, ArithmeticError) as e:
+        # A factory's float()/int() of a value the checks above let through (a default of None).
+        raise ConfigError(f"policy {name!r}: cannot be built with {dict(params or {})}: {e}") from e
 
 
 def _load_builtin_policies() -> None:

@@ -249,10 +249,10 @@ class BreathingPolicy:
                 else f"queue {queue:.1f} > {cfg.queue_threshold:g}"
             )
             if held >= cfg.sustain_up_s:
-                return Decision(want, "urgent-up", inputs, f"{why} for {held:.0f}s"), new_state
+                return Decision(want, "urgent-up", inputs, f"{why} for {held:.0f}s", relative=True), new_state
             if z is not None and z > cfg.zscore_up:
                 note = f"{why} for {held:.0f}s; load z-score {z:.2f} > {cfg.zscore_up:g}: a surge"
-                return Decision(want, "early-zscore", inputs, note), new_state
+                return Decision(want, "early-zscore", inputs, note, relative=True), new_state
             note = f"{why} for {held:.0f}s < {cfg.sustain_up_s:.0f}s"
             return Decision(current, "urgent-pending", inputs, note), new_state
 

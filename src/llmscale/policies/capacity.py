@@ -346,5 +346,5 @@ def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> Calibrate
         )
     if not 0.0 < fraction <= 1.0:
         raise ConfigError(f"capacity-calibrated target_fraction = {fraction}, must be in (0, 1]")
-    perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration)
+    perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
     return CalibratedCapacityPolicy(perf, tpot, max_seqs, fraction, tick, stab)

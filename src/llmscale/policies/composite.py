@@ -166,7 +166,7 @@ class CompositePolicy:
             note = (
                 f"score {score:.3f} > {cfg.up_score:g} (the guard confirms over {cfg.confirm_up_ticks} ticks)"
             )
-            return Decision(current + cfg.up_step, "score-high", inputs, note), None
+            return Decision(current + cfg.up_step, "score-high", inputs, note, relative=True), None
         if growth <= -cfg.kv_drop_pct and prompt < cfg.short_prompt_tokens and current > 0:
             target = math.ceil(current * cfg.aggressive_down_ratio)
             if target < current:

@@ -100,7 +100,7 @@ class DualObjectivePolicy:
                 f"P95 {p95 * 1000:.0f} ms > {cfg.p95_threshold_s * 1000:.0f} ms "
                 f"AND OOM {risk:.2f} > {cfg.oom_threshold:g}"
             )
-            return Decision(current + cfg.up_step, "p95-and-oom-high", inputs, note), None
+            return Decision(current + cfg.up_step, "p95-and-oom-high", inputs, note, relative=True), None
         if pressure < cfg.down_pressure and lat < 1.0 and oom < 1.0 and current > 0:
             note = f"weighted pressure {pressure:.2f} < {cfg.down_pressure:g}"
             return Decision(current - 1, "pressure-low", inputs, note), None

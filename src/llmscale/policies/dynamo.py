@@ -585,7 +585,7 @@ def _perf_for(ctx: PolicyContext) -> tuple[StepModel, int | None]:
     """The calibrated model of ``ctx``'s replica and its KV capacity in tokens (None if unknown)."""
     from llmscale.perf import get_perf_model
 
-    perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration)
+    perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
     try:
         kv_tokens: int | None = perf.kv_capacity_tokens(
             max_num_batched_tokens=int(ctx.extra.get("max_num_batched_tokens", 8192)),

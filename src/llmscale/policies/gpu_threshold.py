@@ -8,7 +8,9 @@ a scale-down and at 0 on a scale-up) and HPA's default 300 s scale-down
 stabilisation, expressed as ``guard_overrides`` (``stabilization_down_s``).
 HPA's scale-up rate policy ("4 pods or 100 % per 15 s, whichever is more")
 has no exact guard equivalent (the guard's caps take the lesser) and is left
-off; the guard's pending-aware check keeps a burst from being counted twice.
+off. HPA's own count keeps a burst from being counted twice: starting pods are
+missing, at 0 on a scale-up, so the proposal is an absolute total, which the
+guard's pending-aware check compares with the spec as it is.
 
 ``gpu-mem-copy`` — seed 000 chapter 1, "the fixed scaling configuration":
 stop scaling on ``nvidia.com/gpu`` requests; collect DCGM's

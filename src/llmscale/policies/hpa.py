@@ -42,7 +42,7 @@ from typing import Any
 
 from llmscale.metrics.names import DCGM
 from llmscale.policies._hpa_behavior import HpaBehavior, HpaState, apply_hpa_behavior
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import PolicyContext, PolicyParamError, register
 from llmscale.types import Decision, Signals
 
 __all__ = ["HpaConfig", "HpaPolicy", "HpaState", "hpa_replicas_for_metric"]
@@ -154,9 +154,17 @@ _DEFAULTS = {
 
 @register("hpa-gpu-util", "Kubernetes HPA v2 on per-pod GPU utilisation, target 70%", _DEFAULTS)
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HpaPolicy:
+    from llmscale.signals.fleet import PER_POD_METRICS
+
+    metric = str(params["metric"])
+    if metric not in PER_POD_METRICS:
+        # Checked here, not at each tick: a misspelt name would read as "no pod has a sample" forever.
+        raise PolicyParamError(
+            "hpa-gpu-util", "metric", f"{metric!r}, must be a per-pod metric: {', '.join(PER_POD_METRICS)}"
+        )
     return HpaPolicy(
         HpaConfig(
-            metric=str(params["metric"]),
+            metric=metric,
             target=float(params["target"]),
             tolerance=float(params["tolerance"]),
             sync_s=float(params["sync_s"]),

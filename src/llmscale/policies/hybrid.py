@@ -233,7 +233,7 @@ class HybridPolicy:
 
     def decide(self, signals: Signals, state: None, now_s: float) -> tuple[Decision, None]:
         v = hybrid_verdict(self.config, signals)
-        return Decision(signals.fleet.spec_replicas + v.step, v.rule, v.inputs, v.note), None
+        return Decision(signals.fleet.spec_replicas + v.step, v.rule, v.inputs, v.note, relative=True), None
 
 
 # -- hybrid-predictive -----------------------------------------------------------------
@@ -344,7 +344,7 @@ class HybridPredictivePolicy:
             }
         )
         if no_data or rate is None:
-            return Decision(current + v.step, v.rule, inputs, v.note), new_state
+            return Decision(current + v.step, v.rule, inputs, v.note, relative=True), new_state
         # Predictive scale-up, not where the reactive rules find the fleet idle (their scale-down zone).
         ahead = forecast is not None and cap is not None and forecast > (1.0 + pc.tolerance) * current * cap
         if needed is not None and ahead and v.step >= 0 and needed > current + v.step:
@@ -353,7 +353,7 @@ class HybridPredictivePolicy:
         if v.step < 0 and needed is not None and needed > current + v.step:
             note = f"forecast needs {needed} replica(s): {v.rule} overruled"
             return Decision(current, "predictive-hold", inputs, note), new_state
-        return Decision(current + v.step, v.rule, inputs, v.note), new_state
+        return Decision(current + v.step, v.rule, inputs, v.note, relative=True), new_state
 
 
 # -- registry ----------------------------------------------------------------------------

@@ -37,10 +37,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmscale.policies.base import PolicyContext, register
 from llmscale.types import Decision, Signals
+
+if TYPE_CHECKING:
+    from llmscale.perf.profile import FactorScale
 
 __all__ = ["SloConfig", "SloPolicy", "SloState", "replica_capacity_rps"]
 
@@ -87,6 +90,8 @@ class SloConfig:
     max_num_seqs: int = 256
     #: a calibration profile (``llmscale calibrate``) scaling the step-time model, or None
     calibration: str | None = None
+    #: the live controller's online adjustment of the profile's factors (``drift.adapt``), or None
+    perf_scale: FactorScale | None = None
     #: used until the fleet has reported request lengths
     default_prompt_tokens: float = 1000.0
     default_output_tokens: float = 200.0
@@ -115,6 +120,7 @@ def replica_capacity_rps(
     ttft_target_s: float,
     max_num_seqs: int,
     calibration: str | None = None,
+    scale: FactorScale | None = None,
 ) -> float:
     """Steady-state requests/s one replica serves with mean TPOT and TTFT within their targets.
 
@@ -133,7 +139,7 @@ def replica_capacity_rps(
     """
     from llmscale.perf import get_perf_model
 
-    perf = get_perf_model(model, gpu, tp, calibration=calibration)
+    perf = get_perf_model(model, gpu, tp, calibration=calibration, scale=scale)
     p = max(1, prompt_tokens)
     o = max(1, output_tokens)
     ctx = p + o / 2.0
@@ -241,6 +247,7 @@ class SloPolicy:
             c.slo_ttft_s,
             c.max_num_seqs,
             c.calibration,
+            c.perf_scale,
         )
 
     def decide(self, signals: Signals, state: SloState, now_s: float) -> tuple[Decision, SloState]:
@@ -373,5 +380,6 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             tp=ctx.tp,
             max_num_seqs=int(ctx.extra.get("max_num_seqs", 256)),
             calibration=ctx.calibration,
+            perf_scale=ctx.perf_scale,
         )
     )

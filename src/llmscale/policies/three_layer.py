@@ -143,7 +143,7 @@ class ThreeLayerPolicy:
                 if want > fits:
                     note = f"{why}; GPU budget {cfg.gpu_budget} fits {fits} replica(s)"
                     return Decision(max(current, fits), "resource-gpu-budget", inputs, note), None
-            return Decision(want, "request-layer-up", inputs, why), None
+            return Decision(want, "request-layer-up", inputs, why, relative=True), None
 
         lat_low = ttft is not None and ttft < cfg.down_latency_fraction * cfg.ttft_slo_s
         if not (lat_low and qpr < cfg.queue_per_replica_down and current > 0):

@@ -3,8 +3,8 @@
 ``Signals.values[name]`` is a :class:`llmscale.types.SignalValue`; ``value is
 None`` when the signal cannot be computed (no data, stale, or undefined, e.g.
 a percentile over a window with no requests). Percent-valued signals say so;
-ratios are 0..1. Windows are over the controller's recent observations
-(``controller.loop.WINDOW_LEN`` ticks).
+ratios are 0..1; "x" is a multiple (observed / predicted, 1 = as modelled).
+Windows are over the controller's recent observations (``controller.loop.WINDOW_LEN`` ticks).
 """
 
 from __future__ import annotations
@@ -62,6 +62,18 @@ SIGNALS: dict[str, tuple[str, str]] = {
     # diagnostics
     "ghost_replicas": ("replicas", "VRAM resident, compute near zero, no requests (seed 000 chapter 1)"),
     "tenant_drift": ("ratio", "metric drift between replicas sharing load (seed 000 2.5)"),
+    # the deployment's step-time model against the fleet (controller/drift.py; perf/drift.py):
+    # only the live controller knows the model it plans with, so elsewhere they read "not computed"
+    "model_drift_itl_ratio": (
+        "x",
+        "observed mean inter-token latency / the step-time model's at the observed batch, context "
+        "and prefill load, over the latency window (1.4: the fleet decodes 40% slower than planned)",
+    ),
+    "model_drift_ttft_ratio": (
+        "x",
+        "observed mean TTFT / the model's prefill of the mean prompt next to the observed batch, "
+        "over windows in which no request waited",
+    ),
     # fleet
     "serving_replicas": ("replicas", "ready replicas with a fresh scrape"),
     "unknown_replicas": ("replicas", "serving replicas whose scrape failed"),

@@ -13,6 +13,7 @@ risk              OOM risk (seed 003 3.2)
 rhythm            FFT rhythm features and EWMA z-score of the load (seed 003 2.5)
 predictors        TTFT P99 predictions (seed 000 3.2, 2.3; seed 003 2.2)
 diagnostics       ghost replicas, tenant drift (seed 000 chapter 1, 2.5)
+(model drift)     placeholders: the live controller sets them (``controller/drift.py``)
 ================  ===================================================================
 
 The values are computed when first read, a group of related signals at a
@@ -121,6 +122,12 @@ def window_signals(fw: FleetWindow) -> Signals:
 
 
 _NOT_COMPUTED = SignalValue(None, "not computed")
+#: the model-drift ratios need the deployment's step-time model, which only the live controller
+#: has (``controller/drift.py`` sets them over these)
+_MODEL_DRIFT: Mapping[str, SignalValue] = {
+    name: SignalValue(None, "computed by the live controller against its step-time model")
+    for name in ("model_drift_itl_ratio", "model_drift_ttft_ratio")
+}
 
 
 def _family(family: str) -> Callable[[SignalValues], Mapping[str, SignalValue]]:
@@ -203,6 +210,7 @@ _GROUPS: tuple[tuple[Callable[[SignalValues], Mapping[str, SignalValue]], tuple[
     (lambda v: {"p99_predicted_coupled_s": coupled_prediction(v)}, ("p99_predicted_coupled_s",)),
     (lambda v: {"ghost_replicas": ghost_replicas(v.window)}, ("ghost_replicas",)),
     (lambda v: {"tenant_drift": tenant_drift(v.window)}, ("tenant_drift",)),
+    (lambda v: _MODEL_DRIFT, tuple(_MODEL_DRIFT)),
 )
 
 #: signal name -> its group's function

@@ -6,10 +6,21 @@ Rates (seed 000 3.1 names the request-shape signals; 2.4 the adaptive window):
   draining; scrape ok or not) contributes its counter increase between its
   oldest and newest successful samples within ``window_s``, divided by *its*
   sampled span, and the fleet rate is the sum (PromQL's ``sum(rate(...))``).
+  A counter that goes down was reset, as PromQL's ``rate`` reads it: the
+  increase of that step is the new value (120 -> 30 is +30, not -90), so a
+  restarted replica never reads as a negative rate nor, once back, as a spike.
+  A restart resets every counter of a process at once, so one witness counter
+  finds it (``signals/window.py``); a counter that ends below where it started
+  is walked as well, witness or not. Samples that are no load at all (negative,
+  NaN, a frozen page) never get here: the sources mark those replicas unknown
+  (``metrics/vetting.py``), so a replica back from such a stretch counts from
+  its last good sample, over the time since (no spike).
   So a replica made ready 30 s ago counts at its current rate, not at half
   of it; a replica whose latest scrape failed counts at its last known rate
-  (unknown is not zero load); a replica gone from the fleet no longer counts,
-  because its load has moved to the survivors and would be counted twice;
+  (unknown is not zero load), and a serving one unknown for the whole window
+  at the mean rate of the serving replicas known; a replica gone from the fleet
+  no longer counts, because its load has moved to the survivors and would be
+  counted twice;
 * finished requests are the increase of the E2E histogram's count;
 * ``prompt_len_mean_tokens`` = prompt-token increase / increase of the TTFT
   histogram's count: vLLM adds a request's prompt tokens when its prefill is
@@ -41,7 +52,7 @@ from llmscale.signals.window import (
     Span,
     start_index,
 )
-from llmscale.types import ReplicaSample, SignalValue
+from llmscale.types import Phase, ReplicaSample, SignalValue
 
 __all__ = [
     "RATE_SIGNALS",
@@ -103,7 +114,10 @@ def _count_increase(span: Span, first: ReplicaSample, last: ReplicaSample, name:
     if span.restarted:
         return counter_increase([s.histograms[name].count for s in span.samples if name in s.histograms])
     if name in first.histograms:
-        return last.histograms[name].count - first.histograms[name].count
+        inc = last.histograms[name].count - first.histograms[name].count
+        if inc < 0.0:  # this counter went down though the witness did not: a reset all the same
+            return counter_increase([s.histograms[name].count for s in span.samples if name in s.histograms])
+        return inc
     return None
 
 
@@ -113,17 +127,30 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
     spans = fw.spans(start)
     obs = fw.observations
     rates: list[float | None] = [None, None, None, None]  # requests, prompt, generation, preemptions
+    # READY replicas with a rate of each counter: their sum and number, to stand in for the
+    # unknown ones that have none (below)
+    ready_sum = [0.0, 0.0, 0.0, 0.0]
+    ready_n = [0, 0, 0, 0]
+    blind = 0  # READY replicas with no rate in the window that were serving all along (below)
+    ready_at_start: set[str] | None = None
     finished = prompt = gen = prefilled = prefill_prompt = 0.0
     replicas = 0
+    ready = Phase.READY
     for s_now in fw.newest.replicas:
         span = spans.get(s_now.replica)
-        if span is None or span.count < 2:
+        dt = 0.0
+        if span is not None and span.count >= 2:
+            (i_first, first), (i_last, last) = span.first, span.last
+            dt = obs[i_last].time_s - obs[i_first].time_s
+        if not dt > 0.0 or span is None:
+            if s_now.phase == ready:
+                # Unknown now, or serving since the window began and back with one good sample
+                # only (a replica just made ready has no rate yet, and is not guessed one).
+                if ready_at_start is None:
+                    ready_at_start = {s.replica for s in obs[start].replicas if s.phase == ready}
+                if not s_now.ok or s_now.replica in ready_at_start:
+                    blind += 1
             continue
-        (i_first, first), (i_last, last) = span.first, span.last
-        dt = obs[i_last].time_s - obs[i_first].time_s
-        if not dt > 0.0:
-            continue
-        replicas += 1
         incs: list[float | None] = [None, None, None, None]
         incs[0] = _count_increase(span, first, last, _e2e_name(last))
         for k, names in ((1, PROMPT_TOKENS), (2, GENERATION_TOKENS), (3, PREEMPTIONS)):
@@ -135,12 +162,25 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
             else:
                 v0 = first.values.get(name)
                 if v0 is not None:
-                    incs[k] = last.values[name] - v0
+                    inc = last.values[name] - v0
+                    if inc < 0.0:  # a reset of this counter alone (the witness did not go down)
+                        inc = counter_increase([s.values[name] for s in span.samples if name in s.values])
+                    incs[k] = inc
+        if not s_now.ok and s_now.phase == ready and not any(incs) and any(i is not None for i in incs):
+            # Unknown now, and its last known samples show no traffic at all: what a page that
+            # froze reads as until it is found stale. Its last known rate (0) would be zero load
+            # from a replica known to be unreadable; it counts at the fleet's mean instead.
+            blind += 1
+            continue
+        replicas += 1
         for k in range(4):
-            inc = incs[k]
-            if inc is not None:
+            got = incs[k]
+            if got is not None:
                 prev = rates[k]
-                rates[k] = inc / dt if prev is None else prev + inc / dt
+                rates[k] = got / dt if prev is None else prev + got / dt
+                if s_now.phase == ready:
+                    ready_sum[k] += got / dt
+                    ready_n[k] += 1
         n_done, n_prompt, n_gen = incs[0], incs[1], incs[2]
         if n_done is not None and n_prompt is not None and n_gen is not None:
             finished += n_done
@@ -150,6 +190,16 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
         if n_first is not None and n_prompt is not None:
             prefilled += n_first
             prefill_prompt += n_prompt
+    if blind:
+        # A serving replica unknown for the whole window (its scrapes fail, or its pages are
+        # impossible or frozen) still takes its share of the traffic: it counts at the mean of
+        # the serving replicas with a rate, as ObsTotals.load() does for the gauges. 2 replicas at
+        # 0.3 req/s each, one unknown for a minute: 0.6, not 0.3 (and None if none is known);
+        # the same on its first good sample back, until it has two in the window again.
+        for k in range(4):
+            r = rates[k]
+            if r is not None and ready_n[k]:
+                rates[k] = r + blind * ready_sum[k] / ready_n[k]
     return CounterRates(
         rates[0], rates[1], rates[2], rates[3], finished, prompt, gen, replicas, prefilled, prefill_prompt
     )

@@ -51,6 +51,7 @@ __all__ = [
     "ExternalScalerServicer",
     "KedaScaler",
     "KedaServer",
+    "peer_host",
     "serve",
 ]
 
@@ -180,6 +181,23 @@ class KedaScaler:
             self._cond.notify_all()
 
 
+def peer_host(peer: str) -> str:
+    """The client address of a gRPC peer string, without its port.
+
+    ``ipv4:10.0.0.7:51234`` -> ``ipv4:10.0.0.7``; ``ipv6:[::1]:51234`` -> ``ipv6:[::1]`` (gRPC
+    1.5x+ writes it URL-encoded, ``ipv6:%5B::1%5D:51234``); anything else (``unix:...``) is
+    kept whole.
+    """
+    from urllib.parse import unquote
+
+    kind, _, rest = unquote(peer).partition(":")
+    if kind in ("ipv4", "ipv6"):
+        host, sep, port = rest.rpartition(":")
+        if sep and port.isdigit():
+            return f"{kind}:{host}"
+    return unquote(peer)
+
+
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
     context.abort(code, message)  # raises: ends the RPC with this status
     raise AssertionError("unreachable: ServicerContext.abort raises")
@@ -189,14 +207,25 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
     """KEDA's ``ExternalScaler`` service over a fixed set of :class:`KedaScaler` holders."""
 
     def __init__(
-        self, scalers: Iterable[KedaScaler], *, keepalive_s: float = 30.0, max_streams: int = 8
+        self,
+        scalers: Iterable[KedaScaler],
+        *,
+        keepalive_s: float = 30.0,
+        max_streams: int = 8,
+        max_streams_per_peer: int | None = None,
     ) -> None:
         """``keepalive_s``: a stream resends the current activity after this long without a change,
         so a subscriber that missed nothing still hears the server is alive, and a vanished one is
         detected by the failed write. ``max_streams``: concurrent ``StreamIsActive`` calls; each
         holds a server worker thread, so more are refused with RESOURCE_EXHAUSTED instead of
-        starving the unary calls of threads.
+        starving the unary calls of threads. ``max_streams_per_peer``: of those, how many one
+        client address may hold. Without it any client that reaches the port could open all 8
+        and lock KEDA out; KEDA opens one per ScaledObject trigger, and 2 (the default, or
+        ``max_streams`` if lower) lets a restarted KEDA open its new stream before the server
+        has seen the old one close.
         """
+        if max_streams_per_peer is None:
+            max_streams_per_peer = min(2, max_streams)
         by_key: dict[tuple[str, str], KedaScaler] = {}
         for s in scalers:
             if s.key in by_key:
@@ -208,11 +237,19 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
             raise ConfigError(f"keepalive_s = {keepalive_s}, must be > 0")
         if max_streams < 1:
             raise ConfigError(f"max_streams = {max_streams}, must be >= 1")
+        if not 1 <= max_streams_per_peer <= max_streams:
+            raise ConfigError(
+                f"max_streams_per_peer = {max_streams_per_peer}, must be in 1..max_streams ({max_streams})"
+            )
         self._scalers = by_key
         self._keepalive_s = keepalive_s
         self._max_streams = max_streams
+        self._max_per_peer = max_streams_per_peer
         self._lock = threading.Lock()
         self._open_streams = 0
+        #: open streams per client address (its host, without the port: a client opening more
+        #: connections gets a new port each time, not a new address)
+        self._open_by_peer: dict[str, int] = {}
         self._closing = threading.Event()
 
     @property
@@ -220,6 +257,11 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         """``StreamIsActive`` calls currently open."""
         with self._lock:
             return self._open_streams
+
+    def open_streams_of(self, peer: str) -> int:
+        """``StreamIsActive`` calls currently open from client address ``peer`` (see :func:`peer_host`)."""
+        with self._lock:
+            return self._open_by_peer.get(peer, 0)
 
     def close(self) -> None:
         """End every open stream (with status OK) and refuse new ones; unary calls still answer."""
@@ -267,9 +309,20 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         self, request: pb.ScaledObjectRef, context: grpc.ServicerContext
     ) -> Iterator[pb.IsActiveResponse]:
         scaler = self._find(request, context)
+        peer = peer_host(context.peer())
         with self._lock:
             if self._closing.is_set():
                 _abort(context, grpc.StatusCode.UNAVAILABLE, "the llmscale KEDA scaler is shutting down")
+            mine = self._open_by_peer.get(peer, 0)
+            # Per client first: one client at its share is refused even while slots are free, so
+            # it can never take the slots another client (KEDA) needs.
+            if mine >= self._max_per_peer:
+                _abort(
+                    context,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{mine} StreamIsActive calls already open from {peer} "
+                    f"(max_streams_per_peer = {self._max_per_peer})",
+                )
             if self._open_streams >= self._max_streams:
                 _abort(
                     context,
@@ -278,11 +331,17 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
                     f"(max_streams = {self._max_streams})",
                 )
             self._open_streams += 1
+            self._open_by_peer[peer] = mine + 1
         try:
             yield from self._activity_stream(scaler, context)
         finally:
             with self._lock:
                 self._open_streams -= 1
+                left = self._open_by_peer[peer] - 1
+                if left:
+                    self._open_by_peer[peer] = left
+                else:
+                    del self._open_by_peer[peer]
 
     def _activity_stream(
         self, scaler: KedaScaler, context: grpc.ServicerContext
@@ -372,12 +431,15 @@ def serve(
     keepalive_s: float = 30.0,
     max_workers: int = 16,
     max_streams: int = 8,
+    max_streams_per_peer: int | None = None,
 ) -> tuple[KedaServer, int]:
     """Serve ``scalers`` to KEDA on ``address`` (host:port, port 0 = a free one); returns (server, port).
 
     Plain-text gRPC, as KEDA's ``external`` trigger uses without ``enableTLS``. ``max_streams``
-    must leave worker threads for unary calls: pre: max_streams < max_workers.
-    Raises ConfigError when the address cannot be bound.
+    must leave worker threads for unary calls: pre: max_streams < max_workers; one client
+    address holds at most ``max_streams_per_peer`` of them (see ExternalScalerServicer).
+    Anyone who reaches the port can call it: in a cluster, deploy/controller/networkpolicy.yaml
+    admits only KEDA. Raises ConfigError when the address cannot be bound.
     """
     if max_streams >= max_workers:
         raise ConfigError(f"max_streams = {max_streams}, must be < max_workers ({max_workers})")
@@ -385,6 +447,7 @@ def serve(
         [scalers] if isinstance(scalers, KedaScaler) else scalers,
         keepalive_s=keepalive_s,
         max_streams=max_streams,
+        max_streams_per_peer=max_streams_per_peer,
     )
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="keda-scaler")
