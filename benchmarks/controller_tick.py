@@ -116,6 +116,14 @@ def _page_formatter() -> Any:
                 add(f"{name}_bucket{{{labelstr((*pairs, ('le', _le(bound))))}}} {fmt(count)}\n")
             add(f"{name}_count{{{vllm}}} {fmt(hist.cumulative[-1])}\n")
             add(f"{name}_sum{{{vllm}}} {fmt(hist.sum)}\n")
+        # The few families only emulate exports (request outcomes, tokens per step, cache
+        # settings): written from the collector's own family objects, as generate_latest would.
+        for family in collector.engine_families():
+            kind = family.type
+            name = family.name + "_total" if kind == "counter" else family.name
+            add(f"# HELP {name} {doc_of(family.documentation)}\n# TYPE {name} {kind}\n")
+            for s in family.samples:
+                add(f"{s.name}{{{labelstr(tuple(s.labels.items()))}}} {fmt(s.value)}\n")
         return "".join(out).encode()
 
     return page

@@ -507,7 +507,8 @@ def run_cmd(
 EMULATE_HELP = (
     "Serve N simulated vLLM replicas over HTTP in wall-clock time (the backtest's replica model).\n\n"
     "Port P is a front door that routes like the simulator (least outstanding) and serves the OpenAI API "
-    "and the admin API (/admin/replicas, /admin/scale, /admin/targets); each replica also listens on the "
+    "and, with --admin-api, the admin API (/admin/replicas, /admin/scale, /admin/targets; bearer token "
+    "from --admin-token-file or $LLMSCALE_EMULATE_ADMIN_TOKEN); each replica also listens on the "
     "next free port above P with the OpenAI API and a vLLM + DCGM /metrics page. Runs until Ctrl-C, "
     "SIGTERM or --max-seconds."
 )
@@ -567,10 +568,28 @@ def emulate_cmd(
         bool | None,
         typer.Option("--chunked-prefill/--no-chunked-prefill", help="Engine: chunked prefill (default on)."),
     ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="A local tokenizer.json (or a directory with one) to count prompt tokens with; needs the "
+            "`tokenizers` package, never downloads. Default: about 4 characters a token."
+        ),
+    ] = None,
+    admin_api: Annotated[
+        bool, typer.Option(help="Serve the admin API (scale, list replicas and targets); off by default.")
+    ] = False,
+    admin_token_file: Annotated[
+        str | None,
+        typer.Option(
+            help="File holding the admin API's bearer token (default: $LLMSCALE_EMULATE_ADMIN_TOKEN)."
+        ),
+    ] = None,
+    admin_max_scale_up: Annotated[int, typer.Option(help="Replicas one /admin/scale call may add.")] = 16,
 ) -> None:
     import asyncio
 
     from llmscale.emulate import EmulateConfig, serve
+    from llmscale.emulate.config import admin_token
 
     if cold_start_s is not None:
         if cold_start_s < 0:
@@ -597,11 +616,17 @@ def emulate_cmd(
         seed=seed,
         calibration=None if calibration is None else str(calibration),
         **_engine_settings(calibration, max_num_seqs, max_num_batched_tokens, chunked_prefill),
+        tokenizer=tokenizer,
+        admin_api=admin_api,
+        admin_token=admin_token(admin_token_file, what="--admin-token-file") if admin_api else None,
+        admin_max_scale_up=admin_max_scale_up,
     )
 
     def ready(server: Any) -> None:
         # One line per fact, flushed: scripts and tests read the ports from here.
         print(f"front door: {server.base_url} (model {server.served_model})", flush=True)
+        print(f"prompt tokens: {server.tokens.source}", flush=True)
+        print(f"admin API: {'on, bearer token required' if admin_api else 'off'}", flush=True)
         for name, p in sorted(server.replica_ports().items()):
             print(f"replica {name}: http://{host}:{p}", flush=True)
         print("ready", flush=True)

@@ -177,6 +177,8 @@ class ScrapeConfig(_Section):
     #: the staleness limit: a replica whose page has not changed for longer than this, or whose
     #: samples carry timestamps older than this, is unknown (a frozen exporter, a cached page)
     max_sample_age_s: float = Field(default=60.0, gt=0)
+    #: a file holding emulate's admin token (default: $LLMSCALE_EMULATE_ADMIN_TOKEN)
+    emulate_token_file: str | None = None
 
 
 class MetricsConfig(_Section):
@@ -212,6 +214,9 @@ class KedaConfig(_Section):
 
 class EmulateConfig(_Section):
     url: HttpUrl
+    #: a file holding emulate's admin token (default: $LLMSCALE_EMULATE_ADMIN_TOKEN); the token
+    #: itself never goes in this file
+    token_file: str | None = None
 
 
 class ActuatorConfig(_Section):

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 __all__ = [
+    "ADMIN_TOKEN",
     "EmulateProcess",
     "Proc",
     "decision_lines",
@@ -40,6 +41,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: emulate's admin token in these tests. Every process gets it in its environment, as a user
+#: would export it: emulate (--admin-api) and ``llmscale run`` (its actuator and target discovery)
+#: read it from $LLMSCALE_EMULATE_ADMIN_TOKEN; Prometheus's http_sd is given it in its config.
+ADMIN_TOKEN = "e2e-emulate-admin-token-7d41"
 
 
 def llmscale_command() -> list[str]:
@@ -82,7 +88,7 @@ class Proc:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 # Unbuffered: the test reads what the child printed while it runs.
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "LLMSCALE_EMULATE_ADMIN_TOKEN": ADMIN_TOKEN},
             )
 
     @property
@@ -130,14 +136,15 @@ class Proc:
 
 
 class EmulateProcess(Proc):
-    """``llmscale emulate``; :meth:`wait_ready` reads the front door from its output.
+    """``llmscale emulate`` with its admin API on; :meth:`wait_ready` reads the front door from its output.
 
     ``port`` 0 lets the OS pick every port; a given front-door port (a test that must point
     Prometheus at it before emulate starts) puts the replicas on free ports above it.
     """
 
     def __init__(self, workdir: Path, *args: str, name: str = "emulate", port: int = 0) -> None:
-        super().__init__(name, [*llmscale_command(), "emulate", "--port", str(port), *args], workdir)
+        argv = [*llmscale_command(), "emulate", "--port", str(port), "--admin-api", *args]
+        super().__init__(name, argv, workdir)
         self.base_url = ""
 
     def wait_ready(self, timeout_s: float = 60.0) -> str:
@@ -153,7 +160,11 @@ class EmulateProcess(Proc):
 
     def admin(self) -> dict[str, Any]:
         """``GET /admin/replicas``: spec_replicas and every replica with phase and port."""
-        resp = httpx.get(self.base_url + "/admin/replicas", timeout=10.0)
+        resp = httpx.get(
+            self.base_url + "/admin/replicas",
+            timeout=10.0,
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        )
         resp.raise_for_status()
         doc: dict[str, Any] = resp.json()
         return doc

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from e2e_procs import (
+    ADMIN_TOKEN,
     EmulateProcess,
     Proc,
     decision_lines,
@@ -84,7 +85,7 @@ def _run(procs: Any, workdir: Path, config: Path, *args: str, name: str = "run")
 def _brief(lines: list[dict[str, Any]]) -> str:
     keys = ("ts_unix", "rule", "proposed", "final", "guard", "applied", "unknown_replicas", "metrics_outage")
     return "\n".join(
-        str({k: ln.get(k) for k in keys} | {"value": ln["signals"].get("value")}) for ln in lines
+        str({k: ln.get(k) for k in keys} | {"value": (ln["signals"] or {}).get("value")}) for ln in lines
     )
 
 
@@ -92,7 +93,9 @@ def test_prometheus_outage_holds_counts_errors_and_recovers(workdir, procs, prom
     port = free_port()
     front = f"http://127.0.0.1:{port}"
     emulate = procs(EmulateProcess, workdir, "--replicas", "2", "--max-seconds", "170", port=port)
-    prom = prometheus_server(scrape_interval_s=1.0, http_sd_url=f"{front}/admin/targets")
+    prom = prometheus_server(
+        scrape_interval_s=1.0, http_sd_url=f"{front}/admin/targets", http_sd_token=ADMIN_TOKEN
+    )
     config, log_path, ctl = _config(
         workdir,
         front,
@@ -117,7 +120,9 @@ def test_prometheus_outage_holds_counts_errors_and_recovers(workdir, procs, prom
         return found if len(found) >= n else None
 
     def healthy(ln: dict[str, Any]) -> bool:
-        value = ln["signals"].get("value")
+        # A tick that failed (emulate not listening yet: the controller starts first) records no
+        # signals at all.
+        value = (ln["signals"] or {}).get("value")
         return ln["unknown_replicas"] == 0 and value is not None and abs(value - VRAM_PER_REPLICA) < 1e-6
 
     # 1. Prometheus up: two ticks read both replicas and keep the fleet.

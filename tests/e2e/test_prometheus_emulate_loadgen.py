@@ -30,6 +30,7 @@ import signal
 
 import pytest
 from e2e_procs import (
+    ADMIN_TOKEN,
     EmulateProcess,
     Proc,
     decision_lines,
@@ -93,7 +94,9 @@ def test_run_reading_prometheus_scales_emulate_up_under_loadgen(
     emulate = procs(
         EmulateProcess, workdir, "--replicas", "1", "--cold-start-s", "3", "--max-seconds", "170", port=port
     )
-    prom = prometheus_server(scrape_interval_s=1.0, http_sd_url=f"{front}/admin/targets")
+    prom = prometheus_server(
+        scrape_interval_s=1.0, http_sd_url=f"{front}/admin/targets", http_sd_token=ADMIN_TOKEN
+    )
     log_path = workdir / "decisions.jsonl"
     config = write_config(
         workdir,

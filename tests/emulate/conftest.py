@@ -22,6 +22,8 @@ LLMSCALE = Path(sys.executable).with_name("llmscale")
 START_TIMEOUT_S = 90.0
 #: Simulated seconds per wall second of the `emulate_slow` fleet.
 TIME_SCALE = 0.25
+#: The admin token of the `emulate_slow` fleet (given through the environment, as a user would).
+ADMIN_TOKEN = "emulate-slow-admin-token-42"
 
 
 @dataclass
@@ -31,11 +33,17 @@ class EmulateProcess:
     replica_urls: dict[str, str]
 
 
-def start_emulate(*args: str) -> EmulateProcess:
+def start_emulate(*args: str, env: dict[str, str] | None = None) -> EmulateProcess:
     """Run ``llmscale emulate --port 0 ARGS`` and wait for its "ready" line; kill it on failure."""
     cmd = [str(LLMSCALE), "emulate", "--port", "0", "--max-seconds", "300", *args]
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, cwd=REPO
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
     )
     lines: list[str] = []
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -80,7 +88,16 @@ def with_group(proc: subprocess.Popen[str], sig: int) -> None:
 def emulate_slow() -> Iterator[EmulateProcess]:
     """One replica at quarter speed (TIME_SCALE): every simulated latency is four times as long on the
     wall clock, so the fixed HTTP and scheduling overheads are a smaller share of what is measured."""
-    ep = start_emulate("--replicas", "1", "--time-scale", str(TIME_SCALE), "--default-max-tokens", "8")
+    ep = start_emulate(
+        "--replicas",
+        "1",
+        "--time-scale",
+        str(TIME_SCALE),
+        "--default-max-tokens",
+        "8",
+        "--admin-api",
+        env={"LLMSCALE_EMULATE_ADMIN_TOKEN": ADMIN_TOKEN},
+    )
     try:
         yield ep
     finally:

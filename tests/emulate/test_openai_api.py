@@ -46,3 +46,54 @@ def test_refusals(body: Any, chat: bool, status: int, match: str) -> None:
     with pytest.raises(ApiError, match=match) as e:
         parse_request(body, chat=chat, served=SERVED, default_max_tokens=16)
     assert e.value.status == status
+
+
+def test_a_request_without_model_is_served_by_the_served_model() -> None:
+    p = parse_request({"prompt": "x"}, chat=False, served=("served", "alias"), default_max_tokens=4)
+    assert p.model == "served"
+    p = parse_request({"model": None, "messages": [{"role": "user", "content": "x"}]}, chat=True,
+                      served=("served",), default_max_tokens=4)  # fmt: skip
+    assert p.model == "served"
+
+
+@pytest.mark.parametrize(
+    ("stop", "max_tokens", "tokens", "reason", "text"),
+    [
+        # The filler is " the quick brown fox jumps over a lazy dog." repeating, one word a token.
+        pytest.param("fox", 16, 4, "fox", " the quick brown ", id="ends-in-the-4th-token"),
+        pytest.param(["zzz", "brown"], 16, 3, "brown", " the quick ", id="any-of-a-list"),
+        pytest.param(["dog", "quick"], 16, 2, "quick", " the ", id="the-earliest-wins"),
+        pytest.param("fox", 3, 3, None, " the quick brown", id="max-tokens-first"),
+        pytest.param("\n", 12, 12, None, None, id="never-in-the-filler"),
+        pytest.param("dog. the", 30, 11, "dog. the", " the quick brown fox jumps over a lazy ",
+                     id="across-a-period"),
+    ],
+)  # fmt: skip
+def test_stop_strings_end_the_output(stop: Any, max_tokens: int, tokens: int, reason: Any, text: Any) -> None:
+    body = {"model": "m", "prompt": "x", "max_tokens": max_tokens, "stop": stop}
+    out = parse_request(body, chat=False, served=SERVED, default_max_tokens=16).output
+    assert (out.tokens, out.stop_reason) == (tokens, reason)
+    assert out.finish_reason == ("length" if reason is None else "stop")
+    if text is not None:
+        assert out.text == text
+    assert "".join(out.piece(i) for i in range(out.tokens)) == out.text  # what a stream sends
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        pytest.param({"stop": ""}, "stop", id="empty-string"),
+        pytest.param({"stop": ["ok", 3]}, "stop", id="not-a-string"),
+        pytest.param({"stop_token_ids": [128009]}, "stop_token_ids", id="token-ids-not-emulated"),
+    ],
+)
+def test_stop_refusals(extra: dict[str, Any], match: str) -> None:
+    with pytest.raises(ApiError, match=match) as e:
+        parse_request({"model": "m", "prompt": "x", **extra}, chat=False, served=SERVED, default_max_tokens=4)
+    assert e.value.status == 400
+
+
+def test_prompt_tokens_come_from_the_counter_given() -> None:
+    p = parse_request({"model": "m", "prompt": "a b c"}, chat=False, served=SERVED, default_max_tokens=4,
+                      count_tokens=lambda text: len(text.split()))  # fmt: skip
+    assert p.input_tokens == 3  # the estimate would say ceil(5 / 4) = 2

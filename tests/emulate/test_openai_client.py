@@ -33,7 +33,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import TIME_SCALE, EmulateProcess
+from conftest import ADMIN_TOKEN, TIME_SCALE, EmulateProcess
 from llmscale.emulate import EmulateConfig
 from llmscale.emulate.engine import build_sim_config
 from llmscale.metrics.names import DCGM, TTFT_BUCKETS_S
@@ -191,7 +191,7 @@ def test_replica_metrics_parse_with_vllm_and_dcgm_names(emulate_slow: EmulatePro
 
 
 def test_admin_document_lists_the_replica_with_its_port(emulate_slow: EmulateProcess) -> None:
-    with httpx.Client(timeout=10.0) as http:
+    with httpx.Client(timeout=10.0, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as http:
         doc = http.get(emulate_slow.base_url + "/admin/replicas").json()
         targets = http.get(emulate_slow.base_url + "/admin/targets").json()
     (replica,) = doc["replicas"]

@@ -14,6 +14,8 @@ from llmscale.errors import ActuationError
 from llmscale.types import Phase
 
 MODEL = "llama-3-8b"
+TOKEN = "scaling-test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 PHASE_S = 0.4  # each of Pending, Loading, Warmup: long enough to be seen by a 20 ms poll
 #: ~3.7 s of decoding at ~12.4 ms a token: still streaming when the test shrinks the fleet, even
 #: after a slow client start on a busy machine
@@ -23,7 +25,14 @@ LONG_TOKENS = 300
 @pytest.fixture
 def fleet() -> Iterator[EmulatorThread]:
     cfg = EmulateConfig(
-        replicas=2, port=0, pending_s=PHASE_S, loading_s=PHASE_S, warmup_s=PHASE_S, grace_s=0.3
+        replicas=2,
+        port=0,
+        pending_s=PHASE_S,
+        loading_s=PHASE_S,
+        warmup_s=PHASE_S,
+        grace_s=0.3,
+        admin_api=True,
+        admin_token=TOKEN,
     )
     with EmulatorThread(cfg) as t:
         yield t
@@ -38,7 +47,7 @@ def wait_for(pred, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-
 
 
 def test_scale_up_walks_the_lifecycle_and_the_new_replica_gets_a_port(fleet: EmulatorThread) -> None:
-    with EmulateCluster(fleet.base_url) as cluster, httpx.Client(timeout=10.0) as http:
+    with EmulateCluster(fleet.base_url, token=TOKEN) as cluster, httpx.Client(timeout=10.0) as http:
         assert cluster.spec_replicas == 2
         cluster.scale_to(3, now_s=0.0)
         assert cluster.spec_replicas == 3
@@ -73,7 +82,7 @@ def test_scale_up_walks_the_lifecycle_and_the_new_replica_gets_a_port(fleet: Emu
         ok = http.post(url + "/v1/completions", json={"model": MODEL, "prompt": "tok", "max_tokens": 2})
         assert ok.status_code == 200 and ok.headers["x-llmscale-replica"] == "replica-3"
         assert "vllm:num_requests_running" in http.get(url + "/metrics").text
-        targets = http.get(fleet.base_url + "/admin/targets").json()
+        targets = http.get(fleet.base_url + "/admin/targets", headers=AUTH).json()
         assert {t["labels"]["pod"] for t in targets} == {"replica-1", "replica-2", "replica-3"}
 
 
@@ -94,7 +103,7 @@ def _stream_tokens(url: str, max_tokens: int, out: dict[str, object]) -> None:
 
 def _busy_replica_drain(fleet: EmulatorThread, drain_until_idle: bool) -> tuple[dict[str, object], str, int]:
     """Stream a long request on each replica, shrink to 1; return the drained one's stream and port."""
-    doc = httpx.get(fleet.base_url + "/admin/replicas", timeout=10.0).json()
+    doc = httpx.get(fleet.base_url + "/admin/replicas", timeout=10.0, headers=AUTH).json()
     ports = {r["name"]: r["port"] for r in doc["replicas"]}
     results = {name: {} for name in ports}
     threads = [
@@ -102,7 +111,7 @@ def _busy_replica_drain(fleet: EmulatorThread, drain_until_idle: bool) -> tuple[
         for n, p in ports.items()
     ]
     # Clients are made before the streams start: on a busy machine making one can take seconds.
-    with EmulateCluster(fleet.base_url) as cluster, httpx.Client(timeout=10.0) as http:
+    with EmulateCluster(fleet.base_url, token=TOKEN) as cluster, httpx.Client(timeout=10.0) as http:
         for th in threads:
             th.start()
         try:
@@ -125,7 +134,7 @@ def _busy_replica_drain(fleet: EmulatorThread, drain_until_idle: bool) -> tuple[
 def test_scale_down_with_drain_until_idle_finishes_in_flight_work(fleet: EmulatorThread) -> None:
     result, drained, port = _busy_replica_drain(fleet, drain_until_idle=True)
     assert result["tokens"] == LONG_TOKENS and result["tail"] == "data: [DONE]"  # not killed
-    with EmulateCluster(fleet.base_url) as cluster:
+    with EmulateCluster(fleet.base_url, token=TOKEN) as cluster:
         wait_for(lambda: drained not in {v.name for v in cluster.replicas_view()})
     wait_for(lambda: _refused(port))  # its listener is closed once it is gone
 
@@ -145,11 +154,21 @@ def _refused(port: int) -> bool:
 
 
 def test_cluster_errors_are_actuation_errors(fleet: EmulatorThread) -> None:
-    with EmulateCluster(fleet.base_url) as cluster:
+    with EmulateCluster(fleet.base_url, token=TOKEN) as cluster:
         with pytest.raises(ActuationError, match="400"):
             cluster.scale_to(10_000, now_s=0.0)
         with pytest.raises(ActuationError):
             cluster.scale_to(-1, now_s=0.0)
+    with (
+        EmulateCluster(fleet.base_url) as anonymous,
+        pytest.raises(ActuationError, match=r"401.*no token sent"),
+    ):
+        anonymous.scale_to(3, now_s=0.0)
+    with (
+        EmulateCluster(fleet.base_url, token="not-the-token-0123456789") as wrong,
+        pytest.raises(ActuationError, match=r"401.*not the one"),
+    ):
+        wrong.replicas_view()
     with EmulateCluster("http://127.0.0.1:9", timeout_s=2.0) as dead, pytest.raises(ActuationError):
         dead.replicas_view()
 

@@ -1,8 +1,13 @@
-"""``llmscale run`` end to end on real components: emulate's replicas, scraped and scaled over HTTP."""
+"""``llmscale run`` end to end on real components: emulate's replicas, scraped and scaled over HTTP.
+
+emulate's admin API is on with a token; ``run`` reads it from $LLMSCALE_EMULATE_ADMIN_TOKEN (the
+default) or from the config's token files.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,11 +20,17 @@ import yaml
 
 from llmscale.emulate import EmulateConfig, EmulatorThread
 
+TOKEN = "live-run-admin-token-1234"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
 
 @pytest.fixture
 def emulate():
     pytest.importorskip("llmscale.metrics.scrape", reason="metrics/scrape.py not built yet")
-    fleet = EmulatorThread(EmulateConfig(replicas=1, port=0, pending_s=0.0, loading_s=0.0, warmup_s=0.0))
+    cfg = EmulateConfig(
+        replicas=1, port=0, pending_s=0.0, loading_s=0.0, warmup_s=0.0, admin_api=True, admin_token=TOKEN
+    )
+    fleet = EmulatorThread(cfg)
     fleet.start()
     try:
         yield fleet
@@ -46,12 +57,16 @@ def _config(tmp_path: Path, base_url: str, **over) -> Path:
     return p
 
 
-def _run(*args: str) -> subprocess.Popen[str]:
+def _run(*args: str, token_in_env: bool = True) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "LLMSCALE_EMULATE_ADMIN_TOKEN"}
+    if token_in_env:
+        env["LLMSCALE_EMULATE_ADMIN_TOKEN"] = TOKEN
     return subprocess.Popen(
         [sys.executable, "-m", "llmscale.cli", "run", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
@@ -60,7 +75,7 @@ def test_run_scales_the_emulated_fleet_and_logs_why(tmp_path, emulate):
     proc = _run("--config", str(cfg), "--max-ticks", "2")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    spec = httpx.get(emulate.base_url + "/admin/replicas", timeout=5).json()["spec_replicas"]
+    spec = httpx.get(emulate.base_url + "/admin/replicas", timeout=5, headers=AUTH).json()["spec_replicas"]
     assert spec == 3
     lines = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     assert len(lines) == 2
@@ -89,8 +104,44 @@ def test_dry_run_touches_nothing_and_sigterm_stops_cleanly(tmp_path, emulate):
     assert "SIGTERM: stopping" in err
     first = json.loads(log.read_text().splitlines()[0])
     assert first["mode"] == "dry-run" and first["final"] == 3 and first["applied"] is False
-    assert httpx.get(emulate.base_url + "/admin/replicas", timeout=5).json()["spec_replicas"] == 1
+    assert (
+        httpx.get(emulate.base_url + "/admin/replicas", timeout=5, headers=AUTH).json()["spec_replicas"] == 1
+    )
     assert not (tmp_path / "state.json").exists()
+
+
+def test_the_token_can_come_from_files_named_in_the_config(tmp_path, emulate):
+    token_file = tmp_path / "emulate-token"
+    token_file.write_text(TOKEN + "\n")
+    cfg = _config(
+        tmp_path,
+        emulate.base_url,
+        metrics={
+            "source": "scrape",
+            "scrape": {
+                "emulate_url": emulate.base_url,
+                "emulate_token_file": str(token_file),
+                "timeout_s": 2,
+            },
+        },
+        actuator={"kind": "emulate", "emulate": {"url": emulate.base_url, "token_file": str(token_file)}},
+    )
+    proc = _run("--config", str(cfg), "--max-ticks", "1", token_in_env=False)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert (
+        httpx.get(emulate.base_url + "/admin/replicas", timeout=5, headers=AUTH).json()["spec_replicas"] == 3
+    )
+
+
+def test_without_the_token_actuation_fails_and_says_why(tmp_path, emulate):
+    cfg = _config(tmp_path, emulate.base_url)
+    proc = _run("--config", str(cfg), "--max-ticks", "1", token_in_env=False)
+    _, err = proc.communicate(timeout=120)
+    assert "401" in err and "LLMSCALE_EMULATE_ADMIN_TOKEN" in err and "1 failed" in err, err
+    assert (
+        httpx.get(emulate.base_url + "/admin/replicas", timeout=5, headers=AUTH).json()["spec_replicas"] == 1
+    )
 
 
 def _closed_port() -> int:
@@ -122,18 +173,25 @@ def test_an_unwritable_decision_log_stops_the_controller_before_it_scales(tmp_pa
     assert proc.returncode == 2, err
     assert "llmscale.yaml: decision_log.path: cannot append to " in err and "Traceback" not in err
     # static asks for 3: nothing was scaled without a record of it
-    assert httpx.get(emulate.base_url + "/admin/replicas", timeout=5).json()["spec_replicas"] == 1
+    assert (
+        httpx.get(emulate.base_url + "/admin/replicas", timeout=5, headers=AUTH).json()["spec_replicas"] == 1
+    )
     assert not (tmp_path / "state.json").exists()
 
 
-def test_an_outage_of_the_fleet_is_recorded_and_every_replica_counts_unknown(tmp_path):
+def test_an_outage_of_the_fleet_is_recorded_and_every_replica_counts_unknown(tmp_path, monkeypatch):
     """The live path built from a config (wiring, PodScrapeSource, EmulateCluster) over a real
     emulated fleet of 2, which then goes away: each tick during the outage fails, writes its line
     with the error, and the unknown-replicas gauge says 2, not the 0 of the last good tick."""
     from llmscale.config import load_config
     from llmscale.controller.wiring import build_runtime
 
-    fleet = EmulatorThread(EmulateConfig(replicas=2, port=0, pending_s=0.0, loading_s=0.0, warmup_s=0.0))
+    monkeypatch.setenv("LLMSCALE_EMULATE_ADMIN_TOKEN", TOKEN)  # what the in-process actuator reads
+    fleet = EmulatorThread(
+        EmulateConfig(
+            replicas=2, port=0, pending_s=0.0, loading_s=0.0, warmup_s=0.0, admin_api=True, admin_token=TOKEN
+        )
+    )
     fleet.start()
     stopped = False
     cfg = load_config(_config(tmp_path, fleet.base_url, policy={"name": "static", "params": {"replicas": 2}}))

@@ -71,6 +71,7 @@ class PrometheusServer:
         static_targets: Sequence[TargetGroup] = (),
         file_sd: bool = False,
         http_sd_url: str | None = None,
+        http_sd_token: str | None = None,
         job: str = "llm",
         honor_labels: bool = True,
         extra_args: Sequence[str] = (),
@@ -103,7 +104,10 @@ class PrometheusServer:
             self.write_file_sd([])
             job_cfg["file_sd_configs"] = [{"files": [str(self.file_sd_path)], "refresh_interval": "1s"}]
         if http_sd_url is not None:
-            job_cfg["http_sd_configs"] = [{"url": http_sd_url, "refresh_interval": "1s"}]
+            sd: dict[str, Any] = {"url": http_sd_url, "refresh_interval": "1s"}
+            if http_sd_token is not None:  # sent as "Authorization: Bearer <token>"
+                sd["authorization"] = {"type": "Bearer", "credentials": http_sd_token}
+            job_cfg["http_sd_configs"] = [sd]
         config = {
             "global": {"scrape_interval": interval, "evaluation_interval": interval},
             "scrape_configs": [job_cfg],

@@ -77,10 +77,13 @@ def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None
     """The actuator, and the KubernetesCluster behind it (None with emulate) for pods and state."""
     kind = cfg.actuator.kind
     if kind == "emulate":
-        from llmscale.emulate import EmulateCluster
+        from llmscale.emulate.cluster import EmulateCluster
+        from llmscale.emulate.config import admin_token
 
-        assert cfg.actuator.emulate is not None  # checked at load
-        emulate = EmulateCluster(cfg.actuator.emulate.url)
+        e = cfg.actuator.emulate
+        assert e is not None  # checked at load
+        token = admin_token(e.token_file, what="actuator.emulate.token_file")
+        emulate = EmulateCluster(e.url, token=token)
         closers.append(emulate.close)
         cluster: Cluster = emulate
         return cluster, None
@@ -139,7 +142,10 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
         fixed = [(t.name, t.url) for t in s.static_targets]
         targets = lambda: fixed  # noqa: E731 (a constant provider)
     elif s.emulate_url:
-        targets = EmulateTargets(s.emulate_url, s.path, s.timeout_s)
+        from llmscale.emulate.config import admin_token
+
+        token = admin_token(s.emulate_token_file, what="metrics.scrape.emulate_token_file")
+        targets = EmulateTargets(s.emulate_url, s.path, s.timeout_s, token=token)
     else:
         targets = _pod_targets(kube, s.port, s.path, s.dcgm_port)
     scrape: MetricSource = PodScrapeSource(
@@ -203,15 +209,16 @@ class EmulateTargets:
     last list, whose replicas then read as unknown if they are gone.
     """
 
-    def __init__(self, base_url: str, path: str, timeout_s: float) -> None:
+    def __init__(self, base_url: str, path: str, timeout_s: float, *, token: str | None = None) -> None:
         self.url = base_url.rstrip("/") + "/admin/targets"
         self.path = path
         self.timeout_s = timeout_s
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def __call__(self) -> list[tuple[str, str]]:
         import httpx
 
-        resp = httpx.get(self.url, timeout=self.timeout_s)
+        resp = httpx.get(self.url, timeout=self.timeout_s, headers=self._headers)
         resp.raise_for_status()
         return [
             (str(g["labels"]["pod"]), f"http://{t}{self.path}")

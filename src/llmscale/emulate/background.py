@@ -1,7 +1,8 @@
 """An emulated fleet in a background thread with its own event loop, for tests and benchmarks.
 
->>> with EmulatorThread(EmulateConfig(replicas=2, port=0)) as fleet:   # doctest: +SKIP
-...     httpx.get(fleet.base_url + "/admin/replicas").json()
+>>> cfg = EmulateConfig(replicas=2, port=0, admin_api=True, admin_token=token)   # doctest: +SKIP
+>>> with EmulatorThread(cfg) as fleet:   # doctest: +SKIP
+...     httpx.get(fleet.base_url + "/admin/replicas", headers={"Authorization": f"Bearer {token}"}).json()
 """
 
 from __future__ import annotations

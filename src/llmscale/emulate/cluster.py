@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 
+from llmscale.emulate.config import ADMIN_TOKEN_ENV
 from llmscale.errors import ActuationError
 from llmscale.types import Phase, ReplicaView
 
@@ -21,11 +22,14 @@ class EmulateCluster:
     line (seconds since it started), which is the one its ``now_s`` reports;
     ``scale_to`` acts at the emulator's present, whatever ``now_s`` says.
     Every failure (unreachable, non-2xx, malformed answer) is an ActuationError.
+    ``token`` is the admin API's bearer token (see :func:`llmscale.emulate.config.admin_token`).
     """
 
-    def __init__(self, base_url: str, *, timeout_s: float = 5.0) -> None:
+    def __init__(self, base_url: str, *, timeout_s: float = 5.0, token: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
+        self._has_token = bool(token)
 
     def close(self) -> None:
         self._http.close()
@@ -42,8 +46,15 @@ class EmulateCluster:
         except httpx.HTTPError as e:
             raise ActuationError(f"emulate admin API {method} {self.base_url}{path}: {e}") from e
         if resp.status_code >= 300:
+            hint = ""
+            if resp.status_code == 401:
+                hint = (
+                    f" (no token sent: set {ADMIN_TOKEN_ENV} or the config's token file)"
+                    if not self._has_token
+                    else " (the token is not the one emulate was started with)"
+                )
             raise ActuationError(
-                f"emulate admin API {method} {path} answered {resp.status_code}: {resp.text[:300]}"
+                f"emulate admin API {method} {path} answered {resp.status_code}: {resp.text[:300]}{hint}"
             )
         try:
             return resp.json()

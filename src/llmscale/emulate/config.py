@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from llmscale.errors import ConfigError
 
-__all__ = ["EmulateConfig"]
+__all__ = ["ADMIN_TOKEN_ENV", "MIN_ADMIN_TOKEN_CHARS", "EmulateConfig", "admin_token"]
+
+#: Where ``llmscale emulate`` and its clients (the emulate actuator, scrape discovery) read the
+#: admin API's bearer token when no token file is given.
+ADMIN_TOKEN_ENV = "LLMSCALE_EMULATE_ADMIN_TOKEN"
+#: Shortest token accepted: 16 characters of ``secrets.token_urlsafe`` carry 96 bits.
+MIN_ADMIN_TOKEN_CHARS = 16
+
+
+def admin_token(token_file: str | None = None, *, what: str = "token_file") -> str | None:
+    """The admin bearer token: ``token_file``'s content (stripped), else ``$LLMSCALE_EMULATE_ADMIN_TOKEN``.
+
+    None when neither is set (the client then sends no token, and an emulate
+    whose admin API is on answers 401, which the caller reports). A token file
+    that cannot be read or is empty is a ConfigError naming ``what``.
+    """
+    if token_file is not None:
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as e:
+            raise ConfigError(f"{what} {token_file}: cannot read it: {e.strerror}") from e
+        if not token:
+            raise ConfigError(f"{what} {token_file}: the file is empty")
+        return token
+    return os.environ.get(ADMIN_TOKEN_ENV) or None
 
 
 @dataclass(frozen=True)
@@ -20,6 +46,13 @@ class EmulateConfig:
     makes every simulated latency twice as long on the wall clock.
     Lifecycle durations left as None come from the performance catalogue's
     cold-start model (108 s in all for Llama-3-8B on one H100).
+
+    The admin API (``/admin/*``: scale the fleet, list replicas and scrape
+    targets) is off unless ``admin_api``; then every call must carry
+    ``Authorization: Bearer <admin_token>`` and one call may add at most
+    ``admin_max_scale_up`` replicas. ``tokenizer`` is a local tokenizer.json
+    (or a directory holding one) to count prompt tokens with; None estimates
+    them (see emulate/tokens.py).
     """
 
     model: str = "llama-3-8b"
@@ -47,6 +80,11 @@ class EmulateConfig:
     tick_s: float = 0.01
     served_model_name: str | None = None  # None: the model's Hugging Face id, as vLLM serves it
     seed: int = 0
+    tokenizer: str | None = None
+    admin_api: bool = False
+    admin_token: str | None = field(default=None, repr=False)  # a secret: kept out of reprs and logs
+    #: replicas one ``/admin/scale`` call may add (a typo of 1000 for 10 must not start 1000)
+    admin_max_scale_up: int = 16
 
     def __post_init__(self) -> None:
         if not 0 <= self.replicas <= self.max_replicas:
@@ -70,3 +108,14 @@ class EmulateConfig:
             )
         if not 0.001 <= self.tick_s <= 1.0:
             raise ConfigError(f"tick_s = {self.tick_s}, must be within [0.001, 1.0]")
+        if self.admin_max_scale_up < 1:
+            raise ConfigError(f"admin_max_scale_up = {self.admin_max_scale_up}, must be >= 1")
+        if self.admin_api:
+            token = self.admin_token or ""
+            if len(token) < MIN_ADMIN_TOKEN_CHARS or token != token.strip():
+                raise ConfigError(
+                    f"the admin API needs a bearer token of at least {MIN_ADMIN_TOKEN_CHARS} characters "
+                    f"without surrounding spaces (--admin-token-file FILE, or the {ADMIN_TOKEN_ENV} "
+                    "environment variable); make one with: "
+                    'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+                )

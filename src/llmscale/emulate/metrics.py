@@ -7,27 +7,39 @@ its own source over a one-replica view of the fleet. That keeps a scrape O(1)
 in the fleet size and gives every replica its own averaging window for the
 DCGM utilisation gauges (the time since that replica's previous scrape, as a
 sampling exporter would).
+
+On top of those, the families only the emulator exports (:meth:`ReplicaCollector.engine_families`),
+with vLLM V1's names, types, labels and buckets (vllm/v1/metrics/loggers.py):
+``vllm:request_success_total{finished_reason}`` (counter), ``vllm:request_prompt_tokens``
+and ``vllm:request_generation_tokens`` (histograms, 1-2-5 buckets to max_model_len),
+``vllm:iteration_tokens_total`` (histogram, 1 .. 16384) and ``vllm:cache_config_info``
+(a gauge at 1 whose labels are the cache settings, vLLM's stand-in for an info metric).
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, cast
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from llmscale.emulate.request_stats import FINISHED_REASONS, RequestStats
 from llmscale.metrics.names import VllmMetric as V
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet
 from llmscale.sim.gpu_counters import DCGM_HELP
+from llmscale.sim.histogram import BucketHistogram
 from llmscale.sim.replica import Replica
 from llmscale.types import ReplicaView
 
-__all__ = ["ReplicaCollector", "render_metrics"]
+__all__ = ["CacheConfigInfo", "ReplicaCollector", "render_metrics"]
 
 #: Families vLLM exports as counters (their names carry ``_total``, as metrics/names.py spells them).
 _COUNTERS = frozenset({V.PREEMPTIONS, V.PROMPT_TOKENS, V.GENERATION_TOKENS})
@@ -46,8 +58,44 @@ _HELP = {
     V.ITL_OLD: "Histogram of time per output token in seconds (pre-0.11 name).",
     V.TPOT: "Histogram of the per-request mean time per output token in seconds.",
     V.QUEUE_TIME: "Histogram of time spent waiting in the queue in seconds.",
+    V.REQUEST_SUCCESS: "Count of successfully processed requests.",
+    V.REQUEST_PROMPT_TOKENS: "Number of prefill tokens processed.",
+    V.REQUEST_GENERATION_TOKENS: "Number of generation tokens processed.",
+    V.ITERATION_TOKENS: "Histogram of number of tokens per engine_step.",
+    V.CACHE_CONFIG_INFO: "Information of the LLMEngine CacheConfig",
     **DCGM_HELP,  # dcgm-exporter's help strings, next to the formulas that produce the values
 }
+
+
+@dataclass(frozen=True)
+class CacheConfigInfo:
+    """The KV-cache settings a replica runs with, as ``vllm:cache_config_info`` labels them.
+
+    vLLM writes every field of its CacheConfig as a label (``metrics_info()``: each
+    value as ``str()`` gives it, so None reads "None" and booleans "True"/"False"),
+    plus ``engine``. The emulator writes the fields that describe what it
+    simulates: 16-token blocks, the pool from gpu_memory_utilization, no
+    prefix caching, no CPU swap or offload.
+    """
+
+    block_size: int
+    gpu_memory_utilization: float
+    num_gpu_blocks: int
+
+    def labels(self) -> dict[str, str]:
+        return {
+            "block_size": str(self.block_size),
+            "cache_dtype": "auto",
+            "cpu_offload_gb": "0",
+            "enable_prefix_caching": "False",
+            "gpu_memory_utilization": str(self.gpu_memory_utilization),
+            "is_attention_free": "False",
+            "num_cpu_blocks": "None",
+            "num_gpu_blocks": str(self.num_gpu_blocks),
+            "num_gpu_blocks_override": "None",
+            "sliding_window": "None",
+            "engine": "0",
+        }
 
 
 def _le(bound: float) -> str:
@@ -82,10 +130,21 @@ class ReplicaCollector(Collector):
     """
 
     def __init__(
-        self, fleet: Fleet, replica: Replica, served_model: str, gpu_model: str, now_s: Callable[[], float]
+        self,
+        fleet: Fleet,
+        replica: Replica,
+        served_model: str,
+        gpu_model: str,
+        now_s: Callable[[], float],
+        *,
+        stats: Callable[[], RequestStats] | None = None,
+        cache_info: CacheConfigInfo | None = None,
     ) -> None:
         view = cast(Fleet, _OneReplicaFleet(fleet, replica))  # duck-typed: only the attributes read
         self._source = SimMetricSource(view)
+        self._replica = replica
+        self._stats = stats
+        self._cache_info = cache_info
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self._name = replica.name
@@ -124,6 +183,59 @@ class ReplicaCollector(Collector):
             buckets = [(_le(b), c) for b, c in zip(hist.bounds, hist.cumulative, strict=True)]
             h.add_metric([v for _, v in self._vllm_labels], buckets, hist.sum)
             yield h
+        yield from self.engine_families()
+
+    def engine_families(self) -> Iterator[Metric]:
+        """The families the backtest's source does not compute (see the module docstring).
+
+        Pre: called right after :meth:`collect` read the sample (the replica is synced to now).
+        """
+        keys = [k for k, _ in self._vllm_labels]
+        values = [v for _, v in self._vllm_labels]
+        if self._stats is not None:
+            stats = self._stats()
+            success = CounterMetricFamily(
+                V.REQUEST_SUCCESS.removesuffix("_total"),
+                _HELP[V.REQUEST_SUCCESS],
+                labels=[*keys, "finished_reason"],
+            )
+            for reason in FINISHED_REASONS:
+                success.add_metric([*values, reason], float(stats.finished[reason]))
+            yield success
+            yield _histogram(V.REQUEST_PROMPT_TOKENS, keys, values, stats.prompt_tokens)
+            yield _histogram(V.REQUEST_GENERATION_TOKENS, keys, values, stats.generation_tokens)
+        yield _iteration_tokens(keys, values, self._replica)
+        if self._cache_info is not None:
+            labels = self._cache_info.labels()
+            info = GaugeMetricFamily(V.CACHE_CONFIG_INFO, _HELP[V.CACHE_CONFIG_INFO], labels=list(labels))
+            info.add_metric(list(labels.values()), 1.0)
+            yield info
+
+
+def _iteration_tokens(keys: list[str], values: list[str], r: Replica) -> HistogramMetricFamily:
+    """``vllm:iteration_tokens_total``: the replica's mixed steps (a histogram) plus its decode-only
+    steps, which it counts per batch size (a step of b sequences carries b tokens)."""
+    mixed = r.hist_mixed_step_tokens
+    bounds = mixed.bounds
+    counts = mixed.counts
+    total = mixed.sum
+    for batch, steps in enumerate(r.decode_steps_by_batch):
+        if steps:
+            counts[bisect.bisect_left(bounds, batch)] += float(steps)
+            total += float(batch) * float(steps)
+    family = HistogramMetricFamily(V.ITERATION_TOKENS, _HELP[V.ITERATION_TOKENS], labels=keys)
+    family.add_metric(
+        values, [(_le(b), c) for b, c in zip(bounds, itertools.accumulate(counts), strict=True)], total
+    )
+    return family
+
+
+def _histogram(name: str, keys: list[str], values: list[str], h: BucketHistogram) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, _HELP[name], labels=keys)
+    snap = h.snapshot()
+    buckets = [(_le(b), c) for b, c in zip(snap.bounds, snap.cumulative, strict=True)]
+    family.add_metric(values, buckets, snap.sum)
+    return family
 
 
 def render_metrics(collector: ReplicaCollector) -> bytes:

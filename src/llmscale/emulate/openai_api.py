@@ -1,37 +1,43 @@
 """The OpenAI wire format the emulator speaks: parsing request bodies, building response objects.
 
 Pure functions, no HTTP: the server module turns these into responses. Prompt
-length is estimated at one token per 4 characters of text (the usual English
-rule of thumb; ``loadgen`` writes prompts of 4-character words so the count it
-means is the count the emulator reads), or exactly the length of a token-id
-list. The emulator generates exactly ``max_tokens`` tokens, as vLLM does with
-``ignore_eos``; their text is filler words.
+length comes from a :class:`~llmscale.emulate.tokens.TokenCounter` (the model's
+tokenizer when one is on disk, else one token per 4 characters), or exactly the
+length of a token-id list. The output text is filler words, one per token; the
+emulator generates ``max_tokens`` of them (as vLLM does with ``ignore_eos``)
+unless a ``stop`` string shows up in that text first (:func:`plan_output`).
+A request without ``model`` is served by the served model, as vLLM serves it.
 """
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from llmscale.emulate.tokens import estimate_tokens
+
 __all__ = [
     "ApiError",
+    "OutputPlan",
     "ParsedRequest",
     "chunk_object",
     "error_object",
-    "estimate_tokens",
     "filler_text",
     "final_object",
     "models_object",
     "new_id",
     "parse_request",
+    "plan_output",
     "unix_time",
     "usage_chunk_object",
 ]
 
 _FILLER = (" the", " quick", " brown", " fox", " jumps", " over", " a", " lazy", " dog", ".")
+_PERIOD_CHARS = sum(len(w) for w in _FILLER)  # 43: the filler repeats every 10 tokens
+_STARTS = tuple(sum(len(w) for w in _FILLER[:i]) for i in range(len(_FILLER)))
 
 
 class ApiError(Exception):
@@ -45,6 +51,59 @@ class ApiError(Exception):
 
 
 @dataclass(frozen=True)
+class OutputPlan:
+    """What the emulator will generate for one request, known when it arrives.
+
+    ``tokens`` output tokens (the simulated request's length), ending for
+    ``finish_reason`` ``"length"`` (``max_tokens`` reached) or ``"stop"`` (the
+    token that completed ``stop_reason``, one of the request's stop strings);
+    ``text`` is what the client receives: the filler up to that stop string,
+    which is not included (OpenAI's and vLLM's default).
+    """
+
+    tokens: int
+    finish_reason: str
+    stop_reason: str | None
+    text: str
+
+    def piece(self, i: int) -> str:
+        """The text token ``i`` adds to what the client sees (empty once past a stop string)."""
+        start = (i // len(_FILLER)) * _PERIOD_CHARS + _STARTS[i % len(_FILLER)]
+        return self.text[start : start + len(_FILLER[i % len(_FILLER)])]
+
+
+def plan_output(max_tokens: int, stop: tuple[str, ...]) -> OutputPlan:
+    """Generate filler until ``max_tokens`` or until a stop string is complete, whichever comes first.
+
+    Stop sequences are honoured, not refused (a client such as guidellm or an
+    evaluation harness sends them routinely, and an emulator that refused them
+    would not be a stand-in for vLLM): the output text is fixed and known in
+    advance, so the token at which a stop string completes is found when the
+    request arrives and the simulated request is exactly that long, with the
+    latency and KV use of a request that really stopped there. E.g. stop
+    ``"fox"`` with max_tokens 16: " the quick brown fox" is 4 tokens, the client
+    gets " the quick brown " and finish_reason "stop". A stop string that the
+    filler never contains (``"\n"``) leaves the request at ``max_tokens``, as a
+    model that never wrote it would.
+    """
+    longest = max((len(s) for s in stop), default=0)
+    # The filler repeats every 10 tokens, so a stop string that occurs at all ends within the first
+    # period plus its own length (every filler token has at least one character).
+    horizon = min(max_tokens, len(_FILLER) + longest + 1) if stop else 0
+    text = filler_text(0, horizon)
+    best: tuple[int, int, str] | None = None  # (end, start, stop string): earliest end wins
+    for s in stop:
+        at = text.find(s)
+        if at >= 0 and (best is None or (at + len(s), at) < best[:2]):
+            best = (at + len(s), at, s)
+    if best is None:
+        return OutputPlan(max_tokens, "length", None, filler_text(0, max_tokens))
+    end, start, s = best
+    tokens = next(i + 1 for i in range(horizon) if len(filler_text(0, i + 1)) >= end)
+    return OutputPlan(tokens, "stop", s, text[:start])
+
+
+@dataclass(frozen=True)
 class ParsedRequest:
     """What the emulator needs from a completions or chat-completions body."""
 
@@ -54,20 +113,16 @@ class ParsedRequest:
     max_tokens: int
     stream: bool
     include_usage: bool
+    output: OutputPlan
 
 
-def estimate_tokens(text: str) -> int:
-    """About one token per 4 characters, at least one: ``"tok tok tok"`` (11 chars) is 3."""
-    return max(1, math.ceil(len(text) / 4))
-
-
-def _prompt_tokens(prompt: Any) -> int:
+def _prompt_tokens(prompt: Any, count: Callable[[str], int]) -> int:
     if isinstance(prompt, str):
-        return estimate_tokens(prompt)
+        return count(prompt)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
         return len(prompt)  # token ids: exact
     if isinstance(prompt, list) and len(prompt) == 1:
-        return _prompt_tokens(prompt[0])
+        return _prompt_tokens(prompt[0], count)
     raise ApiError(
         400,
         "prompt must be a string or a list of token ids (batched prompts are not emulated)",
@@ -75,7 +130,7 @@ def _prompt_tokens(prompt: Any) -> int:
     )
 
 
-def _message_tokens(messages: Any) -> int:
+def _message_tokens(messages: Any, count: Callable[[str], int]) -> int:
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list", param="messages")
     text = []
@@ -87,7 +142,7 @@ def _message_tokens(messages: Any) -> int:
             text.append(content)
         elif isinstance(content, list):  # content parts: count the text ones
             text.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return estimate_tokens("".join(text))
+    return count("".join(text))
 
 
 def _positive_int(body: dict[str, Any], *names: str) -> int | None:
@@ -101,35 +156,62 @@ def _positive_int(body: dict[str, Any], *names: str) -> int | None:
     return None
 
 
+def _stop_strings(body: dict[str, Any]) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        stop = []
+    elif isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
+        raise ApiError(400, f"stop = {stop!r}: must be a non-empty string or a list of them", param="stop")
+    if body.get("stop_token_ids"):
+        # The filler text has no token ids: refused rather than ignored.
+        raise ApiError(400, "stop_token_ids is not emulated; use stop strings", param="stop_token_ids")
+    return tuple(stop)
+
+
 def parse_request(
-    body: Any, *, chat: bool, served: tuple[str, ...], default_max_tokens: int
+    body: Any,
+    *,
+    chat: bool,
+    served: tuple[str, ...],
+    default_max_tokens: int,
+    count_tokens: Callable[[str], int] = estimate_tokens,
 ) -> ParsedRequest:
-    """Validate a request body; raises :class:`ApiError` with the answer vLLM would give."""
+    """Validate a request body; raises :class:`ApiError` with the answer vLLM would give.
+
+    ``served[0]`` is the served model's name: a body without ``model`` gets it
+    (vLLM's behaviour), one naming another model is answered 404.
+    """
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     model = body.get("model")
+    if model is None:
+        model = served[0]
     if not isinstance(model, str) or model not in served:
         raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
     n = body.get("n", 1)
     if n != 1:
         raise ApiError(400, f"n = {n!r}: only n = 1 is emulated", param="n")
     if chat:
-        input_tokens = _message_tokens(body.get("messages"))
+        input_tokens = _message_tokens(body.get("messages"), count_tokens)
         max_tokens = _positive_int(body, "max_completion_tokens", "max_tokens")
     else:
         if "prompt" not in body:
             raise ApiError(400, "prompt is required", param="prompt")
-        input_tokens = _prompt_tokens(body["prompt"])
+        input_tokens = _prompt_tokens(body["prompt"], count_tokens)
         max_tokens = _positive_int(body, "max_tokens")
     options = body.get("stream_options")
     include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
+    limit = default_max_tokens if max_tokens is None else max_tokens
     return ParsedRequest(
         chat=chat,
         model=model,
         input_tokens=input_tokens,
-        max_tokens=default_max_tokens if max_tokens is None else max_tokens,
+        max_tokens=limit,
         stream=bool(body.get("stream", False)),
         include_usage=include_usage,
+        output=plan_output(limit, _stop_strings(body)),
     )
 
 
@@ -158,7 +240,10 @@ def _usage(p: ParsedRequest, completion_tokens: int) -> dict[str, int]:
 def chunk_object(
     p: ParsedRequest, rid: str, created: int, text: str, *, first: bool, finish: str | None
 ) -> dict[str, Any]:
-    """One streamed chunk carrying ``text`` (a chat chunk's first delta also names the role)."""
+    """One streamed chunk carrying ``text`` (a chat chunk's first delta also names the role).
+
+    The last one carries ``finish`` and, as vLLM's do, ``stop_reason`` (the stop string or null).
+    """
     if p.chat:
         delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {"content": text}
         choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -166,6 +251,8 @@ def chunk_object(
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
         obj = "text_completion"
+    if finish is not None:
+        choice["stop_reason"] = p.output.stop_reason
     return {"id": rid, "object": obj, "created": created, "model": p.model, "choices": [choice]}
 
 
@@ -182,20 +269,28 @@ def usage_chunk_object(p: ParsedRequest, rid: str, created: int, completion_toke
     }
 
 
-def final_object(p: ParsedRequest, rid: str, created: int, completion_tokens: int) -> dict[str, Any]:
-    """The whole answer of a non-streaming request."""
-    text = filler_text(0, completion_tokens)
+def final_object(p: ParsedRequest, rid: str, created: int) -> dict[str, Any]:
+    """The whole answer of a non-streaming request that completed (its :class:`OutputPlan`)."""
+    out = p.output
     choice: dict[str, Any]
+    # ``stop_reason`` is vLLM's addition: the stop string that ended the output, else null.
     if p.chat:
         choice = {
             "index": 0,
-            "message": {"role": "assistant", "content": text},
+            "message": {"role": "assistant", "content": out.text},
             "logprobs": None,
-            "finish_reason": "length",
+            "finish_reason": out.finish_reason,
+            "stop_reason": out.stop_reason,
         }
         obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+        choice = {
+            "index": 0,
+            "text": out.text,
+            "logprobs": None,
+            "finish_reason": out.finish_reason,
+            "stop_reason": out.stop_reason,
+        }
         obj = "text_completion"
     return {
         "id": rid,
@@ -203,7 +298,7 @@ def final_object(p: ParsedRequest, rid: str, created: int, completion_tokens: in
         "created": created,
         "model": p.model,
         "choices": [choice],
-        "usage": _usage(p, completion_tokens),
+        "usage": _usage(p, out.tokens),
     }
 
 

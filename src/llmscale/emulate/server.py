@@ -1,14 +1,17 @@
 """HTTP for the emulated fleet: a front door, one listener per replica, the admin API.
 
 The front door routes through the simulator's own router (least outstanding)
-and serves the OpenAI API plus the admin API of
-docs/notes/live-controller-contracts.md. Each replica gets its own listener
+and serves the OpenAI API plus, when enabled, the admin API of
+docs/notes/live-controller-contracts.md behind the checks of admin_guard.py
+(off by default: ``/admin/*`` then answers 404). Each replica gets its own listener
 from the moment its container exists (Loading) until it is gone: the OpenAI
 API answers 503 until it is Ready (and again while it drains), ``/metrics``
 answers throughout. One asyncio task drives the simulator: it runs the fleet
 to the present, wakes the handlers whose requests produced tokens, opens and
 closes replica listeners as phases change, and sleeps until the next thing
-that can change (at most ``tick_s`` while tokens stream).
+that can change (at most ``tick_s`` while tokens stream). A client that
+disconnects cancels its handler (aiohttp's handler cancellation), which aborts
+its simulated request: its batch slot and KV blocks are free at once, as in vLLM.
 """
 
 from __future__ import annotations
@@ -25,15 +28,15 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from llmscale.emulate.admin_guard import admin_refusal, allowed_origins, read_admin_body
 from llmscale.emulate.config import EmulateConfig
 from llmscale.emulate.engine import Emulator, Flight, Outcome
-from llmscale.emulate.metrics import ReplicaCollector, render_metrics
+from llmscale.emulate.metrics import CacheConfigInfo, ReplicaCollector, render_metrics
 from llmscale.emulate.openai_api import (
     ApiError,
     ParsedRequest,
     chunk_object,
     error_object,
-    filler_text,
     final_object,
     models_object,
     new_id,
@@ -41,6 +44,7 @@ from llmscale.emulate.openai_api import (
     unix_time,
     usage_chunk_object,
 )
+from llmscale.emulate.tokens import load_token_counter
 from llmscale.errors import ConfigError
 from llmscale.types import Phase
 
@@ -69,7 +73,7 @@ class _Listener:
         self.sock = sock
         self.port = int(sock.getsockname()[1])
         self.collector = collector
-        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=_SHUTDOWN_S)
+        self.runner = _runner(app)
 
     async def open(self) -> None:
         await self.runner.setup()
@@ -78,6 +82,11 @@ class _Listener:
     async def close(self) -> None:
         await self.runner.cleanup()
         self.sock.close()
+
+
+def _runner(app: web.Application) -> web.AppRunner:
+    # handler_cancellation: a client that disconnects cancels its handler, which aborts its request.
+    return web.AppRunner(app, access_log=None, shutdown_timeout=_SHUTDOWN_S, handler_cancellation=True)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -95,7 +104,10 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _json_error(e: ApiError) -> web.Response:
-    return web.json_response(error_object(str(e), e.kind, e.status, e.param), status=e.status)
+    headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
+    return web.json_response(
+        error_object(str(e), e.kind, e.status, e.param), status=e.status, headers=headers
+    )
 
 
 def _sse(obj: Any) -> str:
@@ -118,10 +130,18 @@ class EmulateServer:
 
         self.cfg = cfg
         self.emu = Emulator(cfg)
+        self.tokens = load_token_counter(cfg.tokenizer)
         model = get_model(cfg.model)
         self.served_model = cfg.served_model_name or model.hf_id
+        # The served name first: a request without ``model`` gets it.
         self.accepted_models = (self.served_model, model.name, model.hf_id, *model.aliases)
         self._gpu_model = get_gpu(cfg.gpu).name
+        fleet = self.emu.fleet
+        self._cache_info = CacheConfigInfo(
+            block_size=16,
+            gpu_memory_utilization=fleet.config.gpu_memory_utilization,
+            num_gpu_blocks=fleet.total_blocks,
+        )
         self._listeners: dict[str, _Listener] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._front: web.AppRunner | None = None
@@ -138,7 +158,7 @@ class EmulateServer:
         except OSError as e:
             raise ConfigError(f"cannot listen on {self.cfg.host}:{self.cfg.port}: {e.strerror}") from e
         self.front_port = int(self._front_sock.getsockname()[1])
-        self._front = web.AppRunner(self._app(None), access_log=None, shutdown_timeout=_SHUTDOWN_S)
+        self._front = _runner(self._app(None))
         await self._front.setup()
         await web.SockSite(self._front, self._front_sock).start()
         self.emu.start()
@@ -176,18 +196,35 @@ class EmulateServer:
         return {name: lst.port for name, lst in self._listeners.items()}
 
     async def _settle(self) -> None:
-        """Wait for listeners being opened or closed (tests and stop want them done)."""
+        """Wait for listeners being opened or closed (tests and stop want them done).
+
+        asyncio.wait, not gather: a handler cancelled while it waits here (its client left)
+        must not cancel the listener tasks with it.
+        """
         while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            await asyncio.wait(list(self._tasks))
+
+    @property
+    def admin_origins(self) -> frozenset[str]:
+        """Origins the admin API accepts a browser request from (the front door's own)."""
+        return allowed_origins(self.cfg.host, self.front_port)
 
     async def _drive(self) -> None:
         emu = self.emu
+        loop = asyncio.get_running_loop()
         while True:
             now = emu.advance()
             self._reconcile()
             emu.wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(emu.wake.wait(), emu.wait_s(now))
+            # A timer sets the same event a submit or a scale sets. Not asyncio.wait_for: on
+            # Python 3.11 a cancel that lands as its timeout fires (often, with the 0 s sleeps
+            # of a fleet with a replica on its way) can leave it awaiting forever, and stop()
+            # then never returns (seen: 2 of 8 runs of scale-up-then-stop).
+            timer = loop.call_later(emu.wait_s(now), emu.wake.set)
+            try:
+                await emu.wake.wait()
+            finally:
+                timer.cancel()
 
     # ------------------------------------------------------------ listeners
 
@@ -199,13 +236,20 @@ class EmulateServer:
                 self._open(name)
         for name in [n for n in self._listeners if n not in live]:
             self._spawn(self._listeners.pop(name).close())
+            self.emu.forget_stats(name)
 
     def _open(self, name: str) -> None:
         replica = self.emu.replica(name)
         assert replica is not None
         sock = self._bind_replica()
         collector = ReplicaCollector(
-            self.emu.fleet, replica, self.served_model, self._gpu_model, lambda: self.emu.fleet.now
+            self.emu.fleet,
+            replica,
+            self.served_model,
+            self._gpu_model,
+            lambda: self.emu.fleet.now,
+            stats=lambda: self.emu.stats_of(name),
+            cache_info=self._cache_info,
         )
         listener = _Listener(name, sock, self._app(name), collector)
         self._listeners[name] = listener
@@ -235,16 +279,19 @@ class EmulateServer:
     # ----------------------------------------------------------------- apps
 
     def _app(self, replica: str | None) -> web.Application:
-        app = web.Application()
+        admin = replica is None and self.cfg.admin_api
+        app = web.Application(middlewares=[_admin_gate] if admin else [])
         app[_ENDPOINT] = _Endpoint(self, replica)
         app.router.add_post("/v1/completions", _completions)
         app.router.add_post("/v1/chat/completions", _chat_completions)
         app.router.add_get("/v1/models", _models)
         app.router.add_get("/health", _health)
-        if replica is None:
+        if admin:
             app.router.add_get("/admin/replicas", _admin_replicas)
             app.router.add_post("/admin/scale", _admin_scale)
             app.router.add_get("/admin/targets", _admin_targets)
+        elif replica is None:
+            app.router.add_route("*", "/admin{tail:.*}", _admin_off)
         else:
             app.router.add_get("/metrics", _metrics)
         return app
@@ -316,54 +363,73 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
         except ValueError as e:
             raise ApiError(400, f"the request body is not JSON: {e}") from e
         p = parse_request(
-            body, chat=chat, served=srv.accepted_models, default_max_tokens=srv.cfg.default_max_tokens
+            body,
+            chat=chat,
+            served=srv.accepted_models,
+            default_max_tokens=srv.cfg.default_max_tokens,
+            count_tokens=srv.tokens.count,
         )
         refusal = _not_ready(ep)  # the replica may have changed phase while the body was read
         if refusal is not None:
             raise refusal
+        # vLLM refuses prompt + max_tokens beyond the context up front, whatever stop strings say.
+        if p.input_tokens + p.max_tokens > emu.max_model_len:
+            raise _too_long(p, emu.max_model_len)
     except ApiError as e:
         return _json_error(e)
-    flight = emu.submit(p.input_tokens, p.max_tokens, ep.replica)
-    if flight.outcome == Outcome.REJECTED:
-        limit = emu.max_model_len
-        return _json_error(
-            ApiError(
-                400,
-                f"This model's maximum context length is {limit} tokens. However, you requested "
-                f"{p.input_tokens + p.max_tokens} tokens ({p.input_tokens} in the messages, "
-                f"{p.max_tokens} in the completion).",
-            )
-        )
+    flight = emu.submit(p.input_tokens, p.output.tokens, ep.replica, finish_reason=p.output.finish_reason)
+    if flight.outcome == Outcome.REJECTED:  # more KV blocks than the whole replica has
+        return _json_error(_too_long(p, emu.max_model_len))
     if p.stream:
         return await _stream(request, p, flight)
-    while flight.outcome is None:
-        await flight.changed.wait()
-        flight.changed.clear()
+    try:
+        while flight.outcome is None:
+            await flight.changed.wait()
+            flight.changed.clear()
+    finally:
+        if flight.outcome is None:  # cancelled: the client went away while it waited
+            emu.abort(flight)
     headers = {"x-llmscale-replica": flight.replica_name or ""}
     if flight.outcome == Outcome.COMPLETED:
-        obj = final_object(p, new_id(chat), unix_time(), p.max_tokens)
+        obj = final_object(p, new_id(chat), unix_time())
         return web.json_response(obj, headers=headers)
     status, kind, message = _FAILED.get(flight.outcome, _FAILED[Outcome.KILLED])
     return _json_error(ApiError(status, message, kind))
 
 
+def _too_long(p: ParsedRequest, limit: int) -> ApiError:
+    return ApiError(
+        400,
+        f"This model's maximum context length is {limit} tokens. However, you requested "
+        f"{p.input_tokens + p.max_tokens} tokens ({p.input_tokens} in the messages, "
+        f"{p.max_tokens} in the completion).",
+    )
+
+
 async def _stream(request: web.Request, p: ParsedRequest, flight: Flight) -> web.StreamResponse:
-    """Server-sent events, one chunk per token, written as the simulator produces them."""
+    """Server-sent events, one chunk per token, written as the simulator produces them.
+
+    A token whose text is empty (past a stop string's start) sends no chunk, except the
+    last one, which carries the finish reason. A client that goes away (a failed write, or
+    the handler cancelled on a lost connection) aborts the request.
+    """
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     rid, created = new_id(p.chat), unix_time()
+    last = p.output.tokens - 1
     sent = 0
     try:
         await resp.prepare(request)
         while True:
             await flight.changed.wait()
             flight.changed.clear()
-            n = min(flight.emitted, p.max_tokens)
+            n = min(flight.emitted, p.output.tokens)
             if n > sent:
                 out = []
                 for i in range(sent, n):
-                    finish = "length" if i == p.max_tokens - 1 else None
-                    text = filler_text(i, i + 1)
-                    out.append(_sse(chunk_object(p, rid, created, text, first=i == 0, finish=finish)))
+                    text = p.output.piece(i)
+                    if text or i == last:
+                        finish = p.output.finish_reason if i == last else None
+                        out.append(_sse(chunk_object(p, rid, created, text, first=i == 0, finish=finish)))
                 sent = n
                 await resp.write("".join(out).encode())
             if flight.outcome is not None:
@@ -376,9 +442,12 @@ async def _stream(request: web.Request, p: ParsedRequest, flight: Flight) -> web
             await resp.write(_sse(error_object(message, kind, status)).encode())
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
-    except (ConnectionError, asyncio.CancelledError):
-        # The client went away. The simulated request runs on (the simulator has no abort).
-        pass
+    except ConnectionError:
+        pass  # the client went away: aborted below; nobody is left to answer
+    finally:
+        if flight.outcome is None:
+            ep = _endpoint(request)
+            ep.server.emu.abort(flight)
     return resp
 
 
@@ -420,6 +489,32 @@ async def _present(srv: EmulateServer) -> None:
     await srv._settle()
 
 
+def _is_admin(request: web.Request) -> bool:
+    resource = request.match_info.route.resource
+    canonical = resource.canonical if resource is not None else ""
+    return request.path.startswith("/admin") or canonical.startswith("/admin")
+
+
+@web.middleware
+async def _admin_gate(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every admin call passes admin_guard's checks first (the OpenAI API is not affected)."""
+    if _is_admin(request):
+        srv = _endpoint(request).server
+        token = srv.cfg.admin_token
+        assert token is not None  # checked by EmulateConfig when admin_api is on
+        refusal = admin_refusal(request, token=token, origins=srv.admin_origins)
+        if refusal is not None:
+            return _json_error(refusal)
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+async def _admin_off(request: web.Request) -> web.Response:
+    return _json_error(
+        ApiError(404, "the admin API is off: start emulate with --admin-api and a token", "NotFoundError")
+    )
+
+
 async def _admin_replicas(request: web.Request) -> web.Response:
     srv = _endpoint(request).server
     await _present(srv)
@@ -429,17 +524,29 @@ async def _admin_replicas(request: web.Request) -> web.Response:
 async def _admin_scale(request: web.Request) -> web.Response:
     srv = _endpoint(request).server
     try:
-        body = await request.json()
+        body = json.loads(await read_admin_body(request))
+    except ApiError as e:
+        return _json_error(e)
     except ValueError:
         return _json_error(ApiError(400, "the request body is not JSON"))
     n = body.get("replicas") if isinstance(body, dict) else None
     drain = body.get("drain_until_idle", False) if isinstance(body, dict) else False
     if isinstance(n, bool) or not isinstance(n, int) or not isinstance(drain, bool):
         return _json_error(ApiError(400, 'expected {"replicas": <int >= 0>, "drain_until_idle": <bool>}'))
+    spec, cap = srv.emu.spec_replicas, srv.cfg.admin_max_scale_up
+    if n - spec > cap:
+        return _json_error(
+            ApiError(
+                400,
+                f"replicas = {n} would add {n - spec} to {spec}; one call may add at most {cap} "
+                "(--admin-max-scale-up)",
+                param="replicas",
+            )
+        )
     try:
         srv.emu.scale_to(n, drain_until_idle=drain)
     except ConfigError as e:
-        return _json_error(ApiError(400, str(e)))
+        return _json_error(ApiError(400, str(e), param="replicas"))
     await _present(srv)
     return web.json_response(srv.admin_document())
 

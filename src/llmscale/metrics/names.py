@@ -15,6 +15,7 @@ from dataclasses import dataclass
 __all__ = [
     "DCGM",
     "HISTOGRAM_BOUNDS",
+    "ITERATION_TOKENS_BUCKETS",
     "SIM",
     "TGI",
     "TRITON",
@@ -22,6 +23,7 @@ __all__ = [
     "VLLM_OLD",
     "Names",
     "VllmMetric",
+    "vllm_1_2_5_buckets",
 ]
 
 # vLLM V1 histogram buckets (verbatim figures from vllm/v1/metrics/loggers.py).
@@ -38,12 +40,32 @@ REQUEST_LATENCY_BUCKETS_S = (
     40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
 
-#: Buckets the simulator uses for each latency histogram family.
+#: ``vllm:iteration_tokens_total``: tokens per engine step (vllm/v1/metrics/loggers.py, V1).
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+#: Buckets the simulator uses for each histogram family it keeps per replica.
 HISTOGRAM_BOUNDS: dict[str, tuple[float, ...]] = {
     "ttft": TTFT_BUCKETS_S,
     "itl": ITL_BUCKETS_S,
     "e2e": REQUEST_LATENCY_BUCKETS_S,
+    "iteration_tokens": tuple(float(b) for b in ITERATION_TOKENS_BUCKETS),
 }
+
+
+def vllm_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
+    """vLLM's token-count buckets up to ``max_value``: 1, 2, 5, 10, 20, 50, ... (its build_1_2_5_buckets).
+
+    ``vllm:request_prompt_tokens`` and ``vllm:request_generation_tokens`` use them
+    with the model's max_model_len: 8192 gives 1, 2, 5, ..., 2000, 5000.
+    """
+    out: list[int] = []
+    scale = 1
+    while True:
+        for m in (1, 2, 5):
+            if m * scale > max_value:
+                return tuple(out)
+            out.append(m * scale)
+        scale *= 10
 
 
 class VllmMetric:
@@ -62,6 +84,12 @@ class VllmMetric:
     ITL_OLD = "vllm:time_per_output_token_seconds"
     TPOT = "vllm:request_time_per_output_token_seconds"
     QUEUE_TIME = "vllm:request_queue_time_seconds"
+    # Exported by emulate's replicas (per request, per engine step, configuration).
+    REQUEST_SUCCESS = "vllm:request_success_total"  # counter, label finished_reason
+    REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"  # histogram, vllm_1_2_5_buckets
+    REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"  # histogram, vllm_1_2_5_buckets
+    ITERATION_TOKENS = "vllm:iteration_tokens_total"  # histogram, ITERATION_TOKENS_BUCKETS
+    CACHE_CONFIG_INFO = "vllm:cache_config_info"  # gauge at 1, the cache settings as labels
 
 
 @dataclass(frozen=True)

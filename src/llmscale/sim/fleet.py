@@ -650,6 +650,26 @@ class Fleet:
             self.gateway.append(req)
         return req
 
+    def abort(self, req: Req, now_s: float) -> bool:
+        """The client of ``req`` went away at ``now_s``: take it out of the gateway or its replica.
+
+        Resolved as ``Status.ABORTED``; False (and nothing done) when it was
+        resolved already. For the wall-clock emulator, whose HTTP clients may
+        disconnect mid-stream. Pre: ``run_until(now_s)`` was called.
+        """
+        if self.status[req.idx] != Status.IN_FLIGHT:
+            return False
+        r = req.replica
+        if isinstance(r, Replica):
+            r.sync(now_s)
+            if self.status[req.idx] != Status.IN_FLIGHT:
+                return False  # that sync dropped it as timed out
+            r.abort(req, now_s)
+        else:
+            self.gateway.remove(req)
+        self._resolve(req, Status.ABORTED)
+        return True
+
     def emitted_tokens(self, req: Req, now_s: float) -> int:
         """Output tokens ``req`` has produced by ``now_s``; pre: ``run_until(now_s)`` was called.
 

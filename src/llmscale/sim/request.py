@@ -29,6 +29,7 @@ class Status:
     REJECTED: Final = 2
     TIMED_OUT: Final = 3
     KILLED: Final = 4  # in flight on a draining replica when its grace period ran out
+    ABORTED: Final = 5  # its client went away (the emulator's HTTP client disconnected): Fleet.abort
 
     NAMES: ClassVar[tuple[str, ...]] = (
         "in_flight",
@@ -36,6 +37,7 @@ class Status:
         "rejected",
         "timed_out",
         "killed_by_scale_down",
+        "aborted",
     )
 
 
