@@ -12,9 +12,19 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from llmscale.errors import ConfigError
+from llmscale.policies.params import Param, check_param
 from llmscale.types import Decision, Signals
 
-__all__ = ["POLICIES", "Policy", "PolicyContext", "PolicyInfo", "create_policy", "policy_names", "register"]
+__all__ = [
+    "POLICIES",
+    "Param",
+    "Policy",
+    "PolicyContext",
+    "PolicyInfo",
+    "create_policy",
+    "policy_names",
+    "register",
+]
 
 S = TypeVar("S")
 
@@ -65,39 +75,57 @@ class PolicyInfo:
     name: str
     summary: str
     factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]
-    defaults: Mapping[str, Any]
+    #: every parameter, declared once: default, range, unit, help
+    params: Mapping[str, Param]
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """Each parameter's default value."""
+        return {key: p.default for key, p in self.params.items()}
+
+    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` checked against the declarations (unknown names, types, ranges), merged over
+        the defaults. Raises ConfigError naming ``policy.parameter``."""
+        merged = self.defaults
+        for key, value in params.items():
+            param = self.params.get(key) if isinstance(key, str) else None
+            if param is None:
+                raise ConfigError(
+                    f"policy {self.name!r} has no parameter {key!r}; "
+                    f"parameters: {', '.join(sorted(self.params))}"
+                )
+            merged[key] = check_param(self.name, key, param, value)
+        return merged
 
 
 POLICIES: dict[str, PolicyInfo] = {}
 
 
 def register(
-    name: str, summary: str, defaults: Mapping[str, Any]
+    name: str, summary: str, params: Mapping[str, Param]
 ) -> Callable[[Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]], Any]:
-    """Class/function decorator adding a policy factory to :data:`POLICIES`."""
+    """Class/function decorator adding a policy factory to :data:`POLICIES`.
+
+    ``params`` declares every parameter (see :class:`~llmscale.policies.params.Param`); the
+    factory receives them merged over their defaults, each already checked against its range.
+    """
 
     def wrap(factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]) -> Any:
-        POLICIES[name] = PolicyInfo(name, summary, factory, dict(defaults))
+        POLICIES[name] = PolicyInfo(name, summary, factory, dict(params))
         return factory
 
     return wrap
 
 
 def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | None = None) -> Policy[Any]:
-    """Build a registered policy; unknown names or parameters raise ConfigError naming them."""
+    """Build a registered policy; unknown names or parameters, wrong types and out-of-range values
+    raise ConfigError naming them."""
     _load_builtin_policies()
     info = POLICIES.get(name)
     if info is None:
         known = ", ".join(sorted(POLICIES))
         raise ConfigError(f"unknown policy {name!r}; known policies: {known}")
-    merged = dict(info.defaults)
-    for key, value in (params or {}).items():
-        if key not in info.defaults:
-            raise ConfigError(
-                f"policy {name!r} has no parameter {key!r}; parameters: {', '.join(sorted(info.defaults))}"
-            )
-        merged[key] = value
-    return info.factory(ctx, merged)
+    return info.factory(ctx, info.check_params(params or {}))
 
 
 def _load_builtin_policies() -> None:
@@ -111,7 +139,7 @@ def _load_builtin_policies() -> None:
     import llmscale.policies as pkg
 
     for mod in pkgutil.iter_modules(pkg.__path__):
-        if not mod.name.startswith("_") and mod.name != "base":
+        if not mod.name.startswith("_") and mod.name not in ("base", "params"):
             importlib.import_module(f"llmscale.policies.{mod.name}")
 
 

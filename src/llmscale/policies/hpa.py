@@ -32,6 +32,7 @@ from typing import Any
 
 from llmscale.policies._hpa_behavior import HpaBehavior, HpaState, apply_hpa_behavior
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import TICK_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["HpaConfig", "HpaPolicy", "HpaState", "hpa_replicas_for_metric"]
@@ -132,16 +133,17 @@ class HpaPolicy:
         return decision, next_state
 
 
-_DEFAULTS = {
-    "metric": "DCGM_FI_DEV_GPU_UTIL",
-    "target": 70.0,
-    "tolerance": 0.1,
-    "sync_s": 15.0,
-    "down_stabilization_s": 300.0,
+_PARAMS = {
+    "metric": Param("DCGM_FI_DEV_GPU_UTIL", help="per-pod metric averaged against the target"),
+    # The usage ratio divides by the target.
+    "target": Param(70.0, "(0, inf)", help="AverageValue target of the metric"),
+    "tolerance": Param(0.1, "[0, 1)", help="no change while |1 - ratio| is within this"),
+    "sync_s": Param(15.0, TICK_RANGE, unit="s", help="HPA sync period"),
+    "down_stabilization_s": Param(300.0, "[0, inf)", unit="s"),
 }
 
 
-@register("hpa-gpu-util", "Kubernetes HPA v2 on per-pod GPU utilisation, target 70%", _DEFAULTS)
+@register("hpa-gpu-util", "Kubernetes HPA v2 on per-pod GPU utilisation, target 70%", _PARAMS)
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HpaPolicy:
     return HpaPolicy(
         HpaConfig(

@@ -1,0 +1,152 @@
+"""A policy parameter, declared once: its default, the range it may take, its unit and meaning.
+
+Each policy registers a mapping of name -> :class:`Param` (see :func:`llmscale.policies.base.register`);
+the registry checks every value a user gives against it before the policy's factory sees it, so
+``--policy-config`` and ``llmscale run``'s ``policy.params`` refuse a wrong type or an
+out-of-range number with the parameter's name, and ``llmscale policies`` lists the ranges.
+
+A range is written in interval notation over the numbers the parameter takes, e.g. ``"(0, 1]"``
+(a share that must leave something), ``"[0, inf)"`` (any finite number from 0 up). An open end at
+``inf`` means "finite": NaN and infinity are refused by every numeric parameter, since NaN compares
+false with everything and a policy reading it decides silently wrong (``target_utilization: .nan``
+divided every capacity by NaN and ``math.ceil`` raised).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from llmscale.errors import ConfigError
+
+__all__ = ["TICK_RANGE", "Param", "check_param"]
+
+#: The range of a parameter that sets how often a policy ticks, seconds: a tick shorter than
+#: 0.1 s is no controller's (HPA syncs every 15 s, Knative every 2 s) and a 1e-9 s tick would
+#: make an hour's replay 3.6e12 controller ticks; a tick longer than a day never acts.
+TICK_RANGE: Final = "[0.1, 86400]"
+
+_INTERVAL = re.compile(r"^\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*$")
+_KIND_WORDS: Final = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+def _bound(text: str) -> float:
+    if text in ("inf", "+inf"):
+        return math.inf
+    if text == "-inf":
+        return -math.inf
+    return float(text)
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a policy.
+
+    Attributes:
+        default: The value when the user gives none; ``None`` means "derived from the deployment"
+            (``help`` says from what) and makes the parameter nullable.
+        range: Interval notation for numeric parameters (``"(0, 1]"``); None: any finite number.
+        kind: ``float``, ``int``, ``bool`` or ``str``; inferred from ``default`` unless it is None.
+        unit: For the listing, e.g. ``"s"`` or ``"%"`` (names carry units too: ``_s``, ``_pct``).
+        help: One line for the listing.
+        choices: The values a ``str`` parameter may take (empty: any string; the policy checks).
+        nullable: Whether ``null`` is accepted (always when the default is None).
+    """
+
+    default: object
+    range: str | None = None
+    kind: type | None = None
+    unit: str = ""
+    help: str = ""
+    choices: tuple[str, ...] = ()
+    nullable: bool = False
+    _bounds: tuple[float, bool, float, bool] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        kind = self.kind
+        if kind is None:
+            if self.default is None:
+                raise ValueError("Param(None) needs kind=...: the default says nothing about the type")
+            kind = type(self.default)
+            object.__setattr__(self, "kind", kind)
+        if kind not in _KIND_WORDS:
+            raise ValueError(f"Param kind {kind!r} is not one of bool, int, float, str")
+        if self.default is None:
+            object.__setattr__(self, "nullable", True)
+        lo, lo_closed, hi, hi_closed = -math.inf, False, math.inf, False
+        if self.range is not None:
+            m = _INTERVAL.match(self.range)
+            if m is None or kind not in (int, float):
+                raise ValueError(f"Param range {self.range!r}: expected e.g. '(0, 1]' on a number")
+            lo, hi = _bound(m.group(2)), _bound(m.group(3))
+            lo_closed, hi_closed = m.group(1) == "[", m.group(4) == "]"
+        object.__setattr__(self, "_bounds", (lo, lo_closed, hi, hi_closed))
+        if self.default is not None:
+            # A declaration whose own default it refuses is a bug of the declaration.
+            problem = self.problem(self.default)
+            if problem:
+                raise ValueError(f"Param default {self.default!r}: {problem}")
+
+    @property
+    def interval(self) -> str:
+        """The range as written, or the implied one (``"any number"``) for the listing."""
+        if self.range is not None:
+            return self.range
+        if self.kind is str and self.choices:
+            return " | ".join(self.choices)
+        return ""
+
+    def problem(self, value: object) -> str | None:
+        """What is wrong with ``value`` for this parameter, or None when it is acceptable."""
+        if value is None:
+            return None if self.nullable else f"must be {self._wanted()}, not null"
+        kind = self.kind
+        if isinstance(value, bool):
+            ok = kind is bool
+        elif isinstance(value, numbers.Integral):
+            ok = kind in (int, float)
+        elif isinstance(value, numbers.Real):
+            ok = kind is float
+        else:
+            ok = kind is str and isinstance(value, str)
+        if not ok:
+            return f"must be {self._wanted()}"
+        if kind is str:
+            if self.choices and value not in self.choices:
+                return f"must be one of {', '.join(self.choices)}"
+            return None
+        if kind is bool:
+            return None
+        x = float(value)  # type: ignore[arg-type]
+        lo, lo_closed, hi, hi_closed = self._bounds
+        above_lo = lo <= x if lo_closed else lo < x
+        below_hi = x <= hi if hi_closed else x < hi
+        inside = math.isfinite(x) and above_lo and below_hi
+        if not inside:
+            return f"must be a finite number in {self.range}" if self.range else "must be a finite number"
+        return None
+
+    def _wanted(self) -> str:
+        word = _KIND_WORDS[self.kind]  # type: ignore[index]
+        if self.range is not None:
+            word += f" in {self.range}"
+        return f"{word} or null" if self.nullable else word
+
+
+def check_param(policy: str, name: str, param: Param, value: object) -> object:
+    """``value`` if ``param`` accepts it (an integral number becomes a float for a float parameter),
+    else ConfigError naming ``policy.name`` and the value: ``slo.target_utilization = 0: must be
+    a finite number in (0, 1]``."""
+    problem = param.problem(value)
+    if problem is not None:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise ConfigError(f"{policy}.{name} = {shown}: {problem}")
+    if param.kind is float and value is not None:
+        return float(value)  # type: ignore[arg-type]
+    if param.kind is int and value is not None:
+        return int(value)  # type: ignore[call-overload]
+    return value
