@@ -14,13 +14,12 @@ divided every capacity by NaN and ``math.ceil`` raised).
 
 from __future__ import annotations
 
-import math
 import numbers
-import re
 from dataclasses import dataclass, field
 from typing import Final
 
 from llmscale.errors import ConfigError
+from llmscale.ranges import Interval
 
 __all__ = ["TICK_RANGE", "Param", "check_param"]
 
@@ -29,16 +28,7 @@ __all__ = ["TICK_RANGE", "Param", "check_param"]
 #: make an hour's replay 3.6e12 controller ticks; a tick longer than a day never acts.
 TICK_RANGE: Final = "[0.1, 86400]"
 
-_INTERVAL = re.compile(r"^\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*$")
 _KIND_WORDS: Final = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
-
-
-def _bound(text: str) -> float:
-    if text in ("inf", "+inf"):
-        return math.inf
-    if text == "-inf":
-        return -math.inf
-    return float(text)
 
 
 @dataclass(frozen=True)
@@ -63,7 +53,7 @@ class Param:
     help: str = ""
     choices: tuple[str, ...] = ()
     nullable: bool = False
-    _bounds: tuple[float, bool, float, bool] = field(init=False, repr=False, compare=False)
+    _interval: Interval | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         kind = self.kind
@@ -76,14 +66,11 @@ class Param:
             raise ValueError(f"Param kind {kind!r} is not one of bool, int, float, str")
         if self.default is None:
             object.__setattr__(self, "nullable", True)
-        lo, lo_closed, hi, hi_closed = -math.inf, False, math.inf, False
-        if self.range is not None:
-            m = _INTERVAL.match(self.range)
-            if m is None or kind not in (int, float):
-                raise ValueError(f"Param range {self.range!r}: expected e.g. '(0, 1]' on a number")
-            lo, hi = _bound(m.group(2)), _bound(m.group(3))
-            lo_closed, hi_closed = m.group(1) == "[", m.group(4) == "]"
-        object.__setattr__(self, "_bounds", (lo, lo_closed, hi, hi_closed))
+        if self.range is not None and kind not in (int, float):
+            raise ValueError(f"Param range {self.range!r} on a {kind.__name__}: ranges are for numbers")
+        # Without a range a number must still be finite: (-inf, inf).
+        interval = Interval.parse(self.range if self.range is not None else "(-inf, inf)")
+        object.__setattr__(self, "_interval", interval if kind in (int, float) else None)
         if self.default is not None:
             # A declaration whose own default it refuses is a bug of the declaration.
             problem = self.problem(self.default)
@@ -120,12 +107,7 @@ class Param:
             return None
         if kind is bool:
             return None
-        x = float(value)  # type: ignore[arg-type]
-        lo, lo_closed, hi, hi_closed = self._bounds
-        above_lo = lo <= x if lo_closed else lo < x
-        below_hi = x <= hi if hi_closed else x < hi
-        inside = math.isfinite(x) and above_lo and below_hi
-        if not inside:
+        if value not in self._interval:  # type: ignore[operator]
             return f"must be a finite number in {self.range}" if self.range else "must be a finite number"
         return None
 
