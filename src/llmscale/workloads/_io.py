@@ -98,7 +98,7 @@ def first_line(path: Path, max_bytes: int = 65536) -> str:
     except OSError as exc:
         raise TraceFormatError(f"cannot read file: {exc.strerror or exc}", path=str(path)) from exc
     text = head.decode("utf-8-sig", errors="replace")
-    for line in text.splitlines():
+    for line in split_lines(text):
         if line.strip():
             return line.strip()
     return ""
@@ -122,9 +122,24 @@ class Table:
         return TraceFormatError(message, path=self.path, line=line, field=field)
 
 
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text`` as an editor counts them: ended by ``\n``, ``\r\n`` or ``\r``.
+
+    Not :meth:`str.splitlines`, which also breaks at form feeds, ``\x1c``-``\x1e``, NEL and
+    U+2028: a stray one inside a field would split a row in two and shift the line number of
+    every error after it away from what the user's editor shows.
+    """
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline ending the last line opens no new one
+    return lines
+
+
 def _nonblank_lines(text: str) -> tuple[list[str], IntArray]:
     """Non-blank lines and their 1-based line numbers (map/all keep the common case in C)."""
-    all_lines = text.splitlines()
+    all_lines = split_lines(text)
     if all(all_lines) and not any(map(str.isspace, all_lines)):
         return all_lines, np.arange(1, len(all_lines) + 1, dtype=np.int64)
     keep = [i for i, line in enumerate(all_lines) if line and not line.isspace()]

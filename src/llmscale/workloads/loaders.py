@@ -337,7 +337,7 @@ def load_mooncake(
     hash_ids: list[int] = []
     blocks_per_row: list[int] = []
     has_hashes = True
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    for line_no, line in enumerate(_io.split_lines(text), start=1):
         if not line.strip():
             continue
         try:

@@ -69,6 +69,12 @@ _CHUNK_FIELDS: Final = ("window_start_s", "rate_rps", "cv", "iat_family", "p1", 
 _TOTAL_FIELDS: Final = ("window_start_s", "total_rate_rps")
 _CHUNK_NAME = re.compile(r"chunk-(\d+)-trace\.csv$")
 _FAMILIES: Final = {"": "", "gamma": "gamma", "weibull": "weibull"}
+#: Range of an inter-arrival shape (``p1``) in a window with traffic. ServeGen's own lie in
+#: 0.0100-364 (Gamma) and 0.160-2.28 (Weibull) in m-small. A gamma shape s has CV 1/sqrt(s),
+#: and the generator sizes its draws with a 6-CV margin: a shape of 1.7e-59 asked numpy for an
+#: array of ~1e32 values ("Maximum allowed dimension exceeded").
+_SHAPE_MIN: Final = 1e-3
+_SHAPE_MAX: Final = 1e4
 
 # ServeGen README facts: rate-weighted mean lengths per model family.
 _MEANS_M_LARGE: Final = (914.0, 155.0)
@@ -137,8 +143,13 @@ def _read_chunk(path: Path, key: int) -> _Client:
             raise table.error(
                 f"unknown inter-arrival family {raw!r}; expected Gamma, Weibull or empty", i, "iat_family"
             )
-        if family and rates[i] > 0 and not shapes[i] > 0:
-            raise table.error(f"{raw.strip()} shape must be > 0, got {table.columns['p1'][i]!r}", i, "p1")
+        if family and rates[i] > 0 and not _SHAPE_MIN <= shapes[i] <= _SHAPE_MAX:
+            raise table.error(
+                f"{raw.strip()} shape must be in [{_SHAPE_MIN:g}, {_SHAPE_MAX:g}], "
+                f"got {table.columns['p1'][i]!r}",
+                i,
+                "p1",
+            )
         families.append(family)
     lengths = _window_lengths(starts, table, "window_start_s")
     return _Client(key, str(path), starts, lengths, rates, families, shapes, table.lines)
