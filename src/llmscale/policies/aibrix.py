@@ -52,7 +52,15 @@ from typing import Any, ClassVar
 
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DURATION_RANGE,
+    FACTOR_RANGE,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+)
 from llmscale.types import Decision, Signals
 
 __all__ = ["ApaConfig", "ApaPolicy", "ApaState", "apa_replicas"]
@@ -168,14 +176,14 @@ class ApaPolicy:
 
 _PARAMS: dict[str, Param] = {
     "metric": Param("kv_usage_mean", choices=tuple(APA_DEFAULT_TARGETS)),
-    "target": Param(None, "(0, inf)", kind=float, help="per-pod target (default: the metric's)"),
-    "up_tolerance": Param(0.1, "[0, inf)"),
-    "down_tolerance": Param(0.1, "[0, inf)"),
-    "max_scale_up_rate": Param(2.0, "(0, inf)"),
-    "max_scale_down_rate": Param(2.0, "(0, inf)"),
-    "scale_up_cooldown_s": Param(0.0, "[0, inf)", unit="s"),
-    "scale_down_cooldown_s": Param(300.0, "[0, inf)", unit="s"),
-    "window_s": Param(180.0, "(0, inf)", unit="s"),
+    "target": Param(None, AMOUNT_RANGE, kind=float, help="per-pod target (default: the metric's)"),
+    "up_tolerance": Param(0.1, NONNEG_RANGE),
+    "down_tolerance": Param(0.1, NONNEG_RANGE),
+    "max_scale_up_rate": Param(2.0, FACTOR_RANGE),
+    "max_scale_down_rate": Param(2.0, FACTOR_RANGE),
+    "scale_up_cooldown_s": Param(0.0, DURATION_RANGE, unit="s"),
+    "scale_down_cooldown_s": Param(300.0, DURATION_RANGE, unit="s"),
+    "window_s": Param(180.0, WINDOW_RANGE, unit="s"),
     "sync_s": Param(10.0, TICK_RANGE, unit="s"),
 }
 

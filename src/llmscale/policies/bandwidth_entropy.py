@@ -49,7 +49,7 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import DURATION_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = [
@@ -188,11 +188,11 @@ _PARAMS: dict[str, Param] = {
     "entropy_severe": Param(0.8, "[0, 1]"),
     "bw_down": Param(0.4, "[0, 1]"),
     "entropy_down": Param(0.25, "[0, 1]"),
-    "hold_down_s": Param(300.0, "[0, inf)", unit="s"),
+    "hold_down_s": Param(300.0, DURATION_RANGE, unit="s"),
     "lag_decay": Param(0.8, "(0, 1]"),
-    "lag_window_s": Param(300.0, "(0, inf)", unit="s"),
+    "lag_window_s": Param(300.0, WINDOW_RANGE, unit="s"),
     "compensate_up": Param(False),
-    "warmup_buffer_s": Param(90.0, "[0, inf)", unit="s"),
+    "warmup_buffer_s": Param(90.0, DURATION_RANGE, unit="s"),
     "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 
@@ -220,7 +220,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPoli
     )
     if cfg.bw_down >= cfg.bw_up or cfg.entropy_down >= cfg.entropy_up:
         raise ConfigError(
-            f"bandwidth-entropy down thresholds ({cfg.bw_down}, {cfg.entropy_down}) must be below the up "
-            f"thresholds ({cfg.bw_up}, {cfg.entropy_up})"
+            f"bandwidth-entropy down thresholds must be below the up thresholds: bw_down = {cfg.bw_down} "
+            f"(bw_up = {cfg.bw_up}), entropy_down = {cfg.entropy_down} (entropy_up = {cfg.entropy_up})"
         )
     return BandwidthEntropyPolicy(cfg)

@@ -91,7 +91,7 @@ class PolicyInfo:
             param = self.params.get(key) if isinstance(key, str) else None
             if param is None:
                 raise ConfigError(
-                    f"{self.name}.{key}: policy {self.name!r} has no parameter {key!r}; "
+                    f"policy {self.name!r} has no parameter {key!r}; "
                     f"parameters: {', '.join(sorted(self.params))}"
                 )
             merged[key] = check_param(self.name, key, param, value)

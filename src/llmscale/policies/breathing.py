@@ -73,7 +73,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DURATION_RANGE,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+)
 from llmscale.types import Decision, Signals
 
 __all__ = ["BreathingConfig", "BreathingPolicy", "BreathingState", "rhythm_blocks_scale_in"]
@@ -271,17 +278,17 @@ class BreathingPolicy:
 
 _PARAMS: dict[str, Param] = {
     "p99_signal": Param("ttft_p99_s"),
-    "p99_threshold_s": Param(2.0, "(0, inf)", unit="s"),
+    "p99_threshold_s": Param(2.0, WINDOW_RANGE, unit="s"),
     "queue_signal": Param("queue_per_replica"),
-    "queue_threshold": Param(10.0, "(0, inf)"),
-    "sustain_up_s": Param(30.0, "[0, inf)", unit="s"),
+    "queue_threshold": Param(10.0, AMOUNT_RANGE),
+    "sustain_up_s": Param(30.0, DURATION_RANGE, unit="s"),
     "sm_low_pct": Param(30.0, "[0, 100]", unit="%"),
-    "idle_hold_s": Param(120.0, "[0, inf)", unit="s"),
+    "idle_hold_s": Param(120.0, DURATION_RANGE, unit="s"),
     "no_new_requests": Param("no-backlog", choices=_NO_NEW_REQUESTS),
-    "zscore_up": Param(3.0, "(0, inf)"),
-    "rhythm_min_ratio": Param(0.4, "[0, inf)"),
-    "rhythm_max_decay": Param(0.2, "[0, inf)"),
-    "horizon_s": Param(None, "[0, inf)", kind=float, unit="s", help="default: the cold start"),
+    "zscore_up": Param(3.0, AMOUNT_RANGE),
+    "rhythm_min_ratio": Param(0.4, NONNEG_RANGE),
+    "rhythm_max_decay": Param(0.2, NONNEG_RANGE),
+    "horizon_s": Param(None, DURATION_RANGE, kind=float, unit="s", help="default: the cold start"),
     "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 

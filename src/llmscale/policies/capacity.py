@@ -70,7 +70,15 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.perf import PerfModel, get_perf_model
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    COUNT_MAX,
+    DURATION_RANGE,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+)
 from llmscale.types import Decision, Signals
 
 __all__ = [
@@ -299,11 +307,11 @@ class CalibratedCapacityPolicy:
     "capacity",
     "seed 000 4.2: ceil((running + waiting) / int(2 s x 1200 / (1 + 0.002 avg_seq_len))) GPUs",
     {
-        "tps_base": Param(1200.0, "(0, inf)", unit="tokens/s"),
-        "seq_coef": Param(0.002, "[0, inf)"),
-        "sla_s": Param(2.0, "(0, inf)", unit="s"),
+        "tps_base": Param(1200.0, AMOUNT_RANGE, unit="tokens/s"),
+        "seq_coef": Param(0.002, NONNEG_RANGE),
+        "sla_s": Param(2.0, WINDOW_RANGE, unit="s"),
         "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-        "down_stabilization_s": Param(300.0, "[0, inf)", unit="s"),
+        "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
     },
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
@@ -323,11 +331,11 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
     "seed 000 4.2 with the fitted step-time model: (rate x D x t(B) + waiting) / B, the largest batch "
     "within the TPOT SLO",
     {
-        "tpot_s": Param(None, "(0, inf)", kind=float, unit="s", help="default: the TPOT SLO"),
-        "max_num_seqs": Param(None, "[1, inf)", kind=int, help="default: the engine's"),
+        "tpot_s": Param(None, WINDOW_RANGE, kind=float, unit="s", help="default: the TPOT SLO"),
+        "max_num_seqs": Param(None, f"[1, {COUNT_MAX}]", kind=int, help="default: the engine's"),
         "target_fraction": Param(1.0, "(0, 1]"),
         "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-        "down_stabilization_s": Param(300.0, "[0, inf)", unit="s"),
+        "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
     },
 )
 def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> CalibratedCapacityPolicy:

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["CompositeConfig", "CompositePolicy", "composite_score"]
@@ -180,16 +180,16 @@ class CompositePolicy:
 
 
 _PARAMS: dict[str, Param] = {
-    "w_prompt": Param(0.3, "[0, inf)"),
-    "w_decode": Param(0.4, "[0, inf)"),
-    "w_kv_growth": Param(0.3, "[0, inf)"),
-    "prompt_ref_tokens": Param(665.0, "(0, inf)", unit="tokens"),
-    "decode_ref_tokens": Param(300.0, "(0, inf)", unit="tokens"),
-    "kv_growth_ref_pct": Param(10.0, "(0, inf)", unit="%"),
-    "up_score": Param(0.85, "(0, inf)"),
-    "up_step": Param(1, "[1, inf)"),
-    "confirm_up_ticks": Param(3, "[1, inf)"),
-    "short_prompt_tokens": Param(128.0, "[0, inf)", unit="tokens"),
+    "w_prompt": Param(0.3, NONNEG_RANGE),
+    "w_decode": Param(0.4, NONNEG_RANGE),
+    "w_kv_growth": Param(0.3, NONNEG_RANGE),
+    "prompt_ref_tokens": Param(665.0, AMOUNT_RANGE, unit="tokens"),
+    "decode_ref_tokens": Param(300.0, AMOUNT_RANGE, unit="tokens"),
+    "kv_growth_ref_pct": Param(10.0, AMOUNT_RANGE, unit="%"),
+    "up_score": Param(0.85, AMOUNT_RANGE),
+    "up_step": Param(1, f"[1, {COUNT_MAX}]"),
+    "confirm_up_ticks": Param(3, f"[1, {COUNT_MAX}]"),
+    "short_prompt_tokens": Param(128.0, NONNEG_RANGE, unit="tokens"),
     "kv_drop_pct": Param(5.0, "[0, 100]", unit="%"),
     "aggressive_down_ratio": Param(0.5, "(0, 1)"),
     "idle_down": Param(True),

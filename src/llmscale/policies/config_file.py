@@ -87,7 +87,11 @@ def check_policy_params(data: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
                 f"{name}: expected a mapping of parameter -> value, got a YAML {_yaml_kind(params)}"
             )
         own = {k: v for k, v in params.items() if k != GUARDS_KEY}
-        POLICIES[name].check_params(own)
+        try:
+            POLICIES[name].check_params(own)
+        except ConfigError as e:
+            # Range and type errors already name "policy.parameter"; an unknown name gets the policy.
+            raise ConfigError(str(e) if str(e).startswith(f"{name}.") else f"{name}: {e}") from e
         checked: dict[str, Any] = dict(own)
         if GUARDS_KEY in params:
             guards = params[GUARDS_KEY]

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["DualObjectiveConfig", "DualObjectivePolicy"]
@@ -112,12 +112,12 @@ class DualObjectivePolicy:
 
 _PARAMS: dict[str, Param] = {
     "latency_signal": Param("ttft_p95_s"),
-    "p95_threshold_s": Param(0.2, "(0, inf)", unit="s"),
-    "oom_threshold": Param(0.35, "(0, inf)"),
-    "w_latency": Param(0.6, "[0, inf)"),
-    "w_oom": Param(0.4, "[0, inf)"),
-    "down_pressure": Param(0.5, "[0, inf)"),
-    "up_step": Param(1, "[1, inf)"),
+    "p95_threshold_s": Param(0.2, WINDOW_RANGE, unit="s"),
+    "oom_threshold": Param(0.35, AMOUNT_RANGE),
+    "w_latency": Param(0.6, NONNEG_RANGE),
+    "w_oom": Param(0.4, NONNEG_RANGE),
+    "down_pressure": Param(0.5, NONNEG_RANGE),
+    "up_step": Param(1, f"[1, {COUNT_MAX}]"),
     "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 

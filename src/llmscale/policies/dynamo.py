@@ -85,7 +85,7 @@ from llmscale.errors import ConfigError
 from llmscale.metrics.names import VLLM
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_positive, clamp
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = [
@@ -598,14 +598,14 @@ def _perf_for(ctx: PolicyContext) -> tuple[StepModel, int | None]:
 
 
 _SLA_PARAMS: dict[str, Param] = {
-    "adjustment_interval_s": Param(180.0, "(0, inf)", unit="s"),
+    "adjustment_interval_s": Param(180.0, WINDOW_RANGE, unit="s"),
     # The controller ticks at observe_s (the planner's metric pull).
     "observe_s": Param(60.0, TICK_RANGE, unit="s"),
     "load_predictor": Param("constant"),
-    "kalman_q_level": Param(1.0, "[0, inf)"),
-    "kalman_q_trend": Param(0.1, "[0, inf)"),
-    "kalman_r": Param(10.0, "(0, inf)"),
-    "max_gpu_budget": Param(None, "[0, inf)", kind=int, help="GPUs (default: unlimited)"),
+    "kalman_q_level": Param(1.0, NONNEG_RANGE),
+    "kalman_q_trend": Param(0.1, NONNEG_RANGE),
+    "kalman_r": Param(10.0, AMOUNT_RANGE),
+    "max_gpu_budget": Param(None, f"[0, {COUNT_MAX}]", kind=int, help="GPUs (default: unlimited)"),
 }
 
 

@@ -45,7 +45,7 @@ from typing import Any
 from llmscale.metrics.names import DCGM
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.hpa import hpa_replicas_for_metric
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, TICK_RANGE, Param
 from llmscale.signals.gpu import composite_util
 from llmscale.types import Decision, Signals
 
@@ -158,14 +158,15 @@ def _target(name: str, params: Mapping[str, Any], key: str) -> HpaTarget:
 _HPA_COMMON: dict[str, Param] = {
     "tolerance": Param(0.1, "[0, 1)"),
     "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-    "down_stabilization_s": Param(300.0, "[0, inf)", unit="s"),
+    "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
 }
 
 
 @register(
     "gpu-mem-copy",
     "seed 000 ch.1: HPA on max(GPU_UTIL, MEM_COPY_UTIL) per pod, target 35%",
-    {"target_pct": Param(35.0, "(0, 100]", unit="%"), **_HPA_COMMON},
+    # Under 1% the usage ratio (mean / target) of a busy pod overflows for denormal targets.
+    {"target_pct": Param(35.0, "[1, 100]", unit="%"), **_HPA_COMMON},
 )
 def _make_mem_copy(ctx: PolicyContext, params: Mapping[str, Any]) -> GpuMemCopyPolicy:
     return GpuMemCopyPolicy(_target("gpu-mem-copy", params, "target_pct"))
@@ -174,7 +175,7 @@ def _make_mem_copy(ctx: PolicyContext, params: Mapping[str, Any]) -> GpuMemCopyP
 @register(
     "effective-vram",
     "seed 000 3.3: HPA on 0.4 used/total + 0.3 bw/bw_max + 0.3 l2_miss/0.8, target 0.85",
-    {"target": Param(0.85, "(0, inf)"), **_HPA_COMMON},
+    {"target": Param(0.85, AMOUNT_RANGE), **_HPA_COMMON},
 )
 def _make_effective_vram(ctx: PolicyContext, params: Mapping[str, Any]) -> EffectiveVramPolicy:
     return EffectiveVramPolicy(_target("effective-vram", params, "target"))

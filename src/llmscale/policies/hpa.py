@@ -32,7 +32,7 @@ from typing import Any
 
 from llmscale.policies._hpa_behavior import HpaBehavior, HpaState, apply_hpa_behavior
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, TICK_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["HpaConfig", "HpaPolicy", "HpaState", "hpa_replicas_for_metric"]
@@ -136,10 +136,10 @@ class HpaPolicy:
 _PARAMS = {
     "metric": Param("DCGM_FI_DEV_GPU_UTIL", help="per-pod metric averaged against the target"),
     # The usage ratio divides by the target.
-    "target": Param(70.0, "(0, inf)", help="AverageValue target of the metric"),
+    "target": Param(70.0, AMOUNT_RANGE, help="AverageValue target of the metric"),
     "tolerance": Param(0.1, "[0, 1)", help="no change while |1 - ratio| is within this"),
     "sync_s": Param(15.0, TICK_RANGE, unit="s", help="HPA sync period"),
-    "down_stabilization_s": Param(300.0, "[0, inf)", unit="s"),
+    "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
 }
 
 

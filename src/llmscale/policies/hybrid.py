@@ -78,7 +78,7 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import COUNT_MAX, DURATION_RANGE, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = [
@@ -342,17 +342,17 @@ class HybridPredictivePolicy:
 _PARAMS: dict[str, Param] = {
     "queue_signal": Param("queue_waiting"),
     "p99_signal": Param("e2e_p99_s"),
-    "queue_critical": Param(50.0, "[0, inf)"),
-    "queue_warn": Param(20.0, "[0, inf)"),
-    "p99_critical_s": Param(5.0, "[0, inf)", unit="s"),
-    "p99_warn_s": Param(2.0, "[0, inf)", unit="s"),
+    "queue_critical": Param(50.0, NONNEG_RANGE),
+    "queue_warn": Param(20.0, NONNEG_RANGE),
+    "p99_critical_s": Param(5.0, DURATION_RANGE, unit="s"),
+    "p99_warn_s": Param(2.0, DURATION_RANGE, unit="s"),
     "gpu_high_pct": Param(85.0, "[0, 100]", unit="%"),
     "gpu_critical_pct": Param(95.0, "[0, 100]", unit="%"),
     "gpu_low_pct": Param(30.0, "[0, 100]", unit="%"),
-    "keep_min_replicas": Param(2, "[0, inf)"),
+    "keep_min_replicas": Param(2, f"[0, {COUNT_MAX}]"),
     "warn_scale_up": Param(True),
-    "cooldown_up_s": Param(120.0, "[0, inf)", unit="s"),
-    "cooldown_down_s": Param(600.0, "[0, inf)", unit="s"),
+    "cooldown_up_s": Param(120.0, DURATION_RANGE, unit="s"),
+    "cooldown_down_s": Param(600.0, DURATION_RANGE, unit="s"),
     "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 
@@ -360,9 +360,9 @@ _PREDICTIVE_PARAMS: dict[str, Param] = {
     **_PARAMS,
     "alpha": Param(0.3, "(0, 1]"),
     "beta": Param(0.1, "(0, 1]"),
-    "horizon_s": Param(None, "[0, inf)", kind=float, unit="s", help="default: the cold start"),
-    "capacity_half_life_s": Param(86400.0, "(0, inf)", unit="s"),
-    "tolerance": Param(0.1, "[0, inf)"),
+    "horizon_s": Param(None, DURATION_RANGE, kind=float, unit="s", help="default: the cold start"),
+    "capacity_half_life_s": Param(86400.0, WINDOW_RANGE, unit="s"),
+    "tolerance": Param(0.1, NONNEG_RANGE),
 }
 
 

@@ -60,7 +60,7 @@ from llmscale.policies._hpa_behavior import (
     clamp,
 )
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, NONNEG_RANGE, TICK_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["KedaConfig", "KedaPolicy", "KedaState", "external_average_value_replicas"]
@@ -171,12 +171,12 @@ class KedaPolicy:
 
 _PARAMS: dict[str, Param] = {
     "signal": Param("queue_waiting", help="the fleet signal the trigger reads"),
-    "threshold": Param(20.0, "(0, inf)", help="AverageValue target per pod"),
-    "activation_threshold": Param(0.0, "[0, inf)", help="above this the ScaledObject is active"),
+    "threshold": Param(20.0, AMOUNT_RANGE, help="AverageValue target per pod"),
+    "activation_threshold": Param(0.0, NONNEG_RANGE, help="above this the ScaledObject is active"),
     "polling_interval_s": Param(30.0, TICK_RANGE, unit="s"),
-    "cooldown_period_s": Param(300.0, "[0, inf)", unit="s", help="inactive this long -> min replicas"),
-    "tolerance": Param(0.1, "[0, inf)"),
-    "down_stabilization_s": Param(300.0, "[0, inf)", unit="s"),
+    "cooldown_period_s": Param(300.0, DURATION_RANGE, unit="s", help="inactive this long -> min replicas"),
+    "tolerance": Param(0.1, NONNEG_RANGE),
+    "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
 }
 
 

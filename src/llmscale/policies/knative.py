@@ -56,7 +56,13 @@ from typing import Any, ClassVar
 
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DURATION_RANGE,
+    FACTOR_RANGE,
+    TICK_RANGE,
+    Param,
+)
 from llmscale.types import Decision, Signals
 
 __all__ = ["KpaConfig", "KpaPolicy", "KpaState"]
@@ -210,15 +216,18 @@ class KpaPolicy:
 
 
 _PARAMS: dict[str, Param] = {
-    "target_concurrency": Param(70.0, "(0, inf)", help="in-flight requests per pod"),
-    "stable_window_s": Param(60.0, "(0, inf)", unit="s"),
-    "panic_window_pct": Param(10.0, "(0, 100]", unit="%", help="panic window as a share of the stable one"),
-    "panic_threshold_pct": Param(200.0, "(0, inf)", unit="%"),
-    "max_scale_up_rate": Param(1000.0, "(0, inf)"),
-    "max_scale_down_rate": Param(2.0, "(0, inf)"),
-    "scale_to_zero_grace_s": Param(30.0, "[0, inf)", unit="s"),
+    "target_concurrency": Param(70.0, AMOUNT_RANGE, help="in-flight requests per pod"),
+    # Knative's own lower bounds: a stable window of at least 6 s, a panic window of at least 1%
+    # of it (docs: "Configuring the Autoscaler"; serving's config validation). Shorter, the panic
+    # window holds no sample at all.
+    "stable_window_s": Param(60.0, "[6, 604800]", unit="s"),
+    "panic_window_pct": Param(10.0, "[1, 100]", unit="%", help="panic window as a share of the stable one"),
+    "panic_threshold_pct": Param(200.0, AMOUNT_RANGE, unit="%"),
+    "max_scale_up_rate": Param(1000.0, FACTOR_RANGE),
+    "max_scale_down_rate": Param(2.0, FACTOR_RANGE),
+    "scale_to_zero_grace_s": Param(30.0, DURATION_RANGE, unit="s"),
     "enable_scale_to_zero": Param(True),
-    "scale_down_delay_s": Param(0.0, "[0, inf)", unit="s"),
+    "scale_down_delay_s": Param(0.0, DURATION_RANGE, unit="s"),
     "tick_s": Param(2.0, TICK_RANGE, unit="s"),
 }
 

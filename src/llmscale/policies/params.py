@@ -21,12 +21,42 @@ from typing import Final
 from llmscale.errors import ConfigError
 from llmscale.ranges import Interval
 
-__all__ = ["TICK_RANGE", "Param", "check_param"]
+__all__ = [
+    "AMOUNT_RANGE",
+    "COUNT_MAX",
+    "DURATION_RANGE",
+    "FACTOR_RANGE",
+    "NONNEG_RANGE",
+    "TICK_RANGE",
+    "WINDOW_RANGE",
+    "Param",
+    "check_param",
+]
 
 #: The range of a parameter that sets how often a policy ticks, seconds: a tick shorter than
 #: 0.1 s is no controller's (HPA syncs every 15 s, Knative every 2 s) and a 1e-9 s tick would
 #: make an hour's replay 3.6e12 controller ticks; a tick longer than a day never acts.
 TICK_RANGE: Final = "[0.1, 86400]"
+
+# Every other range is bounded too. A parameter that is only ever "> 0" still has a size a
+# policy can run with: the fuzzer of tests/policies/test_fuzz_policy_config.py ran every policy
+# with values each declaration accepted, and tps_base 3.4e299 x sla_s 5.3e8 overflowed to inf,
+# then int(inf) raised. So:
+
+#: a duration a policy waits, holds, cools down or plans ahead, seconds: up to a week
+DURATION_RANGE: Final = "[0, 604800]"
+#: a window a policy averages over or divides by, seconds: positive, up to a week
+WINDOW_RANGE: Final = "(0, 604800]"
+#: an amount a signal is compared with or divided by (a queue length, a concurrency, a metric's
+#: target, a score): 1e-6 (below it is zero in disguise, and a signal divided by 1e-300
+#: overflows) to 1e9
+AMOUNT_RANGE: Final = "[1e-6, 1e9]"
+#: a non-negative amount (a tolerance, an activation threshold, a weight): 0 to 1e9
+NONNEG_RANGE: Final = "[0, 1e9]"
+#: a factor a replica count or a rate is multiplied by (scale rates, smoothing): 1e-6 to 1e6
+FACTOR_RANGE: Final = "[1e-6, 1e6]"
+#: a count of replicas, GPUs, steps or ticks given as a parameter: up to a million
+COUNT_MAX: Final = 1_000_000
 
 _KIND_WORDS: Final = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 

@@ -52,7 +52,14 @@ from typing import Any, ClassVar
 
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DURATION_RANGE,
+    FACTOR_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+)
 from llmscale.types import Decision, Signals
 
 __all__ = ["RayServeConfig", "RayServePolicy", "RayServeState", "apply_scaling_factors"]
@@ -173,15 +180,15 @@ class RayServePolicy:
 
 
 _PARAMS: dict[str, Param] = {
-    "target_ongoing_requests": Param(2.0, "(0, inf)"),
-    "upscale_delay_s": Param(30.0, "[0, inf)", unit="s"),
-    "downscale_delay_s": Param(600.0, "[0, inf)", unit="s"),
-    "downscale_to_zero_delay_s": Param(None, "[0, inf)", kind=float, unit="s"),
-    "upscaling_factor": Param(None, "(0, inf)", kind=float, help="default: smoothing_factor"),
-    "downscaling_factor": Param(None, "(0, inf)", kind=float, help="default: smoothing_factor"),
-    "smoothing_factor": Param(1.0, "(0, inf)"),
+    "target_ongoing_requests": Param(2.0, AMOUNT_RANGE),
+    "upscale_delay_s": Param(30.0, DURATION_RANGE, unit="s"),
+    "downscale_delay_s": Param(600.0, DURATION_RANGE, unit="s"),
+    "downscale_to_zero_delay_s": Param(None, DURATION_RANGE, kind=float, unit="s"),
+    "upscaling_factor": Param(None, FACTOR_RANGE, kind=float, help="default: smoothing_factor"),
+    "downscaling_factor": Param(None, FACTOR_RANGE, kind=float, help="default: smoothing_factor"),
+    "smoothing_factor": Param(1.0, FACTOR_RANGE),
     "metrics_interval_s": Param(10.0, TICK_RANGE, unit="s"),
-    "look_back_period_s": Param(30.0, "(0, inf)", unit="s"),
+    "look_back_period_s": Param(30.0, WINDOW_RANGE, unit="s"),
 }
 
 

@@ -40,7 +40,7 @@ from functools import lru_cache
 from typing import Any
 
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["SloConfig", "SloPolicy", "SloState", "replica_capacity_rps"]
@@ -323,19 +323,21 @@ class SloPolicy:
 
 
 _PARAMS: dict[str, Param] = {
-    # 0 would divide every capacity by zero; above 1 plans replicas past the SLO's cliff.
-    "target_utilization": Param(0.95, "(0, 1]", help="share of one replica's SLO capacity planned"),
+    # Above 1 plans replicas past the SLO's cliff. 0 divided every capacity by zero, and so does
+    # any share small enough to underflow (5e-324 x 7 req/s is 0.0): below 1% the plan would be
+    # over 100x the fleet the SLO needs anyway.
+    "target_utilization": Param(0.95, "[0.01, 1]", help="share of one replica's SLO capacity planned"),
     "alpha": Param(0.4, "(0, 1]", help="smoothing of the arrival rate per tick"),
     # 0 would keep every level ever seen (history[-0:] is the whole history).
     "trend_ticks": Param(8, "[1, 10000]", help="ticks the trend is fitted over"),
-    "max_trend_growth": Param(1.0, "[0, inf)", help="the trend adds at most this share of the level"),
+    "max_trend_growth": Param(1.0, NONNEG_RANGE, help="the trend adds at most this share of the level"),
     "queue_shrink_holds": Param(True, help="no TTFT-driven scale-up while the queue shrinks"),
     "client_timeout_s": Param(
-        None, "(0, inf)", kind=float, unit="s", help="clients' time-out (default: the deployment's)"
+        None, WINDOW_RANGE, kind=float, unit="s", help="clients' time-out (default: the deployment's)"
     ),
-    "burst_z": Param(0.0, "[0, inf)", help="plan for level + burst_z x spread"),
-    "drain_s": Param(30.0, "(0, inf)", unit="s", help="a backlog should drain within this"),
-    "queue_per_replica": Param(4.0, "[0, inf)", help="queue per serving replica before reacting"),
+    "burst_z": Param(0.0, NONNEG_RANGE, help="plan for level + burst_z x spread"),
+    "drain_s": Param(30.0, WINDOW_RANGE, unit="s", help="a backlog should drain within this"),
+    "queue_per_replica": Param(4.0, NONNEG_RANGE, help="queue per serving replica before reacting"),
     "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 

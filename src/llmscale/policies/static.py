@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import Param
+from llmscale.policies.params import COUNT_MAX, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["StaticPolicy"]
@@ -27,7 +27,7 @@ class StaticPolicy:
 
 
 _PARAMS = {
-    "replicas": Param(None, "[0, inf)", kind=int, help="replicas (default: the initial replicas)"),
+    "replicas": Param(None, f"[0, {COUNT_MAX}]", kind=int, help="replicas (default: the initial replicas)"),
 }
 
 

@@ -54,7 +54,7 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["ThreeLayerConfig", "ThreeLayerPolicy"]
@@ -178,12 +178,12 @@ class ThreeLayerPolicy:
 
 
 _PARAMS: dict[str, Param] = {
-    "ttft_slo_s": Param(None, "(0, inf)", kind=float, unit="s", help="default: the TTFT SLO"),
-    "queue_per_replica_up": Param(5.0, "(0, inf)"),
-    "queue_per_replica_down": Param(1.0, "[0, inf)"),
+    "ttft_slo_s": Param(None, WINDOW_RANGE, kind=float, unit="s", help="default: the TTFT SLO"),
+    "queue_per_replica_up": Param(5.0, AMOUNT_RANGE),
+    "queue_per_replica_down": Param(1.0, NONNEG_RANGE),
     "down_latency_fraction": Param(0.5, "(0, 1)"),
     "kv_headroom_max": Param(0.8, "(0, 1]"),
-    "gpu_budget": Param(None, "[0, inf)", kind=int, help="GPUs (default: the deployment's)"),
+    "gpu_budget": Param(None, f"[0, {COUNT_MAX}]", kind=int, help="GPUs (default: the deployment's)"),
     "tick_s": Param(5.0, TICK_RANGE, unit="s"),
 }
 

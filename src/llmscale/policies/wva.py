@@ -54,7 +54,7 @@ from typing import Any, ClassVar
 from llmscale.metrics.names import VLLM
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import TICK_RANGE, Param
+from llmscale.policies.params import AMOUNT_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["SaturationAnalysis", "WvaConfig", "WvaPolicy", "WvaState", "analyze_saturation"]
@@ -204,13 +204,13 @@ class WvaPolicy:
 
 _PARAMS: dict[str, Param] = {
     "kv_cache_threshold": Param(0.80, "(0, 1]"),
-    "queue_length_threshold": Param(5.0, "(0, inf)"),
+    "queue_length_threshold": Param(5.0, AMOUNT_RANGE),
     "kv_spare_trigger": Param(0.1, "(0, 1]"),
-    "queue_spare_trigger": Param(3.0, "(0, inf)"),
-    "interval_s": Param(60.0, "(0, inf)", unit="s"),
+    "queue_spare_trigger": Param(3.0, AMOUNT_RANGE),
+    "interval_s": Param(60.0, WINDOW_RANGE, unit="s"),
     # The controller ticks at scrape_s.
     "scrape_s": Param(15.0, TICK_RANGE, unit="s"),
-    "peak_window_s": Param(60.0, "(0, inf)", unit="s"),
+    "peak_window_s": Param(60.0, WINDOW_RANGE, unit="s"),
 }
 
 
