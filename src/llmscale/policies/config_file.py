@@ -77,7 +77,7 @@ def check_policy_params(data: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name, params in data.items():
         if not isinstance(name, str) or name not in POLICIES:
-            close = difflib.get_close_matches(str(name), known, n=1)
+            close = difflib.get_close_matches(str(name).strip().lower(), known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             raise ConfigError(f"{name}: unknown policy; {hint}known policies: {', '.join(known)}")
         if params is None:
