@@ -380,9 +380,9 @@ def backtest(
             on_progress(n, float("inf"))
 
     doc = build_document(w, settings, results, oracle_result, with_series=False)
-    from llmscale.report import comparison_table
+    from llmscale.report import comparison_view
 
-    console.print(comparison_table(doc))
+    console.print(comparison_view(doc))
     if json_out is not None:
         text = json.dumps(doc, indent=2)
         if json_to_stdout:
