@@ -639,6 +639,12 @@ def loadgen_cmd(
 
     json_to_stdout = json_out == "-"
     console = _console(stderr=json_to_stdout)
+    check_option("--max-requests", max_requests, "[1, inf)", integer=True)
+    check_option("--max-duration-s", max_duration_s, "(0, inf)")
+    check_option("--concurrency-limit", concurrency_limit, "[1, inf)", integer=True)
+    check_option("--request-timeout-s", request_timeout_s, "(0, inf)")
+    if json_out is not None and not json_to_stdout:
+        check_output_path("--json", Path(json_out))
     w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale)
     result = run_loadgen(
         w,
