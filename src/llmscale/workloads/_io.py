@@ -439,21 +439,18 @@ def _parse_epoch_seconds(table: Table, name: str, values: list[str]) -> FloatArr
 def _refuse_bare_numbers(table: Table, name: str, naive: list[str]) -> None:
     """An all-digit value among ISO timestamps would parse as a year: name its row.
 
-    Vectorised (numpy's string functions run in C): ~30 ms per million rows.
+    ``map(str.isdigit, ...)`` runs in C: ~20 ms per million rows. A signed one ("-5") parses as
+    a year outside 1678-2261 and is caught by the range check after parsing.
     """
-    if not naive:
+    if not any(map(str.isdigit, naive)):
         return
-    arr = np.array(naive, dtype=str)
-    digits = np.char.isdigit(np.char.lstrip(arr, "+-"))
-    bare = np.flatnonzero(digits)
-    if bare.size:
-        i = int(bare[0])
-        raise table.error(
-            f"timestamp {naive[i]!r} is a bare number among date-times (read as the year {naive[i]}?); "
-            "write every row the same way",
-            row=i,
-            field=name,
-        )
+    i = next(i for i, v in enumerate(naive) if v.isdigit())
+    raise table.error(
+        f"timestamp {naive[i]!r} is a bare number among date-times (read as the year {naive[i]}?); "
+        "write every row the same way",
+        row=i,
+        field=name,
+    )
 
 
 def datetime_label(table: Table, name: str, row: int) -> str:
