@@ -342,7 +342,11 @@ def backtest(
     try:
         check_policies(names, settings)
     except ConfigError as e:
-        raise ConfigError(f"--policy-config {policy_config}: {e}" if policy_config else str(e)) from e
+        # The message starts with the policy ("slo: ..." or "slo.replicas = ..."): name the file
+        # only when the file configures that policy.
+        if policy_config is not None and any(str(e).startswith(n) for n in params):
+            raise ConfigError(f"--policy-config {policy_config}: {e}") from e
+        raise
     if jobs <= 0:
         jobs = os.cpu_count() or 1
 

@@ -278,3 +278,27 @@ def test_other_options_out_of_range_name_the_option(args, option):
     p = backtest("--workload", "flash-crowd", "--duration-s", "60", *FAST, *args)
     refused(p, option)
     assert PROBE_LINE not in p.stderr
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "needles"),
+    [
+        pytest.param(
+            "bandwidth-entropy:\n  bw_down: 0.9\n", ["bw_down = 0.9 (bw_up = 0.85)"], id="thresholds"
+        ),
+        pytest.param(
+            "bandwidth-entropy:\n  guards: {min_replicas: 500}\n",
+            ["must be >= min_replicas (500)"],
+            id="guard-bounds",
+        ),
+    ],
+)
+def test_rules_between_settings_stop_the_backtest_before_it_simulates(tmp_path, yaml_text, needles):
+    # Each setting is in range, the combination is not: found when every policy is built at the
+    # edge, named with the file, instead of in a worker once the other policies had run.
+    config = write(tmp_path / "policies.yaml", yaml_text)
+    p = backtest(
+        "--workload", "flash-crowd", "--duration-s", "60", "--policy", "slo,bandwidth-entropy", "--no-oracle",
+        "--policy-config", config,
+    )  # fmt: skip
+    refused(p, "--policy-config", "policies.yaml", "bandwidth-entropy", *needles)

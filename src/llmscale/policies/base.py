@@ -139,7 +139,7 @@ def _load_builtin_policies() -> None:
     import llmscale.policies as pkg
 
     for mod in pkgutil.iter_modules(pkg.__path__):
-        if not mod.name.startswith("_") and mod.name not in ("base", "params"):
+        if not mod.name.startswith("_") and mod.name not in ("base", "params", "config_file"):
             importlib.import_module(f"llmscale.policies.{mod.name}")
 
 
