@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -155,3 +157,27 @@ def test_rate_scale_refuses_before_allocating_and_says_how_much():
     message = str(info.value)
     assert "20,000,000,000 requests" in message and "2,086.2 GiB" in message and "20,000,000" in message
     assert rate_scale(w, 1000.0).num_requests == 20_000  # well inside the limit
+
+
+@pytest.mark.parametrize("fmt", ["auto", "csv", "servegen"])
+def test_a_named_pipe_is_refused_without_blocking(tmp_path: Path, fmt: str):
+    # Opening a pipe without a writer blocks: the loader must refuse it before opening it.
+    fifo = tmp_path / "trace.csv"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            load_trace(fifo, fmt)
+        except BaseException as e:  # reported to the test thread below
+            outcome.append(e)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    if thread.is_alive():
+        with open(fifo, "wb"):  # a writer that closes at once releases the blocked reader
+            pass
+        pytest.fail("load_trace blocked on a named pipe")
+    assert len(outcome) == 1 and isinstance(outcome[0], TraceFormatError), outcome
+    assert "not a regular file" in str(outcome[0])

@@ -56,13 +56,22 @@ def _file_start(path: Path) -> bytes:
         return b""
 
 
-def read_text(path: Path) -> str:
-    """Whole file as text; ``.gz`` files are decompressed. Raises TraceFormatError."""
+def check_regular_file(path: Path) -> None:
+    """A trace is a regular file: reading /dev/zero never ends, and a named pipe without a writer
+    blocks before the first byte. Raises TraceFormatError."""
     where = str(path)
     if not path.exists():
         raise TraceFormatError("file not found", path=where)
     if path.is_dir():
         raise TraceFormatError("is a directory, expected a file", path=where)
+    if not path.is_file():
+        raise TraceFormatError("not a regular file (a device or a pipe?), expected a trace file", path=where)
+
+
+def read_text(path: Path) -> str:
+    """Whole file as text; ``.gz`` files are decompressed. Raises TraceFormatError."""
+    where = str(path)
+    check_regular_file(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -86,6 +95,7 @@ def first_line(path: Path, max_bytes: int = 65536) -> str:
     TraceFormatError saying so: sniffing it as "empty" would send the user looking for a
     missing header in a file that is corrupt.
     """
+    check_regular_file(path)
     try:
         if _is_gzip(path):
             with gzip.open(path, "rb") as fh:
