@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from llmscale.edge import check_option, check_output_path
 from llmscale.errors import ConfigError, LlmscaleError
 
 __all__ = ["app", "main"]
@@ -77,19 +78,12 @@ def _split_policies(values: list[str] | None) -> list[str]:
 def _load_policy_config(path: Path | None) -> dict[str, dict[str, Any]]:
     if path is None:
         return {}
-    import yaml
+    from llmscale.policies.config_file import load_policy_config
 
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise ConfigError(f"--policy-config {path}: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"--policy-config {path}: not valid YAML: {e}") from e
-    if data is None:
-        return {}
-    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
-        raise ConfigError(f"--policy-config {path}: expected a mapping of policy name -> parameters")
-    return {str(k): dict(v) for k, v in data.items()}
+        return load_policy_config(path)
+    except ConfigError as e:
+        raise ConfigError(f"--policy-config {e}") from e
 
 
 def _load_workload(
@@ -103,19 +97,26 @@ def _load_workload(
 ) -> Any:
     from llmscale.workloads import load_trace, make_preset, window
     from llmscale.workloads import rate_scale as scale
+    from llmscale.workloads.limits import MAX_SPAN_S
 
+    check_option("--seed", seed, "[0, inf)", integer=True)
+    check_option("--start-s", start_s, "[0, inf)")
+    # inf: to the end of the trace
+    check_option("--duration-s", duration_s, "(0, inf]")
+    check_option("--rate-scale", rate_scale, "(0, inf)")
     if trace is not None and preset is not None:
         raise ConfigError("give either --trace or --workload, not both")
     if trace is not None:
-        w = load_trace(trace, fmt, seed=seed, start_s=start_s, duration_s=duration_s)
+        w = load_trace(trace, fmt, seed=seed, start_s=start_s, duration_s=duration_s, max_span_s=MAX_SPAN_S)
     else:
         w = make_preset(preset or "default", seed=seed)
         if start_s is not None or duration_s is not None:
             w = window(w, start_s or 0.0, duration_s if duration_s is not None else w.duration_s + 1.0)
-    if rate_scale <= 0:
-        raise ConfigError(f"--rate-scale = {rate_scale}, must be > 0")
     if rate_scale != 1.0:
-        w = scale(w, rate_scale, seed=seed)
+        try:
+            w = scale(w, rate_scale, seed=seed)
+        except ConfigError as e:
+            raise ConfigError(f"--rate-scale: {e}") from e
     return w
 
 
@@ -165,6 +166,51 @@ def _context_warning(w: Any, settings: Any, err: Any) -> Any:
 
         err.print(Text("warning: ", style="bold yellow") + Text(message))
     return within_context(w, check)
+def _check_backtest_options(
+    *,
+    replicas: int | None,
+    min_replicas: int,
+    max_replicas: int | None,
+    initial_replicas: int | None,
+    tp: int,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    timeout_s: float,
+    grace_s: float,
+    router: str,
+    jobs: int,
+) -> None:
+    """Every numeric option of ``backtest`` in its range, named as the user typed it."""
+    from llmscale.backtest.runner import MAX_REPLICAS
+
+    replicas_range = f"[0, {MAX_REPLICAS}]"
+    check_option("--replicas", replicas, replicas_range, integer=True)
+    check_option("--min-replicas", min_replicas, replicas_range, integer=True)
+    check_option("--max-replicas", max_replicas, f"[1, {MAX_REPLICAS}]", integer=True)
+    check_option("--initial-replicas", initial_replicas, replicas_range, integer=True)
+    if max_replicas is not None and max_replicas < min_replicas:
+        raise ConfigError(f"--max-replicas = {max_replicas}, must be >= --min-replicas ({min_replicas})")
+    if initial_replicas is not None and not (
+        min_replicas <= initial_replicas <= (max_replicas if max_replicas is not None else MAX_REPLICAS)
+    ):
+        raise ConfigError(
+            f"--initial-replicas = {initial_replicas}, must be within --min-replicas ({min_replicas}) "
+            f"and --max-replicas ({max_replicas if max_replicas is not None else MAX_REPLICAS})"
+        )
+    if tp not in (1, 2, 4, 8):
+        raise ConfigError(f"--tp = {tp}, must be 1, 2, 4 or 8")
+    check_option("--slo-ttft-s", slo_ttft_s, "(0, inf)")
+    check_option("--slo-tpot-s", slo_tpot_s, "(0, inf)")
+    # inf: clients never give up / draining replicas are never killed
+    check_option("--timeout-s", timeout_s, "(0, inf]")
+    check_option("--grace-s", grace_s, "[0, inf]")
+    if router not in ROUTERS:
+        raise ConfigError(f"--router {router!r}, must be one of {', '.join(ROUTERS)}")
+    check_option("--jobs", jobs, "[0, 1024]", integer=True)
+
+
+#: how the gateway may spread requests (SimConfig's routers)
+ROUTERS = ("least-outstanding", "round-robin")
 
 
 BACKTEST_HELP = (
@@ -278,7 +324,7 @@ def backtest(
     from dataclasses import replace
 
     from llmscale.backtest.compare import build_document, run_backtest
-    from llmscale.backtest.runner import BacktestSettings, build_fleet
+    from llmscale.backtest.runner import BacktestSettings, build_fleet, check_policies
     from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
     from llmscale.sim.fleet import SimConfig
 
@@ -289,6 +335,27 @@ def backtest(
     if no_args:
         report = Path("report.html")
 
+    # Everything the user gave is checked here, before the first simulated second: a bad value
+    # found after a half-minute run (an unwritable --json path) costs the whole run.
+    _check_backtest_options(
+        replicas=replicas,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        initial_replicas=initial_replicas,
+        tp=tp,
+        slo_ttft_s=slo_ttft_s,
+        slo_tpot_s=slo_tpot_s,
+        timeout_s=timeout_s,
+        grace_s=grace_s,
+        router=router,
+        jobs=jobs,
+    )
+    if json_out is not None and not json_to_stdout:
+        check_output_path("--json", Path(json_out))
+    if report is not None:
+        check_output_path("--report", report)
+    if decisions is not None:
+        check_output_path("--decisions", decisions)
     names = _split_policies(policy)
     params = _load_policy_config(policy_config)
     w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale)
@@ -341,6 +408,14 @@ def backtest(
     settings = replace(
         base, max_replicas=max_replicas, initial_replicas=initial_replicas, policy_params=params
     )
+    try:
+        check_policies(names, settings)
+    except ConfigError as e:
+        # The message starts with the policy ("slo: ..." or "slo.replicas = ..."): name the file
+        # only when the file configures that policy.
+        if policy_config is not None and any(str(e).startswith(n) for n in params):
+            raise ConfigError(f"--policy-config {policy_config}: {e}") from e
+        raise
     if jobs <= 0:
         jobs = os.cpu_count() or 1
 
@@ -378,9 +453,9 @@ def backtest(
             on_progress(n, float("inf"))
 
     doc = build_document(w, settings, results, oracle_result, with_series=False)
-    from llmscale.report import comparison_table
+    from llmscale.report import comparison_view
 
-    console.print(comparison_table(doc))
+    console.print(comparison_view(doc))
     if json_out is not None:
         text = json.dumps(doc, indent=2)
         if json_to_stdout:
@@ -410,10 +485,16 @@ def policies_cmd() -> None:
     table = Table(title="llmscale policies")
     table.add_column("name")
     table.add_column("what it does")
-    table.add_column("parameters (defaults)")
+    table.add_column("parameters (defaults, ranges)")
     for name in policy_names():
         info = POLICIES[name]
-        table.add_row(name, info.summary, ", ".join(f"{k}={v}" for k, v in info.defaults.items()))
+        # Ranges without inner spaces, so a wrapped cell never splits "(0, inf)" over two lines.
+        params = ", ".join(
+            f"{k}={p.default}"
+            + (f" {p.interval.replace(', ', ',').replace(' | ', '|')}" if p.interval else "")
+            for k, p in info.params.items()
+        )
+        table.add_row(name, info.summary, params)
     Console().print(table)
 
 
@@ -680,6 +761,12 @@ def loadgen_cmd(
 
     json_to_stdout = json_out == "-"
     console = _console(stderr=json_to_stdout)
+    check_option("--max-requests", max_requests, "[1, inf)", integer=True)
+    check_option("--max-duration-s", max_duration_s, "(0, inf)")
+    check_option("--concurrency-limit", concurrency_limit, "[1, inf)", integer=True)
+    check_option("--request-timeout-s", request_timeout_s, "(0, inf)")
+    if json_out is not None and not json_to_stdout:
+        check_output_path("--json", Path(json_out))
     w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale)
     result = run_loadgen(
         w,

@@ -16,6 +16,7 @@ bounds last, so the result always lies in [min_replicas, max_replicas].
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -66,6 +67,10 @@ class GuardConfig:
     gpus_per_replica: int = 1
 
     def __post_init__(self) -> None:
+        # Types first: a value from a YAML file may be a string, a list or a bool where a number
+        # belongs, and the range checks below would then raise TypeError, or pass NaN silently.
+        for f in fields(self):
+            _check_type(f.name, getattr(self, f.name), _GUARD_TYPES[f.name])
         if self.min_replicas < 0:
             raise ConfigError(f"min_replicas = {self.min_replicas}, must be >= 0")
         if self.max_replicas < self.min_replicas:
@@ -76,12 +81,21 @@ class GuardConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} = {getattr(self, name)}, must be >= 1")
         for name in ("cooldown_up_s", "cooldown_down_s", "stabilization_up_s", "stabilization_down_s"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} = {getattr(self, name)}, must be >= 0")
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ConfigError(f"{name} = {v}, must be a finite number >= 0")
+        # A negative step would move the limit to the wrong side of the fleet: max_down_step -3
+        # at 10 replicas put the floor at 13, and a wish for 1 replica became 13.
+        for name in ("max_up_step", "max_down_step", "gpu_budget"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise ConfigError(f"{name} = {v}, must be >= 0 (or null: no limit)")
+        if self.gpus_per_replica < 1:
+            raise ConfigError(f"gpus_per_replica = {self.gpus_per_replica}, must be >= 1")
         for name in ("max_up_ratio", "max_down_ratio"):
             v = getattr(self, name)
-            if v is not None and v < 1.0:
-                raise ConfigError(f"{name} = {v}, must be >= 1 (a ratio of replicas)")
+            if v is not None and not (math.isfinite(v) and v >= 1.0):
+                raise ConfigError(f"{name} = {v}, must be a finite number >= 1 (a ratio of replicas)")
         if self.headroom_max_usage is not None and not 0.0 < self.headroom_max_usage <= 1.0:
             raise ConfigError(f"headroom_max_usage = {self.headroom_max_usage}, must be in (0, 1]")
 
@@ -94,6 +108,40 @@ class GuardConfig:
 
 
 GUARD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(GuardConfig))
+
+
+def _check_type(name: str, value: object, kinds: tuple[type, ...]) -> None:
+    """``value`` is one of ``kinds``; a bool is not a number here, a whole number is a float.
+
+    Integral and real numbers are checked as :mod:`numbers` types, so a numpy integer from a
+    computation passes where an int belongs.
+    """
+    if isinstance(value, bool):
+        ok = bool in kinds
+    elif isinstance(value, numbers.Integral):
+        ok = int in kinds or float in kinds
+    elif isinstance(value, numbers.Real):
+        ok = float in kinds
+    else:
+        ok = isinstance(value, kinds)
+    if not ok:
+        words = {bool: "a boolean", int: "an integer", float: "a number", type(None): "null"}
+        wanted = " or ".join(words.get(k, k.__name__) for k in kinds)
+        raise ConfigError(f"{name} = {value!r}, must be {wanted}")
+
+
+def _guard_types() -> dict[str, tuple[type, ...]]:
+    """Each field's accepted Python types, from GuardConfig's annotations (written once)."""
+    import typing
+
+    out: dict[str, tuple[type, ...]] = {}
+    for name, hint in typing.get_type_hints(GuardConfig).items():
+        args = typing.get_args(hint) or (hint,)
+        out[name] = tuple(a for a in args if isinstance(a, type))
+    return out
+
+
+_GUARD_TYPES: dict[str, tuple[type, ...]] = _guard_types()
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ def test_bad_trace_line_is_named_with_exit_code_2(tmp_path: Path):
     ("args", "needle"),
     [
         pytest.param(["--policy", "nope"], "nope", id="unknown-policy"),
-        pytest.param(["--min-replicas", "5", "--max-replicas", "3"], "max_replicas", id="bounds"),
+        pytest.param(["--min-replicas", "5", "--max-replicas", "3"], "--max-replicas", id="bounds"),
         pytest.param(["--model", "gpt-9"], "gpt-9", id="unknown-model"),
         pytest.param(["--rate-scale", "0"], "--rate-scale", id="rate-scale"),
     ],

@@ -9,8 +9,9 @@ from rich.console import Console
 from rich.text import Text
 
 from llmscale.errors import ConfigError
-from llmscale.report import comparison_table
+from llmscale.report import comparison_table, comparison_view
 from llmscale.report._common import COLUMNS, MISSING, fmt_count, fmt_float, fmt_pct, fmt_seconds
+from llmscale.report.table import legend_text
 
 
 def _result(policy: str, **overrides: Any) -> dict[str, Any]:
@@ -158,3 +159,117 @@ def test_other_formatters() -> None:
     assert fmt_float(12345.6, 4) == "12,346"
     assert fmt_float(0.000012345) == "0.000012"
     assert fmt_float("abc") == MISSING
+
+
+# ---- any terminal width --------------------------------------------------------------------------
+
+DEFAULT_POLICIES = [
+    "slo",
+    "static",
+    "hpa-gpu-util",
+    "keda-queue",
+    "knative-kpa",
+    "aibrix-apa",
+    "ray-serve",
+    "dynamo-sla",
+    "wva-saturation",
+]
+
+
+def _default_run_doc() -> dict[str, Any]:
+    """Nine policies and the oracle, with counts as wide as a long run's (12,345.7 GPU-hours)."""
+    results = [
+        _result(
+            name,
+            slo_attainment=0.5 + i / 20,
+            gpu_hours=1234.5 + 1111 * i,
+            rejected=123_456 * (i % 2),
+            timed_out=98_765 if name == "hpa-gpu-util" else 3,
+            scale_events=1_204,
+        )
+        for i, name in enumerate(DEFAULT_POLICIES)
+    ]
+    doc = _doc()
+    doc["results"] = results
+    return doc
+
+
+def _millions_doc() -> dict[str, Any]:
+    """A week of a large fleet: counts in the millions widen every column past 80 in total."""
+    doc = _default_run_doc()
+    for i, r in enumerate(doc["results"]):
+        r.update(
+            gpu_hours=1_234_567.0 + i,
+            rejected=12_345_678,
+            timed_out=9_876_543,
+            killed_by_scale_down=1_234_567,
+            scale_events=123_456,
+            replicas_max=12_345,
+            replicas_mean=9_876.5,
+        )
+    return doc
+
+
+def _header_lines(lines: list[str]) -> list[str]:
+    """The header lines of every table: the (up to two) lines above each heavy rule."""
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith("━"):
+            out += [lines[j] for j in (i - 2, i - 1) if j >= 0 and "Backtest:" not in lines[j]]
+    return out
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+@pytest.mark.parametrize(
+    "make", [_doc, _default_run_doc, _millions_doc], ids=["three-policies", "default-run", "millions"]
+)
+def test_view_keeps_every_policy_column_and_number_at_any_width(width, make):
+    doc = make()
+    console = Console(record=True, width=width, color_system=None)
+    console.print(comparison_view(doc))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert all(len(line) <= width for line in lines), max(lines, key=len)
+    headers = " ".join(_header_lines(lines)).split()
+    labels = [str(r["policy"]) for r in doc["results"]] + ["oracle (lower bound)"]
+    for label in labels:
+        # The policy column leads every table, names whole (none here is longer than it allows).
+        rows = [line for line in lines if line.startswith(f"● {label} ")]
+        assert rows, label
+    tables = sum(1 for line in lines if line.startswith("━"))
+    assert sum(1 for h in _header_lines(lines) if h.startswith("Policy")) == tables
+    abbreviated = [c for c in COLUMNS if c.abbrev in headers and c.abbrev not in c.header.split()]
+    for column in COLUMNS:
+        if column in abbreviated:
+            # A documented abbreviation, explained under the tables.
+            assert legend_text([column]) in text, column.abbrev
+        else:
+            assert all(word in headers for word in column.header.split()), column.header
+    for result, label in zip([*doc["results"], doc["oracle"]], labels, strict=True):
+        row_text = " ".join(line for line in lines if line.startswith(f"● {label} "))
+        for column in COLUMNS:
+            assert column.fmt(result.get(column.key)) in row_text.split(), (label, column.key)
+    if width >= 160 and make is _doc:
+        assert tables == 1 and not abbreviated
+    if width == 80:
+        assert tables >= 2
+    if make is _millions_doc and width == 80:
+        assert abbreviated, "wide numbers at 80 columns take the abbreviated headers"
+
+
+def test_view_at_its_narrowest_still_shows_every_column():
+    console = Console(record=True, width=40, color_system=None)
+    console.print(comparison_view(_default_run_doc()))
+    text = console.export_text()
+    headers = " ".join(_header_lines(text.splitlines())).split()
+    for column in COLUMNS:
+        # Each legend entry stays on one line: the abbreviation next to its meaning.
+        assert column.abbrev in headers and legend_text([column]) in text, column.abbrev
+
+
+def test_the_full_table_is_what_a_wide_view_prints():
+    wide = Console(record=True, width=200, color_system=None)
+    wide.print(comparison_view(_doc()))
+    full = Console(record=True, width=200, color_system=None)
+    full.print(comparison_table(_doc()))
+    assert wide.export_text().split() == full.export_text().split()

@@ -257,7 +257,7 @@ CSV_HEAD = "arrival_s,input_tokens,output_tokens\n"
             "auto",
             3,
             "input_length",
-            "not a token count: 'ten'",
+            'not a token count: "ten" is a JSON string',
             id="mooncake-string-tokens",
         ),
         pytest.param(

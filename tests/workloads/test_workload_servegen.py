@@ -158,7 +158,7 @@ def test_idle_span_is_a_clear_error(servegen_dir: Path) -> None:
             id="non-numeric-rate",
         ),
         pytest.param("0,-1,1,Gamma,1,1\n", 1, "rate_rps", "negative rate", id="negative-rate"),
-        pytest.param("0,1,1,Weibull,0,1\n", 1, "p1", "shape must be > 0", id="zero-shape"),
+        pytest.param("0,1,1,Weibull,0,1\n", 1, "p1", "shape must be in [0.001, 10000]", id="zero-shape"),
         pytest.param(
             "0,1,1,Gamma,1,1\n0,1,1,Gamma,1,1\n",
             2,

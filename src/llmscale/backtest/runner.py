@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
@@ -27,7 +27,20 @@ from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
 from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
-__all__ = ["BacktestSettings", "build_fleet", "guard_config_for", "run_policy", "series_step_for"]
+__all__ = [
+    "MAX_REPLICAS",
+    "BacktestSettings",
+    "build_fleet",
+    "check_policies",
+    "guard_config_for",
+    "run_policy",
+    "series_step_for",
+]
+
+#: Most replicas a backtest may hold: 10,000 (80,000 GPUs at TP 8). The default workload's peak
+#: minute needs 7; each simulated replica carries its own queues, KV blocks and histograms, and a
+#: typo such as --max-replicas 10000000 would let an autoscaler build a fleet that never finishes.
+MAX_REPLICAS = 10_000
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,28 @@ def guard_config_for(policy: Policy[Any], settings: BacktestSettings, user: dict
     """Defaults, then what the policy declares it needs, then the user's overrides (``guards:`` in YAML)."""
     base = GuardConfig(settings.min_replicas, settings.max_replicas, gpus_per_replica=settings.tp)
     return base.merged(getattr(policy, "guard_overrides", {}) or {}).merged(user)
+
+
+def check_policies(names: Sequence[str], settings: BacktestSettings) -> None:
+    """Build each policy and its guard settings once, as :func:`run_policy` will.
+
+    Cross-field errors (a policy's ``bw_down`` above its ``bw_up``, a guard's ``min_replicas``
+    above the backtest's ``max_replicas``) then stop the backtest before any simulation, not in
+    a worker process after the other policies ran. Raises ConfigError naming the policy.
+    """
+    for name in names:
+        params = dict(settings.policy_params.get(name) or {})
+        guard_params = params.pop("guards", None) or {}
+        try:
+            policy = create_policy(name, settings.context(), params)
+            guards = guard_config_for(policy, settings, guard_params)
+            fleet_max = policy.replicas if isinstance(policy, StaticPolicy) else guards.max_replicas
+            if fleet_max > MAX_REPLICAS:
+                which = "replicas" if isinstance(policy, StaticPolicy) else "guards.max_replicas"
+                raise ConfigError(f"{name}.{which} = {fleet_max}, must be <= {MAX_REPLICAS:,} in a backtest")
+        except ConfigError as e:
+            message = str(e)
+            raise ConfigError(message if message.startswith(name) else f"{name}: {message}") from e
 
 
 def series_step_for(duration_s: float) -> float:

@@ -50,8 +50,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_non_negative, check_positive, clamp
-from llmscale.policies.base import PolicyContext, PolicyParamError, register
+from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
+from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DURATION_RANGE,
+    FACTOR_RANGE,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+)
 from llmscale.types import Decision, Signals
 
 __all__ = ["ApaConfig", "ApaPolicy", "ApaState", "apa_replicas"]
@@ -165,31 +174,27 @@ class ApaPolicy:
         return Decision(desired, rule, inputs), ApaState(samples=samples, recommendations=recs)
 
 
-_DEFAULTS: dict[str, Any] = {
-    "metric": "kv_usage_mean",
-    "target": None,
-    "up_tolerance": 0.1,
-    "down_tolerance": 0.1,
-    "max_scale_up_rate": 2.0,
-    "max_scale_down_rate": 2.0,
-    "scale_up_cooldown_s": 0.0,
-    "scale_down_cooldown_s": 300.0,
-    "window_s": 180.0,
-    "sync_s": 10.0,
+_PARAMS: dict[str, Param] = {
+    "metric": Param("kv_usage_mean", choices=tuple(APA_DEFAULT_TARGETS)),
+    "target": Param(None, AMOUNT_RANGE, kind=float, help="per-pod target (default: the metric's)"),
+    "up_tolerance": Param(0.1, NONNEG_RANGE),
+    "down_tolerance": Param(0.1, NONNEG_RANGE),
+    "max_scale_up_rate": Param(2.0, FACTOR_RANGE),
+    "max_scale_down_rate": Param(2.0, FACTOR_RANGE),
+    "scale_up_cooldown_s": Param(0.0, DURATION_RANGE, unit="s"),
+    "scale_down_cooldown_s": Param(300.0, DURATION_RANGE, unit="s"),
+    "window_s": Param(180.0, WINDOW_RANGE, unit="s"),
+    "sync_s": Param(10.0, TICK_RANGE, unit="s"),
 }
 
 
 @register(
     "aibrix-apa",
     "AIBrix APA on KV usage (target 0.5) or queue per pod: 10% tolerance, rates 2x, 180 s window",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ApaPolicy:
     metric = str(params["metric"])
-    if metric not in APA_DEFAULT_TARGETS:
-        raise PolicyParamError(
-            "aibrix-apa", "metric", f"{metric!r}, must be one of {', '.join(APA_DEFAULT_TARGETS)}"
-        )
     target = APA_DEFAULT_TARGETS[metric] if params["target"] is None else float(params["target"])
     cfg = ApaConfig(
         metric=metric,
@@ -204,20 +209,5 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ApaPolicy:
         sync_s=float(params["sync_s"]),
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
-    )
-    check_positive(
-        "aibrix-apa",
-        target=cfg.target,
-        max_scale_up_rate=cfg.max_scale_up_rate,
-        max_scale_down_rate=cfg.max_scale_down_rate,
-        window_s=cfg.window_s,
-        sync_s=cfg.sync_s,
-    )
-    check_non_negative(
-        "aibrix-apa",
-        up_tolerance=cfg.up_tolerance,
-        down_tolerance=cfg.down_tolerance,
-        scale_up_cooldown_s=cfg.scale_up_cooldown_s,
-        scale_down_cooldown_s=cfg.scale_down_cooldown_s,
     )
     return ApaPolicy(cfg)

@@ -49,6 +49,7 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import DURATION_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = [
@@ -179,19 +180,20 @@ class BandwidthEntropyPolicy:
         return Decision(current, "hold", inputs), new_state
 
 
-_DEFAULTS: dict[str, Any] = {
-    "bw_up": 0.85,
-    "entropy_up": 0.72,
-    "bw_severe": 0.9,
-    "entropy_severe": 0.8,
-    "bw_down": 0.4,
-    "entropy_down": 0.25,
-    "hold_down_s": 300.0,
-    "lag_decay": 0.8,
-    "lag_window_s": 300.0,
-    "compensate_up": False,
-    "warmup_buffer_s": 90.0,
-    "tick_s": 15.0,
+# Bandwidth is a share of the HBM peak and the queue entropy is normalised: both read 0 to 1.
+_PARAMS: dict[str, Param] = {
+    "bw_up": Param(0.85, "[0, 1]"),
+    "entropy_up": Param(0.72, "[0, 1]"),
+    "bw_severe": Param(0.9, "[0, 1]"),
+    "entropy_severe": Param(0.8, "[0, 1]"),
+    "bw_down": Param(0.4, "[0, 1]"),
+    "entropy_down": Param(0.25, "[0, 1]"),
+    "hold_down_s": Param(300.0, DURATION_RANGE, unit="s"),
+    "lag_decay": Param(0.8, "(0, 1]"),
+    "lag_window_s": Param(300.0, WINDOW_RANGE, unit="s"),
+    "compensate_up": Param(False),
+    "warmup_buffer_s": Param(90.0, DURATION_RANGE, unit="s"),
+    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 
 
@@ -199,7 +201,7 @@ _DEFAULTS: dict[str, Any] = {
     "bandwidth-entropy",
     "seed 004: bandwidth P95 > 0.85 and queue entropy > 0.72 -> +1 (+2 above 0.9/0.8); "
     "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPolicy:
     cfg = BandwidthEntropyConfig(
@@ -216,20 +218,9 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPoli
         warmup_buffer_s=float(params["warmup_buffer_s"]),
         tick_s=float(params["tick_s"]),
     )
-    if cfg.tick_s <= 0 or cfg.lag_window_s <= 0:
-        raise ConfigError(
-            f"bandwidth-entropy tick_s = {cfg.tick_s} and lag_window_s = {cfg.lag_window_s} must be > 0"
-        )
-    if not 0.0 < cfg.lag_decay <= 1.0:
-        raise ConfigError(f"bandwidth-entropy lag_decay = {cfg.lag_decay}, must be in (0, 1]")
     if cfg.bw_down >= cfg.bw_up or cfg.entropy_down >= cfg.entropy_up:
         raise ConfigError(
-            f"bandwidth-entropy down thresholds ({cfg.bw_down}, {cfg.entropy_down}) must be below the up "
-            f"thresholds ({cfg.bw_up}, {cfg.entropy_up})"
-        )
-    if cfg.hold_down_s < 0 or cfg.warmup_buffer_s < 0:
-        raise ConfigError(
-            f"bandwidth-entropy hold_down_s = {cfg.hold_down_s} and warmup_buffer_s = {cfg.warmup_buffer_s} "
-            "must be >= 0"
+            f"bandwidth-entropy down thresholds must be below the up thresholds: bw_down = {cfg.bw_down} "
+            f"(bw_up = {cfg.bw_up}), entropy_down = {cfg.entropy_down} (entropy_up = {cfg.entropy_up})"
         )
     return BandwidthEntropyPolicy(cfg)

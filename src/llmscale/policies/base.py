@@ -8,12 +8,12 @@ the numbers that fired it, and its next state (a frozen dataclass).
 from __future__ import annotations
 
 import difflib
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from llmscale.errors import ConfigError
+from llmscale.policies.params import Param, PolicyParamError, check_param
 from llmscale.types import Decision, Signals
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "POLICIES",
+    "Param",
     "Policy",
     "PolicyContext",
     "PolicyInfo",
@@ -85,30 +86,46 @@ class PolicyInfo:
     name: str
     summary: str
     factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]
-    defaults: Mapping[str, Any]
+    #: every parameter, declared once: default, range, unit, help
+    params: Mapping[str, Param]
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """Each parameter's default value."""
+        return {key: p.default for key, p in self.params.items()}
+
+    def check_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` checked against the declarations (unknown names, types, ranges), merged over
+        the defaults. Raises ConfigError naming ``policy.parameter``."""
+        merged = self.defaults
+        for key, value in params.items():
+            param = self.params.get(key) if isinstance(key, str) else None
+            if param is None:
+                raise ConfigError(
+                    f"policy {self.name!r} has no parameter {key!r}; "
+                    f"parameters: {', '.join(sorted(self.params))}"
+                )
+            merged[key] = check_param(self.name, key, param, value)
+        return merged
 
 
 POLICIES: dict[str, PolicyInfo] = {}
 
 
 def register(
-    name: str, summary: str, defaults: Mapping[str, Any]
+    name: str, summary: str, params: Mapping[str, Param]
 ) -> Callable[[Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]], Any]:
-    """Class/function decorator adding a policy factory to :data:`POLICIES`."""
+    """Class/function decorator adding a policy factory to :data:`POLICIES`.
+
+    ``params`` declares every parameter (see :class:`~llmscale.policies.params.Param`); the
+    factory receives them merged over their defaults, each already checked against its range.
+    """
 
     def wrap(factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]) -> Any:
-        POLICIES[name] = PolicyInfo(name, summary, factory, dict(defaults))
+        POLICIES[name] = PolicyInfo(name, summary, factory, dict(params))
         return factory
 
     return wrap
-
-
-class PolicyParamError(ConfigError):
-    """A policy parameter the policy cannot be built with; ``param`` names it (for a field path)."""
-
-    def __init__(self, policy: str, param: str, message: str) -> None:
-        super().__init__(f"policy {policy!r}: {param} = {message}")
-        self.param = param
 
 
 def names_a_signal(param: str) -> bool:
@@ -122,30 +139,8 @@ def names_a_signal(param: str) -> bool:
     return param == "signal" or param.endswith("_signal")
 
 
-def _check_param(policy: str, key: str, value: Any, default: Any) -> None:
-    """Reject a value the factory would choke on or misread, naming ``key``.
-
-    The default's type is the parameter's: a number for a number (finite: ``.inf`` or ``.nan`` in a
-    YAML file is a typo, not a setting), true/false for a flag, a string for a string. A default of
-    None marks an optional number (``static``'s ``replicas``, ``horizon_s``, ``gpu_budget``, ...):
-    a number or null. ``tests/policies/test_policy_params.py`` pins these conventions.
-    """
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise PolicyParamError(policy, key, f"{value!r}, must be true or false")
-    elif isinstance(default, int | float) or (default is None and value is not None):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            what = "" if default is None else f" (default {default!r})"
-            raise PolicyParamError(policy, key, f"{value!r}, must be a number{what}")
-    elif isinstance(default, str) and not isinstance(value, str):
-        raise PolicyParamError(policy, key, f"{value!r}, must be a string (default {default!r})")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            finite = math.isfinite(float(value))
-        except OverflowError:  # an integer beyond any float: YAML reads 1000...0 (400 digits) so
-            finite = False
-        if not finite:
-            raise PolicyParamError(policy, key, f"{value!r:.40}, must be a finite number")
+def _check_signal_name(policy: str, key: str, value: Any) -> None:
+    """A parameter that names a signal must name one the catalogue has (did-you-mean on a typo)."""
     if names_a_signal(key) and isinstance(value, str):
         from llmscale.signals.catalog import SIGNALS
 
@@ -153,34 +148,28 @@ def _check_param(policy: str, key: str, value: Any, default: Any) -> None:
             close = difflib.get_close_matches(value, SIGNALS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise PolicyParamError(
-                policy,
+                f"{policy}.{key} = {value!r}: not a signal{hint} (signals, as "
+                f"src/llmscale/signals/catalog.py lists them: {', '.join(sorted(SIGNALS))})",
                 key,
-                f"{value!r} is not a signal{hint} (signals, as src/llmscale/signals/catalog.py "
-                f"lists them: {', '.join(sorted(SIGNALS))})",
             )
 
 
 def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | None = None) -> Policy[Any]:
-    """Build a registered policy; unknown names, unknown parameters and values of the wrong kind
-    (a string for a number, a non-finite number, a signal name the catalogue does not have) raise
-    ConfigError naming them (:class:`PolicyParamError` for a parameter's value)."""
+    """Build a registered policy; unknown names or parameters, wrong types, out-of-range values and
+    signal names the catalogue does not have raise ConfigError naming them
+    (:class:`PolicyParamError`, with the parameter, for a parameter's value)."""
     _load_builtin_policies()
     info = POLICIES.get(name)
     if info is None:
         known = ", ".join(sorted(POLICIES))
         raise ConfigError(f"unknown policy {name!r}; known policies: {known}")
-    merged = dict(info.defaults)
-    for key, value in (params or {}).items():
-        if key not in info.defaults:
-            raise ConfigError(
-                f"policy {name!r} has no parameter {key!r}; parameters: {', '.join(sorted(info.defaults))}"
-            )
-        _check_param(name, key, value, info.defaults[key])
-        merged[key] = value
+    merged = info.check_params(params or {})
+    for key, value in merged.items():
+        _check_signal_name(name, key, value)
     try:
         return info.factory(ctx, merged)
     except (TypeError, ValueError, ArithmeticError) as e:
-        # A factory's float()/int() of a value the checks above let through (a default of None).
+        # A factory's float()/int() of a value the declarations let through (a default of None).
         raise ConfigError(f"policy {name!r}: cannot be built with {dict(params or {})}: {e}") from e
 
 
@@ -195,7 +184,7 @@ def _load_builtin_policies() -> None:
     import llmscale.policies as pkg
 
     for mod in pkgutil.iter_modules(pkg.__path__):
-        if not mod.name.startswith("_") and mod.name != "base":
+        if not mod.name.startswith("_") and mod.name not in ("base", "params", "config_file"):
             importlib.import_module(f"llmscale.policies.{mod.name}")
 
 

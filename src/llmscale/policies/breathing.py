@@ -87,8 +87,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DURATION_RANGE,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+)
 from llmscale.types import Decision, Signals
 
 __all__ = ["BreathingConfig", "BreathingPolicy", "BreathingState", "rhythm_blocks_scale_in"]
@@ -284,20 +291,20 @@ class BreathingPolicy:
         return Decision(current, "hold", inputs), new_state
 
 
-_DEFAULTS: dict[str, Any] = {
-    "p99_signal": "ttft_p99_s",
-    "p99_threshold_s": 2.0,
-    "queue_signal": "queue_per_replica",
-    "queue_threshold": 10.0,
-    "sustain_up_s": 30.0,
-    "sm_low_pct": 30.0,
-    "idle_hold_s": 120.0,
-    "no_new_requests": "no-backlog",
-    "zscore_up": 3.0,
-    "rhythm_min_ratio": 0.4,
-    "rhythm_max_decay": 0.2,
-    "horizon_s": None,
-    "tick_s": 15.0,
+_PARAMS: dict[str, Param] = {
+    "p99_signal": Param("ttft_p99_s"),
+    "p99_threshold_s": Param(2.0, WINDOW_RANGE, unit="s"),
+    "queue_signal": Param("queue_per_replica"),
+    "queue_threshold": Param(10.0, AMOUNT_RANGE),
+    "sustain_up_s": Param(30.0, DURATION_RANGE, unit="s"),
+    "sm_low_pct": Param(30.0, "[0, 100]", unit="%"),
+    "idle_hold_s": Param(120.0, DURATION_RANGE, unit="s"),
+    "no_new_requests": Param("no-backlog", choices=_NO_NEW_REQUESTS),
+    "zscore_up": Param(3.0, AMOUNT_RANGE),
+    "rhythm_min_ratio": Param(0.4, NONNEG_RANGE),
+    "rhythm_max_decay": Param(0.2, NONNEG_RANGE),
+    "horizon_s": Param(None, DURATION_RANGE, kind=float, unit="s", help="default: the cold start"),
+    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 
 
@@ -305,7 +312,7 @@ _DEFAULTS: dict[str, Any] = {
     "breathing",
     "seed 003 ch.1 + 2.5: P99 > 2 s or queue > 10 for 30 s -> up now (early on z > 3); "
     "GPU < 30% and no new requests for 2 min -> -1, unless the load's rhythm is about to rise",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BreathingPolicy:
     horizon = params["horizon_s"]
@@ -324,15 +331,4 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BreathingPolicy:
         horizon_s=ctx.cold_start_s if horizon is None else float(horizon),
         tick_s=float(params["tick_s"]),
     )
-    if cfg.no_new_requests not in _NO_NEW_REQUESTS:
-        raise ConfigError(
-            f"breathing no_new_requests = {cfg.no_new_requests!r}, "
-            f"must be one of {', '.join(_NO_NEW_REQUESTS)}"
-        )
-    for name in ("p99_threshold_s", "queue_threshold", "tick_s"):
-        if getattr(cfg, name) <= 0:
-            raise ConfigError(f"breathing {name} = {getattr(cfg, name)}, must be > 0")
-    for name in ("sustain_up_s", "idle_hold_s", "horizon_s"):
-        if getattr(cfg, name) < 0:
-            raise ConfigError(f"breathing {name} = {getattr(cfg, name)}, must be >= 0")
     return BreathingPolicy(cfg)

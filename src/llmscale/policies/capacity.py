@@ -70,6 +70,15 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.perf import PerfModel, get_perf_model
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    COUNT_MAX,
+    DURATION_RANGE,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+)
 from llmscale.types import Decision, Signals
 
 __all__ = [
@@ -297,7 +306,13 @@ class CalibratedCapacityPolicy:
 @register(
     "capacity",
     "seed 000 4.2: ceil((running + waiting) / int(2 s x 1200 / (1 + 0.002 avg_seq_len))) GPUs",
-    {"tps_base": 1200.0, "seq_coef": 0.002, "sla_s": 2.0, "tick_s": 15.0, "down_stabilization_s": 300.0},
+    {
+        "tps_base": Param(1200.0, AMOUNT_RANGE, unit="tokens/s"),
+        "seq_coef": Param(0.002, NONNEG_RANGE),
+        "sla_s": Param(2.0, WINDOW_RANGE, unit="s"),
+        "tick_s": Param(15.0, TICK_RANGE, unit="s"),
+        "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
+    },
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
     cfg = CapacityConfig(
@@ -308,14 +323,6 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
         tick_s=float(params["tick_s"]),
         down_stabilization_s=float(params["down_stabilization_s"]),
     )
-    for name in ("tps_base", "sla_s", "tick_s"):
-        if getattr(cfg, name) <= 0:
-            raise ConfigError(f"capacity {name} = {getattr(cfg, name)}, must be > 0")
-    if cfg.seq_coef < 0 or cfg.down_stabilization_s < 0:
-        raise ConfigError(
-            f"capacity seq_coef = {cfg.seq_coef} and down_stabilization_s = {cfg.down_stabilization_s} "
-            "must be >= 0"
-        )
     return CapacityPolicy(cfg)
 
 
@@ -324,11 +331,11 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
     "seed 000 4.2 with the fitted step-time model: (rate x D x t(B) + waiting) / B, the largest batch "
     "within the TPOT SLO",
     {
-        "tpot_s": None,
-        "max_num_seqs": None,
-        "target_fraction": 1.0,
-        "tick_s": 15.0,
-        "down_stabilization_s": 300.0,
+        "tpot_s": Param(None, WINDOW_RANGE, kind=float, unit="s", help="default: the TPOT SLO"),
+        "max_num_seqs": Param(None, f"[1, {COUNT_MAX}]", kind=int, help="default: the engine's"),
+        "target_fraction": Param(1.0, "(0, 1]"),
+        "tick_s": Param(15.0, TICK_RANGE, unit="s"),
+        "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
     },
 )
 def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> CalibratedCapacityPolicy:
@@ -338,13 +345,8 @@ def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> Calibrate
     fraction = float(params["target_fraction"])
     tick = float(params["tick_s"])
     stab = float(params["down_stabilization_s"])
-    if stab < 0:
-        raise ConfigError(f"capacity-calibrated down_stabilization_s = {stab}, must be >= 0")
-    if tpot <= 0 or max_seqs < 1 or tick <= 0:
-        raise ConfigError(
-            f"capacity-calibrated tpot_s = {tpot}, tick_s = {tick} must be > 0, max_num_seqs >= 1"
-        )
-    if not 0.0 < fraction <= 1.0:
-        raise ConfigError(f"capacity-calibrated target_fraction = {fraction}, must be in (0, 1]")
+    if not tpot > 0 or max_seqs < 1:
+        # From the deployment when not given: its SLO and engine settings.
+        raise ConfigError(f"capacity-calibrated tpot_s = {tpot} must be > 0, max_num_seqs = {max_seqs} >= 1")
     perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
     return CalibratedCapacityPolicy(perf, tpot, max_seqs, fraction, tick, stab)

@@ -57,8 +57,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["CompositeConfig", "CompositePolicy", "composite_score"]
@@ -181,22 +181,22 @@ class CompositePolicy:
         return Decision(current, "hold", inputs, f"score {score:.3f}"), None
 
 
-_DEFAULTS: dict[str, Any] = {
-    "w_prompt": 0.3,
-    "w_decode": 0.4,
-    "w_kv_growth": 0.3,
-    "prompt_ref_tokens": 665.0,
-    "decode_ref_tokens": 300.0,
-    "kv_growth_ref_pct": 10.0,
-    "up_score": 0.85,
-    "up_step": 1,
-    "confirm_up_ticks": 3,
-    "short_prompt_tokens": 128.0,
-    "kv_drop_pct": 5.0,
-    "aggressive_down_ratio": 0.5,
-    "idle_down": True,
-    "idle_kv_usage": 0.3,
-    "tick_s": 15.0,
+_PARAMS: dict[str, Param] = {
+    "w_prompt": Param(0.3, NONNEG_RANGE),
+    "w_decode": Param(0.4, NONNEG_RANGE),
+    "w_kv_growth": Param(0.3, NONNEG_RANGE),
+    "prompt_ref_tokens": Param(665.0, AMOUNT_RANGE, unit="tokens"),
+    "decode_ref_tokens": Param(300.0, AMOUNT_RANGE, unit="tokens"),
+    "kv_growth_ref_pct": Param(10.0, AMOUNT_RANGE, unit="%"),
+    "up_score": Param(0.85, AMOUNT_RANGE),
+    "up_step": Param(1, f"[1, {COUNT_MAX}]"),
+    "confirm_up_ticks": Param(3, f"[1, {COUNT_MAX}]"),
+    "short_prompt_tokens": Param(128.0, NONNEG_RANGE, unit="tokens"),
+    "kv_drop_pct": Param(5.0, "[0, 100]", unit="%"),
+    "aggressive_down_ratio": Param(0.5, "(0, 1)"),
+    "idle_down": Param(True),
+    "idle_kv_usage": Param(0.3, "[0, 1]"),
+    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 
 
@@ -204,7 +204,7 @@ _DEFAULTS: dict[str, Any] = {
     "composite",
     "seed 000 3.1: 0.3 prompt + 0.4 decode + 0.3 KV growth > 85% for 3 periods -> +1; "
     "KV shrinking and prompts < 128 tokens -> halve",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CompositePolicy:
     cfg = CompositeConfig(
@@ -224,13 +224,4 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CompositePolicy:
         idle_kv_usage=float(params["idle_kv_usage"]),
         tick_s=float(params["tick_s"]),
     )
-    for name in ("prompt_ref_tokens", "decode_ref_tokens", "kv_growth_ref_pct", "tick_s"):
-        if getattr(cfg, name) <= 0:
-            raise ConfigError(f"composite {name} = {getattr(cfg, name)}, must be > 0")
-    if cfg.up_step < 1 or cfg.confirm_up_ticks < 1:
-        raise ConfigError(
-            f"composite up_step = {cfg.up_step} and confirm_up_ticks = {cfg.confirm_up_ticks} must be >= 1"
-        )
-    if not 0.0 < cfg.aggressive_down_ratio < 1.0:
-        raise ConfigError(f"composite aggressive_down_ratio = {cfg.aggressive_down_ratio}, must be in (0, 1)")
     return CompositePolicy(cfg)

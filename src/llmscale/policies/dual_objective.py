@@ -40,8 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["DualObjectiveConfig", "DualObjectivePolicy"]
@@ -110,22 +110,22 @@ class DualObjectivePolicy:
         return Decision(current, "hold", inputs, f"weighted pressure {pressure:.2f}"), None
 
 
-_DEFAULTS: dict[str, Any] = {
-    "latency_signal": "ttft_p95_s",
-    "p95_threshold_s": 0.2,
-    "oom_threshold": 0.35,
-    "w_latency": 0.6,
-    "w_oom": 0.4,
-    "down_pressure": 0.5,
-    "up_step": 1,
-    "tick_s": 15.0,
+_PARAMS: dict[str, Param] = {
+    "latency_signal": Param("ttft_p95_s"),
+    "p95_threshold_s": Param(0.2, WINDOW_RANGE, unit="s"),
+    "oom_threshold": Param(0.35, AMOUNT_RANGE),
+    "w_latency": Param(0.6, NONNEG_RANGE),
+    "w_oom": Param(0.4, NONNEG_RANGE),
+    "down_pressure": Param(0.5, NONNEG_RANGE),
+    "up_step": Param(1, f"[1, {COUNT_MAX}]"),
+    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 
 
 @register(
     "dual-objective",
     "seed 003 3.2: TTFT P95 > 200 ms AND OOM risk > 0.35 -> +1; 0.6/0.4-weighted pressure < 0.5 -> -1",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> DualObjectivePolicy:
     cfg = DualObjectiveConfig(
@@ -138,11 +138,4 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> DualObjectivePolicy:
         up_step=int(params["up_step"]),
         tick_s=float(params["tick_s"]),
     )
-    for name in ("p95_threshold_s", "oom_threshold", "tick_s"):
-        if getattr(cfg, name) <= 0:
-            raise ConfigError(f"dual-objective {name} = {getattr(cfg, name)}, must be > 0")
-    if cfg.up_step < 1:
-        raise ConfigError(f"dual-objective up_step = {cfg.up_step}, must be >= 1")
-    if cfg.w_latency < 0 or cfg.w_oom < 0:
-        raise ConfigError(f"dual-objective weights ({cfg.w_latency}, {cfg.w_oom}) must be >= 0")
     return DualObjectivePolicy(cfg)

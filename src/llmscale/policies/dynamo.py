@@ -85,6 +85,7 @@ from llmscale.errors import ConfigError
 from llmscale.metrics.names import VLLM
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_positive, clamp
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = [
@@ -596,21 +597,22 @@ def _perf_for(ctx: PolicyContext) -> tuple[StepModel, int | None]:
     return perf, kv_tokens
 
 
-_SLA_DEFAULTS: dict[str, Any] = {
-    "adjustment_interval_s": 180.0,
-    "observe_s": 60.0,
-    "load_predictor": "constant",
-    "kalman_q_level": 1.0,
-    "kalman_q_trend": 0.1,
-    "kalman_r": 10.0,
-    "max_gpu_budget": None,
+_SLA_PARAMS: dict[str, Param] = {
+    "adjustment_interval_s": Param(180.0, WINDOW_RANGE, unit="s"),
+    # The controller ticks at observe_s (the planner's metric pull).
+    "observe_s": Param(60.0, TICK_RANGE, unit="s"),
+    "load_predictor": Param("constant"),
+    "kalman_q_level": Param(1.0, NONNEG_RANGE),
+    "kalman_q_trend": Param(0.1, NONNEG_RANGE),
+    "kalman_r": Param(10.0, AMOUNT_RANGE),
+    "max_gpu_budget": Param(None, f"[0, {COUNT_MAX}]", kind=int, help="GPUs (default: unlimited)"),
 }
 
 
 @register(
     "dynamo-sla",
     "NVIDIA Dynamo SLA planner (agg): predicted demand / engine capacity at the SLOs, every 180 s",
-    _SLA_DEFAULTS,
+    _SLA_PARAMS,
 )
 def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
     predictor = str(params["load_predictor"])
@@ -638,14 +640,8 @@ def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
     )
-    check_positive(
-        "dynamo-sla",
-        adjustment_interval_s=cfg.adjustment_interval_s,
-        observe_s=cfg.observe_s,
-        kalman_r=cfg.kalman_r,
-        slo_ttft_s=cfg.ttft_sla_s,
-        slo_tpot_s=cfg.itl_sla_s,
-    )
+    # The SLOs come from the deployment, not from a parameter.
+    check_positive("dynamo-sla", slo_ttft_s=cfg.ttft_sla_s, slo_tpot_s=cfg.itl_sla_s)
     if cfg.observe_s > cfg.adjustment_interval_s:
         raise ConfigError(
             f"dynamo-sla: observe_s = {cfg.observe_s}, "
@@ -654,29 +650,21 @@ def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
     return DynamoSlaPolicy(cfg, perf)
 
 
-_LOAD_DEFAULTS: dict[str, Any] = {
-    "optimization_target": "sla",
-    "interval_s": 5.0,
-    "load_scaling_down_sensitivity": 80.0,
+_LOAD_PARAMS: dict[str, Param] = {
+    "optimization_target": Param("sla", choices=OPTIMIZATION_TARGETS),
+    "interval_s": Param(5.0, TICK_RANGE, unit="s"),
+    "load_scaling_down_sensitivity": Param(80.0, "[0, 100]", unit="%"),
 }
 
 
 @register(
     "dynamo-load",
     "NVIDIA Dynamo load planner (agg): +1 when all engines miss the SLO, -1 after an N/(N-1) check",
-    _LOAD_DEFAULTS,
+    _LOAD_PARAMS,
 )
 def _make_load(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoLoadPolicy:
     target = str(params["optimization_target"])
-    if target not in OPTIMIZATION_TARGETS:
-        raise ConfigError(
-            f"dynamo-load: optimization_target = {target!r}, must be one of {', '.join(OPTIMIZATION_TARGETS)}"
-        )
     sensitivity_pct = float(params["load_scaling_down_sensitivity"])
-    if not 0.0 <= sensitivity_pct <= 100.0:
-        raise ConfigError(
-            f"dynamo-load: load_scaling_down_sensitivity = {sensitivity_pct}, must be in [0, 100]"
-        )
     perf, kv_tokens = _perf_for(ctx)
     if kv_tokens is None or kv_tokens <= 0:
         raise ConfigError(f"dynamo-load: no KV capacity for {ctx.model} on {ctx.tp} x {ctx.gpu}")
@@ -691,7 +679,5 @@ def _make_load(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoLoadPolic
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
     )
-    check_positive(
-        "dynamo-load", interval_s=cfg.interval_s, slo_ttft_s=cfg.ttft_sla_s, slo_tpot_s=cfg.itl_sla_s
-    )
+    check_positive("dynamo-load", slo_ttft_s=cfg.ttft_sla_s, slo_tpot_s=cfg.itl_sla_s)
     return DynamoLoadPolicy(cfg, perf)

@@ -43,6 +43,7 @@ from typing import Any
 from llmscale.metrics.names import DCGM
 from llmscale.policies._hpa_behavior import HpaBehavior, HpaState, apply_hpa_behavior
 from llmscale.policies.base import PolicyContext, PolicyParamError, register
+from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, TICK_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["HpaConfig", "HpaPolicy", "HpaState", "hpa_replicas_for_metric"]
@@ -143,16 +144,17 @@ class HpaPolicy:
         return decision, next_state
 
 
-_DEFAULTS = {
-    "metric": DCGM.GPU_UTIL,
-    "target": 70.0,
-    "tolerance": 0.1,
-    "sync_s": 15.0,
-    "down_stabilization_s": 300.0,
+_PARAMS = {
+    "metric": Param(DCGM.GPU_UTIL, help="per-pod metric averaged against the target"),
+    # The usage ratio divides by the target.
+    "target": Param(70.0, AMOUNT_RANGE, help="AverageValue target of the metric"),
+    "tolerance": Param(0.1, "[0, 1)", help="no change while |1 - ratio| is within this"),
+    "sync_s": Param(15.0, TICK_RANGE, unit="s", help="HPA sync period"),
+    "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
 }
 
 
-@register("hpa-gpu-util", "Kubernetes HPA v2 on per-pod GPU utilisation, target 70%", _DEFAULTS)
+@register("hpa-gpu-util", "Kubernetes HPA v2 on per-pod GPU utilisation, target 70%", _PARAMS)
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HpaPolicy:
     from llmscale.signals.fleet import PER_POD_METRICS
 
@@ -160,7 +162,8 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HpaPolicy:
     if metric not in PER_POD_METRICS:
         # Checked here, not at each tick: a misspelt name would read as "no pod has a sample" forever.
         raise PolicyParamError(
-            "hpa-gpu-util", "metric", f"{metric!r}, must be a per-pod metric: {', '.join(PER_POD_METRICS)}"
+            f"hpa-gpu-util.metric = {metric!r}: must be a per-pod metric: {', '.join(PER_POD_METRICS)}",
+            "metric",
         )
     return HpaPolicy(
         HpaConfig(

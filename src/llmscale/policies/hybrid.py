@@ -98,6 +98,7 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import COUNT_MAX, DURATION_RANGE, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = [
@@ -358,30 +359,30 @@ class HybridPredictivePolicy:
 
 # -- registry ----------------------------------------------------------------------------
 
-_DEFAULTS: dict[str, Any] = {
-    "queue_signal": "queue_waiting",
-    "p99_signal": "e2e_p99_s",
-    "queue_critical": 50.0,
-    "queue_warn": 20.0,
-    "p99_critical_s": 5.0,
-    "p99_warn_s": 2.0,
-    "gpu_high_pct": 85.0,
-    "gpu_critical_pct": 95.0,
-    "gpu_low_pct": 30.0,
-    "keep_min_replicas": 2,
-    "warn_scale_up": True,
-    "cooldown_up_s": 120.0,
-    "cooldown_down_s": 600.0,
-    "tick_s": 15.0,
+_PARAMS: dict[str, Param] = {
+    "queue_signal": Param("queue_waiting"),
+    "p99_signal": Param("e2e_p99_s"),
+    "queue_critical": Param(50.0, NONNEG_RANGE),
+    "queue_warn": Param(20.0, NONNEG_RANGE),
+    "p99_critical_s": Param(5.0, DURATION_RANGE, unit="s"),
+    "p99_warn_s": Param(2.0, DURATION_RANGE, unit="s"),
+    "gpu_high_pct": Param(85.0, "[0, 100]", unit="%"),
+    "gpu_critical_pct": Param(95.0, "[0, 100]", unit="%"),
+    "gpu_low_pct": Param(30.0, "[0, 100]", unit="%"),
+    "keep_min_replicas": Param(2, f"[0, {COUNT_MAX}]"),
+    "warn_scale_up": Param(True),
+    "cooldown_up_s": Param(120.0, DURATION_RANGE, unit="s"),
+    "cooldown_down_s": Param(600.0, DURATION_RANGE, unit="s"),
+    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 
-_PREDICTIVE_DEFAULTS: dict[str, Any] = {
-    **_DEFAULTS,
-    "alpha": 0.3,
-    "beta": 0.1,
-    "horizon_s": None,
-    "capacity_half_life_s": 86400.0,
-    "tolerance": 0.1,
+_PREDICTIVE_PARAMS: dict[str, Param] = {
+    **_PARAMS,
+    "alpha": Param(0.3, "(0, 1]"),
+    "beta": Param(0.1, "(0, 1]"),
+    "horizon_s": Param(None, DURATION_RANGE, kind=float, unit="s", help="default: the cold start"),
+    "capacity_half_life_s": Param(86400.0, WINDOW_RANGE, unit="s"),
+    "tolerance": Param(0.1, NONNEG_RANGE),
 }
 
 
@@ -403,8 +404,6 @@ def _config(ctx: PolicyContext, p: Mapping[str, Any]) -> HybridConfig:
         tick_s=float(p["tick_s"]),
         min_replicas=ctx.min_replicas,
     )
-    if cfg.tick_s <= 0:
-        raise ConfigError(f"hybrid tick_s = {cfg.tick_s}, must be > 0")
     if cfg.queue_warn > cfg.queue_critical:
         raise ConfigError(
             f"hybrid queue_warn = {cfg.queue_warn}, must be <= queue_critical ({cfg.queue_critical})"
@@ -425,7 +424,7 @@ def _config(ctx: PolicyContext, p: Mapping[str, Any]) -> HybridConfig:
     "hybrid",
     "seed 002 3.2: queue > 50, or P99 > 5 s with GPU > 85% -> +1; GPU < 30%, queue 0, P99 < 2 s -> -1; "
     "cooldowns 120 s up / 600 s down",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPolicy:
     return HybridPolicy(_config(ctx, params))
@@ -434,7 +433,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPolicy:
 @register(
     "hybrid-predictive",
     "seed 002 5.1: Holt forecast of the request rate one cold start ahead, reactive hybrid as the fallback",
-    _PREDICTIVE_DEFAULTS,
+    _PREDICTIVE_PARAMS,
 )
 def _make_predictive(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPredictivePolicy:
     horizon = params["horizon_s"]
@@ -445,13 +444,4 @@ def _make_predictive(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPre
         capacity_half_life_s=float(params["capacity_half_life_s"]),
         tolerance=float(params["tolerance"]),
     )
-    for name in ("alpha", "beta"):
-        v = getattr(pc, name)
-        if not 0.0 < v <= 1.0:
-            raise ConfigError(f"hybrid-predictive {name} = {v}, must be in (0, 1]")
-    if pc.horizon_s < 0 or pc.capacity_half_life_s <= 0 or pc.tolerance < 0:
-        raise ConfigError(
-            f"hybrid-predictive horizon_s = {pc.horizon_s} and tolerance = {pc.tolerance} must be >= 0, "
-            f"capacity_half_life_s = {pc.capacity_half_life_s} > 0"
-        )
     return HybridPredictivePolicy(_config(ctx, params), pc)

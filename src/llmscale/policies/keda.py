@@ -57,11 +57,10 @@ from llmscale.policies._hpa_behavior import (
     HpaBehavior,
     HpaState,
     apply_hpa_behavior,
-    check_non_negative,
-    check_positive,
     clamp,
 )
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, NONNEG_RANGE, TICK_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["KedaConfig", "KedaPolicy", "KedaState", "external_average_value_replicas"]
@@ -170,21 +169,21 @@ class KedaPolicy:
         return Decision(desired, rule, inputs, note), KedaState(hpa=hpa_state, last_active_s=last_active)
 
 
-_DEFAULTS: dict[str, Any] = {
-    "signal": "queue_waiting",
-    "threshold": 20.0,
-    "activation_threshold": 0.0,
-    "polling_interval_s": 30.0,
-    "cooldown_period_s": 300.0,
-    "tolerance": 0.1,
-    "down_stabilization_s": 300.0,
+_PARAMS: dict[str, Param] = {
+    "signal": Param("queue_waiting", help="the fleet signal the trigger reads"),
+    "threshold": Param(20.0, AMOUNT_RANGE, help="AverageValue target per pod"),
+    "activation_threshold": Param(0.0, NONNEG_RANGE, help="above this the ScaledObject is active"),
+    "polling_interval_s": Param(30.0, TICK_RANGE, unit="s"),
+    "cooldown_period_s": Param(300.0, DURATION_RANGE, unit="s", help="inactive this long -> min replicas"),
+    "tolerance": Param(0.1, NONNEG_RANGE),
+    "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
 }
 
 
 @register(
     "keda-queue",
     "KEDA Prometheus scaler on sum(vllm:num_requests_waiting), AverageValue 20, HPA default behaviour",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> KedaPolicy:
     cfg = KedaConfig(
@@ -197,13 +196,5 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> KedaPolicy:
         behavior=HpaBehavior(down_stabilization_s=float(params["down_stabilization_s"])),
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
-    )
-    check_positive("keda-queue", threshold=cfg.threshold, polling_interval_s=cfg.polling_interval_s)
-    check_non_negative(
-        "keda-queue",
-        activation_threshold=cfg.activation_threshold,
-        cooldown_period_s=cfg.cooldown_period_s,
-        tolerance=cfg.tolerance,
-        down_stabilization_s=cfg.behavior.down_stabilization_s,
     )
     return KedaPolicy(cfg)

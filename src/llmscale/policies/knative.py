@@ -54,8 +54,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_non_negative, check_positive, clamp
+from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DURATION_RANGE,
+    FACTOR_RANGE,
+    TICK_RANGE,
+    Param,
+)
 from llmscale.types import Decision, Signals
 
 __all__ = ["KpaConfig", "KpaPolicy", "KpaState"]
@@ -208,24 +215,27 @@ class KpaPolicy:
         return Decision(desired, rule, inputs), next_state
 
 
-_DEFAULTS: dict[str, Any] = {
-    "target_concurrency": 70.0,
-    "stable_window_s": 60.0,
-    "panic_window_pct": 10.0,
-    "panic_threshold_pct": 200.0,
-    "max_scale_up_rate": 1000.0,
-    "max_scale_down_rate": 2.0,
-    "scale_to_zero_grace_s": 30.0,
-    "enable_scale_to_zero": True,
-    "scale_down_delay_s": 0.0,
-    "tick_s": 2.0,
+_PARAMS: dict[str, Param] = {
+    "target_concurrency": Param(70.0, AMOUNT_RANGE, help="in-flight requests per pod"),
+    # Knative's own lower bounds: a stable window of at least 6 s, a panic window of at least 1%
+    # of it (docs: "Configuring the Autoscaler"; serving's config validation). Shorter, the panic
+    # window holds no sample at all.
+    "stable_window_s": Param(60.0, "[6, 604800]", unit="s"),
+    "panic_window_pct": Param(10.0, "[1, 100]", unit="%", help="panic window as a share of the stable one"),
+    "panic_threshold_pct": Param(200.0, AMOUNT_RANGE, unit="%"),
+    "max_scale_up_rate": Param(1000.0, FACTOR_RANGE),
+    "max_scale_down_rate": Param(2.0, FACTOR_RANGE),
+    "scale_to_zero_grace_s": Param(30.0, DURATION_RANGE, unit="s"),
+    "enable_scale_to_zero": Param(True),
+    "scale_down_delay_s": Param(0.0, DURATION_RANGE, unit="s"),
+    "tick_s": Param(2.0, TICK_RANGE, unit="s"),
 }
 
 
 @register(
     "knative-kpa",
     "Knative KPA on in-flight requests per pod (target 70): 60 s stable / 6 s panic windows",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> KpaPolicy:
     cfg = KpaConfig(
@@ -241,20 +251,5 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> KpaPolicy:
         tick_s=float(params["tick_s"]),
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
-    )
-    check_positive(
-        "knative-kpa",
-        target_concurrency=cfg.target_concurrency,
-        stable_window_s=cfg.stable_window_s,
-        panic_window_pct=cfg.panic_window_pct,
-        panic_threshold_pct=cfg.panic_threshold_pct,
-        max_scale_up_rate=cfg.max_scale_up_rate,
-        max_scale_down_rate=cfg.max_scale_down_rate,
-        tick_s=cfg.tick_s,
-    )
-    check_non_negative(
-        "knative-kpa",
-        scale_to_zero_grace_s=cfg.scale_to_zero_grace_s,
-        scale_down_delay_s=cfg.scale_down_delay_s,
     )
     return KpaPolicy(cfg)

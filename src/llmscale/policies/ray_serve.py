@@ -50,8 +50,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_non_negative, check_positive, clamp
+from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DURATION_RANGE,
+    FACTOR_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+)
 from llmscale.types import Decision, Signals
 
 __all__ = ["RayServeConfig", "RayServePolicy", "RayServeState", "apply_scaling_factors"]
@@ -171,23 +179,23 @@ class RayServePolicy:
         return Decision(desired, rule, inputs), RayServeState(samples, direction, since)
 
 
-_DEFAULTS: dict[str, Any] = {
-    "target_ongoing_requests": 2.0,
-    "upscale_delay_s": 30.0,
-    "downscale_delay_s": 600.0,
-    "downscale_to_zero_delay_s": None,
-    "upscaling_factor": None,
-    "downscaling_factor": None,
-    "smoothing_factor": 1.0,
-    "metrics_interval_s": 10.0,
-    "look_back_period_s": 30.0,
+_PARAMS: dict[str, Param] = {
+    "target_ongoing_requests": Param(2.0, AMOUNT_RANGE),
+    "upscale_delay_s": Param(30.0, DURATION_RANGE, unit="s"),
+    "downscale_delay_s": Param(600.0, DURATION_RANGE, unit="s"),
+    "downscale_to_zero_delay_s": Param(None, DURATION_RANGE, kind=float, unit="s"),
+    "upscaling_factor": Param(None, FACTOR_RANGE, kind=float, help="default: smoothing_factor"),
+    "downscaling_factor": Param(None, FACTOR_RANGE, kind=float, help="default: smoothing_factor"),
+    "smoothing_factor": Param(1.0, FACTOR_RANGE),
+    "metrics_interval_s": Param(10.0, TICK_RANGE, unit="s"),
+    "look_back_period_s": Param(30.0, WINDOW_RANGE, unit="s"),
 }
 
 
 @register(
     "ray-serve",
     "Ray Serve default policy: target 2 ongoing requests per replica, up after 30 s, down after 600 s",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> RayServePolicy:
     smoothing = float(params["smoothing_factor"])
@@ -205,19 +213,5 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> RayServePolicy:
         look_back_period_s=float(params["look_back_period_s"]),
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
-    )
-    check_positive(
-        "ray-serve",
-        target_ongoing_requests=cfg.target_ongoing_requests,
-        upscaling_factor=cfg.upscaling_factor,
-        downscaling_factor=cfg.downscaling_factor,
-        metrics_interval_s=cfg.metrics_interval_s,
-        look_back_period_s=cfg.look_back_period_s,
-    )
-    check_non_negative(
-        "ray-serve",
-        upscale_delay_s=cfg.upscale_delay_s,
-        downscale_delay_s=cfg.downscale_delay_s,
-        downscale_to_zero_delay_s=cfg.downscale_to_zero_delay_s or 0.0,
     )
     return RayServePolicy(cfg)

@@ -40,6 +40,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 if TYPE_CHECKING:
@@ -332,17 +333,23 @@ class SloPolicy:
         return decision, new_state
 
 
-_DEFAULTS: dict[str, Any] = {
-    "target_utilization": 0.95,
-    "alpha": 0.4,
-    "trend_ticks": 8,
-    "max_trend_growth": 1.0,
-    "queue_shrink_holds": True,
-    "client_timeout_s": None,
-    "burst_z": 0.0,
-    "drain_s": 30.0,
-    "queue_per_replica": 4.0,
-    "tick_s": 15.0,
+_PARAMS: dict[str, Param] = {
+    # Above 1 plans replicas past the SLO's cliff. 0 divided every capacity by zero, and so does
+    # any share small enough to underflow (5e-324 x 7 req/s is 0.0): below 1% the plan would be
+    # over 100x the fleet the SLO needs anyway.
+    "target_utilization": Param(0.95, "[0.01, 1]", help="share of one replica's SLO capacity planned"),
+    "alpha": Param(0.4, "(0, 1]", help="smoothing of the arrival rate per tick"),
+    # 0 would keep every level ever seen (history[-0:] is the whole history).
+    "trend_ticks": Param(8, "[1, 10000]", help="ticks the trend is fitted over"),
+    "max_trend_growth": Param(1.0, NONNEG_RANGE, help="the trend adds at most this share of the level"),
+    "queue_shrink_holds": Param(True, help="no TTFT-driven scale-up while the queue shrinks"),
+    "client_timeout_s": Param(
+        None, WINDOW_RANGE, kind=float, unit="s", help="clients' time-out (default: the deployment's)"
+    ),
+    "burst_z": Param(0.0, NONNEG_RANGE, help="plan for level + burst_z x spread"),
+    "drain_s": Param(30.0, WINDOW_RANGE, unit="s", help="a backlog should drain within this"),
+    "queue_per_replica": Param(4.0, NONNEG_RANGE, help="queue per serving replica before reacting"),
+    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 
 
@@ -355,7 +362,7 @@ def _timeout(param: Any, deployment: Any) -> float | None:
 @register(
     "slo",
     "llmscale's default: model-based capacity x load forecast one cold start ahead, reactive on backlog/TTFT",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
     return SloPolicy(

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import COUNT_MAX, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["StaticPolicy"]
@@ -26,12 +26,14 @@ class StaticPolicy:
         return Decision(self.replicas, "fixed", {"replicas": float(self.replicas)}), None
 
 
-@register("static", "a fixed replica count (--replicas); the baseline", {"replicas": None})
+_PARAMS = {
+    "replicas": Param(None, f"[0, {COUNT_MAX}]", kind=int, help="replicas (default: the initial replicas)"),
+}
+
+
+@register("static", "a fixed replica count (--replicas); the baseline", _PARAMS)
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> StaticPolicy:
     n = params["replicas"]
     if n is None:
         n = ctx.extra.get("initial_replicas", ctx.min_replicas)
-    n = int(n)
-    if n < 0:
-        raise ConfigError(f"static replicas = {n}, must be >= 0")
-    return StaticPolicy(replicas=n)
+    return StaticPolicy(replicas=int(n))

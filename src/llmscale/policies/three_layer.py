@@ -54,6 +54,7 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["ThreeLayerConfig", "ThreeLayerPolicy"]
@@ -176,14 +177,14 @@ class ThreeLayerPolicy:
         return Decision(current - 1, "request-layer-down", inputs, note), None
 
 
-_DEFAULTS: dict[str, Any] = {
-    "ttft_slo_s": None,
-    "queue_per_replica_up": 5.0,
-    "queue_per_replica_down": 1.0,
-    "down_latency_fraction": 0.5,
-    "kv_headroom_max": 0.8,
-    "gpu_budget": None,
-    "tick_s": 5.0,
+_PARAMS: dict[str, Param] = {
+    "ttft_slo_s": Param(None, WINDOW_RANGE, kind=float, unit="s", help="default: the TTFT SLO"),
+    "queue_per_replica_up": Param(5.0, AMOUNT_RANGE),
+    "queue_per_replica_down": Param(1.0, NONNEG_RANGE),
+    "down_latency_fraction": Param(0.5, "(0, 1)"),
+    "kv_headroom_max": Param(0.8, "(0, 1]"),
+    "gpu_budget": Param(None, f"[0, {COUNT_MAX}]", kind=int, help="GPUs (default: the deployment's)"),
+    "tick_s": Param(5.0, TICK_RANGE, unit="s"),
 }
 
 
@@ -191,7 +192,7 @@ _DEFAULTS: dict[str, Any] = {
     "three-layer",
     "seed 003 3.1: request layer (TTFT SLO, queue 5/replica) triggers, instance layer checks readiness, "
     "resource layer admits (GPU budget, KV headroom)",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ThreeLayerPolicy:
     budget = params["gpu_budget"]
@@ -208,20 +209,13 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ThreeLayerPolicy:
         gpus_per_replica=max(1, ctx.tp),
         tick_s=float(params["tick_s"]),
     )
-    for name in ("ttft_slo_s", "queue_per_replica_up", "tick_s"):
-        if getattr(cfg, name) <= 0:
-            raise ConfigError(f"three-layer {name} = {getattr(cfg, name)}, must be > 0")
-    if not 0.0 <= cfg.queue_per_replica_down <= cfg.queue_per_replica_up:
+    if not cfg.ttft_slo_s > 0:  # from the deployment when not given
+        raise ConfigError(f"three-layer ttft_slo_s = {cfg.ttft_slo_s}, must be > 0")
+    if not cfg.queue_per_replica_down <= cfg.queue_per_replica_up:
         raise ConfigError(
             f"three-layer queue_per_replica_down = {cfg.queue_per_replica_down}, must be in "
             f"[0, queue_per_replica_up ({cfg.queue_per_replica_up})]"
         )
-    if not 0.0 < cfg.down_latency_fraction < 1.0:
-        raise ConfigError(
-            f"three-layer down_latency_fraction = {cfg.down_latency_fraction}, must be in (0, 1)"
-        )
-    if not 0.0 < cfg.kv_headroom_max <= 1.0:
-        raise ConfigError(f"three-layer kv_headroom_max = {cfg.kv_headroom_max}, must be in (0, 1]")
     if cfg.gpu_budget is not None and cfg.gpu_budget < 0:
         raise ConfigError(f"three-layer gpu_budget = {cfg.gpu_budget}, must be >= 0")
     return ThreeLayerPolicy(cfg)

@@ -52,8 +52,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from llmscale.metrics.names import VLLM
-from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_positive, clamp
+from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.params import AMOUNT_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.types import Decision, Signals
 
 __all__ = ["SaturationAnalysis", "WvaConfig", "WvaPolicy", "WvaState", "analyze_saturation"]
@@ -201,21 +202,22 @@ class WvaPolicy:
         return Decision(clamp(desired, cfg.min_replicas, cfg.max_replicas), rule, inputs), next_state
 
 
-_DEFAULTS: dict[str, Any] = {
-    "kv_cache_threshold": 0.80,
-    "queue_length_threshold": 5.0,
-    "kv_spare_trigger": 0.1,
-    "queue_spare_trigger": 3.0,
-    "interval_s": 60.0,
-    "scrape_s": 15.0,
-    "peak_window_s": 60.0,
+_PARAMS: dict[str, Param] = {
+    "kv_cache_threshold": Param(0.80, "(0, 1]"),
+    "queue_length_threshold": Param(5.0, AMOUNT_RANGE),
+    "kv_spare_trigger": Param(0.1, "(0, 1]"),
+    "queue_spare_trigger": Param(3.0, AMOUNT_RANGE),
+    "interval_s": Param(60.0, WINDOW_RANGE, unit="s"),
+    # The controller ticks at scrape_s.
+    "scrape_s": Param(15.0, TICK_RANGE, unit="s"),
+    "peak_window_s": Param(60.0, WINDOW_RANGE, unit="s"),
 }
 
 
 @register(
     "wva-saturation",
     "llm-d WVA saturation analyzer: KV >= 0.8 or queue >= 5 saturates; +1 on low spare, -1 if N-1 fits",
-    _DEFAULTS,
+    _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> WvaPolicy:
     cfg = WvaConfig(
@@ -228,15 +230,5 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> WvaPolicy:
         peak_window_s=float(params["peak_window_s"]),
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
-    )
-    check_positive(
-        "wva-saturation",
-        kv_cache_threshold=cfg.kv_cache_threshold,
-        queue_length_threshold=cfg.queue_length_threshold,
-        kv_spare_trigger=cfg.kv_spare_trigger,
-        queue_spare_trigger=cfg.queue_spare_trigger,
-        interval_s=cfg.interval_s,
-        scrape_s=cfg.scrape_s,
-        peak_window_s=cfg.peak_window_s,
     )
     return WvaPolicy(cfg)

@@ -202,31 +202,132 @@ class Column:
     """Whether the best (highlighted) value is the largest or the smallest; ``None``: no highlight."""
     help: str = ""
     """Longer description (HTML ``title`` tooltip)."""
+    abbrev: str = ""
+    """One-line short header for a narrow terminal, explained in a legend under the table."""
+    title: str = ""
+    """What the abbreviation stands for, in the legend (``"TTFT99 = TTFT p99 (s)"``)."""
+    primary: bool = True
+    """Shown in the first table when a terminal is too narrow for all columns side by side: the
+    numbers a policy is chosen on (attainment, tail latency, GPU-hours, fleet size). The others
+    move to a second table, never out of sight."""
 
 
 #: The columns of the comparison (after the policy name), in order.
 COLUMNS: tuple[Column, ...] = (
     Column(
-        "slo_attainment", "SLO\nattain.", fmt_pct, "max", "Share of requests meeting both TTFT and TPOT SLOs"
+        "slo_attainment",
+        "SLO\nattain.",
+        fmt_pct,
+        "max",
+        "Share of requests meeting both TTFT and TPOT SLOs",
+        abbrev="SLO%",
+        title="SLO attainment",
     ),
-    Column("ttft_p50_s", "TTFT\np50 s", fmt_seconds, None, "Median time to first token"),
-    Column("ttft_p99_s", "TTFT\np99 s", fmt_seconds, None, "99th percentile time to first token"),
-    Column("tpot_p50_s", "TPOT\np50 s", fmt_seconds, None, "Median time per output token"),
-    Column("tpot_p99_s", "TPOT\np99 s", fmt_seconds, None, "99th percentile time per output token"),
     Column(
-        "gpu_hours", "GPU\nhours", lambda v: fmt_float(v, 4), "min", "GPU-hours paid (all replica states)"
+        "ttft_p50_s",
+        "TTFT\np50 s",
+        fmt_seconds,
+        None,
+        "Median time to first token",
+        abbrev="TTFT50",
+        title="TTFT p50 (s)",
+        primary=False,
     ),
-    Column("replicas_mean", "Repl.\nmean", fmt_mean, None, "Time-weighted mean replica count"),
-    Column("replicas_max", "Repl.\nmax", fmt_count, None, "Peak replica count"),
-    Column("scale_events", "Scale\nevents", fmt_count, None, "Number of scaling actions"),
-    Column("killed_by_scale_down", "Killed", fmt_count, None, "Requests killed by a scale-down"),
-    Column("timed_out", "Timed\nout", fmt_count, None, "Requests that timed out"),
+    Column(
+        "ttft_p99_s",
+        "TTFT\np99 s",
+        fmt_seconds,
+        None,
+        "99th percentile time to first token",
+        abbrev="TTFT99",
+        title="TTFT p99 (s)",
+    ),
+    Column(
+        "tpot_p50_s",
+        "TPOT\np50 s",
+        fmt_seconds,
+        None,
+        "Median time per output token",
+        abbrev="TPOT50",
+        title="TPOT p50 (s)",
+        primary=False,
+    ),
+    Column(
+        "tpot_p99_s",
+        "TPOT\np99 s",
+        fmt_seconds,
+        None,
+        "99th percentile time per output token",
+        abbrev="TPOT99",
+        title="TPOT p99 (s)",
+    ),
+    Column(
+        "gpu_hours",
+        "GPU\nhours",
+        lambda v: fmt_float(v, 4),
+        "min",
+        "GPU-hours paid (all replica states)",
+        abbrev="GPU-h",
+        title="GPU-hours",
+    ),
+    Column(
+        "replicas_mean",
+        "Repl.\nmean",
+        fmt_mean,
+        None,
+        "Time-weighted mean replica count",
+        abbrev="Rmean",
+        title="replicas, time-weighted mean",
+    ),
+    Column(
+        "replicas_max",
+        "Repl.\nmax",
+        fmt_count,
+        None,
+        "Peak replica count",
+        abbrev="Rmax",
+        title="replicas, peak",
+        primary=False,
+    ),
+    Column(
+        "scale_events",
+        "Scale\nevents",
+        fmt_count,
+        None,
+        "Number of scaling actions",
+        abbrev="Scl",
+        title="scale events",
+        primary=False,
+    ),
+    Column(
+        "killed_by_scale_down",
+        "Killed",
+        fmt_count,
+        None,
+        "Requests killed by a scale-down",
+        abbrev="Kill",
+        title="requests killed by a scale-down",
+        primary=False,
+    ),
+    Column(
+        "timed_out",
+        "Timed\nout",
+        fmt_count,
+        None,
+        "Requests that timed out",
+        abbrev="T/O",
+        title="requests timed out",
+        primary=False,
+    ),
     Column(
         "rejected",
         "Rejected",
         fmt_count,
         None,
         "Requests rejected on arrival: longer than the model's context (HTTP 400), or the gateway queue full",
+        abbrev="Rej",
+        title="requests rejected",
+        primary=False,
     ),
 )
 

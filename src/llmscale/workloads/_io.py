@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import csv
 import gzip
+import re
 import warnings
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,22 +22,65 @@ import numpy as np
 import numpy.typing as npt
 
 from llmscale.errors import TraceFormatError
+from llmscale.workloads.limits import MAX_ABS_TIME_S, MAX_TOKENS
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-def read_text(path: Path) -> str:
-    """Whole file as text; ``.gz`` files are decompressed. Raises TraceFormatError."""
+def _is_gzip(path: Path) -> bool:
+    return path.name.endswith(".gz")
+
+
+#: the two bytes every gzip member starts with (RFC 1952, 2.3.1)
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gzip_problem(exc: BaseException, start: bytes) -> str:
+    """What a failed gunzip means for the user (gzip, zlib and EOF errors word it for a developer).
+
+    ``start`` is the file's first bytes: without the gzip magic the file is not gzip at all.
+    """
+    if not start.startswith(_GZIP_MAGIC):
+        return "not a gzip file, although its name ends in .gz (no gzip header)"
+    if isinstance(exc, EOFError):
+        return "corrupt gzip file: it ends before the end of the compressed data (truncated?)"
+    return f"corrupt gzip file: {exc}"
+
+
+def _file_start(path: Path) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(2)
+    except OSError:
+        return b""
+
+
+def check_regular_file(path: Path) -> None:
+    """A trace is a regular file: reading /dev/zero never ends, and a named pipe without a writer
+    blocks before the first byte. Raises TraceFormatError."""
     where = str(path)
     if not path.exists():
         raise TraceFormatError("file not found", path=where)
     if path.is_dir():
         raise TraceFormatError("is a directory, expected a file", path=where)
+    if not path.is_file():
+        raise TraceFormatError("not a regular file (a device or a pipe?), expected a trace file", path=where)
+
+
+def read_text(path: Path) -> str:
+    """Whole file as text; ``.gz`` files are decompressed. Raises TraceFormatError."""
+    where = str(path)
+    check_regular_file(path)
     try:
-        raw = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else path.read_bytes()
-    except (OSError, EOFError) as exc:
-        raise TraceFormatError(f"cannot read file: {exc}", path=where) from exc
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read file: {exc.strerror or exc}", path=where) from exc
+    if _is_gzip(path):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceFormatError(_gzip_problem(exc, raw[:2]), path=where) from exc
     try:
         return raw.decode("utf-8-sig")  # -sig: tolerate the BOM spreadsheets write
     except UnicodeDecodeError as exc:
@@ -44,18 +89,26 @@ def read_text(path: Path) -> str:
 
 
 def first_line(path: Path, max_bytes: int = 65536) -> str:
-    """First non-blank line of a (possibly gzipped) text file, for format sniffing; '' if none."""
+    """First non-blank line of a (possibly gzipped) text file, for format sniffing; '' if none.
+
+    A file that cannot be read, or a ``.gz`` file that does not decompress, raises
+    TraceFormatError saying so: sniffing it as "empty" would send the user looking for a
+    missing header in a file that is corrupt.
+    """
+    check_regular_file(path)
     try:
-        if path.name.endswith(".gz"):
+        if _is_gzip(path):
             with gzip.open(path, "rb") as fh:
                 head = fh.read(max_bytes)
         else:
             with path.open("rb") as fh:
                 head = fh.read(max_bytes)
-    except (OSError, EOFError):
-        return ""
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise TraceFormatError(_gzip_problem(exc, _file_start(path)), path=str(path)) from exc
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read file: {exc.strerror or exc}", path=str(path)) from exc
     text = head.decode("utf-8-sig", errors="replace")
-    for line in text.splitlines():
+    for line in split_lines(text):
         if line.strip():
             return line.strip()
     return ""
@@ -79,9 +132,24 @@ class Table:
         return TraceFormatError(message, path=self.path, line=line, field=field)
 
 
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text`` as an editor counts them: ended by ``\n``, ``\r\n`` or ``\r``.
+
+    Not :meth:`str.splitlines`, which also breaks at form feeds, ``\x1c``-``\x1e``, NEL and
+    U+2028: a stray one inside a field would split a row in two and shift the line number of
+    every error after it away from what the user's editor shows.
+    """
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline ending the last line opens no new one
+    return lines
+
+
 def _nonblank_lines(text: str) -> tuple[list[str], IntArray]:
     """Non-blank lines and their 1-based line numbers (map/all keep the common case in C)."""
-    all_lines = text.splitlines()
+    all_lines = split_lines(text)
     if all(all_lines) and not any(map(str.isspace, all_lines)):
         return all_lines, np.arange(1, len(all_lines) + 1, dtype=np.int64)
     keep = [i for i, line in enumerate(all_lines) if line and not line.isspace()]
@@ -170,8 +238,13 @@ def parse_table(
     return Table(path=path, columns=columns, lines=line_numbers)
 
 
-def parse_float_column(table: Table, name: str, *, what: str = "number") -> FloatArray:
-    """A column as finite float64; the first bad value is reported with its line."""
+def parse_float_column(
+    table: Table, name: str, *, what: str = "number", max_abs: float | None = None, unit: str = ""
+) -> FloatArray:
+    """A column as finite float64, each value within ``+-max_abs`` when given.
+
+    The first bad value is reported with its line; ``unit`` (e.g. ``"s"``) words the limit.
+    """
     values = table.columns[name]
     try:
         arr = np.array(values, dtype=np.float64)
@@ -181,26 +254,63 @@ def parse_float_column(table: Table, name: str, *, what: str = "number") -> Floa
                 float(value)
             except ValueError:
                 raise table.error(f"not a {what}: {value!r}", row=i, field=name) from None
-        raise  # pragma: no cover - numpy and float() disagree; let it show
+        # numpy refused a column every value of which Python reads: name the column, not a row.
+        raise table.error(f"not a column of {what}s", field=name) from None
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
         i = int(bad[0])
         raise table.error(f"not a finite {what}: {values[i]!r}", row=i, field=name)
+    if max_abs is not None:
+        check_magnitude(arr, values, table, name, what=what, max_abs=max_abs, unit=unit)
     return arr
 
 
+def check_magnitude(
+    arr: FloatArray,
+    raw: Sequence[object],
+    table: Table,
+    name: str,
+    *,
+    what: str,
+    max_abs: float,
+    unit: str = "",
+) -> None:
+    """Every ``|value| <= max_abs``; names the first row beyond it."""
+    too_big = np.flatnonzero(np.abs(arr) > max_abs)
+    if too_big.size:
+        i = int(too_big[0])
+        limit = f"{max_abs:.0e} {unit}".replace("e+", "e").strip()
+        raise table.error(
+            f"{what} {raw[i]!r} is beyond the largest a trace may hold ({limit})",
+            row=i,
+            field=name,
+        )
+
+
 def parse_token_column(table: Table, name: str) -> IntArray:
-    """A column of token counts as int64 >= 0 (zeros are the caller's policy)."""
+    """A column of token counts as int64 in ``[0, MAX_TOKENS]`` (zeros are the caller's policy)."""
     arr = parse_float_column(table, name, what="token count")
     return check_token_counts(arr, table.columns[name], table, name)
 
 
 def check_token_counts(arr: FloatArray, raw: Sequence[object], table: Table, name: str) -> IntArray:
-    """Whole, non-negative token counts; names the first offending row."""
+    """Whole token counts in ``[0, MAX_TOKENS]``; names the first offending row.
+
+    The upper bound is checked before the conversion to int64, which would turn 1e30 into a
+    negative count without a word.
+    """
     negative = np.flatnonzero(arr < 0)
     if negative.size:
         i = int(negative[0])
         raise table.error(f"negative token count: {raw[i]!r}", row=i, field=name)
+    too_big = np.flatnonzero(arr > MAX_TOKENS)
+    if too_big.size:
+        i = int(too_big[0])
+        raise table.error(
+            f"token count {raw[i]!r} is above the limit of {MAX_TOKENS:,} tokens a request may have",
+            row=i,
+            field=name,
+        )
     fractional = np.flatnonzero(arr != np.floor(arr))
     if fractional.size:
         i = int(fractional[0])
@@ -234,39 +344,123 @@ def _split_timezone(values: list[str]) -> tuple[list[str], FloatArray | None]:
     return naive, offsets
 
 
-def parse_datetime_column(table: Table, name: str) -> FloatArray:
-    """ISO-like timestamps (``2023-11-16 18:17:03.9799600``) as float seconds since the first row.
+#: a plain decimal number (what a spreadsheet or a script writes for epoch seconds)
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
-    Parsed by numpy's datetime64[ns] in one call (about 50 ms per million rows),
-    then converted to seconds relative to the first row so float64 keeps
-    sub-microsecond resolution (epoch seconds would keep only ~0.2 us).
-    UTC offsets (``+00:00``, ``Z``) are honoured.
+#: nanosecond timestamps hold 1677-09-21 to 2262-04-11; a difference of two of them fits an
+#: int64 only within 2^63 ns (292 years), so a column spanning more is refused before subtracting
+_MAX_STAMP_SPAN_NS = 2**62
+
+
+def parse_datetime_column(table: Table, name: str) -> FloatArray:
+    """Timestamps as float seconds since the first row: ISO-like strings or epoch seconds.
+
+    ISO-like strings (``2023-11-16 18:17:03.9799600``) are parsed by numpy's
+    datetime64[ns] in one call (about 50 ms per million rows), then converted to
+    seconds relative to the first row so float64 keeps sub-microsecond resolution
+    (epoch seconds would keep only ~0.2 us). UTC offsets (``+00:00``, ``Z``) are honoured.
+
+    A column whose first value is a plain number (``1700000000.25``) holds Unix
+    epoch seconds (or any seconds): numpy would read ``1700000000`` as the year
+    1,700,000,000 and wrap it silently into the nanosecond range, and ``2023`` as
+    the year 2023 (two rows a year apart: 8,760 GPU-hours for two requests).
+    Numbers above :data:`MAX_ABS_TIME_S` are refused as a unit slip (epoch
+    milliseconds are ~1.7e12), and so is a bare number among ISO timestamps.
     """
     values = [v.strip() for v in table.columns[name]]
+    if values and _NUMBER.fullmatch(values[0]):
+        return _parse_epoch_seconds(table, name, values)
     naive, offsets_s = _split_timezone(values)
+    _refuse_bare_numbers(table, name, naive)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy warns (not fails) on some odd strings: treat as bad
         try:
             stamps = np.array(naive, dtype="datetime64[ns]")
-        except (ValueError, UserWarning, DeprecationWarning):
+            days = np.array(naive, dtype="datetime64[D]")
+        except (ValueError, UserWarning, DeprecationWarning, OverflowError):
             for i, value in enumerate(naive):
                 try:
                     np.datetime64(value, "ns")
-                except (ValueError, UserWarning, DeprecationWarning):
+                    np.datetime64(value, "D")
+                except (ValueError, UserWarning, DeprecationWarning, OverflowError):
                     raise table.error(
                         f"unparseable timestamp {values[i]!r} (expected e.g. '2023-11-16 18:17:03.9799600')",
                         row=i,
                         field=name,
                     ) from None
-            raise  # pragma: no cover
+            raise table.error("not a column of timestamps", field=name) from None
     bad = np.flatnonzero(np.isnat(stamps))
     if bad.size:
         i = int(bad[0])
         raise table.error(f"unparseable timestamp {values[i]!r}", row=i, field=name)
-    rel_s: FloatArray = (stamps - stamps[0]).astype(np.int64).astype(np.float64) / 1e9
+    # numpy wraps a date outside 1677-2262 into that range when it converts to nanoseconds;
+    # the same string read as days does not wrap, so the two disagree exactly where it did.
+    wrapped = np.flatnonzero(stamps.astype("datetime64[D]") != days)
+    if wrapped.size:
+        i = int(wrapped[0])
+        raise table.error(
+            f"timestamp {values[i]!r} is outside the years 1678-2261 a trace may hold", row=i, field=name
+        )
+    ns = stamps.astype(np.int64)
+    lo, hi = int(ns.argmin()), int(ns.argmax())
+    if int(ns[hi]) - int(ns[lo]) > _MAX_STAMP_SPAN_NS:
+        raise table.error(
+            f"timestamp {values[hi]!r} is more than 146 years after {values[lo]!r} "
+            f"(line {int(table.lines[lo])})",
+            row=hi,
+            field=name,
+        )
+    rel_s: FloatArray = (ns - ns[0]).astype(np.float64) / 1e9
     if offsets_s is not None:
         rel_s = rel_s - (offsets_s - offsets_s[0])
     return rel_s
+
+
+def is_epoch_seconds(table: Table, name: str) -> bool:
+    """Whether :func:`parse_datetime_column` reads column ``name`` as plain seconds."""
+    values = table.columns[name]
+    return bool(values) and _NUMBER.fullmatch(values[0].strip()) is not None
+
+
+def _parse_epoch_seconds(table: Table, name: str, values: list[str]) -> FloatArray:
+    """A timestamp column of plain numbers: seconds (Unix epoch or any origin) since the first row."""
+    for i, value in enumerate(values):
+        if not _NUMBER.fullmatch(value):
+            raise table.error(
+                f"timestamp {value!r} is not a number of seconds, although the first row's is "
+                f"({values[0]!r}): write every row the same way",
+                row=i,
+                field=name,
+            )
+    arr = np.array(values, dtype=np.float64)
+    too_big = np.flatnonzero(~(np.abs(arr) <= MAX_ABS_TIME_S))
+    if too_big.size:
+        i = int(too_big[0])
+        raise table.error(
+            f"timestamp {values[i]!r} is not epoch seconds: above {MAX_ABS_TIME_S:g} (the year 5138); "
+            "epoch milliseconds? divide by 1000",
+            row=i,
+            field=name,
+        )
+    rel_s: FloatArray = arr - arr[0]
+    return rel_s
+
+
+def _refuse_bare_numbers(table: Table, name: str, naive: list[str]) -> None:
+    """An all-digit value among ISO timestamps would parse as a year: name its row.
+
+    ``map(str.isdigit, ...)`` runs in C: ~20 ms per million rows. A signed one ("-5") parses as
+    a year outside 1678-2261 and is caught by the range check after parsing.
+    """
+    if not any(map(str.isdigit, naive)):
+        return
+    i = next(i for i, v in enumerate(naive) if v.isdigit())
+    raise table.error(
+        f"timestamp {naive[i]!r} is a bare number among date-times (read as the year {naive[i]}?); "
+        "write every row the same way",
+        row=i,
+        field=name,
+    )
 
 
 def datetime_label(table: Table, name: str, row: int) -> str:

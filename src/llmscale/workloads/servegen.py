@@ -54,6 +54,7 @@ from llmscale.errors import ConfigError, TraceFormatError
 from llmscale.workloads import _io
 from llmscale.workloads.arrivals import check_seed, renewal_arrivals, unit_iat_sampler
 from llmscale.workloads.lengths import LengthModel, LognormalLengths
+from llmscale.workloads.limits import MAX_ABS_TIME_S, MAX_REQUESTS, describe_span
 from llmscale.workloads.model import Workload
 
 __all__ = ["DEFAULT_MAX_REQUESTS", "is_servegen_chunk_line", "load_servegen"]
@@ -61,14 +62,19 @@ __all__ = ["DEFAULT_MAX_REQUESTS", "is_servegen_chunk_line", "load_servegen"]
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-# 20 million requests is ~1.5 GB while merging (three 8-byte arrays plus sort
-# scratch) and ~28 hours of ServeGen m-large at its 196 req/s mean.
-DEFAULT_MAX_REQUESTS: Final = 20_000_000
+#: see :data:`llmscale.workloads.limits.MAX_REQUESTS`
+DEFAULT_MAX_REQUESTS: Final = MAX_REQUESTS
 
 _CHUNK_FIELDS: Final = ("window_start_s", "rate_rps", "cv", "iat_family", "p1", "p2")
 _TOTAL_FIELDS: Final = ("window_start_s", "total_rate_rps")
 _CHUNK_NAME = re.compile(r"chunk-(\d+)-trace\.csv$")
 _FAMILIES: Final = {"": "", "gamma": "gamma", "weibull": "weibull"}
+#: Range of an inter-arrival shape (``p1``) in a window with traffic. ServeGen's own lie in
+#: 0.0100-364 (Gamma) and 0.160-2.28 (Weibull) in m-small. A gamma shape s has CV 1/sqrt(s),
+#: and the generator sizes its draws with a 6-CV margin: a shape of 1.7e-59 asked numpy for an
+#: array of ~1e32 values ("Maximum allowed dimension exceeded").
+_SHAPE_MIN: Final = 1e-3
+_SHAPE_MAX: Final = 1e4
 
 # ServeGen README facts: rate-weighted mean lengths per model family.
 _MEANS_M_LARGE: Final = (914.0, 155.0)
@@ -99,6 +105,7 @@ class _Client:
     rate_rps: FloatArray
     family: list[str]
     shape: FloatArray
+    lines: IntArray  # 1-based file line of each window
 
 
 def _window_lengths(starts_s: FloatArray, table: _io.Table, field: str) -> FloatArray:
@@ -118,7 +125,9 @@ def _read_chunk(path: Path, key: int) -> _Client:
     table = _io.parse_table(
         _io.read_text(path), str(path), _CHUNK_FIELDS, header=False, positional=_CHUNK_FIELDS
     )
-    starts = _io.parse_float_column(table, "window_start_s", what="time in seconds")
+    starts = _io.parse_float_column(
+        table, "window_start_s", what="time in seconds", max_abs=MAX_ABS_TIME_S, unit="s"
+    )
     rates = _io.parse_float_column(table, "rate_rps", what="rate")
     _io.parse_float_column(table, "cv", what="number")
     shapes = _io.parse_float_column(table, "p1", what="number")
@@ -134,11 +143,16 @@ def _read_chunk(path: Path, key: int) -> _Client:
             raise table.error(
                 f"unknown inter-arrival family {raw!r}; expected Gamma, Weibull or empty", i, "iat_family"
             )
-        if family and rates[i] > 0 and not shapes[i] > 0:
-            raise table.error(f"{raw.strip()} shape must be > 0, got {table.columns['p1'][i]!r}", i, "p1")
+        if family and rates[i] > 0 and not _SHAPE_MIN <= shapes[i] <= _SHAPE_MAX:
+            raise table.error(
+                f"{raw.strip()} shape must be in [{_SHAPE_MIN:g}, {_SHAPE_MAX:g}], "
+                f"got {table.columns['p1'][i]!r}",
+                i,
+                "p1",
+            )
         families.append(family)
     lengths = _window_lengths(starts, table, "window_start_s")
-    return _Client(key, str(path), starts, lengths, rates, families, shapes)
+    return _Client(key, str(path), starts, lengths, rates, families, shapes, table.lines)
 
 
 def _chunk_files(path: Path) -> list[tuple[int, Path]]:
@@ -176,6 +190,44 @@ def _span(
         )
     hi_s = trace_end_s if duration_s is None else min(lo_s + duration_s, trace_end_s)
     return lo_s, hi_s
+
+
+@dataclass(frozen=True)
+class _Active:
+    """A window that generates requests inside the span: where it starts and ends, and its row."""
+
+    start_s: float
+    end_s: float
+    path: str
+    line: int
+
+
+def _active_window(client: _Client, i: int) -> _Active:
+    start_s = float(client.start_s[i])
+    return _Active(start_s, start_s + float(client.length_s[i]), client.path, int(client.lines[i]))
+
+
+def _check_active_span(active: list[_Active], lo_s: float, hi_s: float, max_span_s: float | None) -> None:
+    """Refuse a span whose generated requests would cover more than ``max_span_s`` seconds.
+
+    Only windows that generate requests count: idle windows cost nothing. Names the row of the
+    last active window (a stray row years after the rest is the usual cause).
+    """
+    if max_span_s is None or not active:
+        return
+    first = min(active, key=lambda a: a.start_s)
+    last = max(active, key=lambda a: a.end_s)
+    span_s = min(last.end_s, hi_s) - max(first.start_s, lo_s)
+    if span_s > max_span_s:
+        where = f"{first.path} line {first.line}" if first.path != last.path else f"line {first.line}"
+        raise TraceFormatError(
+            f"the windows with traffic span {describe_span(span_s)}, from {where} to this one; "
+            f"a replay covers at most {describe_span(max_span_s)}: cut a window with "
+            "start_s / duration_s (--start-s / --duration-s)",
+            path=last.path,
+            line=last.line,
+            field="window_start_s",
+        )
 
 
 def _check_budget(expected: float, max_requests: int, path: Path, start_s: float, end_s: float) -> None:
@@ -230,6 +282,7 @@ def load_servegen(
     output_mean: float | None = None,
     cv: float = 1.0,
     max_requests: int = DEFAULT_MAX_REQUESTS,
+    max_span_s: float | None = None,
 ) -> Workload:
     """Generate a Workload from ServeGen rate files (see the module docstring).
 
@@ -245,6 +298,8 @@ def load_servegen(
             (m-large) or 120 / 15 when the path mentions ``m-small``.
         cv: Total-rate files only: inter-arrival CV within a window.
         max_requests: ConfigError when the expected count exceeds it.
+        max_span_s: TraceFormatError when the windows with traffic in the span
+            cover more than this many seconds (None: no limit).
     """
     p = Path(path)
     if not p.exists():
@@ -256,8 +311,8 @@ def load_servegen(
     # A headerless numeric first row is a per-client chunk; anything else is
     # read as a total-rate file, whose header check then names what is missing.
     if not p.is_dir() and not is_servegen_chunk_line(_io.first_line(p)):
-        return _load_total(p, seed, start_s, duration_s, name, length_model, cv, max_requests)
-    return _load_clients(p, seed, start_s, duration_s, name, length_model, max_requests)
+        return _load_total(p, seed, start_s, duration_s, name, length_model, cv, max_requests, max_span_s)
+    return _load_clients(p, seed, start_s, duration_s, name, length_model, max_requests, max_span_s)
 
 
 def _finish(
@@ -288,6 +343,7 @@ def _load_clients(
     name: str | None,
     lengths: LengthModel,
     max_requests: int,
+    max_span_s: float | None,
 ) -> Workload:
     clients = [_read_chunk(path, key) for key, path in _chunk_files(p)]
     trace_end_s = max(float(c.start_s[-1] + c.length_s[-1]) for c in clients)
@@ -295,6 +351,7 @@ def _load_clients(
     lo_s, hi_s = _span(start_s, duration_s, trace_start_s, trace_end_s, p)
     expected = 0.0
     plan: list[tuple[_Client, int]] = []
+    edges: list[_Active] = []
     fallback = 0
     for client in clients:
         overlap_s = np.minimum(client.start_s + client.length_s, hi_s) - np.maximum(client.start_s, lo_s)
@@ -302,6 +359,10 @@ def _load_clients(
         expected += float(np.sum(client.rate_rps[active] * overlap_s[active]))
         plan.extend((client, int(i)) for i in active)
         fallback += sum(1 for i in active if not client.family[i])
+        if active.size:
+            # The span of the traffic is set by each client's first and last active window.
+            edges.extend(_active_window(client, int(i)) for i in (active[0], active[-1]))
+    _check_active_span(edges, lo_s, hi_s, max_span_s)
     _check_budget(expected, max_requests, p, lo_s, hi_s)
     pieces: tuple[list[FloatArray], list[IntArray], list[IntArray]] = ([], [], [])
     for client, i in plan:
@@ -343,9 +404,12 @@ def _load_total(
     lengths: LengthModel,
     cv: float,
     max_requests: int,
+    max_span_s: float | None,
 ) -> Workload:
     table = _io.parse_table(_io.read_text(p), str(p), _TOTAL_FIELDS)
-    starts = _io.parse_float_column(table, "window_start_s", what="time in seconds")
+    starts = _io.parse_float_column(
+        table, "window_start_s", what="time in seconds", max_abs=MAX_ABS_TIME_S, unit="s"
+    )
     rates = _io.parse_float_column(table, "total_rate_rps", what="rate")
     negative = np.flatnonzero(rates < 0)
     if negative.size:
@@ -359,6 +423,11 @@ def _load_total(
     overlap_s = np.minimum(starts + window_s, hi_s) - np.maximum(starts, lo_s)
     active = np.flatnonzero((overlap_s > 0) & (rates > 0))
     expected = float(np.sum(rates[active] * overlap_s[active]))
+    edges = [
+        _Active(float(starts[i]), float(starts[i] + window_s[i]), str(p), int(table.lines[i]))
+        for i in (active[[0, -1]].tolist() if active.size else [])
+    ]
+    _check_active_span(edges, lo_s, hi_s, max_span_s)
     _check_budget(expected, max_requests, p, lo_s, hi_s)
     family, shape = ("", 1.0) if cv == 1.0 else ("gamma", 1.0 / (cv * cv))
     pieces: tuple[list[FloatArray], list[IntArray], list[IntArray]] = ([], [], [])

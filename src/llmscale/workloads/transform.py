@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from llmscale.errors import ConfigError
 from llmscale.workloads.arrivals import check_seed
+from llmscale.workloads.limits import BYTES_PER_SCALED_REQUEST, MAX_REQUESTS
 from llmscale.workloads.model import Workload
 
 __all__ = ["rate_scale", "window"]
@@ -49,6 +50,10 @@ def local_spacing_s(arrival_s: FloatArray, neighbours: int = _SPACING_NEIGHBOURS
     return spacing_s
 
 
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:,.1f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:,.0f} MiB"
+
+
 def _reflect(t: FloatArray, end_s: float) -> FloatArray:
     # Mirror at 0 and at the last arrival so jitter never moves requests outside
     # the original span; jitter is at most one local gap, so one mirror suffices
@@ -58,7 +63,14 @@ def _reflect(t: FloatArray, end_s: float) -> FloatArray:
     return np.clip(t, 0.0, end_s)
 
 
-def rate_scale(w: Workload, k: float, seed: int = 0, *, jitter_scale: float = 1.0) -> Workload:
+def rate_scale(
+    w: Workload,
+    k: float,
+    seed: int = 0,
+    *,
+    jitter_scale: float = 1.0,
+    max_requests: int = MAX_REQUESTS,
+) -> Workload:
     """Multiply the arrival rate by ``k``, keeping duration and shape over time.
 
     The result has exactly ``round(k * n)`` requests (n = ``w.num_requests``)
@@ -92,6 +104,9 @@ def rate_scale(w: Workload, k: float, seed: int = 0, *, jitter_scale: float = 1.
         k: Rate multiplier, > 0.
         seed: Seed for the random subset, jitter and bootstrap.
         jitter_scale: Jitter half-width in units of the local gap (>= 0).
+        max_requests: Refuse (ConfigError, with the memory it would take) to
+            make more requests than this, before allocating anything: on a
+            20-request trace ``k = 1e9`` asked numpy for 149 GiB.
     """
     if not (math.isfinite(k) and k > 0):
         raise ConfigError(f"rate scale k = {k}, must be a finite number > 0")
@@ -99,6 +114,14 @@ def rate_scale(w: Workload, k: float, seed: int = 0, *, jitter_scale: float = 1.
         raise ConfigError(f"jitter_scale = {jitter_scale}, must be a finite number >= 0")
     rng = np.random.default_rng(check_seed(seed))
     n = w.num_requests
+    if k * n > max_requests:
+        need_bytes = k * n * BYTES_PER_SCALED_REQUEST
+        raise ConfigError(
+            f"rate scale k = {k:g} would make {k * n:,.0f} requests from {n:,} "
+            f"(~{_gib(need_bytes)} of memory while scaling, {BYTES_PER_SCALED_REQUEST} bytes a request); "
+            f"the limit is {max_requests:,} requests (~{_gib(max_requests * BYTES_PER_SCALED_REQUEST)}): "
+            "use a smaller k or a shorter window"
+        )
     target = round(k * n)
     previous = w.meta.get("rate_scale", 1.0)
     cumulative = (float(previous) if isinstance(previous, int | float) else 1.0) * k

@@ -1,0 +1,63 @@
+"""Intervals written as people write them (``"(0, 1]"``, ``"[0, inf)"``), and membership that refuses NaN.
+
+One reading of the notation for every range llmscale declares: a policy parameter
+(:class:`llmscale.policies.params.Param`) and a command-line option (:mod:`llmscale.edge`).
+An open end at ``inf`` means "finite": ``x < inf`` is false for infinity, and NaN is inside
+no interval (it compares false with every bound), so a NaN that would otherwise pass a
+``not x < 0`` check silently is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from dataclasses import dataclass
+
+__all__ = ["Interval"]
+
+_NOTATION = re.compile(r"^\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*$")
+
+
+def _bound(text: str) -> float:
+    if text in ("inf", "+inf"):
+        return math.inf
+    if text == "-inf":
+        return -math.inf
+    return float(text)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A real interval; ``str()`` gives back the notation it was parsed from."""
+
+    lo: float
+    hi: float
+    lo_closed: bool
+    hi_closed: bool
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> Interval:
+        """``"(0, 1]"`` -> Interval(0, 1, open, closed). ValueError on anything else."""
+        m = _NOTATION.match(text)
+        if m is None:
+            raise ValueError(f"{text!r} is not an interval such as '(0, 1]' or '[0, inf)'")
+        lo, hi = _bound(m.group(2)), _bound(m.group(3))
+        if math.isnan(lo) or math.isnan(hi) or lo > hi:
+            raise ValueError(f"{text!r} is not an interval: its ends are out of order")
+        return cls(lo, hi, m.group(1) == "[", m.group(4) == "]", text.strip())
+
+    def __contains__(self, x: object) -> bool:
+        if not isinstance(x, numbers.Real) or isinstance(x, bool):
+            return False
+        try:
+            x = float(x)
+        except OverflowError:  # an int beyond 1.8e308 is infinite for every purpose here
+            return False
+        above = self.lo <= x if self.lo_closed else self.lo < x
+        below = x <= self.hi if self.hi_closed else x < self.hi
+        return above and below
+
+    def __str__(self) -> str:
+        return self.text
