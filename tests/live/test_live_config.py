@@ -129,44 +129,44 @@ BAD_FIELDS = [
     (
         "policy.params",
         {"replicas": "three"},
-        "policy.params.replicas: policy 'static': replicas = 'three', must be a number",
+        "policy.params.replicas: static.replicas = 'three': must be an integer",
         "param-string",
     ),
     (
         "policy",
         {"name": "slo", "params": {"drain_s": "fast"}},
-        "policy.params.drain_s: policy 'slo': drain_s = 'fast', must be a number",
+        "policy.params.drain_s: slo.drain_s = 'fast': must be a number",
         "numeric-param-string",
     ),
     (
         "policy",
         {"name": "slo", "params": {"target_utilization": float("nan")}},
-        "policy.params.target_utilization: policy 'slo': target_utilization = nan, must be a finite number",
+        "policy.params.target_utilization: slo.target_utilization = nan: must be a finite number",
         "numeric-param-nan",
     ),
     (
         "policy",
         {"name": "composite", "params": {"idle_down": "yes"}},
-        "policy.params.idle_down: policy 'composite': idle_down = 'yes', must be true or false",
+        "policy.params.idle_down: composite.idle_down = 'yes': must be a boolean",
         "flag-param-string",
     ),
     (
         "policy",
         {"name": "breathing", "params": {"queue_signal": "queue_wiating"}},
-        "policy.params.queue_signal: policy 'breathing': queue_signal = 'queue_wiating' is not a signal; "
+        "policy.params.queue_signal: breathing.queue_signal = 'queue_wiating': not a signal; "
         "did you mean 'queue_waiting'?",
         "signal-typo",
     ),
     (
         "policy",
         {"name": "keda-queue", "params": {"signal": "kv_usage"}},
-        "policy.params.signal: policy 'keda-queue': signal = 'kv_usage' is not a signal",
+        "policy.params.signal: keda-queue.signal = 'kv_usage': not a signal",
         "keda-signal-typo",
     ),
     (
         "shadow",
         {"name": "hpa-gpu-util", "params": {"metric": "DCGM_FI_DEV_GPU_UTL"}},
-        "shadow.params.metric: policy 'hpa-gpu-util': metric = 'DCGM_FI_DEV_GPU_UTL', must be a per-pod",
+        "shadow.params.metric: hpa-gpu-util.metric = 'DCGM_FI_DEV_GPU_UTL': must be a per-pod",
         "hpa-metric-typo",
     ),
     (

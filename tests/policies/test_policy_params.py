@@ -67,7 +67,7 @@ def test_a_misspelt_name_fails_at_build_naming_the_parameter(param):
 def test_a_misspelt_signal_suggests_the_closest(param):
     name, key, default = param
     typo = default[:-2] + default[-1:]
-    with pytest.raises(PolicyParamError, match=f"is not a signal; did you mean {default!r}"):
+    with pytest.raises(PolicyParamError, match=f"not a signal; did you mean {default!r}"):
         create_policy(name, PolicyContext(), {key: typo})
 
 
@@ -93,7 +93,7 @@ def test_an_optional_number_takes_a_finite_number_or_null(param, bad):
 @pytest.mark.parametrize("param", FLAGS, ids=_id)
 def test_a_flag_takes_only_true_or_false(param):
     name, key, default = param
-    with pytest.raises(PolicyParamError, match="must be true or false"):
+    with pytest.raises(PolicyParamError, match="must be a boolean"):
         create_policy(name, PolicyContext(), {key: "yes"})
     create_policy(name, PolicyContext(), {key: not default})
 
