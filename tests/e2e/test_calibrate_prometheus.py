@@ -3,9 +3,9 @@
 The "deployed engine" is ``llmscale emulate`` running a profile whose memory bandwidth is 0.6x the
 committed model's (a slower engine than the one llmscale assumes). Debian's Prometheus scrapes its
 replica every second while ``loadgen`` streams a bounded load; ``calibrate`` then reads the
-fleet's inter-token latency against its running batch over that range. Its fitted bandwidth
-factor must move from 1 toward 0.6, and the calibrated model must predict the measured
-inter-token latency better than the committed one.
+fleet's inter-token latency against its running batch over that range. The calibrated model's
+decode step must be the slow engine's, and it must predict the measured inter-token latency
+better than the committed one.
 """
 
 from __future__ import annotations
@@ -74,7 +74,27 @@ def test_calibrate_reads_a_live_fleet_through_prometheus(workdir, procs, prometh
     assert cal.wait(120) == 0, cal.tail()
     doc = yaml.safe_load(out.read_text())
     assert len(doc["points"]) >= 3, doc["points"]
-    assert doc["factors"]["bandwidth"] < 0.85, (doc["factors"], doc["points"][:6])
+    # At a small decode batch, weight streaming (bandwidth) and the per-step host work add up to
+    # one step time that these data measure; how the fit splits the slow-down between the two
+    # factors is the prior's choice. What it must get right is that step: the calibrated model's
+    # decode step at the observed batch is the slow engine's, not the committed model's.
+    from llmscale.perf.profile import load_profile
+    from llmscale.perf.step_time import PerfModel
+
+    truth = PerfModel(
+        "llama-3-8b",
+        "h100",
+        1,
+        CalibrationProfile("llama-3-8b", "h100-80gb", 1, {"bandwidth": 0.6}).coefficients(),
+    )
+    fitted = PerfModel("llama-3-8b", "h100", 1, load_profile(out).coefficients())
+    committed = PerfModel("llama-3-8b", "h100", 1)
+    for batch in (2, 4, 6):
+        want = truth.decode(batch, 1500).duration_s
+        got = fitted.decode(batch, 1500).duration_s
+        assert abs(got / want - 1) < 0.12, (batch, got, want, doc["factors"])
+        assert abs(committed.decode(batch, 1500).duration_s / want - 1) > 0.25
+    assert doc["factors"]["bandwidth"] < 1.0 or doc["factors"]["host"] > 1.0, doc["factors"]
     after = statistics.median(abs(p["error_pct"]) for p in doc["points"])
     before = statistics.median(abs(p["uncalibrated_s"] / p["measured_s"] - 1) * 100 for p in doc["points"])
     assert after < before, (after, before, doc["factors"])
