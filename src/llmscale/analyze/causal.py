@@ -41,6 +41,7 @@ class ScaleEffect:
     num_treated: int
     num_control: int
     horizon_s: float
+    #: the covariates adjusted for (those that varied over the ticks used)
     covariates: tuple[str, ...]
 
     @property
@@ -93,7 +94,9 @@ def scale_action_effect(
     if n_t < min_per_arm or n_c < min_per_arm:
         return None
     # A covariate constant over the kept ticks carries nothing and makes the design singular.
-    x = x[:, np.ptp(x, axis=0) > 0] if x.size else x
+    varies = np.ptp(x, axis=0) > 0 if x.size else np.zeros(0, dtype=bool)
+    x = x[:, varies]
+    names = tuple(n for n, v in zip(names, varies, strict=True) if v)
     xc = x - x.mean(axis=0)
     design = np.column_stack([np.ones_like(t), t, xc, t[:, None] * xc])
     fit = sm.OLS(y, design).fit(cov_type="HC2")

@@ -65,6 +65,10 @@ def _episodes(flag: np.ndarray) -> list[tuple[int, int]]:
     return out
 
 
+def _constant(text: str) -> Callable[[int, int], str]:
+    return lambda a, b: text
+
+
 def _findings(
     table: TickTable,
     kind: str,
@@ -144,7 +148,7 @@ def diagnose_table(
             col,
             lambda v: np.abs(v - 1.0) > MODEL_DRIFT_WARN,
             lambda v: float(v[np.argmax(np.abs(v - 1.0))]),
-            lambda a, b, text=text: text,
+            _constant(text),
             min_duration_s,
         )
     findings.sort(key=lambda f: (f.start_s, f.kind))
