@@ -74,7 +74,7 @@ def _fig_knee(a: Analysis) -> go.Figure:
         secondary_y=False,
     )
 
-    def add(knee: Knee | None, color: str, label: str, secondary: bool) -> None:
+    def add(knee: Knee | None, color: str, label: str, secondary: bool, where: str) -> None:
         if knee is None:
             return
         fig.add_trace(
@@ -95,9 +95,10 @@ def _fig_knee(a: Analysis) -> go.Figure:
                 "text": _esc(f"{label} knee {knee.load:.3g} req/s/replica"),
                 "font": {"color": color},
             },
+            annotation_position=where,
         )
 
-    add(a.latency_knee, PALETTE[3], "P99", False)
+    add(a.latency_knee, PALETTE[3], "P99", False, "top left")
     if thr is not None and a.throughput_knee is not None:
         fig.add_trace(
             go.Scatter(
@@ -109,7 +110,7 @@ def _fig_knee(a: Analysis) -> go.Figure:
             ),
             secondary_y=True,
         )
-        add(a.throughput_knee, PALETTE[2], "throughput", True)
+        add(a.throughput_knee, PALETTE[2], "throughput", True, "bottom right")
     _style(fig, 460)
     fig.update_xaxes(title_text="load per serving replica (req/s)")
     fig.update_yaxes(title_text=f"{t.resolved.get('p99_s', 'P99')} (s)", secondary_y=False)
