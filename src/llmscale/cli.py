@@ -1009,7 +1009,7 @@ def analyze_cmd(
     ] = 60.0,
 ) -> None:
     from llmscale.analyze.analysis import AnalysisSettings, analyze_table
-    from llmscale.analyze.report import CHART_IDS, _summary
+    from llmscale.analyze.report import CHART_IDS, summary_text
 
     if report is not None:
         check_output_path("--report", report)
@@ -1023,7 +1023,7 @@ def analyze_cmd(
     console.print(f"[bold]{table.policy}[/bold]: {len(table)} ticks from {table.source}", highlight=False)
     for cid, title in CHART_IDS.items():
         console.print(f"\n[bold]{title}[/bold]", highlight=False)
-        console.print(_summary(result, cid), highlight=False, soft_wrap=True)
+        console.print(summary_text(result, cid), highlight=False, soft_wrap=True)
     if report is not None:
         from llmscale.analyze.report import render_analysis_report
 

@@ -35,7 +35,7 @@ from llmscale.report.html import (
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-__all__ = ["CHART_IDS", "build_analysis_figures", "render_analysis_report"]
+__all__ = ["CHART_IDS", "build_analysis_figures", "render_analysis_report", "summary_text"]
 
 #: chart id -> title, in page order
 CHART_IDS: dict[str, str] = {
@@ -246,7 +246,7 @@ def build_analysis_figures(a: Analysis) -> dict[str, go.Figure]:
     }
 
 
-def _summary(a: Analysis, cid: str) -> str:
+def summary_text(a: Analysis, cid: str) -> str:
     """One paragraph of findings, in words, per section."""
     t = a.table
     if cid == "knee":
@@ -261,7 +261,7 @@ def _summary(a: Analysis, cid: str) -> str:
             )
         if a.throughput_knee is not None:
             bits.append(f"Throughput stops following load at {a.throughput_knee.load:.3g} req/s per replica.")
-        bits += [a.notes[k] for k in ("knee", "throughput") if k in a.notes]
+        bits += [a.notes[k] + "." for k in ("knee", "throughput") if k in a.notes]
         return " ".join(bits)
     if cid == "phase":
         if a.phase is None:
@@ -285,7 +285,7 @@ def _summary(a: Analysis, cid: str) -> str:
                 f"{e.horizon_s:.0f} s later, adjusted for {', '.join(e.covariates)} "
                 f"(naive difference {e.naive_diff_s:+.3g} s)."
             )
-        bits += [v for k, v in a.notes.items() if k.startswith("effect")]
+        bits += [v + "." for k, v in a.notes.items() if k.startswith("effect")]
         return " ".join(bits)
     rows = []
     for p in a.predictors:
@@ -313,7 +313,7 @@ def _page(a: Analysis, figures: dict[str, Any], plotly_js: str) -> str:
     toc = "".join(f'<a href="#sec-{cid}">{html.escape(CHART_IDS[cid])}</a>' for cid in figures)
     sections = [
         f'<section id="sec-{cid}" class="card"><h2>{html.escape(CHART_IDS[cid])}</h2>'
-        f'<p class="caption">{html.escape(_summary(a, cid))}</p>'
+        f'<p class="caption">{html.escape(summary_text(a, cid))}</p>'
         f'<div id="{cid}" class="llmscale-chart"></div></section>'
         for cid in figures
     ]
