@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -62,6 +66,30 @@ def test_ghost_episode_read_back_from_prometheus(page_server, prometheus_server)
     assert ghosts[0].num_ticks >= 5
     assert not [f for f in findings if f.kind == "tenant drift"]
     assert "model drift (itl): no model_drift_itl_ratio in the log" in unchecked
+    # the same through the command line
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "COLUMNS": "200"}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmscale.cli",
+            "diagnose",
+            "--prometheus",
+            prom.url,
+            "--start",
+            str(start),
+            "--end",
+            str(end),
+            "--step-s",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert [line for line in out.stdout.splitlines() if "ghost replicas" in line and "replica-hours" in line]
 
 
 def _last(prom, expr: str) -> float | None:
