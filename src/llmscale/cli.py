@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -166,6 +167,8 @@ def _context_warning(w: Any, settings: Any, err: Any) -> Any:
 
         err.print(Text("warning: ", style="bold yellow") + Text(message))
     return within_context(w, check)
+
+
 def _check_backtest_options(
     *,
     replicas: int | None,
@@ -927,6 +930,133 @@ def calibrate_cmd(
     console.print("factors: " + ", ".join(f"{k} {v:.3f}" for k, v in profile.factors.items()))
     profile.save(out)
     console.print(f"profile: {out}")
+
+
+ANALYZE_HELP = (
+    "Analyse a controller's decision log (`backtest --decisions`, `run`'s decision_log) or a live "
+    "range read from Prometheus (--prometheus URL --start --end): the knee of P99 latency and of "
+    "throughput against load per replica (the fleet's cliff), the entropy-bandwidth phase diagram "
+    "with its load patterns (weighted DBSCAN), the effect of scale actions on P99 with a 95% "
+    "confidence interval, and the latency predictors' errors. --report writes them as one HTML page."
+)
+
+DIAGNOSE_HELP = (
+    "Print the ghost replicas (VRAM resident, compute near zero, no requests) and the tenant and "
+    "model drift found in a decision log or a live range (--prometheus URL --start --end), one row "
+    "per episode."
+)
+
+
+def _analysis_source(
+    decisions: Path | None,
+    policy: str | None,
+    prometheus: str | None,
+    start: float | None,
+    end: float | None,
+    step_s: float,
+    selector: str,
+    window: str,
+) -> Any:
+    """The TickTable from a decision log or a Prometheus range (exactly one of the two)."""
+    if (decisions is None) == (prometheus is None):
+        raise ConfigError("give a DECISIONS file or --prometheus URL --start --end (one of the two)")
+    if prometheus is not None:
+        if start is None or end is None:
+            raise ConfigError("--prometheus needs --start and --end (Unix seconds)")
+        from llmscale.analyze.prometheus import read_prometheus_range
+
+        return read_prometheus_range(
+            prometheus, start_s=start, end_s=end, step_s=step_s, selector=selector, window=window
+        )
+    from llmscale.analyze.log import read_decision_log
+
+    assert decisions is not None
+    return read_decision_log(decisions, policy=policy)
+
+
+_DecisionsArg = Annotated[
+    Path | None, typer.Argument(help="Decision log: one JSON line per tick (backtest --decisions, run).")
+]
+_PolicyOpt = Annotated[
+    str | None, typer.Option(help="Policy of a backtest log with several (default: the first).")
+]
+_PromOpt = Annotated[str | None, typer.Option(help="Prometheus base URL, instead of a decision log.")]
+_StartOpt = Annotated[float | None, typer.Option(help="Range start (Unix seconds) for --prometheus.")]
+_EndOpt = Annotated[float | None, typer.Option(help="Range end (Unix seconds) for --prometheus.")]
+_StepOpt = Annotated[float, typer.Option(help="Range step (s) for --prometheus: one tick per step.")]
+_SelectorOpt = Annotated[
+    str, typer.Option(help='Label matchers of the fleet\'s vLLM series for --prometheus, e.g. job="vllm".')
+]
+_WindowOpt = Annotated[str, typer.Option(help="Rate window of the --prometheus queries (PromQL duration).")]
+
+
+@app.command("analyze", help=ANALYZE_HELP)
+def analyze_cmd(
+    decisions: _DecisionsArg = None,
+    report: Annotated[Path | None, typer.Option(help="Write the analyses as one HTML page.")] = None,
+    policy: _PolicyOpt = None,
+    prometheus: _PromOpt = None,
+    start: _StartOpt = None,
+    end: _EndOpt = None,
+    step_s: _StepOpt = 15.0,
+    selector: _SelectorOpt = "",
+    window: _WindowOpt = "1m",
+    effect_horizon_s: Annotated[
+        float, typer.Option(help="Read a scale action's outcome this long after it (s): about a cold start.")
+    ] = 180.0,
+    predict_horizon_s: Annotated[
+        float, typer.Option(help="How far ahead the predictors predict P99 (s).")
+    ] = 60.0,
+) -> None:
+    from llmscale.analyze.analysis import AnalysisSettings, analyze_table
+    from llmscale.analyze.report import CHART_IDS, summary_text
+
+    if report is not None:
+        check_output_path("--report", report)
+    for name, v in (("--effect-horizon-s", effect_horizon_s), ("--predict-horizon-s", predict_horizon_s)):
+        if not (math.isfinite(v) and v > 0):
+            raise ConfigError(f"{name} = {v}: must be a finite number > 0")
+    table = _analysis_source(decisions, policy, prometheus, start, end, step_s, selector, window)
+    settings = AnalysisSettings(effect_horizon_s=effect_horizon_s, predict_horizon_s=predict_horizon_s)
+    result = analyze_table(table, settings)
+    console = _console(stderr=False)
+    console.print(f"[bold]{table.policy}[/bold]: {len(table)} ticks from {table.source}", highlight=False)
+    for cid, title in CHART_IDS.items():
+        console.print(f"\n[bold]{title}[/bold]", highlight=False)
+        console.print(summary_text(result, cid), highlight=False, soft_wrap=True)
+    if report is not None:
+        from llmscale.analyze.report import render_analysis_report
+
+        render_analysis_report(result, report)
+        console.print(f"\nreport: {report}", highlight=False)
+
+
+@app.command("diagnose", help=DIAGNOSE_HELP)
+def diagnose_cmd(
+    decisions: _DecisionsArg = None,
+    policy: _PolicyOpt = None,
+    prometheus: _PromOpt = None,
+    start: _StartOpt = None,
+    end: _EndOpt = None,
+    step_s: _StepOpt = 15.0,
+    selector: _SelectorOpt = "",
+    window: _WindowOpt = "1m",
+) -> None:
+    from rich.table import Table
+
+    from llmscale.analyze.diagnose import diagnose_table
+
+    table = _analysis_source(decisions, policy, prometheus, start, end, step_s, selector, window)
+    findings, unchecked = diagnose_table(table)
+    console = _console(stderr=False)
+    out = Table(title=f"{table.policy}: {len(findings)} finding(s) over {len(table)} ticks")
+    for col in ("finding", "from s", "to s", "ticks", "peak", "detail"):
+        out.add_column(col, justify="left" if col in ("finding", "detail") else "right")
+    for f in findings:
+        out.add_row(f.kind, f"{f.start_s:.0f}", f"{f.end_s:.0f}", str(f.num_ticks), f"{f.peak:.3g}", f.detail)
+    console.print(out)
+    for u in unchecked:
+        console.print(f"not checked: {u}", highlight=False)
 
 
 def main() -> None:

@@ -217,6 +217,9 @@ class TickRecord:
     #: seed 004 3.2's fleet state: idle, warmup, steady, saturated, degraded, graceful-shrink;
     #: None when the tick was not asked to assess it (a backtest writing no decision log)
     fleet_state: str | None = None
+    #: the fleet's numbers that ``llmscale analyze`` / ``diagnose`` read, whatever the policy read
+    #: (``controller/loop.py``'s LOGGED_SIGNALS); None when not assessed, as ``fleet_state``
+    observed: Mapping[str, float | None] | None = None
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -232,4 +235,9 @@ class TickRecord:
             "guard_note": self.guard_note,
             "applied": self.applied,
             "fleet_state": self.fleet_state,
+            **(
+                {}
+                if self.observed is None
+                else {"observed": {k: (None if v is None else round(v, 6)) for k, v in self.observed.items()}}
+            ),
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -190,3 +191,45 @@ def test_horizon_defaults_to_the_cold_start():
     policy = create_policy("hybrid-predictive", replace(CTX, cold_start_s=240.0))
     d, _ = policy.decide(ramp(0.0), policy.initial_state(), 0.0)
     assert d.inputs["horizon_s"] == 240.0
+
+
+@pytest.mark.parametrize(
+    ("ghosts", "capacity"),
+    [
+        # learned at 8 req/s on 4 serving replicas: 2 req/s each
+        pytest.param(None, 2.0, id="no-ghost-signal"),
+        pytest.param(0.0, 2.0, id="no-ghost"),
+        # one of them a ghost (no request for 60 s): 8 / 3 = 2.67 req/s per working replica
+        pytest.param(1.0, 8.0 / 3.0, id="one-ghost-is-not-capacity"),
+    ],
+)
+def test_predictive_capacity_leaves_ghost_replicas_out(ghosts, capacity):
+    policy = create_policy("hybrid-predictive", CTX)
+    state = policy.initial_state()
+    for i in range(4):  # healthy at 8 req/s: the capacity is learned
+        s = sig(15.0 * i, spec=4, request_rate_rps=8.0, serving_replicas=4.0, ghost_replicas=ghosts)
+        d, state = policy.decide(s, state, 15.0 * i)
+    assert d.inputs["capacity_rps_per_replica"] == pytest.approx(capacity)
+    # Then the ghost is gone and the rate climbs 3 req/s a tick with a queue (25 > queue_warn 20: not
+    # healthy, nothing more is learned) until the forecast runs ahead of the fleet: the replicas
+    # it asks for are the forecast over the capacity per *working* replica. With the ghost counted
+    # as capacity the fleet looks a third weaker (2 against 2.67 req/s a replica): it scales up at
+    # a forecast of 9.44 req/s (> 1.1 x 4 x 2) instead of 11.93 (> 1.1 x 4 x 2.67), and asks for a
+    # third more replicas for any given forecast.
+    for i in range(4, 20):
+        now_s = 15.0 * i
+        s = sig(
+            now_s,
+            spec=4,
+            request_rate_rps=8.0 + 3.0 * (i - 3),
+            serving_replicas=4.0,
+            ghost_replicas=0.0,
+            queue_waiting=25.0,
+        )
+        d, state = policy.decide(s, state, now_s)
+        if d.rule == "predictive-up":
+            break
+    assert d.rule == "predictive-up"
+    cap = d.inputs["capacity_rps_per_replica"]
+    assert cap == pytest.approx(capacity, rel=1e-3)  # decayed with a day's half-life since
+    assert d.desired == math.ceil(d.inputs["forecast_rps"] / cap)

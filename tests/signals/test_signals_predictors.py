@@ -107,6 +107,8 @@ def test_predictor_errors_worked_example():
     errs = predictor_errors(records)
     assert errs["decay"] == {
         "n": 2.0,
+        "mae_s": pytest.approx(1.0),
+        "p99_abs_error_s": pytest.approx(1.0),
         "mape_pct": pytest.approx(50.0),
         "median_ape_pct": pytest.approx(50.0),
         "median_abs_error_s": pytest.approx(1.0),

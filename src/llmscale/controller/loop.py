@@ -18,6 +18,7 @@ from llmscale.signals.window import FleetWindow
 from llmscale.types import Observation, Signals, TickRecord
 
 __all__ = [
+    "LOGGED_SIGNALS",
     "ControllerState",
     "decide_and_act",
     "fleet_state",
@@ -64,6 +65,30 @@ def fleet_state(signals: Signals, slo_ttft_s: float | None = None, slo_tpot_s: f
     if (signals.get("running") or 0.0) == 0 and queue == 0:
         return "idle"
     return "steady"
+
+
+#: What every decision line carries besides the policy's own inputs (``observed``), so that
+#: ``llmscale analyze`` and ``diagnose`` read the same quantities whichever policy decided: load,
+#: throughput and P99 for the knee, the effect of scaling and the predictors; entropy and
+#: bandwidth for the phase diagram; the diagnostics. Computed only when the tick is assessed
+#: (a decision log is written): +3-8% user CPU for a backtest that writes one (slo and knative-kpa
+#: over 900 s of the default workload, pure Python, three runs alternating with the build before:
+#: 3.00-3.12 s against 2.75-2.96 s).
+LOGGED_SIGNALS = (
+    "request_rate_rps",
+    "generation_tps",
+    "ttft_p99_s",
+    "e2e_p99_s",
+    "queue_waiting",
+    "queue_per_replica",
+    "running",
+    "serving_replicas",
+    "prompt_len_mean_tokens",
+    "queue_entropy",
+    "bw_saturation_p95",
+    "ghost_replicas",
+    "tenant_drift",
+)
 
 
 def reconcile_once(
@@ -140,6 +165,7 @@ def decide_and_act(
         guard_note=outcome.note,
         applied=applied,
         fleet_state=fleet_state(signals, *(slo or (None, None))) if assess else None,
+        observed={name: signals.get(name) for name in LOGGED_SIGNALS} if assess else None,
     )
     return record, ControllerState(
         policy_state=policy_state, window=state.window, guard_state=guard_state, indexed=state.indexed

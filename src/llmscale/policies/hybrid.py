@@ -310,6 +310,12 @@ class HybridPredictivePolicy:
         serving = signals.get("serving_replicas")
         if serving is None:
             serving = float(signals.fleet.ready)
+        # A ghost replica (VRAM resident, GPU idle, no request for 60 s: seed 000 chapter 1) is not
+        # capacity: the rate is carried by the others. 8 req/s on 4 serving replicas, one a ghost,
+        # is 8/3 = 2.67 req/s per working replica, not 2; and the ghost stays in the fleet, so the
+        # replicas a forecast needs are ceil(forecast / capacity) + the ghosts. Unknown: none.
+        ghosts = math.floor(signals.get("ghost_replicas") or 0.0)
+        working = serving - ghosts
         level, trend, last_t = state.level_rps, state.trend_rps_per_s, state.last_t_s
         if rate is not None:
             level, trend = holt_update(level, trend, last_t, rate, now_s, pc.alpha, pc.beta)
@@ -322,8 +328,8 @@ class HybridPredictivePolicy:
         queue = signals.get(cfg.queue_signal)
         no_data = v.rule.startswith("no-data")
         healthy = v.step <= 0 and not no_data and queue is not None and queue <= cfg.queue_warn
-        if healthy and rate is not None and rate > 0.0 and serving >= 1.0:
-            observed = rate / serving
+        if healthy and rate is not None and rate > 0.0 and working >= 1.0:
+            observed = rate / working
             if cap is None or observed > cap:
                 cap = observed
             cap_t = now_s
@@ -332,7 +338,7 @@ class HybridPredictivePolicy:
         forecast = None if level is None else max(0.0, level + trend * pc.horizon_s)
         needed = None
         if forecast is not None and cap is not None and cap > 0.0:
-            needed = math.ceil(forecast / cap)
+            needed = math.ceil(forecast / cap) + ghosts
         inputs = dict(v.inputs)
         inputs.update(
             {
@@ -342,12 +348,17 @@ class HybridPredictivePolicy:
                 "capacity_rps_per_replica": cap,
                 "predicted_replicas": None if needed is None else float(needed),
                 "horizon_s": pc.horizon_s,
+                "ghost_replicas": float(ghosts),
             }
         )
         if no_data or rate is None:
             return Decision(current + v.step, v.rule, inputs, v.note, relative=True), new_state
         # Predictive scale-up, not where the reactive rules find the fleet idle (their scale-down zone).
-        ahead = forecast is not None and cap is not None and forecast > (1.0 + pc.tolerance) * current * cap
+        ahead = (
+            forecast is not None
+            and cap is not None
+            and forecast > (1.0 + pc.tolerance) * (current - ghosts) * cap
+        )
         if needed is not None and ahead and v.step >= 0 and needed > current + v.step:
             note = f"forecast {forecast:.2f} req/s in {pc.horizon_s:.0f}s / {cap:.2f} req/s per replica"
             return Decision(needed, "predictive-up", inputs, note), new_state
