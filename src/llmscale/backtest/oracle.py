@@ -49,6 +49,7 @@ from typing import IO
 
 import numpy as np
 
+from llmscale.backtest.feasibility import infeasible_parts, ttft_target_s
 from llmscale.backtest.results import PolicyResult, slo_met, summarize
 from llmscale.backtest.runner import BacktestSettings, SeriesRecorder, build_fleet, series_step_for
 from llmscale.errors import LlmscaleError
@@ -65,9 +66,13 @@ class OracleSettings:
     interval_s: float = 60.0
     #: share of an interval's servable requests that must meet the SLO
     target: float = 0.99
-    #: how long after an interval's end its requests are followed to judge them: TTFT is settled
-    #: within seconds; a request still generating then is judged on its first token
-    tail_s: float = 30.0
+    #: the longest an interval's requests are followed after the interval's end. Each is followed
+    #: to its deadline, ``arrival + TTFT target + (output tokens - 1) x TPOT SLO``: still unresolved
+    #: then it can no longer meet the SLO (:func:`_deadlines_s`). E.g. 1,500-token answers at a
+    #: 0.1 s TPOT SLO: 152 s after arrival. A 30 s tail judged such a request on its first token
+    #: alone, sized the first minutes for far too little and then bought the whole fleet to catch up
+    #: (``tests/backtest/test_oracle_lower_bound.py``)
+    tail_s: float = 1800.0
 
 
 #: a trial's outcome: its attainment and whether that is exact (0), an upper bound (-1: the trial
@@ -185,6 +190,7 @@ def run_oracle(
     sim = replace(settings.sim, grace_s=math.inf)
     settings = replace(settings, sim=sim)
     fleet = build_fleet(workload, settings, 0)
+    judge = _Judge(workload, settings)
     step_s = series_step_for(workload.duration_s)
     recorder = SeriesRecorder(fleet, step_s)
     arrivals = workload.arrival_s
@@ -208,15 +214,23 @@ def run_oracle(
             t1 = t0 + oracle.interval_s
             i0, i1 = (int(i) for i in np.searchsorted(arrivals, [t0, t1], side="left"))
 
+            end_s = min(t1 + oracle.tail_s, _judged_until_s(judge, i0, i1, t1))
+
             def run(
-                trial: Fleet, n: int, t0: float = t0, t1: float = t1, i0: int = i0, i1: int = i1
+                trial: Fleet,
+                n: int,
+                t0: float = t0,
+                t1: float = t1,
+                i0: int = i0,
+                i1: int = i1,
+                end_s: float = end_s,
             ) -> Outcome:
                 _scale(trial, n, t0, cold_start_s)
-                return _run_trial(trial, t0, t1 + oracle.tail_s, i0, i1, settings, oracle.target, check_s)
+                return _run_trial(trial, t0, end_s, i0, i1, judge, oracle.target, check_s, t1=t1, hi=hi_bound)
 
             trials = _Trials(fleet, run, exiting)
             queried: list[int] = []
-            if i1 == i0:
+            if judge.feasible_between(i0, i1) == 0:
                 n = lo_bound
             else:
                 guess = None if per_replica is None else (i1 - i0) / per_replica
@@ -243,6 +257,7 @@ def run_oracle(
                             "rule": "smallest-meeting-slo",
                             "inputs": {
                                 "requests": i1 - i0,
+                                "feasible": judge.feasible_between(i0, i1),
                                 "target": oracle.target,
                                 "trials": {str(m): round(trials.done[m][0], 4) for m in sorted(set(queried))},
                             },
@@ -292,17 +307,71 @@ def _scale(fleet: Fleet, n: int, now: float, cold_start_s: float) -> None:
     fleet.scale_to(n, now, warm=True)
 
 
-def _interval_attainment(trial: Fleet, i0: int, i1: int, settings: BacktestSettings) -> float:
-    status = np.frombuffer(bytes(trial.status[i0:i1]), dtype=np.uint8)
-    ttft = np.asarray(trial.ttft_s[i0:i1], dtype=np.float64)
-    tpot = np.asarray(trial.tpot_s[i0:i1], dtype=np.float64)
-    servable = status != Status.REJECTED
-    if not servable.any():
-        return 1.0
-    met = slo_met(status, ttft, tpot, settings.slo_ttft_s, settings.slo_tpot_s)
-    # Still generating at the end of the tail but with a timely first token: judged on TTFT.
-    in_flight = (status == Status.IN_FLIGHT) & (np.nan_to_num(ttft, nan=math.inf) <= settings.slo_ttft_s)
-    return float((met | in_flight).sum()) / float(servable.sum())
+class _Judge:
+    """What the oracle judges an interval on: its feasible requests, each against its own target.
+
+    Infeasible requests (:mod:`llmscale.backtest.feasibility`: too long for the
+    context, or too slow to prefill even on an idle replica) miss whatever the
+    fleet, so the 99% target is over the rest: an interval of 1,000 requests
+    with 20 infeasible ones would otherwise need 990 of the 980 others.
+    """
+
+    def __init__(self, workload: Workload, settings: BacktestSettings) -> None:
+        over, slow = infeasible_parts(workload, settings)
+        self.feasible = ~(over | slow)
+        #: prefix counts: feasible requests and slow-prefill ones (admitted, always missed) before i
+        self._feasible_before = np.concatenate([[0], np.cumsum(self.feasible)])
+        self._slow_before = np.concatenate([[0], np.cumsum(slow)])
+        target = ttft_target_s(workload.input_tokens, settings.slo_ttft_s, settings.slo_ttft_per_1k_tokens_s)
+        self.ttft_target_s = target
+        #: the smallest and largest TTFT target: bounds for the native tally, which takes one
+        self.ttft_min_s = (
+            float(np.min(target))
+            if isinstance(target, np.ndarray) and target.size
+            else float(settings.slo_ttft_s)
+        )
+        self.ttft_max_s = (
+            float(np.max(target))
+            if isinstance(target, np.ndarray) and target.size
+            else float(settings.slo_ttft_s)
+        )
+        self.slo_tpot_s = settings.slo_tpot_s
+        decode_tokens = np.maximum(np.asarray(workload.output_tokens, dtype=np.float64) - 1.0, 0.0)
+        #: after its deadline, a request still unresolved can no longer meet the SLO: either its
+        #: first token came after its target, or the rest came slower than the TPOT SLO on average
+        self.deadline_s = workload.arrival_s + target + decode_tokens * settings.slo_tpot_s
+
+    def feasible_between(self, i0: int, i1: int) -> int:
+        return int(self._feasible_before[i1] - self._feasible_before[i0])
+
+    def slow_between(self, i0: int, i1: int) -> int:
+        return int(self._slow_before[i1] - self._slow_before[i0])
+
+    def attainment(self, trial: Fleet, i0: int, i1: int) -> float:
+        """Share of the feasible requests ``i0:i1`` that met the SLO; 1.0 when none is feasible.
+
+        A request rejected on arrival (a bounded queue) counts neither way; one still
+        unresolved counts as missed: the trial follows each past its deadline.
+        """
+        status = np.frombuffer(bytes(trial.status[i0:i1]), dtype=np.uint8)
+        ttft = np.asarray(trial.ttft_s[i0:i1], dtype=np.float64)
+        tpot = np.asarray(trial.tpot_s[i0:i1], dtype=np.float64)
+        target = self.ttft_target_s
+        if isinstance(target, np.ndarray):
+            target = target[i0:i1]
+        judged = (status != Status.REJECTED) & self.feasible[i0:i1]
+        if not judged.any():
+            return 1.0
+        met = slo_met(status, ttft, tpot, target, self.slo_tpot_s) & judged
+        return float(met.sum()) / float(judged.sum())
+
+
+def _judged_until_s(judge: _Judge, i0: int, i1: int, t1: float) -> float:
+    """The latest deadline of the feasible requests ``i0:i1`` (at least ``t1``)."""
+    feasible = judge.feasible[i0:i1]
+    if not feasible.any():
+        return t1
+    return max(t1, float(judge.deadline_s[i0:i1][feasible].max()))
 
 
 def _run_trial(
@@ -311,64 +380,89 @@ def _run_trial(
     end_s: float,
     i0: int,
     i1: int,
-    settings: BacktestSettings,
+    judge: _Judge,
     target: float,
     check_s: float,
+    *,
+    t1: float | None = None,
+    hi: int | None = None,
 ) -> Outcome:
     """Simulate ``trial`` to ``end_s`` and judge requests ``i0:i1``, stopping once the verdict is certain.
 
-    Every ``check_s`` simulated seconds (inf: never) a :class:`_Verdict` looks; the
-    simulation up to a stop is the full run's (``run_until`` in steps
-    processes the same events in the same order), so the verdict is the full
-    run's. Run to the end, the outcome is :func:`_interval_attainment`, exact.
+    From ``t1`` on (the interval's end) requests arriving later are the next
+    intervals' business: the trial grows to ``hi`` warm replicas so that they
+    find idle ones (least-outstanding routing sends them there) instead of
+    piling onto the judged requests' replicas, whose count is the one under
+    test. The committed run does the same in effect: each interval sizes for
+    its own arrivals. Every ``check_s`` simulated seconds (inf: never) a
+    :class:`_Verdict` looks; the simulation up to a stop is the full run's
+    (``run_until`` in steps processes the same events in the same order, and
+    ``t1`` is always a step), so the verdict is the full run's. Run to the
+    end, the outcome is :meth:`_Judge.attainment`, exact.
     """
-    verdict = _Verdict(trial, i0, i1, settings, target)
+    verdict = _Verdict(trial, i0, i1, judge, target)
     t = t0
+    grown = t1 is None or hi is None
     while t < end_s:
-        t = min(t + check_s, end_s)
+        step_end = min(t + check_s, end_s)
+        if not grown and t1 is not None and step_end >= t1:
+            step_end = t1
+        t = step_end
         trial.run_until(t)
+        if not grown and t1 is not None and hi is not None and t >= t1:
+            grown = True
+            if trial.spec_replicas < hi:
+                trial.scale_to(hi, t, warm=True)
         if t < end_s:
             early = verdict.at(t)
             if early is not None:
                 return early
-    return _interval_attainment(trial, i0, i1, settings), 0
+    return judge.attainment(trial, i0, i1), 0
 
 
 class _Verdict:
-    """Whether requests ``i0:i1`` of a trial are sure to miss or to meet ``target`` at its end.
+    """Whether the feasible requests ``i0:i1`` of a trial are sure to miss or to meet ``target``.
 
-    With ``S`` the servable requests at the end, ``M`` those that will count as
-    meeting the SLO (:func:`_interval_attainment`), and at a time ``now``:
-    ``S_up`` = all minus those rejected so far (rejection happens on arrival,
-    so ``S <= S_up``), ``missed`` = those resolved without meeting it plus
-    those still queued without a first token ``slo_ttft_s`` after arriving
-    (their TTFT can only be later; unresolved at the end they count as missed
-    too), ``met`` = those completed within the SLO (final). Then
-    ``M <= S - missed`` and ``M >= met``, and since (S - missed) / S grows with S:
+    With ``S`` the feasible requests judged at the end (:meth:`_Judge.attainment`:
+    not rejected), ``M`` those that met the SLO, and at a time ``now``:
+    ``S_up`` = the feasible requests of the interval (``S <= S_up``), ``F`` =
+    the admitted infeasible ones (they are among the counts below, which do
+    not tell them apart), ``missed`` = those resolved without meeting the SLO
+    (against the largest TTFT target: fewer) plus those still queued without
+    a first token the largest target after arriving, minus ``F``;
+    ``met`` = those completed within the SLO (against the smallest target:
+    fewer), minus ``F``. Then ``M <= S - missed`` and ``M >= met``, and since
+    (S - missed) / S grows with S:
 
     * ``(S_up - missed) / S_up < target`` -> the attainment is below target;
     * ``met / S_up >= target`` -> it reaches target.
 
     Float division rounds monotonically, so the float comparisons imply the
-    full run's own. E.g. 2,000 requests and target 0.99: 21 sure misses end
-    the trial as failed (1,979 / 2,000 = 0.9895, logged as "at most").
+    full run's own. E.g. 2,000 feasible requests and target 0.99: 21 sure
+    misses end the trial as failed (1,979 / 2,000 = 0.9895, logged as "at most").
 
     A look counts the interval's resolved requests in the simulator
     (:meth:`Fleet.tally`, native): a Python loop over the newly resolved ones
     took ~1 ms a look, about 40% of a trial's time.
     """
 
-    def __init__(self, trial: Fleet, i0: int, i1: int, settings: BacktestSettings, target: float) -> None:
+    def __init__(self, trial: Fleet, i0: int, i1: int, judge: _Judge, target: float) -> None:
         self.trial, self.i0, self.i1, self.target = trial, i0, i1, target
-        self.slo_ttft_s, self.slo_tpot_s = settings.slo_ttft_s, settings.slo_tpot_s
+        self.judge = judge
+        self.servable_max = judge.feasible_between(i0, i1)
+        self.slow = judge.slow_between(i0, i1)
 
     def at(self, now: float) -> Outcome | None:
-        trial, i0, i1 = self.trial, self.i0, self.i1
-        rejected, met, missed = trial.tally(i0, i1, self.slo_ttft_s, self.slo_tpot_s)
-        servable_max = (i1 - i0) - rejected
+        trial, i0, i1, judge = self.trial, self.i0, self.i1, self.judge
+        servable_max = self.servable_max
         if servable_max <= 0:
-            return 1.0, 0  # every request rejected: nothing to serve, as _interval_attainment says
-        missed += _late_without_first_token(trial, i0, i1, now - self.slo_ttft_s)
+            return 1.0, 0  # nothing feasible to serve, as _Judge.attainment says
+        _, met, missed = trial.tally(i0, i1, judge.ttft_min_s, judge.slo_tpot_s)
+        if judge.ttft_max_s != judge.ttft_min_s:
+            _, _, missed = trial.tally(i0, i1, judge.ttft_max_s, judge.slo_tpot_s)
+        missed += _late_without_first_token(trial, i0, i1, now - judge.ttft_max_s)
+        missed = max(0, missed - self.slow)
+        met = max(0, met - self.slow)
         upper = float(servable_max - missed) / float(servable_max)
         if upper < self.target:
             return upper, -1

@@ -55,6 +55,9 @@ class BacktestSettings:
     initial_replicas: int = 4
     slo_ttft_s: float = 2.0
     slo_tpot_s: float = 0.1
+    #: length-aware TTFT SLO: this many more seconds per 1,000 prompt tokens
+    #: (:func:`llmscale.backtest.feasibility.ttft_target_s`); 0 = one target for every request
+    slo_ttft_per_1k_tokens_s: float = 0.0
     seed: int = 0
     sim: SimConfig = field(default_factory=SimConfig)
     #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
@@ -74,6 +77,10 @@ class BacktestSettings:
         if self.slo_ttft_s <= 0 or self.slo_tpot_s <= 0:
             raise ConfigError(
                 f"SLOs must be > 0 (slo_ttft_s = {self.slo_ttft_s}, slo_tpot_s = {self.slo_tpot_s})"
+            )
+        if not 0.0 <= self.slo_ttft_per_1k_tokens_s < math.inf:
+            raise ConfigError(
+                f"slo_ttft_per_1k_tokens_s = {self.slo_ttft_per_1k_tokens_s}, must be >= 0 and finite"
             )
 
     def with_cold_start(self) -> BacktestSettings:
