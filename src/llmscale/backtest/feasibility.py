@@ -37,7 +37,14 @@ if TYPE_CHECKING:
     from llmscale.backtest.runner import BacktestSettings
     from llmscale.workloads.model import Workload
 
-__all__ = ["idle_ttft_s", "infeasible_mask", "infeasible_parts", "ttft_target_s"]
+__all__ = [
+    "feasible_only",
+    "idle_ttft_s",
+    "infeasible_mask",
+    "infeasible_parts",
+    "infeasible_summary",
+    "ttft_target_s",
+]
 
 #: seconds between two lone requests of the idle-prefill measurement (see the module docstring)
 _APART_S = 3600.0
@@ -142,3 +149,43 @@ def infeasible_parts(workload: Workload, settings: BacktestSettings) -> tuple[np
     _MEMO.clear()  # one workload at a time: a long sweep must not keep every mask
     _MEMO[key] = (over, slow)
     return over, slow
+
+
+def infeasible_summary(workload: Workload, settings: BacktestSettings) -> dict[str, Any]:
+    """The ``infeasible`` entry of the backtest JSON's ``workload`` section."""
+    over, slow = infeasible_parts(workload, settings)
+    n = int(over.size)
+    count = int(np.count_nonzero(over | slow))
+    return {
+        "requests": count,
+        "share": round(count / n, 6) if n else 0.0,
+        "over_context": int(np.count_nonzero(over)),
+        "prefill_past_ttft_target": int(np.count_nonzero(slow)),
+    }
+
+
+def feasible_only(workload: Workload, settings: BacktestSettings) -> Workload:
+    """The feasible requests of ``workload`` (itself when all are), for sizing from the workload.
+
+    Raises :class:`~llmscale.errors.ConfigError` when none is feasible: no fleet can be sized for
+    a workload no replica can serve within its SLO.
+    """
+    from llmscale.errors import ConfigError
+    from llmscale.workloads.model import Workload
+
+    keep = ~infeasible_mask(workload, settings)
+    if keep.all():
+        return workload
+    if not keep.any():
+        raise ConfigError(
+            f"no request of {workload.name} can meet the SLO: each is longer than the context or "
+            f"its prefill alone on an idle {settings.model} replica takes longer than its TTFT target "
+            f"({settings.slo_ttft_s:g} s + {settings.slo_ttft_per_1k_tokens_s:g} s per 1,000 prompt tokens)"
+        )
+    return Workload.from_arrays(
+        workload.name,
+        workload.arrival_s[keep],
+        workload.input_tokens[keep],
+        workload.output_tokens[keep],
+        {**workload.meta, "feasible_only": True},
+    )

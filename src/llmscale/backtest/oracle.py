@@ -207,60 +207,86 @@ def run_oracle(
     # (only that it is above or below the target): with a log, every trial runs to its end.
     check_s = _CHECK_S if decisions_out is None else math.inf
     exiting: list[int] = []
+    lookaheads = 0
+
+    def bounds(k: int) -> tuple[float, float, int, int]:
+        t0 = k * oracle.interval_s
+        t1 = t0 + oracle.interval_s
+        i0, i1 = (int(i) for i in np.searchsorted(arrivals, [t0, t1], side="left"))
+        return t0, t1, i0, i1
+
+    def need(
+        base: Fleet,
+        k: int,
+        start: int,
+        guess: float | None,
+        spare: Callable[[], int] | None,
+        queried: list[int],
+        exits: list[int],
+    ) -> tuple[int, dict[int, Outcome]]:
+        """The smallest count meeting interval ``k``'s target from ``base``'s state, and the trials run."""
+        t0, t1, i0, i1 = bounds(k)
+        if judge.feasible_between(i0, i1) == 0:
+            return lo_bound, {}
+        end_s = min(t1 + oracle.tail_s, _judged_until_s(judge, i0, i1, t1))
+
+        def run(trial: Fleet, n: int) -> Outcome:
+            _scale(trial, n, t0, cold_start_s)
+            return _run_trial(trial, t0, end_s, i0, i1, judge, oracle.target, check_s, t1=t1, hi=hi_bound)
+
+        trials = _Trials(base, run, exits)
+        try:
+            n = _search_with(trials, queried, start, lo_bound, hi_bound, oracle.target, guess, spare)
+        finally:
+            trials.cancel()
+        return n, trials.done
+
     # Trials that answered exit on their own; every one is waited for, also when the search fails.
     try:
         for k in range(num_intervals):
-            t0 = k * oracle.interval_s
-            t1 = t0 + oracle.interval_s
-            i0, i1 = (int(i) for i in np.searchsorted(arrivals, [t0, t1], side="left"))
-
-            end_s = min(t1 + oracle.tail_s, _judged_until_s(judge, i0, i1, t1))
-
-            def run(
-                trial: Fleet,
-                n: int,
-                t0: float = t0,
-                t1: float = t1,
-                i0: int = i0,
-                i1: int = i1,
-                end_s: float = end_s,
-            ) -> Outcome:
-                _scale(trial, n, t0, cold_start_s)
-                return _run_trial(trial, t0, end_s, i0, i1, judge, oracle.target, check_s, t1=t1, hi=hi_bound)
-
-            trials = _Trials(fleet, run, exiting)
+            t0, t1, i0, i1 = bounds(k)
             queried: list[int] = []
-            if judge.feasible_between(i0, i1) == 0:
-                n = lo_bound
-            else:
-                guess = None if per_replica is None else (i1 - i0) / per_replica
-                try:
-                    n = _search_with(
-                        trials, queried, n_prev, lo_bound, hi_bound, oracle.target, guess, spare_workers
-                    )
-                finally:
-                    trials.cancel()
+            guess = None if per_replica is None else (i1 - i0) / per_replica
+            n, done = need(fleet, k, n_prev, guess, spare_workers, queried, exiting)
+            if done:
                 # n replicas met the SLO and n - 1 (usually) did not: a replica's capacity lies between
                 # requests / n and requests / (n - 1). Guessing with the midpoint, a replay of the
                 # default preset's searches runs 66 guesses it needs and 17 it does not (with
                 # requests / n: 48 and 34; always guessing "met": 63 and 65).
                 per_replica = (i1 - i0) / (n - 0.5)
             trials_total += len(set(queried))
+            searched = n
+            need_next: int | None = None
+            if n < n_prev and cold_start_s > oracle.interval_s and k + 1 < num_intervals:
+                # A replica removed now and bought back at the next interval costs a cold start
+                # (108 s x GPUs by default), held one more interval it costs the interval (60 s):
+                # look at what the next interval needs after this scale-down, and keep what it
+                # would buy back. Without this the greedy search swung 5-7-5-7 replicas through
+                # the default preset's middle half-hour (one interval's requests still decoding
+                # on the replicas the next one keeps), paying a cold start at each swing.
+                need_next = _look_ahead(fleet, k, n, t0, t1, cold_start_s, need, exiting)
+                lookaheads += 1
+                if need_next > n:
+                    n = min(n_prev, need_next)
             _scale(fleet, n, t0, cold_start_s)
             if decisions_out is not None:
+                inputs: dict[str, object] = {
+                    "requests": i1 - i0,
+                    "feasible": judge.feasible_between(i0, i1),
+                    "target": oracle.target,
+                    "trials": {str(m): round(done[m][0], 4) for m in sorted(set(queried))},
+                }
+                if need_next is not None:
+                    inputs["smallest_meeting"] = searched
+                    inputs["next_interval_needs"] = need_next
                 decisions_out.write(
                     json.dumps(
                         {
                             "time_s": t0,
                             "policy": "oracle",
                             "desired": n,
-                            "rule": "smallest-meeting-slo",
-                            "inputs": {
-                                "requests": i1 - i0,
-                                "feasible": judge.feasible_between(i0, i1),
-                                "target": oracle.target,
-                                "trials": {str(m): round(trials.done[m][0], 4) for m in sorted(set(queried))},
-                            },
+                            "rule": "smallest-meeting-slo" if n == searched else "held-for-next-interval",
+                            "inputs": inputs,
                         }
                     )
                     + "\n"
@@ -297,7 +323,41 @@ def run_oracle(
     result.summary["oracle_interval_s"] = oracle.interval_s
     result.summary["oracle_target"] = oracle.target
     result.summary["oracle_trials"] = trials_total
+    result.summary["oracle_lookaheads"] = lookaheads
     return result
+
+
+#: ``need(base, k, start, guess, spare, queried, exits)`` inside :func:`run_oracle`
+_Need = Callable[
+    [Fleet, int, int, "float | None", "Callable[[], int] | None", list[int], list[int]],
+    tuple[int, dict[int, Outcome]],
+]
+
+
+def _look_ahead(
+    fleet: Fleet, k: int, n: int, t0: float, t1: float, cold_start_s: float, need: _Need, exiting: list[int]
+) -> int:
+    """What interval ``k + 1`` needs if interval ``k`` (``t0`` to ``t1``) runs on ``n`` replicas.
+
+    A forked run commits ``n`` to the end of interval ``k`` and searches the next
+    interval from there with its own forked trials, all exited before it answers.
+    """
+
+    def ahead(trial: Fleet, m: int) -> Outcome:
+        _scale(trial, m, t0, cold_start_s)
+        trial.run_until(t1)
+        inner: list[int] = []
+        try:
+            nxt, _ = need(trial, k + 1, m, None, None, [], inner)
+        finally:
+            reap(inner, block=True)
+        return float(nxt), 0
+
+    look = _Trials(fleet, ahead, exiting)
+    try:
+        return int(look.outcome(n)[0])
+    finally:
+        look.cancel()
 
 
 def _scale(fleet: Fleet, n: int, now: float, cold_start_s: float) -> None:
