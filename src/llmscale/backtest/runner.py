@@ -99,6 +99,7 @@ class BacktestSettings:
             max_replicas=self.max_replicas,
             slo_ttft_s=self.slo_ttft_s,
             slo_tpot_s=self.slo_tpot_s,
+            slo_ttft_per_1k_tokens_s=self.slo_ttft_per_1k_tokens_s,
             model=self.model,
             gpu=self.gpu,
             tp=self.tp,
