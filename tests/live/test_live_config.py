@@ -473,5 +473,5 @@ def test_a_length_aware_ttft_slo_reaches_the_policies(tmp_path):
     cfg = load_config(_write(tmp_path, _with("slo.ttft_per_1k_tokens_s", 0.5)))
     assert policy_context(cfg).slo_ttft_per_1k_tokens_s == 0.5
     assert policy_context(load_config(_write(tmp_path, GOOD))).slo_ttft_per_1k_tokens_s == 0.0
-    with pytest.raises(ConfigError, match="slo.ttft_per_1k_tokens_s"):
+    with pytest.raises(ConfigError, match=r"slo\.ttft_per_1k_tokens_s"):
         load_config(_write(tmp_path, _with("slo.ttft_per_1k_tokens_s", -1.0)))
