@@ -2,17 +2,32 @@
 
 For each control interval in turn, the oracle snapshots the simulated fleet at
 the interval's start and searches (with the simulator itself) for the smallest
-replica count under which the requests *arriving in that interval* meet the
-SLO at the target rate. It then commits that count and moves on. Replicas it
-adds are Ready at the interval's start because it launched them one cold start
-earlier — and it pays for that: every added replica is charged
-``cold_start_s x GPUs`` on top of its simulated life. Scale-downs drain with
-no grace deadline (knowing the future, it never kills a generation).
+replica count under which the *feasible* requests arriving in that interval
+meet the SLO at the interval's target (:mod:`llmscale.backtest.feasibility`:
+a request no replica count can serve is not sized for). It then commits that
+count and moves on. Replicas it adds are Ready at the interval's start because
+it launched them one cold start earlier — and it pays for that: every added
+replica is charged ``cold_start_s x GPUs`` on top of its simulated life.
+Scale-downs drain with no grace deadline (knowing the future, it never kills a
+generation).
 
-Greedy interval by interval, this is a lower bound on GPU-hours for the SLO in
-the sense practitioners use it (what perfect foresight would have spent), not
-a proven global optimum: a policy may beat it by a little where holding
-capacity a bit longer avoids a second cold start.
+What makes it a lower bound on workloads whose requests outlive an interval:
+
+* each request is followed over its whole life, to its deadline (``arrival +
+  TTFT target + (output - 1) x TPOT SLO``), and judged on TTFT and TPOT; after
+  the interval's end the trial grows to ``max_replicas`` so that later
+  arrivals find replicas of their own instead of weighing on the count under
+  test (:func:`_run_trial`);
+* the miss budget is the whole run's: ``1 - target`` of all feasible requests,
+  spent interval by interval (an interval's target is what is left of it);
+* a scale-down that the next interval would buy back is held
+  (:func:`_look_ahead`): a cold start and a drain cost more than holding a
+  replica for an interval.
+
+Greedy interval by interval, this is what perfect foresight would have spent
+in the sense practitioners use it, not a proven global optimum: a count that
+serves its own interval may leave a backlog that later intervals pay for
+(``tests/backtest/test_oracle_lower_bound.py`` pins one such case).
 
 Cost. The search queries the same replica counts in the same order as
 always (:func:`_smallest_meeting`); two things make a query cheaper without
