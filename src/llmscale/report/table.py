@@ -14,8 +14,8 @@ The policy column is never dropped: it leads every table and folds only names lo
 :data:`POLICY_MAX_WIDTH`. Numbers are never wrapped or cut. Measured on the document of
 ``--policy slo,static --duration-s 600``, before the two feasibility columns (infeasible
 requests, attainment over the feasible ones; 137 for the whole table since): one table from
-116 columns, two with full headers from 78, two abbreviated from 65, three to twelve below (``tests/report/test_report_table.py``
-renders at 80, 100 and 160, and at 40).
+116 columns, two with full headers from 78, two abbreviated from 65, three to twelve below
+(``tests/report/test_report_table.py`` renders at 80, 100 and 160, and at 40).
 """
 
 from __future__ import annotations
