@@ -288,7 +288,7 @@ def run_policy(
                 guards,
                 fleet,
                 state,
-                slo=(settings.slo_ttft_s, settings.slo_tpot_s),
+                slo=(settings.slo_ttft_s, settings.slo_tpot_s, settings.slo_ttft_per_1k_tokens_s),
                 assess=decisions_out is not None,
             )
             if decisions_out is not None:
