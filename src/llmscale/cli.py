@@ -169,6 +169,23 @@ def _context_warning(w: Any, settings: Any, err: Any) -> Any:
     return within_context(w, check)
 
 
+def _feasible_for_sizing(w: Any, settings: Any, err: Any) -> Any:
+    """The requests some fleet can serve within the SLO (for sizing); say how many cannot.
+
+    The replay keeps every request; an infeasible one (over the context, or a prefill alone on
+    an idle replica past its TTFT target) is counted apart, and nothing is sized for it.
+    """
+    from llmscale.backtest.feasibility import feasible_only, infeasible_summary
+
+    slow = infeasible_summary(w, settings)["prefill_past_ttft_target"]
+    if slow:
+        err.print(
+            f"[dim]{slow:,} of {w.num_requests:,} requests cannot meet the TTFT target even on an idle "
+            "replica (their prefill alone is longer): counted apart as infeasible, not sized for[/]"
+        )
+    return feasible_only(w, settings)
+
+
 def _check_backtest_options(
     *,
     replicas: int | None,
@@ -182,6 +199,7 @@ def _check_backtest_options(
     grace_s: float,
     router: str,
     jobs: int,
+    slo_ttft_per_1k_tokens_s: float = 0.0,
 ) -> None:
     """Every numeric option of ``backtest`` in its range, named as the user typed it."""
     from llmscale.backtest.runner import MAX_REPLICAS
@@ -204,6 +222,7 @@ def _check_backtest_options(
         raise ConfigError(f"--tp = {tp}, must be 1, 2, 4 or 8")
     check_option("--slo-ttft-s", slo_ttft_s, "(0, inf)")
     check_option("--slo-tpot-s", slo_tpot_s, "(0, inf)")
+    check_option("--slo-ttft-per-1k-tokens-s", slo_ttft_per_1k_tokens_s, "[0, inf)")
     # inf: clients never give up / draining replicas are never killed
     check_option("--timeout-s", timeout_s, "(0, inf]")
     check_option("--grace-s", grace_s, "[0, inf]")
@@ -275,6 +294,13 @@ def backtest(
     slo_tpot_s: Annotated[
         float, typer.Option(help="SLO on mean time per output token after the first (s).")
     ] = 0.1,
+    slo_ttft_per_1k_tokens_s: Annotated[
+        float,
+        typer.Option(
+            help="Length-aware TTFT SLO: this many more seconds per 1,000 prompt tokens "
+            "(target = --slo-ttft-s + this x prompt / 1000)."
+        ),
+    ] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed for every random draw; same seed, same results.")] = 0,
     json_out: Annotated[
         str | None,
@@ -352,6 +378,7 @@ def backtest(
         grace_s=grace_s,
         router=router,
         jobs=jobs,
+        slo_ttft_per_1k_tokens_s=slo_ttft_per_1k_tokens_s,
     )
     if json_out is not None and not json_to_stdout:
         check_output_path("--json", Path(json_out))
@@ -374,6 +401,7 @@ def backtest(
         initial_replicas=min_replicas,
         slo_ttft_s=slo_ttft_s,
         slo_tpot_s=slo_tpot_s,
+        slo_ttft_per_1k_tokens_s=slo_ttft_per_1k_tokens_s,
         seed=seed,
         sim=sim,
         calibration=None if calibration is None else str(calibration),
@@ -381,7 +409,8 @@ def backtest(
 
     # Size the defaults from what one replica sustains on this workload's lengths, counting
     # only the requests a replica admits (`sized`; the replay itself keeps every request).
-    sized = _context_warning(w, base, err)
+    _context_warning(w, base, err)
+    sized = _feasible_for_sizing(w, base, err)
     need_auto = replicas is None or max_replicas is None or initial_replicas is None
     summary = sized.summary()
     if need_auto:
@@ -391,7 +420,14 @@ def backtest(
         perf = build_fleet(sized, base, 0).perf
         with err.status("Measuring one replica's capacity on this workload..."):
             cap = replica_capacity_rps(
-                perf, base.sim, sized.input_tokens, sized.output_tokens, slo_ttft_s, slo_tpot_s, seed=seed
+                perf,
+                base.sim,
+                sized.input_tokens,
+                sized.output_tokens,
+                slo_ttft_s,
+                slo_tpot_s,
+                seed=seed,
+                slo_ttft_per_1k_tokens_s=slo_ttft_per_1k_tokens_s,
             )
         peak_need = replicas_for_rate(float(summary["peak_1min_rps"]), cap)
         first = sized.arrival_s < min(300.0, sized.duration_s + 1.0)

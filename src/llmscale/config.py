@@ -261,6 +261,9 @@ class StateConfig(_Section):
 
 class SloConfig(_Section):
     ttft_s: float = Field(default=2.0, gt=0)
+    #: length-aware TTFT SLO: this many more seconds per 1,000 prompt tokens (as the backtest's
+    #: --slo-ttft-per-1k-tokens-s); the live policies apply it to the observed mean prompt
+    ttft_per_1k_tokens_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     tpot_s: float = Field(default=0.1, gt=0)
 
 
@@ -497,6 +500,7 @@ def policy_context(cfg: LiveConfig) -> Any:
         max_replicas=bounds.max_replicas,
         slo_ttft_s=cfg.slo.ttft_s,
         slo_tpot_s=cfg.slo.tpot_s,
+        slo_ttft_per_1k_tokens_s=cfg.slo.ttft_per_1k_tokens_s,
         model=t.model,
         gpu=t.gpu,
         tp=t.tp,

@@ -302,3 +302,32 @@ def test_rules_between_settings_stop_the_backtest_before_it_simulates(tmp_path, 
         "--policy-config", config,
     )  # fmt: skip
     refused(p, "--policy-config", "policies.yaml", "bandwidth-entropy", *needles)
+
+
+# ---- infeasible requests and a length-aware TTFT SLO -------------------------------------------
+
+
+def _mixed_trace(tmp_path: Path) -> Path:
+    # Every 3 s, 7,000-token prompts (~0.24 s to a first token on an idle H100) between 1,000-token
+    # ones (~0.03 s): with a 0.2 s TTFT target, the long ones are infeasible.
+    rows = "".join(f"{3 * i},{7000 if i % 2 == 0 else 1000},20\n" for i in range(20))
+    return write(tmp_path / "mixed.csv", PLAIN + rows)
+
+
+@pytest.mark.parametrize(("per_1k", "infeasible"), [("0", 10), ("0.01", 0)])
+def test_infeasible_requests_are_said_and_counted_apart(tmp_path, per_1k, infeasible):
+    p = backtest(
+        "--trace", _mixed_trace(tmp_path), *FAST, "--slo-ttft-s", "0.2",
+        "--slo-ttft-per-1k-tokens-s", per_1k, "--json", "-", timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(p.stdout)
+    assert doc["config"]["slo_ttft_per_1k_tokens_s"] == float(per_1k)
+    assert doc["workload"]["infeasible"]["prefill_past_ttft_target"] == infeasible
+    assert doc["results"][0]["infeasible"] == infeasible
+    assert ("cannot meet the TTFT target even on an idle replica" in p.stderr) == bool(infeasible)
+
+
+def test_a_negative_length_aware_slo_is_refused():
+    p = backtest("--workload", "flash-crowd", "--duration-s", "60", *FAST, "--slo-ttft-per-1k-tokens-s", "-1")
+    refused(p, "--slo-ttft-per-1k-tokens-s", "-1")

@@ -25,3 +25,19 @@ def sig(fleet: FleetView, **values: float) -> Signals:
 )
 def test_fleet_state(fleet, values, expected):
     assert fleet_state(sig(fleet, **values), 2.0, 0.1) == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        # 2 s + 0.5 s per 1,000 tokens at a 1,155-token mean prompt: 2.58 s.
+        pytest.param(
+            {"ttft_p99_s": 2.5, "prompt_len_mean_tokens": 1155.0, "running": 9.0}, "steady", id="within"
+        ),
+        pytest.param({"ttft_p99_s": 2.6, "prompt_len_mean_tokens": 1155.0}, "degraded", id="over"),
+        # No prompt length observed: the base target.
+        pytest.param({"ttft_p99_s": 2.5}, "degraded", id="no-prompt-length"),
+    ],
+)
+def test_a_length_aware_ttft_slo_is_judged_at_the_mean_prompt(values, expected):
+    assert fleet_state(sig(FleetView(4, ready=4), **values), 2.0, 0.1, 0.5) == expected

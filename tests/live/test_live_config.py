@@ -465,3 +465,13 @@ def test_any_value_anywhere_is_a_config_or_a_config_error(mutations):
     if cfg.shadow is not None:
         policy_run(cfg, cfg.shadow, cfg.shadow.guard_overrides())
     assert math.isfinite(cfg.tick_s) and cfg.tick_s >= 0.1
+
+
+def test_a_length_aware_ttft_slo_reaches_the_policies(tmp_path):
+    from llmscale.config import policy_context
+
+    cfg = load_config(_write(tmp_path, _with("slo.ttft_per_1k_tokens_s", 0.5)))
+    assert policy_context(cfg).slo_ttft_per_1k_tokens_s == 0.5
+    assert policy_context(load_config(_write(tmp_path, GOOD))).slo_ttft_per_1k_tokens_s == 0.0
+    with pytest.raises(ConfigError, match=r"slo\.ttft_per_1k_tokens_s"):
+        load_config(_write(tmp_path, _with("slo.ttft_per_1k_tokens_s", -1.0)))

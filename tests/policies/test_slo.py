@@ -140,3 +140,20 @@ def test_ttft_over_the_slo_adds_nothing_while_the_queue_shrinks():
     assert d.rule == "forecast" and d.desired < 30
     d, _ = policy.decide(sig(30, **steady(60.0, queue=110.0, ttft=30.0)), state, 45.0)
     assert (d.rule, d.desired) == ("ttft-over-slo", 31)
+
+
+@pytest.mark.parametrize(
+    ("per_1k_s", "rule"),
+    [
+        pytest.param(0.0, "ttft-over-slo", id="one-target: 2.3 s is over 2 s"),
+        # 2 s + 0.5 s x 1,155 / 1,000 = 2.58 s at the window's mean prompt: 2.3 s is within it.
+        pytest.param(0.5, "forecast", id="length-aware: 2.3 s is within 2.58 s"),
+    ],
+)
+def test_a_length_aware_ttft_slo_is_judged_at_the_mean_prompt(per_1k_s, rule):
+    policy = SloPolicy(
+        SloConfig(min_replicas=1, max_replicas=64, cold_start_s=108.0, slo_ttft_per_1k_tokens_s=per_1k_s)
+    )
+    _, state = policy.decide(sig(30, **steady(60.0, queue=100.0, ttft=2.3)), SloState(), 15.0)
+    d, _ = policy.decide(sig(30, **steady(60.0, queue=110.0, ttft=2.3)), state, 30.0)
+    assert d.rule == rule

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from typing import Any
 
 from llmscale.backtest.context_check import check_context
+from llmscale.backtest.feasibility import infeasible_summary
 from llmscale.backtest.oracle import OracleSettings, run_oracle
 from llmscale.backtest.results import PolicyResult
 from llmscale.backtest.runner import BacktestSettings, run_policy
@@ -215,6 +216,7 @@ def build_document(
         "initial_replicas": settings.initial_replicas,
         "slo_ttft_s": settings.slo_ttft_s,
         "slo_tpot_s": settings.slo_tpot_s,
+        "slo_ttft_per_1k_tokens_s": settings.slo_ttft_per_1k_tokens_s,
         "seed": settings.seed,
         "policy_params": settings.policy_params,
         **{f"sim_{k}": (None if v == float("inf") else v) for k, v in sim.items()},
@@ -224,6 +226,7 @@ def build_document(
     workload_doc["context"] = check_context(
         workload, settings.model, settings.gpu, settings.tp, settings.sim, settings.calibration
     ).as_json()
+    workload_doc["infeasible"] = infeasible_summary(workload, settings)
     workload_doc["source"] = dict(workload.meta)
     return {
         "workload": workload_doc,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from llmscale.backtest.feasibility import infeasible_mask, ttft_target_s
 from llmscale.sim.request import Status
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ SUMMARY_KEYS = (
     "killed_by_scale_down",
     "in_flight_at_end",
     "slo_attainment",
+    "infeasible",
+    "slo_attainment_feasible",
     "ttft_p50_s",
     "ttft_p95_s",
     "ttft_p99_s",
@@ -70,9 +73,17 @@ def _pct(values: np.ndarray, q: float) -> float | None:
 
 
 def slo_met(
-    status: np.ndarray, ttft_s: np.ndarray, tpot_s: np.ndarray, slo_ttft_s: float, slo_tpot_s: float
+    status: np.ndarray,
+    ttft_s: np.ndarray,
+    tpot_s: np.ndarray,
+    slo_ttft_s: float | np.ndarray,
+    slo_tpot_s: float,
 ) -> np.ndarray:
-    """Boolean per request: completed with TTFT <= SLO and TPOT <= SLO (one-token outputs have no TPOT)."""
+    """Boolean per request: completed with TTFT <= SLO and TPOT <= SLO (one-token outputs have no TPOT).
+
+    ``slo_ttft_s`` is one target or one per request (a length-aware SLO:
+    :func:`llmscale.backtest.feasibility.ttft_target_s`).
+    """
     completed = status == Status.COMPLETED
     ttft_ok = np.nan_to_num(ttft_s, nan=math.inf) <= slo_ttft_s
     tpot_ok = np.isnan(tpot_s) | (np.nan_to_num(tpot_s, nan=0.0) <= slo_tpot_s)
@@ -147,7 +158,10 @@ def summarize(
     e2e = np.asarray(fleet.e2e_s, dtype=np.float64)
     finish = np.asarray(fleet.finish_at_s, dtype=np.float64)
     n = int(status.size)
-    met = slo_met(status, ttft, tpot, settings.slo_ttft_s, settings.slo_tpot_s)
+    target = ttft_target_s(workload.input_tokens, settings.slo_ttft_s, settings.slo_ttft_per_1k_tokens_s)
+    met = slo_met(status, ttft, tpot, target, settings.slo_tpot_s)
+    infeasible = infeasible_mask(workload, settings)
+    feasible_n = n - int(infeasible.sum())
     first_arrival = float(workload.arrival_s[0]) if n else 0.0
     last_finish = float(np.nanmax(finish)) if np.any(~np.isnan(finish)) else first_arrival
     counts = np.bincount(status, minlength=len(Status.NAMES))
@@ -174,6 +188,10 @@ def summarize(
         "killed_by_scale_down": int(counts[Status.KILLED]),
         "in_flight_at_end": int(counts[Status.IN_FLIGHT]),
         "slo_attainment": round(float(met.sum()) / n, 6) if n else None,
+        "infeasible": n - feasible_n,
+        "slo_attainment_feasible": (
+            round(float(met[~infeasible].sum()) / feasible_n, 6) if feasible_n else None
+        ),
         "ttft_p50_s": _pct(ttft, 50),
         "ttft_p95_s": _pct(ttft, 95),
         "ttft_p99_s": _pct(ttft, 99),

@@ -55,6 +55,9 @@ class BacktestSettings:
     initial_replicas: int = 4
     slo_ttft_s: float = 2.0
     slo_tpot_s: float = 0.1
+    #: length-aware TTFT SLO: this many more seconds per 1,000 prompt tokens
+    #: (:func:`llmscale.backtest.feasibility.ttft_target_s`); 0 = one target for every request
+    slo_ttft_per_1k_tokens_s: float = 0.0
     seed: int = 0
     sim: SimConfig = field(default_factory=SimConfig)
     #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
@@ -75,6 +78,10 @@ class BacktestSettings:
             raise ConfigError(
                 f"SLOs must be > 0 (slo_ttft_s = {self.slo_ttft_s}, slo_tpot_s = {self.slo_tpot_s})"
             )
+        if not 0.0 <= self.slo_ttft_per_1k_tokens_s < math.inf:
+            raise ConfigError(
+                f"slo_ttft_per_1k_tokens_s = {self.slo_ttft_per_1k_tokens_s}, must be >= 0 and finite"
+            )
 
     def with_cold_start(self) -> BacktestSettings:
         """Fill the lifecycle durations from the performance catalogue's published cold starts."""
@@ -92,6 +99,7 @@ class BacktestSettings:
             max_replicas=self.max_replicas,
             slo_ttft_s=self.slo_ttft_s,
             slo_tpot_s=self.slo_tpot_s,
+            slo_ttft_per_1k_tokens_s=self.slo_ttft_per_1k_tokens_s,
             model=self.model,
             gpu=self.gpu,
             tp=self.tp,
@@ -280,7 +288,7 @@ def run_policy(
                 guards,
                 fleet,
                 state,
-                slo=(settings.slo_ttft_s, settings.slo_tpot_s),
+                slo=(settings.slo_ttft_s, settings.slo_tpot_s, settings.slo_ttft_per_1k_tokens_s),
                 assess=decisions_out is not None,
             )
             if decisions_out is not None:

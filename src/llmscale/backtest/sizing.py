@@ -4,6 +4,11 @@ Used for sensible defaults (the warm starting fleet, a static fleet sized for
 the peak) and by capacity-planning policies. The probe replays a steady
 Poisson stream with the workload's own request lengths (bootstrapped) against
 one replica and bisects on the rate until 99% of requests meet the SLO.
+
+Feed it feasible requests only (:func:`llmscale.backtest.feasibility.infeasible_mask`): a
+request whose prefill alone on an idle replica exceeds its TTFT target misses at any rate, and
+if more than 1% of them were infeasible the bisection would find no rate at all and size the
+fleet from them (``tests/backtest/test_feasibility.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from llmscale.backtest.feasibility import ttft_target_s
 from llmscale.backtest.results import slo_met
 from llmscale.sim.fleet import Fleet, SimConfig
 from llmscale.sim.request import Status
@@ -30,7 +36,7 @@ def _attainment(
     rate: float,
     inp: np.ndarray,
     out: np.ndarray,
-    slo: tuple[float, float],
+    slo: tuple[float, float, float],
     seed: int,
 ) -> float:
     rng = np.random.default_rng(seed)
@@ -41,7 +47,8 @@ def _attainment(
     fleet.run_until(float(arrivals[-1]) + 120.0)
     fleet.finish(fleet.now)
     status = np.frombuffer(bytes(fleet.status), dtype=np.uint8)
-    met = slo_met(status, np.asarray(fleet.ttft_s), np.asarray(fleet.tpot_s), slo[0], slo[1])
+    target = ttft_target_s(inp[pick], slo[0], slo[2])
+    met = slo_met(status, np.asarray(fleet.ttft_s), np.asarray(fleet.tpot_s), target, slo[1])
     # Judge the steady state, not the empty start, and only requests the replica admitted: one
     # rejected on arrival (longer than the context: HTTP 400) says nothing about its capacity, and
     # counted as a miss it would cap attainment below the target at any rate (the Mooncake
@@ -64,12 +71,17 @@ def replica_capacity_rps(
     *,
     target: float = 0.99,
     seed: int = 0,
+    slo_ttft_per_1k_tokens_s: float = 0.0,
 ) -> float:
-    """Highest Poisson rate (req/s) at which one replica keeps ``target`` of requests within the SLO."""
+    """Highest Poisson rate (req/s) at which one replica keeps ``target`` of requests within the SLO.
+
+    ``slo_ttft_per_1k_tokens_s``: the length-aware part of the TTFT target (module
+    :mod:`llmscale.backtest.feasibility`).
+    """
     sim = replace(sim, step_noise=0.0, max_queue=None)
     inp = np.asarray(input_tokens, dtype=np.int64)
     out = np.asarray(output_tokens, dtype=np.int64)
-    slo = (slo_ttft_s, slo_tpot_s)
+    slo = (slo_ttft_s, slo_tpot_s, slo_ttft_per_1k_tokens_s)
     lo, hi = 0.0, 1.0
     while _attainment(perf, sim, hi, inp, out, slo, seed) >= target:
         lo, hi = hi, hi * 2.0

@@ -173,7 +173,7 @@ class LiveController:
         primary_acts: bool | None = None,
         decision_log: DecisionLog | None = None,
         store: StateStore | None = None,
-        slo: tuple[float, float] | None = None,
+        slo: tuple[float, float] | tuple[float, float, float] | None = None,
         timer: Clock | None = None,
         config_name: str | None = None,
         drift: DriftMonitor | None = None,

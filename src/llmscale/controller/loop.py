@@ -41,7 +41,12 @@ class ControllerState:
     indexed: FleetWindow | None = field(default=None, compare=False, repr=False)
 
 
-def fleet_state(signals: Signals, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> str:
+def fleet_state(
+    signals: Signals,
+    slo_ttft_s: float | None = None,
+    slo_tpot_s: float | None = None,
+    slo_ttft_per_1k_tokens_s: float = 0.0,
+) -> str:
     """Seed 004 3.2's fleet state machine, read off the signals (first match wins).
 
     degraded: the SLO is being missed (TTFT or inter-token P99 over target);
@@ -50,8 +55,14 @@ def fleet_state(signals: Signals, slo_ttft_s: float | None = None, slo_tpot_s: f
     waiting; steady otherwise.
     """
     # Signals are computed when read: a percentile the verdict does not need is not computed.
-    if slo_ttft_s is not None and (ttft := signals.get("ttft_p99_s")) is not None and ttft > slo_ttft_s:
-        return "degraded"
+    if slo_ttft_s is not None and (ttft := signals.get("ttft_p99_s")) is not None:
+        # A length-aware SLO (s more per 1,000 prompt tokens) gives each request its own target;
+        # a P99 has no length, so it is held to the target of the window's mean prompt (2 s +
+        # 0.5 s per 1k at a 1,155-token mean: 2.58 s), or to the base target without one.
+        prompt = signals.get("prompt_len_mean_tokens") if slo_ttft_per_1k_tokens_s else None
+        target_s = slo_ttft_s + slo_ttft_per_1k_tokens_s * (prompt or 0.0) / 1000.0
+        if ttft > target_s:
+            return "degraded"
     if slo_tpot_s is not None and (itl := signals.get("itl_p99_s")) is not None and itl > slo_tpot_s:
         return "degraded"
     if signals.fleet.draining:
@@ -99,7 +110,7 @@ def reconcile_once(
     cluster: Cluster,
     state: ControllerState,
     *,
-    slo: tuple[float, float] | None = None,
+    slo: tuple[float, float] | tuple[float, float, float] | None = None,
     actuate: bool = True,
     assess: bool = True,
 ) -> tuple[TickRecord, ControllerState]:
@@ -143,7 +154,7 @@ def decide_and_act(
     cluster: Cluster,
     state: ControllerState,
     *,
-    slo: tuple[float, float] | None = None,
+    slo: tuple[float, float] | tuple[float, float, float] | None = None,
     actuate: bool = True,
     assess: bool = True,
 ) -> tuple[TickRecord, ControllerState]:

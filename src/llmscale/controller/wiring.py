@@ -333,7 +333,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
             clock=clock,
             decision_log=decisions,
             store=store,
-            slo=(cfg.slo.ttft_s, cfg.slo.tpot_s),
+            slo=(cfg.slo.ttft_s, cfg.slo.tpot_s, cfg.slo.ttft_per_1k_tokens_s),
             drift=drift,
             config_name=config_name,
         )

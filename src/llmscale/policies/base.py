@@ -68,6 +68,8 @@ class PolicyContext:
     max_replicas: int = 100
     slo_ttft_s: float = 2.0
     slo_tpot_s: float = 0.1
+    #: length-aware TTFT SLO: seconds more per 1,000 prompt tokens (0: one target for every request)
+    slo_ttft_per_1k_tokens_s: float = 0.0
     model: str = "llama-3-8b"
     gpu: str = "h100-80gb"
     tp: int = 1

@@ -53,6 +53,8 @@ __all__ = ["SloConfig", "SloPolicy", "SloState", "replica_capacity_rps"]
 class SloConfig:
     slo_ttft_s: float = 2.0
     slo_tpot_s: float = 0.1
+    #: length-aware TTFT SLO (s per 1,000 prompt tokens), judged at the observed mean prompt
+    slo_ttft_per_1k_tokens_s: float = 0.0
     cold_start_s: float = 110.0
     tick_s: float = 15.0
     #: plan each replica at this share of its SLO capacity. The capacity model stops where mean
@@ -285,7 +287,12 @@ class SloPolicy:
         serving = max(1, signals.fleet.ready)
         ttft_p99 = signals.get("ttft_p99_s")
         backlog = queue > c.queue_per_replica * serving
-        slow = ttft_p99 is not None and ttft_p99 > c.slo_ttft_s
+        # A length-aware SLO gives each request its own TTFT target; the P99 of a histogram has
+        # no length, so it is held to the target of the mean prompt (e.g. 2 s + 0.5 s per 1k
+        # tokens at a 1,155-token mean: 2.58 s). Long prompts' own targets are higher, short
+        # ones' lower: a P99 led by long prompts reads slow a little early.
+        ttft_target_s = c.slo_ttft_s + c.slo_ttft_per_1k_tokens_s * prompt / 1000.0
+        slow = ttft_p99 is not None and ttft_p99 > ttft_target_s
         # TTFT over the SLO with nothing waiting and capacity on its way is the window's memory of
         # a burst already handled: not a reason to add more.
         # Likewise a queue already shrinking is being served by the replicas that arrived.
@@ -369,6 +376,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
         SloConfig(
             slo_ttft_s=ctx.slo_ttft_s,
             slo_tpot_s=ctx.slo_tpot_s,
+            slo_ttft_per_1k_tokens_s=ctx.slo_ttft_per_1k_tokens_s,
             cold_start_s=ctx.cold_start_s,
             tick_s=float(params["tick_s"]),
             target_utilization=float(params["target_utilization"]),

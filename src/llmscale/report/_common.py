@@ -224,6 +224,17 @@ COLUMNS: tuple[Column, ...] = (
         title="SLO attainment",
     ),
     Column(
+        "slo_attainment_feasible",
+        "SLO att.\nfeasible",
+        fmt_pct,
+        None,
+        "Share of the feasible requests meeting both SLOs (infeasible: longer than the context, or a "
+        "prefill alone on an idle replica past the TTFT target)",
+        abbrev="SLO%f",
+        title="SLO attain., feasible",
+        primary=False,
+    ),
+    Column(
         "ttft_p50_s",
         "TTFT\np50 s",
         fmt_seconds,
@@ -327,6 +338,17 @@ COLUMNS: tuple[Column, ...] = (
         "Requests rejected on arrival: longer than the model's context (HTTP 400), or the gateway queue full",
         abbrev="Rej",
         title="requests rejected",
+        primary=False,
+    ),
+    Column(
+        "infeasible",
+        "Infeas-\nible",
+        fmt_count,
+        None,
+        "Requests no fleet serves within the SLO: longer than the context, or a prefill alone on an "
+        "idle replica past the TTFT target",
+        abbrev="Inf",
+        title="requests infeasible",
         primary=False,
     ),
 )

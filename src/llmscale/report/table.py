@@ -1,6 +1,6 @@
 """Terminal comparison table of a backtest (``rich``), laid out for the terminal's width.
 
-The full comparison (the policy name and 12 numeric columns) needs about 116 columns. On a
+The full comparison (the policy name and 14 numeric columns) needs about 137 columns. On a
 narrower terminal :class:`ComparisonView` keeps every number in sight, trying in turn:
 
 1. one table with the two-line headers (``SLO`` over ``attain.``);
@@ -12,9 +12,10 @@ narrower terminal :class:`ComparisonView` keeps every number in sight, trying in
 
 The policy column is never dropped: it leads every table and folds only names longer than
 :data:`POLICY_MAX_WIDTH`. Numbers are never wrapped or cut. Measured on the document of
-``--policy slo,static --duration-s 600``: one table from 116 columns, two with full headers
-from 78, two abbreviated from 65, three to twelve below (``tests/report/test_report_table.py``
-renders at 80, 100 and 160, and at 40).
+``--policy slo,static --duration-s 600``, before the two feasibility columns (infeasible
+requests, attainment over the feasible ones; 137 for the whole table since): one table from
+116 columns, two with full headers from 78, two abbreviated from 65, three to twelve below
+(``tests/report/test_report_table.py`` renders at 80, 100 and 160, and at 40).
 """
 
 from __future__ import annotations
