@@ -104,7 +104,9 @@ DELAY = replace(CFG, upscale_delay_s=30.0, downscale_delay_s=600.0)
         # 32.3 - 2.3 = 29.999999999999996 in floats: the 1e-6 s tolerance still applies it.
         pytest.param(8.0, 2, 2, 1, 2.3, 32.3, (4, "scale-up", 0, None), id="tolerance-1e-6"),
         pytest.param(8.0, 2, 2, 1, 2.3, 32.29, (2, "upscale-delay", 1, 2.3), id="10ms-short-waits"),
-        pytest.param(8.0, 2, 2, -1, 0.0, 500.0, (2, "upscale-delay", 1, 500.0), id="direction-change-restarts"),
+        pytest.param(
+            8.0, 2, 2, -1, 0.0, 500.0, (2, "upscale-delay", 1, 500.0), id="direction-change-restarts"
+        ),
         pytest.param(4.0, 2, 2, 1, 0.0, 20.0, (2, "no-change", 0, None), id="no-change-resets"),
         pytest.param(2.0, 4, 4, -1, 0.0, 599.0, (4, "downscale-delay", -1, 0.0), id="down-waits-600s"),
         pytest.param(2.0, 4, 4, -1, 0.0, 600.0, (1, "scale-down", 0, None), id="down-at-600s"),
@@ -167,5 +169,5 @@ def test_registered_defaults_and_smoothing():
 
 
 def test_a_tick_longer_than_the_sampling_interval_is_refused():
-    with pytest.raises(ConfigError, match="control_interval_s = 10.0"):
+    with pytest.raises(ConfigError, match=r"control_interval_s = 10\.0"):
         create_policy("ray-serve", PolicyContext(), {"control_interval_s": 10.0})

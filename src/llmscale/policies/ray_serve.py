@@ -60,6 +60,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any, ClassVar
 
 from llmscale.errors import ConfigError
@@ -156,7 +157,7 @@ def time_weighted_mean(samples: Sequence[tuple[float, float]], now_s: float) -> 
     if last_window_s <= 0.0:
         last_window_s = _MIN_LAST_WINDOW_S
     area = last_v * last_window_s
-    for (t0, v0), (t1, _) in zip(samples, samples[1:], strict=False):
+    for (t0, v0), (t1, _) in pairwise(samples):
         area += v0 * (t1 - t0)
     return area / (last_t - samples[0][0] + last_window_s)
 
