@@ -410,3 +410,14 @@ def test_easy_mode_kv_thresholds(target, kvs, waiting, expected):
     cfg = replace(LOAD_CFG, optimization_target=target)
     d, _ = DynamoLoadPolicy(cfg, STUB).decide(engines(kvs, waiting=waiting, isl=100.0), None, 0.0)
     assert d.desired == expected
+
+
+def test_the_plan_is_proposed_again_until_the_next_adjustment():
+    # 1 req/s on 6 replicas plans 2 at 180 s; while the fleet still runs 6 (a guard holds the
+    # shrink), the observing ticks keep proposing 2 rather than the running count.
+    policy, state = DynamoSlaPolicy(SLA_CFG, STUB), DynamoSlaState()
+    for t in (60.0, 120.0, 180.0):
+        d, state = policy.decide(traffic(6, 1.0), state, t)
+    assert (d.desired, d.rule) == (2, "throughput")
+    d, state = policy.decide(traffic(6, 1.0), state, 240.0)
+    assert (d.desired, d.rule) == (2, "observing")

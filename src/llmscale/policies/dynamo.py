@@ -88,7 +88,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
 
 from llmscale.errors import ConfigError
@@ -385,6 +385,10 @@ class DynamoSlaState:
     num_req: tuple[float, ...] = ()
     isl: tuple[float, ...] = ()
     osl: tuple[float, ...] = ()
+    #: the replica count the last adjustment set (None before the first): Dynamo sets a target
+    #: once per interval and leaves it, so it is proposed again at every tick until the next one
+    #: (a proposal held for one tick only would never outlast the drain guard's eviction window)
+    planned: int | None = None
 
 
 def _weighted_mean(pairs: Sequence[tuple[float, float | None]]) -> float | None:
@@ -423,7 +427,7 @@ class DynamoSlaPolicy:
     ) -> tuple[Decision, DynamoSlaState]:
         cfg = self.config
         spec = signals.fleet.spec_replicas
-        held = clamp(spec, cfg.min_replicas, cfg.max_replicas)
+        held = clamp(spec if state.planned is None else state.planned, cfg.min_replicas, cfg.max_replicas)
         # 1.6.1 counts requests the frontend started (offered load) and falls back to the
         # completed count when that series is missing: a saturated fleet completes only what
         # it can serve, so planning on completions holds it saturated.
@@ -441,19 +445,19 @@ class DynamoSlaPolicy:
         if now_s - start < cfg.adjustment_interval_s - 1e-6:
             return (
                 Decision(held, "observing", {"observations": float(len(observed))}),
-                DynamoSlaState(start, observed, state.num_req, state.isl, state.osl),
+                DynamoSlaState(start, observed, state.num_req, state.isl, state.osl, state.planned),
             )
 
         # The interval closes: one data point per predictor, then plan the next interval.
         interval_s = now_s - start
         if not observed:
             decision = Decision(held, "no-data", {}, "no request rate observed in the interval")
-            return decision, DynamoSlaState(now_s, (), state.num_req, state.isl, state.osl)
+            return decision, DynamoSlaState(now_s, (), state.num_req, state.isl, state.osl, state.planned)
         mean_rate = sum(r for r, _, _ in observed) / len(observed)
         num_req_hist = add_point(state.num_req, mean_rate * interval_s)
         isl_hist = add_point(state.isl, _weighted_mean([(r, i) for r, i, _ in observed]))
         osl_hist = add_point(state.osl, _weighted_mean([(r, o) for r, _, o in observed]))
-        next_state = DynamoSlaState(now_s, (), num_req_hist, isl_hist, osl_hist)
+        next_state = DynamoSlaState(now_s, (), num_req_hist, isl_hist, osl_hist, state.planned)
 
         next_num_req = self._forecast(num_req_hist)
         next_isl = self._forecast(isl_hist)
@@ -506,7 +510,8 @@ class DynamoSlaPolicy:
             current, desired, cfg.gpus_per_engine, cfg.max_gpu_budget, cfg.min_endpoint
         )
         rule = budget_rule or rule
-        return Decision(clamp(desired, cfg.min_replicas, cfg.max_replicas), rule, inputs), next_state
+        desired = clamp(desired, cfg.min_replicas, cfg.max_replicas)
+        return Decision(desired, rule, inputs), replace(next_state, planned=desired)
 
 
 # -- dynamo-load ------------------------------------------------------------------------------------
