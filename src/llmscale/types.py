@@ -155,6 +155,10 @@ class Observation:
     replicas: tuple[ReplicaSample, ...]
     #: requests waiting in front of the fleet (a gateway queue), when the source can see one
     gateway_queue: int | None = None
+    #: requests that have arrived at the fleet's front door so far (a counter: admitted, queued,
+    #: rejected or timed out alike), when the source can see one; Dynamo's frontend counts the same
+    #: as ``dynamo_frontend_requests_started_total``
+    arrivals_total: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,10 @@ from llmscale.policies.dynamo import (
     DynamoSlaState,
     add_point,
     agg_engine_capacity,
+    cap_adjustment,
+    capacity_batch_sizes,
     constant_forecast,
+    gpu_budget_guard,
     kalman_forecast,
 )
 from llmscale.types import FleetView, Signals, SignalValue
@@ -52,6 +55,7 @@ STUB = LinearStep()
 # ISL 1000, OSL 100: a batch of bs decodes carries bs x 1000/100 = 10 bs prefill tokens and bs x 1050
 # context, so ITL = 0.01 + 1e-4 x 10 bs + 1e-5 x 1050 bs = 0.01 + 0.0115 bs; the TTFT of a new prompt
 # is one chunk of (10 bs + 1000) tokens at that context: 0.01 + 1e-4 (10 bs + 1000) + 0.0105 bs.
+# Batches run to max_num_seqs 256, sampled as 128 sizes: 1, 3, 5, ..., 251, 253, 256.
 
 
 @pytest.mark.parametrize(
@@ -60,13 +64,39 @@ STUB = LinearStep()
         pytest.param(2.0, 0.05, 3, 3 / (100 * 0.0445), id="itl-50ms-bs-3"),
         pytest.param(2.0, 0.10, 7, 7 / (100 * 0.0905), id="itl-100ms-bs-7"),
         pytest.param(0.15, 0.10, 3, 3 / (100 * 0.0445), id="ttft-150ms-binds-first-at-bs-4"),
-        pytest.param(2.0, 0.01, 1, 1 / (100 * 0.0215), id="unreachable-keeps-batch-1-rate"),
+        # ITL <= 56 ms allows bs <= 4, but 4 is not among the 128 sampled sizes: 3 is the best tried.
+        pytest.param(2.0, 0.056, 3, 3 / (100 * 0.0445), id="sampled-sizes-skip-bs-4"),
+        # No batch meets 10 ms: the highest-rate batch (256) is kept, flagged ineligible (1.6.1),
+        # where the older planner returned batch 1's rate.
+        pytest.param(2.0, 0.01, 256, 256 / (100 * (0.01 + 0.0115 * 256)), id="unreachable-keeps-best-rate"),
     ],
 )
 def test_agg_engine_capacity_hand_computed(ttft_sla, itl_sla, batch, rps):
     cap = agg_engine_capacity(STUB, 1000.0, 100.0, ttft_sla, itl_sla, 8192, None, 256)
     assert cap.batch == batch
     assert cap.engine_rps == pytest.approx(rps)
+    assert cap.eligible == (itl_sla > 0.01)
+
+
+@pytest.mark.parametrize(
+    ("max_batch", "head", "tail", "count"),
+    [
+        pytest.param(5, [1, 2, 3], [4, 5], 5, id="up-to-128-all"),
+        pytest.param(128, [1, 2, 3], [127, 128], 128, id="128-all"),
+        # 1 + i x 255 // 127: every odd size to 253, then 256 (126 steps of 2, one of 3).
+        pytest.param(256, [1, 3, 5], [253, 256], 128, id="256-sampled"),
+        pytest.param(1000, [1, 8, 16], [992, 1000], 128, id="1000-sampled"),
+        pytest.param(0, [], [], 0, id="none"),
+    ],
+)
+def test_capacity_batch_sizes(max_batch, head, tail, count):
+    sizes = capacity_batch_sizes(max_batch)
+    assert (sizes[: len(head)], sizes[len(sizes) - len(tail) :] if tail else [], len(sizes)) == (
+        head,
+        tail,
+        count,
+    )
+    assert sizes == sorted(set(sizes))
 
 
 @pytest.mark.parametrize(
@@ -74,8 +104,8 @@ def test_agg_engine_capacity_hand_computed(ttft_sla, itl_sla, batch, rps):
     [
         pytest.param(2 * 1050, 256, 1000.0, 100.0, 2, id="kv-cache-fits-2-requests"),
         pytest.param(None, 1, 1000.0, 100.0, 1, id="max-num-seqs-1"),
-        # 8000 / (8192 - x) <= 1 -> x <= 192: beyond it prefill cannot keep up with decode egress.
-        pytest.param(None, 256, 8000.0, 1.0, 192, id="prefill-decode-balance-192"),
+        # ceil(bs x 100 / 1) prefill tokens must fit beside bs decodes: 100 bs <= 8192 - bs -> bs <= 81.
+        pytest.param(None, 256, 100.0, 1.0, 81, id="prefill-decode-balance-81"),
     ],
 )
 def test_agg_engine_capacity_caps(max_kv, max_seqs, isl, osl, batch):
@@ -126,14 +156,31 @@ def test_kalman_local_linear_trend(history, expected, tol):
 
 # -- dynamo-sla --------------------------------------------------------------------------------------------
 
-SLA_CFG = DynamoSlaConfig(ttft_sla_s=2.0, itl_sla_s=0.05, max_kv_tokens=None, min_replicas=1, max_replicas=64)
+SLA_CFG = DynamoSlaConfig(
+    ttft_sla_s=2.0,
+    itl_sla_s=0.05,
+    max_kv_tokens=None,
+    max_gpu_budget=-1,
+    max_adjustment=100,
+    min_replicas=1,
+    max_replicas=64,
+)
 
 
-def traffic(spec: int, rate: float | None, isl: float | None = 1000.0, osl: float | None = 100.0) -> Signals:
+def traffic(
+    spec: int,
+    rate: float | None,
+    isl: float | None = 1000.0,
+    osl: float | None = 100.0,
+    *,
+    arrivals: float | None = None,
+    ready: int | None = None,
+) -> Signals:
     return Signals(
         time_s=0.0,
-        fleet=FleetView(spec_replicas=spec, ready=spec),
+        fleet=FleetView(spec_replicas=spec, ready=spec if ready is None else ready),
         values={
+            "arrival_rate_rps": SignalValue(arrivals),
             "request_rate_rps": SignalValue(rate),
             "prompt_len_mean_tokens": SignalValue(isl),
             "decode_steps_mean": SignalValue(osl),
@@ -186,18 +233,75 @@ def test_no_rate_in_the_interval_is_no_data_and_holds():
     assert (d.desired, d.rule) == (6, "no-data")
 
 
-def test_gpu_budget_caps_the_plan():
-    policy = DynamoSlaPolicy(replace(SLA_CFG, max_gpu_budget=8, gpus_per_engine=2), STUB)
-    state = DynamoSlaState()
+def plan(cfg: DynamoSlaConfig, spec: int, rate: float, **kw) -> tuple[int, str]:
+    """One adjustment interval at ``rate`` req/s on ``spec`` replicas; the decision at its close."""
+    policy, state = DynamoSlaPolicy(cfg, STUB), DynamoSlaState()
     for t in (60.0, 120.0, 180.0):
-        d, state = policy.decide(traffic(2, 10.0), state, t)
-    assert (d.desired, d.rule) == (4, "gpu-budget")
+        d, state = policy.decide(traffic(spec, rate, **kw), state, t)
+    return d.desired, d.rule
+
+
+# 10 req/s needs 15 engines of 0.674 req/s; 1 req/s needs 2.
+@pytest.mark.parametrize(
+    ("cfg", "spec", "rate", "kw", "expected"),
+    [
+        pytest.param(SLA_CFG, 2, 10.0, {}, (15, "throughput"), id="uncapped"),
+        pytest.param(replace(SLA_CFG, max_adjustment=8), 2, 10.0, {}, (10, "throughput-capped"), id="up-8"),
+        pytest.param(replace(SLA_CFG, max_adjustment=8), 20, 1.0, {}, (12, "throughput-capped"), id="down-8"),
+        pytest.param(replace(SLA_CFG, max_gpu_budget=8), 2, 10.0, {}, (8, "gpu-budget"), id="budget-8"),
+        pytest.param(
+            replace(SLA_CFG, max_gpu_budget=8, gpus_per_engine=2),
+            2,
+            10.0,
+            {},
+            (4, "gpu-budget"),
+            id="budget-tp2",
+        ),
+        pytest.param(replace(SLA_CFG, max_gpu_budget=8), 8, 10.0, {}, (8, "gpu-budget-hold"), id="at-budget"),
+        pytest.param(replace(SLA_CFG, max_gpu_budget=8), 10, 1.0, {}, (8, "gpu-budget-reconcile"), id="over"),
+        pytest.param(SLA_CFG, 4, 10.0, {"ready": 2}, (4, "scaling-in-progress"), id="starting-waits"),
+        # The offered load (arrivals) is planned for, not the completions of a saturated fleet.
+        pytest.param(SLA_CFG, 3, 2.0, {"arrivals": 10.0}, (15, "throughput"), id="arrivals-over-completions"),
+    ],
+)
+def test_adjustment_cap_budget_and_offered_load(cfg, spec, rate, kw, expected):
+    assert plan(cfg, spec, rate, **kw) == expected
+
+
+@pytest.mark.parametrize(
+    ("desired", "current", "expected"),
+    [
+        pytest.param(20, 3, 11, id="up-capped"),
+        pytest.param(2, 20, 12, id="down-capped"),
+        pytest.param(9, 3, 9, id="within"),
+        pytest.param(0, 5, 0, id="floor-0"),
+    ],
+)
+def test_cap_adjustment(desired, current, expected):
+    assert cap_adjustment(desired, current, 8) == expected
+
+
+@pytest.mark.parametrize(
+    ("current", "proposed", "gpus", "budget", "expected"),
+    [
+        pytest.param(6, 11, 1, 8, (8, "gpu-budget"), id="cut-to-8"),
+        pytest.param(8, 9, 1, 8, (8, "gpu-budget-hold"), id="at-budget-no-up"),
+        pytest.param(8, 5, 1, 8, (5, None), id="at-budget-down-ok"),
+        pytest.param(10, 12, 1, 8, (8, "gpu-budget-reconcile"), id="over-back-to-8"),
+        pytest.param(2, 6, 3, 8, (2, "gpu-budget"), id="tp3-fits-2"),
+        pytest.param(6, 50, 1, -1, (50, None), id="disabled"),
+    ],
+)
+def test_gpu_budget_guard(current, proposed, gpus, budget, expected):
+    assert gpu_budget_guard(current, proposed, gpus, budget, 1) == expected
 
 
 def test_with_the_calibrated_perf_model():
     pytest.importorskip("llmscale.perf")
     ctx = PolicyContext(slo_ttft_s=2.0, slo_tpot_s=0.05, min_replicas=1, max_replicas=200)
-    policy = create_policy("dynamo-sla", ctx)
+    unlimited = {"max_gpu_budget": -1, "max_throughput_scaling_replicas": 1000}
+    assert create_policy("dynamo-sla", ctx).config.max_gpu_budget == 8  # type: ignore[attr-defined]
+    policy = create_policy("dynamo-sla", ctx, unlimited)
     assert isinstance(policy, DynamoSlaPolicy)
     desired = []
     for rate in (2.0, 20.0):
@@ -291,7 +395,13 @@ def test_load_scaling_holds_on_a_missing_engine_metric():
     ("target", "kvs", "waiting", "expected"),
     [
         pytest.param("throughput", [0.95, 0.5], 60.0, 3, id="throughput-any-over-100pct-with-queue"),
-        pytest.param("throughput", [0.5, 0.55], 0.0, 1, id="throughput-all-under-60pct"),
+        pytest.param("throughput", [0.3, 0.35], 0.0, 1, id="throughput-all-under-60pct"),
+        # All under 60 %, but the survivor would hold 0.55 x 2/1 = 1.1 >= the 1.0 scale-up threshold.
+        pytest.param("throughput", [0.5, 0.55], 0.0, 2, id="throughput-refused-survivor-over-100pct"),
+        # 3 engines, busiest 0.55: 0.55 x 3/2 = 0.825 < 1.0 -> one goes.
+        pytest.param("throughput", [0.5, 0.55, 0.4], 0.0, 2, id="throughput-3-to-2-fits"),
+        # Latency target: 0.09 x 2/1 = 0.18 < 0.4 -> 1.
+        pytest.param("latency", [0.09, 0.05], 0.0, 1, id="latency-all-under-10pct"),
         pytest.param("latency", [0.45, 0.0], 0.0, 3, id="latency-any-over-40pct"),
         pytest.param("latency", [0.2, 0.05], 0.0, 2, id="latency-not-all-under-10pct"),
     ],
@@ -300,3 +410,14 @@ def test_easy_mode_kv_thresholds(target, kvs, waiting, expected):
     cfg = replace(LOAD_CFG, optimization_target=target)
     d, _ = DynamoLoadPolicy(cfg, STUB).decide(engines(kvs, waiting=waiting, isl=100.0), None, 0.0)
     assert d.desired == expected
+
+
+def test_the_plan_is_proposed_again_until_the_next_adjustment():
+    # 1 req/s on 6 replicas plans 2 at 180 s; while the fleet still runs 6 (a guard holds the
+    # shrink), the observing ticks keep proposing 2 rather than the running count.
+    policy, state = DynamoSlaPolicy(SLA_CFG, STUB), DynamoSlaState()
+    for t in (60.0, 120.0, 180.0):
+        d, state = policy.decide(traffic(6, 1.0), state, t)
+    assert (d.desired, d.rule) == (2, "throughput")
+    d, state = policy.decide(traffic(6, 1.0), state, 240.0)
+    assert (d.desired, d.rule) == (2, "observing")

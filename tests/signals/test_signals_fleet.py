@@ -67,8 +67,15 @@ def test_every_catalogue_name_is_a_signal_value():
     assert set(s.values) == set(SIGNALS)
     invalid = {k: v.note for k, v in s.values.items() if v.value is None}
     # after six ticks of a steady fleet only the rhythm of a flat load is undefined, and the model
-    # drift ratios, which only the live controller computes (against its step-time model)
-    assert set(invalid) == {"rhythm_decay", "rhythm_phase", "model_drift_itl_ratio", "model_drift_ttft_ratio"}
+    # drift ratios, which only the live controller computes (against its step-time model),
+    # and the arrival rate, which only a source that counts arrivals (the simulator) has
+    assert set(invalid) == {
+        "rhythm_decay",
+        "rhythm_phase",
+        "model_drift_itl_ratio",
+        "model_drift_ttft_ratio",
+        "arrival_rate_rps",
+    }
     assert all(invalid.values())
     assert s.get("queue_waiting") == 5.0
     assert s.get("request_rate_rps") == pytest.approx(2 * 10 / 15)

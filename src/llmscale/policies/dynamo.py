@@ -1,32 +1,41 @@
 """NVIDIA Dynamo's planner, aggregated (non-disaggregated) mode: ``dynamo-sla`` and ``dynamo-load``.
 
-Both re-implement ai-dynamo/dynamo ``components/src/dynamo/planner`` (2025-26):
-the throughput ("SLA") planner of ``core/throughput_scaling.py`` with the agg
-engine model of ``core/perf_model/agg.py``, the load predictors of
-``core/load/predictors.py``, and the FPM-driven load scaling of
-``core/load_scaling.py``. Where Dynamo fits a regression to its own
-forward-pass metrics or to a pre-deployment profile, llmscale asks its
-calibrated execution-time model (:mod:`llmscale.perf`) instead: the same
-question -- how long does one engine iteration take with this much prefill
-and this much decode KV -- answered by the model the simulator itself runs.
+Both re-implement (not copy) the planner of the ``ai-dynamo==1.6.1`` wheel,
+``dynamo/planner/``: the throughput planner of ``core/throughput_scaling.py``
+with the capacity search of ``core/perf_model/engine_query.py``
+(``_find_aggregated_capacity``, ``_capacity_batch_sizes``, ``_select_capacity``),
+the GPU budget of ``core/budget.py`` (``guard_single_scaling_budget``), the
+defaults of ``config/defaults.py``, the offered-load query of
+``monitoring/traffic_metrics.py`` (``get_avg_request_count``), the load
+predictors of ``core/load/predictors.py`` and the FPM-driven load scaling of
+``core/load_scaling.py``. Where Dynamo asks its forward-pass model (a fitted
+regression or AIConfigurator's simulator), llmscale asks its calibrated
+execution-time model (:mod:`llmscale.perf`): the same question -- how long
+does one engine iteration take with this much prefill and this much decode
+KV -- answered by the model the simulator itself runs.
 
 ``dynamo-sla`` (the throughput planner, ``mode = "agg"``)
     Observes every ``tick_s`` (60 s) and decides every ``adjustment_interval``
-    (180 s, ``defaults.py``): the interval's request count (``request_rate_rps``
-    x interval), mean ISL (``prompt_len_mean_tokens``) and OSL
-    (``decode_steps_mean``) are fed to one load predictor each; the next
-    interval's demand ``num_req / interval`` is divided by the engine's
-    capacity at the SLOs, ``replicas = max(ceil(demand / engine_rps), min_endpoint)``.
-    ``engine_rps`` follows ``AggRegressionModel.find_best_engine_agg_rps``: for
-    decode batches ``bs = 1, 2, ...`` up to the smallest of the KV-cache cap
-    ``max_kv_tokens / (ISL + OSL/2)``, ``max_num_seqs`` and the prefill/decode balance
-    point ``ISL / (max_num_batched_tokens - bs) <= OSL``, one iteration carries
-    ``bs`` decodes of ``ISL + OSL/2`` context plus ``bs x ISL / OSL`` piggybacked prefill
-    tokens; its time is the ITL and a new prompt's chunked prefill at that load
-    is the TTFT; the largest ``bs`` within both SLOs gives ``bs / (OSL x ITL)``
-    requests/s (Little's law). Worked example in
-    ``tests/policies/test_peer_dynamo.py`` (a stub model: ITL = 0.01 + 0.0115 bs s,
-    SLO 50 ms -> bs = 3, 3 / (100 x 0.0445) = 0.674 req/s; 10 req/s -> 15 replicas).
+    (180 s): the interval's request count, mean ISL (``prompt_len_mean_tokens``)
+    and OSL (``decode_steps_mean``) are fed to one load predictor each. The
+    request count is the *offered* load: 1.6.1 reads the frontend's
+    ``requests_started_total`` and falls back to the completed count only when
+    that series is missing; here ``arrival_rate_rps`` (the simulator's arrivals
+    counter) with ``request_rate_rps`` (completions) as the fallback. The next
+    interval's demand ``num_req / interval`` is divided by the engine's capacity,
+    ``wanted = ceil(demand / engine_rps)``; then, in 1.6.1's order: at most
+    ``max_throughput_scaling_replicas`` (8) replicas up or down from the ready
+    count, at least ``min_endpoint``; no scale-up while a previous change is
+    still starting; and the GPU budget ``max_gpu_budget`` (8 GPUs, -1 disables)
+    with ``gpus_per_engine`` = TP (:func:`gpu_budget_guard`).
+    ``engine_rps`` follows the capacity search (:func:`agg_engine_capacity`): up
+    to 128 batch sizes up to ``min(max_num_seqs, max_kv_tokens // ctx,
+    max_num_batched_tokens - 1)``, each with its ITL, TTFT and rate
+    ``bs / (OSL x ITL)``; the best rate within both SLOs wins, and when none is
+    within them the best rate overall (flagged ``throughput-sla-unreachable``).
+    Worked example in ``tests/policies/test_peer_dynamo.py`` (a stub model: ITL =
+    0.01 + 0.0115 bs s, SLO 50 ms -> bs = 3, 3 / (100 x 0.0445) = 0.674 req/s;
+    10 req/s -> 15 replicas, 10 from 2 under the +-8 cap, 8 under the budget).
     Load predictors: ``constant`` (the last value, the default here) and
     ``kalman`` (local linear trend, ``kalman_q_level`` 1.0, ``kalman_q_trend`` 0.1,
     ``kalman_r`` 10.0); like Dynamo, non-finite readings count as 0 and leading
@@ -46,7 +55,9 @@ and this much decode KV -- answered by the model the simulator itself runs.
     previous change is still in progress (ready != desired) it only observes.
     ``optimization_target`` "throughput" / "latency" switch to Dynamo's static
     "easy mode" thresholds on combined KV utilisation (up if ANY engine > 1.0 /
-    0.4, down if ALL < 0.6 / 0.1).
+    0.4, down if ALL < 0.6 / 0.1); 1.6.1 refuses that scale-down when the
+    busiest engine's share spread over the survivors (``max util x N / (N-1)``)
+    would reach the scale-up threshold, so it cannot flap.
 
 SLOs are llmscale's (``slo_ttft_s``, ``slo_tpot_s`` as the ITL target) instead of
 Dynamo's ``--ttft 500 ms`` / ``--itl 50 ms``; ``max_num_batched_tokens`` 8192 and
@@ -57,14 +68,13 @@ Deviations: Dynamo's default load predictor is ARIMA (pmdarima) and Prophet
 is offered; both need heavy libraries and are not reproduced (``constant`` is
 the default here, ``kalman`` the model-based option). The SLA planner's
 correction factors (observed / expected TTFT and ITL) are not applied: the
-profile here is the model the fleet runs. ``max_gpu_budget`` is off by default
-(Dynamo's example value is 8 GPUs); llmscale's bounds and GPU-budget guard
-apply instead. ``dynamo-load`` defaults to ``optimization_target = "sla"``
-(Dynamo's unified config defaults to "throughput", the static thresholds) so
-that its SLO estimates and the N/(N-1) check are what runs; its throughput
-floor (throughput scaling as a lower bound) is off, as in a load-only
-deployment. A missing scrape, a per-pod gap or a worker count that does not
-match the metrics gives a ``no-data`` decision that holds.
+profile here is the model the fleet runs. ``dynamo-load`` defaults to
+``optimization_target = "sla"`` (Dynamo's unified config defaults to
+"throughput", the static thresholds) so that its SLO estimates and the N/(N-1)
+check are what runs; its throughput floor (throughput scaling as a lower
+bound) and its GPU budget are off, as in a load-only deployment. A missing
+scrape, a per-pod gap or a worker count that does not match the metrics gives
+a ``no-data`` decision that holds.
 
 Guards: ``guard_overrides`` =
 :data:`~llmscale.policies._hpa_behavior.PEER_GUARD_OVERRIDES`: the planners'
@@ -78,7 +88,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
 
 from llmscale.errors import ConfigError
@@ -167,12 +177,39 @@ def chunked_prefill_s(
 
 @dataclass(frozen=True)
 class AggCapacity:
-    """An agg engine's sustainable request rate at the SLOs and the batch that gives it."""
+    """An agg engine's sustainable request rate, the batch that gives it and whether it meets the SLOs."""
 
     engine_rps: float
     batch: int
     ttft_s: float
     itl_s: float
+    eligible: bool = True
+
+
+#: ai-dynamo 1.6.1 ``MAX_CAPACITY_SEARCH_CANDIDATES``: at most this many batch sizes are tried
+MAX_CAPACITY_SEARCH_CANDIDATES = 128
+
+
+def capacity_batch_sizes(max_batch: int) -> list[int]:
+    """The batch sizes the capacity search tries: all of 1..max_batch up to 128, else 128 spread evenly.
+
+    E.g. 256 -> 1, 3, 5, ..., 253, 256 (``1 + i x 255 // 127``); 1000 -> 1, 8, 16, ..., 992, 1000.
+    """
+    if max_batch <= 0:
+        return []
+    if max_batch <= MAX_CAPACITY_SEARCH_CANDIDATES:
+        return list(range(1, max_batch + 1))
+    span, steps = max_batch - 1, MAX_CAPACITY_SEARCH_CANDIDATES - 1
+    return [1 + i * span // steps for i in range(MAX_CAPACITY_SEARCH_CANDIDATES)]
+
+
+def _better(best: AggCapacity | None, candidate: AggCapacity) -> AggCapacity:
+    """Dynamo's throughput selection: a candidate within the SLOs beats one outside; then the higher rate."""
+    if best is None or (candidate.eligible and not best.eligible):
+        return candidate
+    if best.eligible and not candidate.eligible:
+        return best
+    return candidate if candidate.engine_rps > best.engine_rps else best
 
 
 def agg_engine_capacity(
@@ -185,42 +222,82 @@ def agg_engine_capacity(
     max_kv_tokens: int | None,
     max_num_seqs: int | None,
 ) -> AggCapacity:
-    """``find_best_engine_agg_rps``: the largest decode batch within both SLOs, as requests/s.
+    """ai-dynamo 1.6.1's aggregated capacity search (``_find_aggregated_capacity``), throughput target.
 
-    Returns a zero capacity when the request shape is not positive. When even
-    a batch of 1 misses an SLO, the batch-1 rate is returned (Dynamo warns and
-    does the same).
+    The request shape is rounded up to whole tokens (ISL = ceil, OSL = max(1, ceil));
+    a decode holds ``ctx = ISL + OSL // 2`` tokens. Batch sizes run up to
+    ``min(max_num_seqs, max_kv_tokens // ctx, max_num_batched_tokens - 1)``, at most
+    128 of them (:func:`capacity_batch_sizes`); a batch whose piggybacked prefill
+    ``ceil(bs x ISL / OSL)`` does not fit next to its decodes (``<= mbt - bs``) is
+    skipped. Each batch's ITL is one mixed iteration, its TTFT the chunked prefill
+    of that prefill plus a new prompt at the same decode load; its rate is
+    ``bs / (OSL x ITL)``. The best batch within both SLOs wins by rate; when none
+    is within them, the highest-rate batch is returned with ``eligible = False``
+    (the previous port returned batch 1's rate instead). Zero capacity when the
+    shape is not positive or no batch fits.
     """
-    if isl <= 0 or osl <= 0 or max_num_batched_tokens <= 0:
-        return AggCapacity(0.0, 0, 0.0, 0.0)
-    avg_ctx = isl + osl / 2.0
-    kv_cap = max(1, int(max_kv_tokens / max(1.0, avg_ctx))) if max_kv_tokens else 1024
-    seq_cap = max_num_seqs if max_num_seqs else kv_cap
-    hard_cap = min(kv_cap, seq_cap, max_num_batched_tokens - 1)
+    if isl <= 0 or osl <= 0 or max_num_batched_tokens <= 1:
+        return AggCapacity(0.0, 0, 0.0, 0.0, eligible=False)
+    isl_t, osl_t = math.ceil(isl), max(1, math.ceil(osl))
+    ctx = max(1, isl_t + osl_t // 2)
+    decode_cap = max_num_seqs if max_num_seqs else 1 << 31
+    if max_kv_tokens:
+        decode_cap = min(decode_cap, max_kv_tokens // ctx)
+    hard_cap = min(decode_cap, max(1, max_num_batched_tokens - 1))
+    best: AggCapacity | None = None
+    for bs in capacity_batch_sizes(hard_cap):
+        prefill = math.ceil(bs * isl_t / osl_t)
+        budget = max(0, max_num_batched_tokens - bs)
+        if budget == 0 or prefill > budget:
+            continue
+        prefill = min(prefill, max_num_batched_tokens)
+        decode_kv = float(bs * ctx)
+        itl = iteration_s(perf, prefill, decode_kv, bs, isl_t)
+        if itl <= 0:
+            continue
+        ttft = chunked_prefill_s(perf, float(prefill), isl_t, max_num_batched_tokens, decode_kv, bs)
+        ok = ttft <= ttft_sla_s and itl <= itl_sla_s
+        best = _better(best, AggCapacity(bs / (osl_t * itl), bs, ttft, itl, ok))
+    return best if best is not None else AggCapacity(0.0, 0, 0.0, 0.0, eligible=False)
 
-    def balanced(x: int) -> bool:
-        budget = max_num_batched_tokens - x
-        return budget > 0 and isl / budget <= osl
 
-    lo, hi = 1, max(1, hard_cap)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if balanced(mid):
-            lo = mid
-        else:
-            hi = mid - 1
-    best = AggCapacity(0.0, 0, 0.0, 0.0)
-    for bs in range(1, lo + 1):
-        decode_kv = bs * avg_ctx
-        prefill = min(bs * isl / max(1.0, osl), float(max_num_batched_tokens))
-        itl = iteration_s(perf, prefill, decode_kv, bs, isl)
-        ttft = chunked_prefill_s(perf, float(int(prefill)), isl, max_num_batched_tokens, decode_kv, bs)
-        if itl > itl_sla_s or ttft > ttft_sla_s:
-            if bs == 1:
-                best = AggCapacity(1.0 / (osl * itl), 1, ttft, itl)
-            break
-        best = AggCapacity(bs / (osl * itl), bs, ttft, itl)
-    return best
+def cap_adjustment(desired: int, current: int, limit: int) -> int:
+    """ai-dynamo 1.6.1 ``_cap_throughput_replicas``: one adjustment moves at most ``limit`` replicas.
+
+    E.g. 3 running, 20 wanted, limit 8 -> 11; 20 running, 2 wanted -> 12.
+    """
+    return min(max(desired, max(0, current - limit)), current + limit)
+
+
+def gpu_budget_guard(
+    current: int, proposed: int, gpus_per_engine: int, max_gpu_budget: int, min_endpoint: int
+) -> tuple[int, str | None]:
+    """ai-dynamo 1.6.1 ``guard_single_scaling_budget`` with its floor off (``min_gpu_budget`` -1).
+
+    A negative budget disables it. Over the budget already: back to what fits
+    (``max(min_endpoint, budget // gpus)``; 0 if not even that fits). At the
+    budget: no scale-up. Otherwise the proposal is cut to what fits, and never
+    turned into a move in the other direction. E.g. budget 8, 1 GPU each:
+    6 -> 11 gives 8; 8 -> 9 holds 8; 10 running gives 8.
+    """
+    if max_gpu_budget < 0 or gpus_per_engine <= 0:
+        return proposed, None
+
+    def fit(n: int) -> int:
+        if n * gpus_per_engine <= max_gpu_budget:
+            return n
+        if max_gpu_budget < min_endpoint * gpus_per_engine:
+            return 0
+        return max(min_endpoint, max_gpu_budget // gpus_per_engine)
+
+    if current * gpus_per_engine > max_gpu_budget:
+        return fit(current), "gpu-budget-reconcile"
+    if current * gpus_per_engine >= max_gpu_budget and proposed > current:
+        return current, "gpu-budget-hold"
+    final = fit(proposed)
+    if not min(current, proposed) <= final <= max(current, proposed):
+        return current, "gpu-budget-hold"
+    return final, ("gpu-budget" if final != proposed else None)
 
 
 # -- load predictors (pure functions of the history) ---------------------------------------------
@@ -286,7 +363,10 @@ class DynamoSlaConfig:
     max_num_seqs: int = 256
     max_kv_tokens: int | None = None
     gpus_per_engine: int = 1
-    max_gpu_budget: int | None = None
+    #: GPUs the planner may use; -1 disables (ai-dynamo 1.6.1 ``max_gpu_budget`` default 8)
+    max_gpu_budget: int = 8
+    #: most replicas one adjustment adds or removes (1.6.1 ``max_throughput_scaling_replicas`` 8)
+    max_adjustment: int = 8
     min_replicas: int = 1
     max_replicas: int = 100
 
@@ -305,6 +385,10 @@ class DynamoSlaState:
     num_req: tuple[float, ...] = ()
     isl: tuple[float, ...] = ()
     osl: tuple[float, ...] = ()
+    #: the replica count the last adjustment set (None before the first): Dynamo sets a target
+    #: once per interval and leaves it, so it is proposed again at every tick until the next one
+    #: (a proposal held for one tick only would never outlast the drain guard's eviction window)
+    planned: int | None = None
 
 
 def _weighted_mean(pairs: Sequence[tuple[float, float | None]]) -> float | None:
@@ -343,8 +427,13 @@ class DynamoSlaPolicy:
     ) -> tuple[Decision, DynamoSlaState]:
         cfg = self.config
         spec = signals.fleet.spec_replicas
-        held = clamp(spec, cfg.min_replicas, cfg.max_replicas)
-        rate = signals.get("request_rate_rps")
+        held = clamp(spec if state.planned is None else state.planned, cfg.min_replicas, cfg.max_replicas)
+        # 1.6.1 counts requests the frontend started (offered load) and falls back to the
+        # completed count when that series is missing: a saturated fleet completes only what
+        # it can serve, so planning on completions holds it saturated.
+        rate = signals.get("arrival_rate_rps")
+        if rate is None:
+            rate = signals.get("request_rate_rps")
         observed = state.observed
         if rate is not None and math.isfinite(rate):
             observed = (
@@ -356,19 +445,19 @@ class DynamoSlaPolicy:
         if now_s - start < cfg.adjustment_interval_s - 1e-6:
             return (
                 Decision(held, "observing", {"observations": float(len(observed))}),
-                DynamoSlaState(start, observed, state.num_req, state.isl, state.osl),
+                DynamoSlaState(start, observed, state.num_req, state.isl, state.osl, state.planned),
             )
 
         # The interval closes: one data point per predictor, then plan the next interval.
         interval_s = now_s - start
         if not observed:
             decision = Decision(held, "no-data", {}, "no request rate observed in the interval")
-            return decision, DynamoSlaState(now_s, (), state.num_req, state.isl, state.osl)
+            return decision, DynamoSlaState(now_s, (), state.num_req, state.isl, state.osl, state.planned)
         mean_rate = sum(r for r, _, _ in observed) / len(observed)
         num_req_hist = add_point(state.num_req, mean_rate * interval_s)
         isl_hist = add_point(state.isl, _weighted_mean([(r, i) for r, i, _ in observed]))
         osl_hist = add_point(state.osl, _weighted_mean([(r, o) for r, _, o in observed]))
-        next_state = DynamoSlaState(now_s, (), num_req_hist, isl_hist, osl_hist)
+        next_state = DynamoSlaState(now_s, (), num_req_hist, isl_hist, osl_hist, state.planned)
 
         next_num_req = self._forecast(num_req_hist)
         next_isl = self._forecast(isl_hist)
@@ -381,9 +470,6 @@ class DynamoSlaPolicy:
             "predicted_osl": next_osl,
             "demand_rps": demand_rps,
         }
-        if demand_rps <= 0.0:
-            desired = clamp(cfg.min_endpoint, cfg.min_replicas, cfg.max_replicas)
-            return Decision(desired, "no-demand", inputs), next_state
         if next_isl is None or next_osl is None or next_isl <= 0 or next_osl <= 0:
             return Decision(held, "no-data-request-shape", inputs, "no mean ISL/OSL observed yet"), next_state
         cap = agg_engine_capacity(
@@ -402,17 +488,30 @@ class DynamoSlaPolicy:
             est_ttft_s=cap.ttft_s,
             est_itl_s=cap.itl_s,
         )
+        current = signals.fleet.ready
+        inputs["eligible"] = 1.0 if cap.eligible else 0.0
         if cap.engine_rps <= 0.0:
-            return Decision(held, "no-data-profile", inputs, "engine capacity unavailable"), next_state
-        desired = max(math.ceil(demand_rps / cap.engine_rps), cfg.min_endpoint)
-        rule = "throughput"
-        if cap.ttft_s > cfg.ttft_sla_s or cap.itl_s > cfg.itl_sla_s:
-            rule = "throughput-sla-unreachable"
-        if cfg.max_gpu_budget is not None:
-            fits = cfg.max_gpu_budget // max(1, cfg.gpus_per_engine)
-            if desired > fits:
-                desired, rule = fits, "gpu-budget"
-        return Decision(clamp(desired, cfg.min_replicas, cfg.max_replicas), rule, inputs), next_state
+            # 1.6.1: the model is not ready -> hold the workers, still lifted to the endpoint floor.
+            wanted, rule = current, "no-data-profile"
+        else:
+            wanted = math.ceil(demand_rps / cap.engine_rps)
+            rule = "throughput" if cap.eligible else "throughput-sla-unreachable"
+            rule = "no-demand" if wanted == 0 else rule
+        inputs["raw_replicas"] = float(wanted)
+        capped = cap_adjustment(wanted, current, cfg.max_adjustment)
+        if capped != wanted:
+            rule = "throughput-capped"
+        desired = max(capped, cfg.min_endpoint)
+        if spec != current and desired > current:
+            # A previous change is still starting: 1.6.1 waits rather than ask for more.
+            note = f"{current} ready of {spec} desired"
+            return Decision(held, "scaling-in-progress", inputs, note), next_state
+        desired, budget_rule = gpu_budget_guard(
+            current, desired, cfg.gpus_per_engine, cfg.max_gpu_budget, cfg.min_endpoint
+        )
+        rule = budget_rule or rule
+        desired = clamp(desired, cfg.min_replicas, cfg.max_replicas)
+        return Decision(desired, rule, inputs), replace(next_state, planned=desired)
 
 
 # -- dynamo-load ------------------------------------------------------------------------------------
@@ -512,7 +611,15 @@ class DynamoLoadPolicy:
         if any(u > up for u in utils):
             return n + 1, "scale-up-kv", inputs
         if n > 1 and all(u < down for u in utils):
-            return n - 1, "scale-down-kv", inputs
+            # 1.6.1 ``_consolidation_safe_easy_target``: the survivors take the busiest engine's
+            # share; if that lands on the scale-up threshold, stay. E.g. throughput target, 3
+            # engines, busiest 0.55 (all < 0.6): 0.55 x 3/2 = 0.825 < 1.0 -> 2; but 2 engines
+            # at 0.55 / 0.5: 0.55 x 2/1 = 1.1 >= 1.0 -> stay at 2.
+            survivors = max(n - 1, cfg.min_endpoint)
+            inputs["post_consolidation_kv_util_max"] = max(utils) * n / survivors
+            if 0 < survivors < n and max(utils) * n / survivors >= up:
+                return n, "scale-down-refused-consolidation", inputs
+            return survivors, "scale-down-kv", inputs
         return n, "no-change", inputs
 
     def _sla(
@@ -605,7 +712,10 @@ _SLA_PARAMS: dict[str, Param] = {
     "kalman_q_level": Param(1.0, NONNEG_RANGE),
     "kalman_q_trend": Param(0.1, NONNEG_RANGE),
     "kalman_r": Param(10.0, AMOUNT_RANGE),
-    "max_gpu_budget": Param(None, f"[0, {COUNT_MAX}]", kind=int, help="GPUs (default: unlimited)"),
+    "max_gpu_budget": Param(8, f"[-1, {COUNT_MAX}]", help="GPUs the planner may use; -1: unlimited"),
+    "max_throughput_scaling_replicas": Param(
+        8, f"[1, {COUNT_MAX}]", help="most replicas one adjustment moves"
+    ),
 }
 
 
@@ -621,7 +731,6 @@ def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
             f"dynamo-sla: load_predictor = {predictor!r}, must be one of {', '.join(PREDICTORS)} "
             "(Dynamo's arima and prophet need pmdarima / prophet and are not reproduced)"
         )
-    budget = params["max_gpu_budget"]
     perf, kv_tokens = _perf_for(ctx)
     cfg = DynamoSlaConfig(
         adjustment_interval_s=float(params["adjustment_interval_s"]),
@@ -636,7 +745,8 @@ def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
         max_num_seqs=int(ctx.extra.get("max_num_seqs", 256)),
         max_kv_tokens=kv_tokens,
         gpus_per_engine=ctx.tp,
-        max_gpu_budget=None if budget is None else int(budget),
+        max_gpu_budget=int(params["max_gpu_budget"]),
+        max_adjustment=int(params["max_throughput_scaling_replicas"]),
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
     )

@@ -1,40 +1,54 @@
-"""``ray-serve``: Ray Serve's default request-based autoscaling policy.
+"""``ray-serve``: Ray Serve's default request-based autoscaling policy, as Ray 2.60.0 runs it.
 
-Re-implemented from ray-project/ray (Ray 2.x, master of 2025): ``python/ray/serve/autoscaling_policy.py``
-(``replica_queue_length_autoscaling_policy``, ``_apply_scaling_factors``,
-``_apply_delay_logic``, ``_get_cold_start_scale_up_replicas``) and the
-``AutoscalingConfig`` defaults of ``python/ray/serve/config.py`` /
-``_private/constants.py``:
+Re-implemented (not copied) from the ``ray==2.60.0`` wheel:
+``ray/serve/autoscaling_policy.py`` (``replica_queue_length_autoscaling_policy``,
+``_apply_autoscaling_config``, ``_apply_scaling_factors``, ``_apply_delay_logic``,
+``_get_cold_start_scale_up_replicas``), ``ray/serve/_private/autoscaling_state.py``
+(``get_total_num_requests``, ``_merge_and_aggregate_timeseries``),
+``ray/serve/_private/metrics_utils.py`` (``time_weighted_average``),
+``ray/serve/_private/replica.py`` (record and push tasks) and the defaults of
+``ray/serve/config.py`` / ``_private/constants.py``. Each step, in Ray's order:
 
-- ``target_ongoing_requests`` 2 (``DEFAULT_TARGET_ONGOING_REQUESTS``). For vLLM
-  behind Ray a realistic target is the batch a replica serves well, e.g.
-  32-64 (``ray.llm`` itself defaults to 16); Ray's general default is kept and
-  exposed as a parameter;
-- ongoing requests = running + waiting on the replicas plus those queued in
-  front of them (llmscale's ``running`` + ``queue_waiting``), recorded every
-  ``metrics_interval_s`` 10 s (``tick_s``) and averaged over
-  ``look_back_period_s`` 30 s (the samples are kept in the state);
-- ``error_ratio = total / (target x running replicas)``,
-  ``desired = running x error_ratio``, then the smoothing factors:
-  ``ceil(running + factor x (desired - running))`` with ``upscaling_factor`` /
-  ``downscaling_factor`` (None -> ``smoothing_factor`` 1.0); a scale-down
-  stuck at the current count by a small factor is decremented by one;
-  then min/max replicas;
-- delays against the current target: a scale-up is applied once the same
-  direction has been decided for ``upscale_delay_s`` 30 s, a scale-down for
-  ``downscale_delay_s`` 600 s (``downscale_to_zero_delay_s`` for 1 -> 0, default
-  the same); a change of direction or a "no change" resets the run. Ray
-  counts control loops of 0.1 s (``CONTROL_LOOP_INTERVAL_S``) and applies after
-  ``> int(delay / 0.1)`` of them, i.e. once ``delay`` seconds have passed since
-  the first decision of the run; here the run start is kept in the state;
-- cold start: with no running replica and requests waiting, scale at once to
-  ``max(ceil(1 x upscaling_factor), current target)``; with none waiting, keep
-  the target (replicas still starting are left to come up).
+1. **Sampling.** Every replica records its ongoing requests (running + queued;
+   llmscale's ``running`` + ``queue_waiting``, which includes the gateway queue)
+   every ``record_interval_s = min(0.2 x look_back_period_s, metrics_interval_s)``
+   = min(6, 10) = 6 s (``RAY_SERVE_AUTOSCALING_METRIC_RECORD_INTERVAL_FACTOR``
+   0.2) and pushes the samples of the last ``look_back_period_s`` (30 s) to the
+   controller every ``metrics_interval_s`` (10 s). Here one fleet-wide series
+   is recorded (Ray merges the replicas' series into the same total).
+2. **Averaging.** The controller's ``total_num_requests`` is the time-weighted
+   mean of that step function, each sample holding until the next one and the
+   newest holding until *now* (``max(now - t_last, 1e-3)`` s). E.g. samples
+   4, 10, 1 at 0, 6, 12 s read at 16 s: (4 x 6 + 10 x 6 + 1 x 4) / 16 = 5.5
+   (``test_time_weighted_mean_worked_example``). No pushed sample: 0.
+3. **Decision.** ``desired = total / target_ongoing_requests`` (``error_ratio x
+   running``), then the gain ``ceil(running + factor x (desired - running))``
+   with ``upscaling_factor`` / ``downscaling_factor`` (None -> ``smoothing_factor``
+   1.0); a scale-down stuck at the current count by a small factor steps one.
+4. **Delays** against the current target: the first decision of a run records
+   its time; it applies once ``now - start + 1e-6 >= delay`` (Ray's
+   ``_DELAY_ELAPSED_EPS_S``: a 30 s delay begun at 0.1 s is due at 30.1 s even when
+   the float difference reads 29.999999999999996); ``upscale_delay_s`` 30 s,
+   ``downscale_delay_s`` 600 s (``downscale_to_zero_delay_s`` for 1 -> 0; other
+   scale-downs stop at 1). A change of direction or "no change" resets the run.
+5. **Cold start.** With no running replica and ``total > 0``, scale at once to
+   ``max(ceil(1 x upscaling_factor), target)``; with ``total == 0`` the target is
+   kept (replicas still starting are left to come up). Both paths leave the
+   delay run as it was: a run started before the last replica went away keeps
+   its start time (``test_delay_timer_survives_the_cold_start_path``).
+6. **Bounds** (min/max replicas) are applied to the result, after the delays
+   (``AutoscalingState.apply_bounds``), so a run towards a value outside the
+   bounds still times.
 
-Deviations: Ray's controller runs every 0.1 s but its metrics change only
-every 10 s, so deciding at each 10 s metrics tick gives the same delays;
-when this tick's request count cannot be computed the decision is
-``no-data`` and holds (the delay run is left as it was).
+Deviation: Ray's controller re-evaluates every 0.1 s (``CONTROL_LOOP_INTERVAL_S``);
+this policy ticks every ``control_interval_s`` (1 s by default; 0.1 s is allowed
+and reproduces Ray's cadence at ten times the controller ticks). The 1 s tick
+costs about 1.4x the CPU of the former 10 s one on the default backtest
+(``llmscale backtest --policy ray-serve --no-oracle``, user time). Its
+samples and pushes fall on ticks, so a delay fires up to one tick later than in
+Ray. When a sample is due and the ongoing requests cannot be computed the
+decision is ``no-data`` and holds (the state is left as it was, so the sample
+is taken at the next tick).
 
 Guards: ``guard_overrides`` =
 :data:`~llmscale.policies._hpa_behavior.PEER_GUARD_OVERRIDES`: Ray's delays
@@ -46,10 +60,12 @@ missing-data, drain-aware scale-down and the bounds stay on.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any, ClassVar
 
+from llmscale.errors import ConfigError
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import (
@@ -62,7 +78,24 @@ from llmscale.policies.params import (
 )
 from llmscale.types import Decision, Signals
 
-__all__ = ["RayServeConfig", "RayServePolicy", "RayServeState", "apply_scaling_factors"]
+__all__ = [
+    "DELAY_EPS_S",
+    "RayServeConfig",
+    "RayServePolicy",
+    "RayServeState",
+    "apply_scaling_factors",
+    "decide_replicas",
+    "time_weighted_mean",
+]
+
+#: Ray 2.60's ``_DELAY_ELAPSED_EPS_S``: elapsed time that falls short of a delay by float error still counts
+DELAY_EPS_S = 1e-6
+#: Ray 2.60's ``RAY_SERVE_AUTOSCALING_METRIC_RECORD_INTERVAL_FACTOR``: samples every 0.2 x look-back
+RECORD_INTERVAL_FACTOR = 0.2
+#: the newest sample's minimum weight, s (Ray's guard against a zero-length last window)
+_MIN_LAST_WINDOW_S = 1e-3
+#: slack when a tick lands on a sampling or push time (ticks of 0.1 s accumulate float error)
+_SCHEDULE_EPS_S = 1e-9
 
 
 @dataclass(frozen=True)
@@ -75,27 +108,114 @@ class RayServeConfig:
     downscaling_factor: float = 1.0
     metrics_interval_s: float = 10.0
     look_back_period_s: float = 30.0
+    control_interval_s: float = 1.0
     min_replicas: int = 1
     max_replicas: int = 100
+
+    @property
+    def record_interval_s(self) -> float:
+        """How often the replicas sample their ongoing requests: min(0.2 x 30, 10) = 6 s by default."""
+        return min(self.look_back_period_s * RECORD_INTERVAL_FACTOR, self.metrics_interval_s)
 
 
 @dataclass(frozen=True)
 class RayServeState:
-    #: (time_s, total ongoing requests) within the look-back period, oldest first
-    samples: tuple[tuple[float, float], ...] = ()
+    #: (time_s, ongoing requests) sampled at the replicas, not yet pruned, oldest first
+    recorded: tuple[tuple[float, float], ...] = ()
+    #: the samples the controller holds since the last push, oldest first
+    pushed: tuple[tuple[float, float], ...] = ()
+    #: when the next sample and the next push are due (None: at the first tick)
+    next_record_s: float | None = None
+    next_push_s: float | None = None
     #: direction of the current run of decisions (+1 up, -1 down, 0 none) and when it began
     direction: int = 0
-    run_since_s: float = 0.0
+    run_since_s: float | None = None
 
 
 def apply_scaling_factors(desired: float, current: int, up_factor: float, down_factor: float) -> int:
-    """Ray's ``_apply_scaling_factors``. E.g. (1.0, 4, 1, 0.1): ceil(4 - 0.3) = 4, stuck -> 3."""
+    """Ray's gain on a change. E.g. (1.0, 4, 1, 0.1): ceil(4 - 0.3) = 4, stuck -> 3.
+
+    From zero running replicas the gain does not apply: ceil(desired) (Ray 2.60).
+    """
+    if current == 0:
+        return math.ceil(desired)
     delta = desired - current
     factor = up_factor if delta > 0 else down_factor
     scaled = math.ceil(current + factor * delta)
     if math.ceil(desired) < current and scaled == current:
         scaled -= 1
     return scaled
+
+
+def time_weighted_mean(samples: Sequence[tuple[float, float]], now_s: float) -> float:
+    """The mean of a step function of ``samples`` (time_s, value), the last holding until ``now_s``.
+
+    Pre: ``samples`` sorted by time. 0.0 without samples (Ray's value with no data).
+    """
+    if not samples:
+        return 0.0
+    last_t, last_v = samples[-1]
+    last_window_s = now_s - last_t
+    if last_window_s <= 0.0:
+        last_window_s = _MIN_LAST_WINDOW_S
+    area = last_v * last_window_s
+    for (t0, v0), (t1, _) in pairwise(samples):
+        area += v0 * (t1 - t0)
+    return area / (last_t - samples[0][0] + last_window_s)
+
+
+def _apply_delays(
+    cfg: RayServeConfig, scaled: int, target: int, direction: int, since: float | None, now_s: float
+) -> tuple[int, str, int, float | None]:
+    """Ray's delay logic: (desired, rule, direction, run start) for a scaled proposal against ``target``."""
+    if scaled > target:
+        if direction < 0 or since is None:
+            direction, since = 1, now_s
+        if now_s - since + DELAY_EPS_S >= cfg.upscale_delay_s:
+            return scaled, "scale-up", 0, None
+        return target, "upscale-delay", direction, since
+    if scaled < target:
+        if direction > 0 or since is None:
+            direction, since = -1, now_s
+        if target == 1:
+            to_zero = cfg.downscale_to_zero_delay_s
+            delay = cfg.downscale_delay_s if to_zero is None else to_zero
+        else:
+            delay = cfg.downscale_delay_s
+            scaled = max(1, scaled)
+        if now_s - since + DELAY_EPS_S >= delay:
+            return scaled, "scale-down", 0, None
+        return target, "downscale-delay", direction, since
+    return target, "no-change", 0, None
+
+
+def decide_replicas(
+    cfg: RayServeConfig,
+    total_num_requests: float,
+    running_replicas: int,
+    target: int,
+    direction: int,
+    since: float | None,
+    now_s: float,
+) -> tuple[int, str, int, float | None]:
+    """Steps 3 to 6 on one averaged total: (bounded desired, rule, direction, run start).
+
+    The function the optional test ``tests/peers/test_ray_serve_real.py`` runs
+    beside Ray's own policy on scripted ticks.
+    """
+    if running_replicas == 0:
+        if total_num_requests > 0:
+            desired = max(math.ceil(cfg.upscaling_factor), target)
+            return clamp(desired, cfg.min_replicas, cfg.max_replicas), "cold-start", direction, since
+        if target > 0:
+            # Ray proposes the target itself and, from zero running, skips the delays.
+            return clamp(target, cfg.min_replicas, cfg.max_replicas), "no-running-replica", direction, since
+        desired, rule, direction, since = _apply_delays(cfg, 0, 0, direction, since, now_s)
+        return clamp(desired, cfg.min_replicas, cfg.max_replicas), "no-running-replica", direction, since
+    raw = total_num_requests / cfg.target_ongoing_requests
+    scaled = apply_scaling_factors(raw, running_replicas, cfg.upscaling_factor, cfg.downscaling_factor)
+    desired, rule, direction, since = _apply_delays(cfg, max(0, scaled), target, direction, since, now_s)
+    return clamp(desired, cfg.min_replicas, cfg.max_replicas), rule, direction, since
 
 
 @dataclass(frozen=True)
@@ -106,77 +226,56 @@ class RayServePolicy:
 
     @property
     def tick_s(self) -> float:
-        return self.config.metrics_interval_s
+        return self.config.control_interval_s
 
     def initial_state(self) -> RayServeState:
         return RayServeState()
+
+    def _sample(
+        self, signals: Signals, state: RayServeState, now_s: float
+    ) -> tuple[RayServeState, str | None]:
+        """Steps 1: record and push when due. Returns the new state, or a missing signal's name."""
+        cfg = self.config
+        recorded, next_record = state.recorded, state.next_record_s
+        if next_record is None or now_s + _SCHEDULE_EPS_S >= next_record:
+            running, waiting = signals.get("running"), signals.get("queue_waiting")
+            if running is None or waiting is None:
+                return state, "running" if running is None else "queue_waiting"
+            recorded = (*recorded, (now_s, running + waiting))
+            next_record = now_s + cfg.record_interval_s
+        pushed, next_push = state.pushed, state.next_push_s
+        if next_push is None or now_s + _SCHEDULE_EPS_S >= next_push:
+            start = now_s - cfg.look_back_period_s
+            recorded = tuple(s for s in recorded if s[0] >= start)
+            pushed, next_push = recorded, now_s + cfg.metrics_interval_s
+        return replace(
+            state, recorded=recorded, pushed=pushed, next_record_s=next_record, next_push_s=next_push
+        ), None
 
     def decide(self, signals: Signals, state: RayServeState, now_s: float) -> tuple[Decision, RayServeState]:
         cfg = self.config
         target = signals.fleet.spec_replicas
         running_replicas = signals.fleet.ready
-        running = signals.get("running")
-        waiting = signals.get("queue_waiting")
-        if running is None or waiting is None:
+        sampled, missing = self._sample(signals, state, now_s)
+        if missing is not None:
             held = clamp(target, cfg.min_replicas, cfg.max_replicas)
-            missing = "running" if running is None else "queue_waiting"
             return Decision(held, "no-data", {}, f"{missing} unavailable"), state
-
-        samples = (
-            *(s for s in state.samples if now_s - s[0] < cfg.look_back_period_s),
-            (now_s, running + waiting),
+        total = time_weighted_mean(sampled.pushed, now_s)
+        desired, rule, direction, since = decide_replicas(
+            cfg, total, running_replicas, target, state.direction, state.run_since_s, now_s
         )
-        total = sum(v for _, v in samples) / len(samples)
         inputs: dict[str, float | None] = {
             "total_num_requests": total,
             "target_ongoing_requests": cfg.target_ongoing_requests,
             "running_replicas": float(running_replicas),
             "target_replicas": float(target),
+            "samples": float(len(sampled.pushed)),
         }
-
-        if running_replicas == 0:
-            # Cold-start fast path: bypasses the delays.
-            if total > 0:
-                desired, rule = max(math.ceil(cfg.upscaling_factor), target), "cold-start"
-            else:
-                desired, rule = target, "no-running-replica"
-            desired = clamp(desired, cfg.min_replicas, cfg.max_replicas)
-            return Decision(desired, rule, inputs), RayServeState(samples=samples)
-
-        error_ratio = total / (cfg.target_ongoing_requests * running_replicas)
-        raw = running_replicas * error_ratio
-        scaled = apply_scaling_factors(raw, running_replicas, cfg.upscaling_factor, cfg.downscaling_factor)
-        bounded = clamp(scaled, cfg.min_replicas, cfg.max_replicas)
-        inputs.update(error_ratio=error_ratio, raw_desired=raw, bounded_desired=float(bounded))
-
-        direction, since = state.direction, state.run_since_s
-        if bounded > target:
-            if direction <= 0:
-                direction, since = 1, now_s
+        if running_replicas > 0:
+            inputs["raw_desired"] = total / cfg.target_ongoing_requests
+        if since is not None:
             inputs["run_s"] = now_s - since
-            if now_s - since >= cfg.upscale_delay_s:
-                desired, rule, direction = bounded, "scale-up", 0
-            else:
-                desired, rule = target, "upscale-delay"
-        elif bounded < target:
-            if direction >= 0:
-                direction, since = -1, now_s
-            inputs["run_s"] = now_s - since
-            if target == 1:
-                delay = cfg.downscale_to_zero_delay_s
-                delay = cfg.downscale_delay_s if delay is None else delay
-            else:
-                delay = cfg.downscale_delay_s
-                bounded = max(1, bounded)
-            if now_s - since >= delay:
-                desired, rule, direction = bounded, "scale-down", 0
-            else:
-                desired, rule = target, "downscale-delay"
-        else:
-            desired, rule, direction = target, "no-change", 0
-
-        desired = clamp(desired, cfg.min_replicas, cfg.max_replicas)
-        return Decision(desired, rule, inputs), RayServeState(samples, direction, since)
+        return Decision(desired, rule, inputs), replace(sampled, direction=direction, run_since_s=since)
 
 
 _PARAMS: dict[str, Param] = {
@@ -187,14 +286,18 @@ _PARAMS: dict[str, Param] = {
     "upscaling_factor": Param(None, FACTOR_RANGE, kind=float, help="default: smoothing_factor"),
     "downscaling_factor": Param(None, FACTOR_RANGE, kind=float, help="default: smoothing_factor"),
     "smoothing_factor": Param(1.0, FACTOR_RANGE),
-    "metrics_interval_s": Param(10.0, TICK_RANGE, unit="s"),
+    "metrics_interval_s": Param(10.0, TICK_RANGE, unit="s", help="push interval of the samples"),
     "look_back_period_s": Param(30.0, WINDOW_RANGE, unit="s"),
+    "control_interval_s": Param(
+        1.0, TICK_RANGE, unit="s", help="controller cadence (Ray re-evaluates every 0.1 s)"
+    ),
 }
 
 
 @register(
     "ray-serve",
-    "Ray Serve default policy: target 2 ongoing requests per replica, up after 30 s, down after 600 s",
+    "Ray Serve 2.60 default policy: 30 s time-weighted mean of ongoing requests / 2 per replica, "
+    "up after 30 s, down after 600 s",
     _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> RayServePolicy:
@@ -211,7 +314,13 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> RayServePolicy:
         downscaling_factor=down,
         metrics_interval_s=float(params["metrics_interval_s"]),
         look_back_period_s=float(params["look_back_period_s"]),
+        control_interval_s=float(params["control_interval_s"]),
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
     )
+    if cfg.control_interval_s > cfg.record_interval_s:
+        raise ConfigError(
+            f"ray-serve: control_interval_s = {cfg.control_interval_s}, must be <= the sampling "
+            f"interval min(0.2 x look_back_period_s, metrics_interval_s) ({cfg.record_interval_s})"
+        )
     return RayServePolicy(cfg)

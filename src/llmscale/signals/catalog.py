@@ -37,6 +37,7 @@ SIGNALS: dict[str, tuple[str, str]] = {
     "preemptions_per_s": ("1/s", "preemptions per second over the window"),
     # rates
     "request_rate_rps": ("req/s", "finished requests per second over the window (arrival proxy)"),
+    "arrival_rate_rps": ("req/s", "requests arriving at the fleet per second over the window (offered load)"),
     "request_rate_std_rps": ("req/s", "standard deviation of the per-tick request rate over the window"),
     "prompt_tps": ("tokens/s", "prompt tokens per second"),
     "generation_tps": ("tokens/s", "generated tokens per second"),

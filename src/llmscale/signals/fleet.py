@@ -176,6 +176,7 @@ _GROUPS: tuple[tuple[Callable[[SignalValues], Mapping[str, SignalValue]], tuple[
         lambda v: counter_rate_signals(v.window)[0],
         (
             "request_rate_rps",
+            "arrival_rate_rps",
             "prompt_tps",
             "generation_tps",
             "preemptions_per_s",

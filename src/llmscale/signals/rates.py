@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 from operator import add
 
+from llmscale.signals.arrivals import arrival_rate_signal
 from llmscale.signals.histograms import LATENCY_WINDOW_S, counter_increase
 from llmscale.signals.window import (
     E2E,
@@ -368,6 +369,7 @@ def rate_signals(
 #: the names :func:`rate_signals` fills, in its order
 RATE_SIGNALS = (
     "request_rate_rps",
+    "arrival_rate_rps",
     "request_rate_std_rps",
     "prompt_tps",
     "generation_tps",
@@ -405,6 +407,7 @@ def counter_rate_signals(
         prompt_len = SignalValue(None, "no request prefilled or finished in the window")
     values = {
         "request_rate_rps": rate(r.request_rps, "the E2E histogram count"),
+        "arrival_rate_rps": arrival_rate_signal(fw, window_s),
         "prompt_tps": rate(r.prompt_tps, "prompt tokens"),
         "generation_tps": rate(r.generation_tps, "generation tokens"),
         "preemptions_per_s": rate(r.preemptions_per_s, "preemptions"),

@@ -150,8 +150,14 @@ class SimMetricSource:
             ready=counts[Phase.READY],
             draining=counts[Phase.DRAINING],
         )
+        # Every arrival is resolved (counts, by outcome) or still unresolved: their sum is the
+        # arrivals so far, read without touching the fleet's hot path.
         return Observation(
-            time_s=now_s, fleet=fleet_view, replicas=tuple(samples), gateway_queue=len(fleet.gateway)
+            time_s=now_s,
+            fleet=fleet_view,
+            replicas=tuple(samples),
+            gateway_queue=len(fleet.gateway),
+            arrivals_total=int(sum(fleet.counts)) + fleet.unresolved,
         )
 
 
