@@ -188,6 +188,11 @@ class LeaseElector:
         version = _version(lease)
         if holder == s.identity and self._renewed_at is not None:
             return self._write(lease, holder=s.identity, transitions=transitions, acquired=False)
+        if holder and holder != s.identity:
+            # Someone else holds it (an operator's edit, or a successor after this replica's
+            # renew deadline passed): stop at once rather than at the deadline.
+            with self._lock:
+                self._renewed_at = None
         if holder:
             # Someone else (or this identity from before a lapse: treat it like anyone else).
             if self._observed is None or self._observed[0] != version:
