@@ -274,9 +274,7 @@ class LeaseElector:
             lease = self._api.read_namespaced_lease(s.name, s.namespace, _request_timeout=s.request_timeout_s)
             if lease.spec is None or lease.spec.holder_identity != s.identity:
                 return
-            body = self._body(
-                None, lease.spec.lease_transitions or 0, None, _version(lease)
-            )
+            body = self._body(None, lease.spec.lease_transitions or 0, None, _version(lease))
             self._api.replace_namespaced_lease(
                 s.name, s.namespace, body, _request_timeout=s.request_timeout_s
             )
