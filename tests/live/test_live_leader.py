@@ -67,6 +67,7 @@ def test_a_standby_decides_and_logs_but_never_scales_or_saves(tmp_path):
         assert entry is not None and entry.record.final == 5 and not entry.record.applied
     assert cluster.calls == []
     assert not (tmp_path / "state.json").exists(), "a standby wrote the state"
+    assert c.metrics.registry.get_sample_value("llmscale_leader") == 0.0
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(r["leader"], r["lease_term"], r["identity"]) for r in lines] == [(False, None, "pod-a_1234")] * 2
 
@@ -90,6 +91,7 @@ def test_taking_over_loads_the_cooldown_the_previous_leader_saved(tmp_path):
     elector.leading = True
     entry = c.tick(30.0)
     assert entry is not None and entry.record.guard == "cooldown" and entry.record.final == 3
+    assert c.metrics.registry.get_sample_value("llmscale_leader") == 1.0
     assert cluster.calls == [(5, 0.0)]  # the old leader's only
     entry = c.tick(300.0)
     assert entry is not None and entry.record.applied and cluster.calls == [(5, 0.0), (5, 300.0)]

@@ -326,6 +326,7 @@ class LiveController:
     def _lease_fields(self, leading: bool) -> dict[str, Any]:
         if self.elector is None:
             return {}
+        self.metrics.leader.set(1.0 if leading else 0.0)
         return {"leader": leading, "lease_term": self.elector.term, "identity": self.elector.identity}
 
     def _tick(self, now_s: float, t0: float, trace_id: str) -> LogEntry:
