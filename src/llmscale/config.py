@@ -34,6 +34,7 @@ __all__ = [
     "ActuatorConfig",
     "Address",
     "DriftConfig",
+    "LeaderElectionConfig",
     "LiveConfig",
     "MetricsConfig",
     "Mode",
@@ -259,6 +260,33 @@ class StateConfig(_Section):
         return value
 
 
+class LeaderElectionConfig(_Section):
+    """Two or more replicas of ``llmscale run``, one actor: a ``coordination.k8s.io/v1`` Lease.
+
+    The defaults are client-go's (15 / 10 / 2 s): a standby takes over at most about
+    ``lease_duration_s + retry_period_s`` = 17 s after the leader last renewed, and a leader
+    that could not renew for ``renew_deadline_s`` = 10 s stops actuating, 5 s before any
+    standby may take over (``cluster/leader.py`` explains the margin).
+    """
+
+    enabled: bool = False
+    #: the Lease's name (default ``llmscale-leader-<target name>``); deploy/rbac/lease.yaml ships it
+    lease_name: str | None = Field(
+        default=None, min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    )
+    #: the Lease's namespace (default: the target's)
+    namespace: str | None = Field(default=None, min_length=1)
+    #: how long a standby waits, after it last saw the Lease change, before it takes the Lease
+    lease_duration_s: float = Field(default=15.0, gt=0)
+    #: how long a leader keeps actuating after its last successful renewal
+    renew_deadline_s: float = Field(default=10.0, gt=0)
+    #: how often every replica tries to acquire or renew
+    retry_period_s: float = Field(default=2.0, gt=0)
+    #: this replica's name in the Lease (default: $POD_NAME, else the hostname, each with a
+    #: random suffix so two processes never share one)
+    identity: str | None = Field(default=None, min_length=1, max_length=128)
+
+
 class SloConfig(_Section):
     ttft_s: float = Field(default=2.0, gt=0)
     #: length-aware TTFT SLO: this many more seconds per 1,000 prompt tokens (as the backtest's
@@ -364,6 +392,7 @@ class LiveConfig(_Section):
     state: StateConfig = Field(default_factory=StateConfig)
     slo: SloConfig = Field(default_factory=SloConfig)
     drift: DriftConfig = Field(default_factory=DriftConfig)
+    leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
 
     def guard_overrides(self) -> dict[str, Any]:
         """The guard settings the file sets (an explicit ``null`` switches a limit off)."""
@@ -478,6 +507,22 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
     k = cfg.actuator.kubernetes
     if k.in_cluster and (k.kubeconfig or k.context):
         raise fail("actuator.kubernetes", "in_cluster excludes kubeconfig and context")
+    le = cfg.leader_election
+    if le.enabled:
+        if cfg.actuator.kind != "kubernetes":
+            raise fail("leader_election", "needs actuator.kind kubernetes (the Lease lives in its API)")
+        if le.renew_deadline_s >= le.lease_duration_s:
+            # A leader must stop before a standby may start: equal times would let both act.
+            raise fail(
+                "leader_election.renew_deadline_s",
+                f"{le.renew_deadline_s:g}, must be < lease_duration_s ({le.lease_duration_s:g})",
+            )
+        if le.retry_period_s >= le.renew_deadline_s:
+            raise fail(
+                "leader_election.retry_period_s",
+                f"{le.retry_period_s:g}, must be < renew_deadline_s ({le.renew_deadline_s:g}): "
+                "a leader must get at least one more try to renew before it gives up",
+            )
     keda = cfg.actuator.keda
     if keda.max_streams_per_peer > keda.max_streams:
         raise fail(

@@ -156,10 +156,19 @@ def test_deployment_runs_as_the_rbac_service_account_without_privileges() -> Non
     assert _container()["image"] == "ghcr.io/llmscale/llmscale:0.1.0"
 
 
-def test_single_writer() -> None:
+def test_two_replicas_one_writer() -> None:
+    """Two replicas only with leader election on, each named in the Lease by its pod name."""
     spec = _one("Deployment", "llmscale")["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"]["type"] == "Recreate"
+    assert spec["replicas"] == 2
+    le = _config()["leader_election"]
+    assert le["enabled"] is True
+    assert le["renew_deadline_s"] < le["lease_duration_s"]
+    env = {e["name"]: e for e in _container()["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    (lease,) = _docs(DEPLOY / "rbac" / "lease.yaml")
+    assert lease["metadata"]["name"] == f"llmscale-leader-{_config()['target']['name']}"
+    # at most one replica down during an upgrade: the other keeps (or takes) the lease
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
 
 
 def test_probes_hit_the_server_port() -> None:

@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llmscale.clock import ManualClock
 from llmscale.cluster.kubernetes import KubeActuationError, KubernetesCluster, KubeScaleTarget
+from llmscale.cluster.leader import LeaseElector, LeaseSettings, lease_name
 from llmscale.cluster.state_store import ConfigMapStateStore, state_configmap_name
 from llmscale.config import Mode
 from llmscale.controller.live import LiveController, PolicyRun
@@ -28,7 +29,7 @@ from llmscale.types import FleetView, Observation
 
 RBAC_DIR = Path(__file__).resolve().parents[2] / "deploy" / "rbac"
 SHIPPED_TARGET = "vllm-llama3-8b"  # the placeholder in role.yaml's resourceNames
-SHIPPED_NAMES = {SHIPPED_TARGET, state_configmap_name(SHIPPED_TARGET)}
+SHIPPED_NAMES = {SHIPPED_TARGET, state_configmap_name(SHIPPED_TARGET), lease_name(SHIPPED_TARGET)}
 LLMSCALE = Path(sys.executable).with_name("llmscale")
 
 
@@ -70,6 +71,8 @@ def apply(api: client.ApiClient, docs: list[dict[str, Any]]) -> str:
             )
         elif doc["kind"] == "ConfigMap":
             client.CoreV1Api(api).create_namespaced_config_map(ns, client.V1ConfigMap.from_dict(doc))
+        elif doc["kind"] == "Lease":
+            client.CoordinationV1Api(api).create_namespaced_lease(ns, doc)
         else:
             raise AssertionError(f"unexpected kind {doc['kind']} in deploy/rbac")
     assert sa_name, "deploy/rbac ships no ServiceAccount"
@@ -84,16 +87,23 @@ def test_manifests_are_least_privilege_by_construction():
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
         if writes & set(rule["verbs"]):
-            # Every write is pinned to one object by name: the target's scale, the state ConfigMap.
-            assert rule.get("resourceNames") in (["my-model"], ["llmscale-state-my-model"]), rule
+            # Every write is pinned to one object by name: the target's scale, the state ConfigMap,
+            # the leader-election Lease.
+            assert rule.get("resourceNames") in (
+                ["my-model"],
+                ["llmscale-state-my-model"],
+                ["llmscale-leader-my-model"],
+            ), rule
             assert set(rule["verbs"]) & writes == {"update"}, rule
             written |= set(rule["resources"])
         assert "secrets" not in rule["resources"]
     # Nothing on the workload objects themselves: a write there could change the pod template.
-    assert written == {"deployments/scale", "statefulsets/scale", "configmaps"}
+    assert written == {"deployments/scale", "statefulsets/scale", "configmaps", "leases"}
     assert not any({"deployments", "statefulsets"} & set(r["resources"]) for r in role["rules"])
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
     assert cm["metadata"]["name"] == state_configmap_name("my-model")
+    (lease,) = [d for d in docs if d["kind"] == "Lease"]
+    assert lease["metadata"]["name"] == lease_name("my-model")
 
 
 @pytest.fixture
@@ -126,6 +136,26 @@ def expect_forbidden(call: Any) -> None:
     with pytest.raises(ApiException) as info:
         call()
     assert info.value.status == 403, info.value
+
+
+def test_service_account_leads_on_the_shipped_lease_and_no_other(sa_setup):
+    """get/update on its one Lease suffice to elect; other Leases and creating one are forbidden."""
+    admin, sa_api, ns = sa_setup
+    settings = LeaseSettings(ns, lease_name("llama"), "pod-a", retry_period_s=0.5, request_timeout_s=2.0)
+    elector = LeaseElector(sa_api, settings)
+    assert elector.try_once() and elector.term == 1  # the shipped Lease had no holder
+    assert elector.try_once()  # renewed
+    elector.stop()  # released
+    lease = client.CoordinationV1Api(admin).read_namespaced_lease(lease_name("llama"), ns)
+    assert lease.spec.holder_identity is None
+
+    coord = client.CoordinationV1Api(sa_api)
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "kube-scheduler"}}
+    expect_forbidden(lambda: coord.create_namespaced_lease(ns, body))
+    client.CoordinationV1Api(admin).create_namespaced_lease(ns, body)
+    expect_forbidden(lambda: coord.read_namespaced_lease("kube-scheduler", ns))
+    other = LeaseElector(sa_api, LeaseSettings(ns, "llmscale-leader-other", "pod-a", request_timeout_s=2.0))
+    assert not other.try_once() and other.errors == 1  # no Lease, and no right to create it
 
 
 def test_service_account_is_forbidden_everything_else(sa_setup):

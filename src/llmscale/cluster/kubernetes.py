@@ -251,6 +251,8 @@ class KubernetesCluster:
             core=client.CoreV1Api(api_client),
             custom=client.CustomObjectsApi(api_client),
         )
+        #: with leader election, the elector's ``is_leader``: every scale write asks it first
+        self.may_write: Callable[[], bool] | None = None
 
     @classmethod
     def from_config(
@@ -359,12 +361,17 @@ class KubernetesCluster:
             if t.kind == "Deployment"
             else apps.replace_namespaced_stateful_set_scale
         )
-        self._call(
-            "update",
-            f"{t.resource}/scale",
-            lambda: method(t.name, t.namespace, body, _request_timeout=timeout),
-            passthrough=frozenset({409}),
-        )
+
+        def write() -> Any:
+            # Asked before every attempt, retries included: a leader whose lease lapsed while
+            # it backed off from a 503 storm must not land its scale after a successor took over.
+            if self.may_write is not None and not self.may_write():
+                raise KubeActuationError(
+                    f"not scaling {t}: this replica no longer holds the leader lease", reason="other"
+                )
+            return method(t.name, t.namespace, body, _request_timeout=timeout)
+
+        self._call("update", f"{t.resource}/scale", write, passthrough=frozenset({409}))
 
     # -- Cluster protocol ------------------------------------------------------------------
 

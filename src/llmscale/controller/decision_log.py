@@ -91,6 +91,11 @@ class LogEntry:
     error: str | None = None
     #: the tick's time when ``record`` is None (a record carries its own)
     time_s: float | None = None
+    #: with leader election on: whether this replica held the Lease this tick (a standby decides
+    #: and logs but never acts), its term (the Lease's transitions when it took it) and identity
+    leader: bool | None = None
+    lease_term: int | None = None
+    identity: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         r = self.record
@@ -139,6 +144,10 @@ class LogEntry:
             doc["tick_duration_s"] = round(self.tick_duration_s, 6)
         if self.drift is not None:
             doc["drift"] = dict(self.drift)
+        if self.leader is not None:
+            doc["leader"] = self.leader
+            doc["lease_term"] = self.lease_term
+            doc["identity"] = self.identity
         clean: dict[str, Any] = _finite(doc)
         return clean
 

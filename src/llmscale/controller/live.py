@@ -35,7 +35,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from llmscale.clock import Clock, WallClock
 from llmscale.cluster.base import Cluster
@@ -56,11 +56,30 @@ from llmscale.metrics.source import MetricSource
 from llmscale.policies.base import Policy
 from llmscale.types import FleetView, Observation, Phase, ReplicaSample, TickRecord
 
-__all__ = ["ClusterAlignedSource", "LiveController", "PolicyRun", "actuation_reason"]
+__all__ = ["ClusterAlignedSource", "Elector", "LiveController", "PolicyRun", "actuation_reason"]
 
 
 if TYPE_CHECKING:
     from llmscale.controller.drift import DriftMonitor
+
+
+class Elector(Protocol):
+    """Leader election as the live loop reads it (``cluster/leader.py``'s LeaseElector)."""
+
+    def start(self) -> None:
+        """Begin campaigning (the first attempt happens before this returns)."""
+
+    def is_leader(self) -> bool:
+        """Whether this replica may act now (false once the renew deadline passed)."""
+
+    @property
+    def term(self) -> int | None:
+        """The leadership term while leading, else None."""
+
+    @property
+    def identity(self) -> str:
+        """This replica's name in the Lease."""
+
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +196,7 @@ class LiveController:
         timer: Clock | None = None,
         config_name: str | None = None,
         drift: DriftMonitor | None = None,
+        elector: Elector | None = None,
     ) -> None:
         """``clock``: the controller's time line (epoch seconds live, so saved state survives a
         restart). ``timer``: what tick durations are measured with (monotonic by default).
@@ -184,6 +204,7 @@ class LiveController:
         shadow modes; config's ``shadow.primary: dry-run`` turns it off). ``config_name``: the
         config file, named in start-up errors about its settings. ``drift``: the model-drift
         hook (``controller/drift.py``), run on each tick's signals before the policies.
+        ``elector``: leader election (``cluster/leader.py``); only the leader acts and saves state.
         """
         if mode is Mode.SHADOW and shadow is None:
             raise ConfigError("mode shadow needs a shadow policy")
@@ -214,6 +235,10 @@ class LiveController:
         self.last_failure: str | None = None
         self.config_name = config_name
         self.drift = drift
+        self.elector = elector
+        #: whether this replica led at its previous tick: a standby that becomes the leader
+        #: reloads the saved state first, so it honours the cooldowns its predecessor started
+        self._was_leading = elector is None
         self._started = False
         self._errors_seen = 0
 
@@ -234,9 +259,12 @@ class LiveController:
                 self.decision_log.open()
             except DecisionLogError as e:
                 raise ConfigError(f"{where}decision_log.path: {e}") from e
+        if self.elector is not None:
+            self.elector.start()
+            self._was_leading = self.elector.is_leader()
         if self.store is not None:
             self._load_state()
-            if self.primary_acts:
+            if self.primary_acts and self._leading():
                 # Written back now, so a store this controller cannot write (a read-only file, a
                 # Role without update on the ConfigMap) stops it here, not at its first scale.
                 try:
@@ -292,7 +320,25 @@ class LiveController:
             self.metrics.tick_duration.observe(max(0.0, self._timer.now_s() - t0))
         return entry
 
+    def _leading(self) -> bool:
+        return self.elector is None or self.elector.is_leader()
+
+    def _lease_fields(self, leading: bool) -> dict[str, Any]:
+        if self.elector is None:
+            return {}
+        self.metrics.leader.set(1.0 if leading else 0.0)
+        return {"leader": leading, "lease_term": self.elector.term, "identity": self.elector.identity}
+
     def _tick(self, now_s: float, t0: float, trace_id: str) -> LogEntry:
+        leading = self._leading()
+        if leading and not self._was_leading and self.store is not None:
+            # Taking over: the predecessor's cooldown clocks are in the store, not in this
+            # replica's standby state (tests/kubernetes/test_kube_leader.py pins it). Nothing
+            # saved means no leader ever scaled: start from fresh clocks, not from the standby's
+            # as-if-applied ones, which would hold a needed scale-up for a cooldown no scale began.
+            self.state = replace(self.state, guard_state=GuardState())
+            self._load_state()
+        self._was_leading = leading
         window, signals = observe_signals(now_s, self.source, self.state.window)
         if self.drift is not None:
             signals = self.drift.tick(now_s, window, signals)
@@ -324,10 +370,19 @@ class LiveController:
         # A KEDA scaler serves nothing until its first decision is published, even one that
         # equals the starting spec (KEDA would see UNAVAILABLE and the ScaledObject its fallback).
         unpublished = getattr(self.cluster, "has_decision", True) is False
-        act = self.primary_acts and (record.final != current or unpublished)
+        act = self.primary_acts and leading and (record.final != current or unpublished)
+        if act and not self._leading():
+            # Fencing: the renew deadline passed since the tick began; nothing is saved or scaled.
+            act = leading = False
         changes = act and record.final != current
         # Written ahead of the scale: ``applied`` says the scale is asked for (see decision_log.py).
         record = replace(record, applied=changes)
+
+        if not leading:
+            # A standby's guard clocks are the leader's, which it reads from the store when it
+            # takes over; clocks advanced here as if its decisions were applied would hold a
+            # new leader for cooldowns no scale started (or hide that it forgot the real ones).
+            state = replace(state, guard_state=before.guard_state)
 
         shadow_record = None
         shadow_state = self.shadow_state
@@ -350,12 +405,13 @@ class LiveController:
             shadow_version=self.shadow.version if self.shadow else None,
             tick_duration_s=max(0.0, self._timer.now_s() - t0),
             drift=self.drift.last.as_json() if self.drift is not None and self.drift.last else None,
+            **self._lease_fields(leading),
         )
         saved = before.guard_state, self.last_decision
         decision = decision_to_dict(record) if changes else self.last_decision
         # An acting controller also saves when the step-time factors moved (by 1%), so a restart
         # plans with them at once instead of learning them again over the adjustment's time constant.
-        if not changes and self.primary_acts and self.drift is not None and self.drift.moved:
+        if not changes and self.primary_acts and leading and self.drift is not None and self.drift.moved:
             try:
                 self._persist(state.guard_state, decision)
             except LlmscaleError as e:
@@ -372,6 +428,24 @@ class LiveController:
             raise
 
         error: dict[str, str] | None = None
+        if act and not self._leading():
+            # Fencing: the renew deadline passed while this tick ran. The state saved above may
+            # start a cooldown for a scale that never happens: one cooldown too long, never twice.
+            log.warning("lost the lease during the tick: not scaling %s to %d", self.target, record.final)
+            act = False
+            record = replace(record, applied=False)
+            entry = replace(
+                entry,
+                record=record,
+                leader=False,
+                lease_term=None,
+                actuation_error={"reason": "not_leader", "message": "lease lost before the scale"},
+            )
+            state = replace(state, guard_state=before.guard_state)
+            decision = self.last_decision
+            self.last_failure = "lost the lease before the scale"
+            error = dict(entry.actuation_error or {})
+            self._write(entry)
         if act:
             try:
                 self.cluster.scale_to(record.final, now_s, drain_until_idle=run.guards.drain_aware)
@@ -430,6 +504,7 @@ class LiveController:
             tick_duration_s=max(0.0, self._timer.now_s() - t0),
             error=error,
             time_s=now_s,
+            **self._lease_fields(self._leading()),
         )
         try:
             self._write(entry)

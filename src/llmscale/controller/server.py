@@ -118,6 +118,11 @@ class ControllerMetrics:
             "Ticks that failed with an unexpected error (the loop went on)",
             registry=r,
         )
+        self.leader = Gauge(
+            "llmscale_leader",
+            "1 while this replica holds the leader Lease and may scale, else 0 (leader_election only)",
+            registry=r,
+        )
         # Zero-valued series from the start, so rate() and absent() work before the first event.
         self.scrape_errors.labels(source=source_kind)
         for reason in ACTUATION_REASONS:

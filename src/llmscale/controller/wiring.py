@@ -28,6 +28,7 @@ __all__ = [
     "Runtime",
     "build_cluster",
     "build_drift",
+    "build_elector",
     "build_runtime",
     "build_source",
     "build_store",
@@ -248,6 +249,30 @@ def build_store(cfg: LiveConfig, kube: Any) -> StateStore | None:
     return configmap
 
 
+def build_elector(cfg: LiveConfig, kube: Any) -> Any:
+    """The Lease elector when ``leader_election.enabled`` (None otherwise); not started yet."""
+    le = cfg.leader_election
+    if not le.enabled:
+        return None
+    from llmscale.cluster.leader import LeaseElector, LeaseSettings, default_identity, lease_name
+
+    if kube is None:
+        raise ConfigError("leader_election needs a Kubernetes target (actuator kubernetes)")
+    settings = LeaseSettings(
+        namespace=le.namespace or cfg.target.namespace,
+        name=le.lease_name or lease_name(cfg.target.name),
+        identity=le.identity or default_identity(),
+        lease_duration_s=le.lease_duration_s,
+        renew_deadline_s=le.renew_deadline_s,
+        retry_period_s=le.retry_period_s,
+        # a hung request must end before the renew deadline does
+        request_timeout_s=min(5.0, le.renew_deadline_s / 2),
+    )
+    elector = LeaseElector(kube.api_client, settings)
+    kube.may_write = elector.is_leader
+    return elector
+
+
 def build_drift(cfg: LiveConfig, runs: list[PolicyRun], registry: Any) -> tuple[Any, list[PolicyRun]]:
     """The model-drift hook (None when ``drift.enabled`` is off or the model is unknown to the
     catalogue), and ``runs`` with their policies made rebuildable around adjusted factors when
@@ -320,6 +345,9 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
         primary, shadow = runs[0], (runs[1] if shadow is not None else None)
         decisions = DecisionLog(cfg.decision_log.path)
         closers.append(decisions.close)
+        elector = build_elector(cfg, kube)
+        if elector is not None:
+            closers.append(elector.stop)
         controller = LiveController(
             source=source,
             cluster=cluster,
@@ -336,6 +364,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
             slo=(cfg.slo.ttft_s, cfg.slo.tpot_s, cfg.slo.ttft_per_1k_tokens_s),
             drift=drift,
             config_name=config_name,
+            elector=elector,
         )
     except BaseException:
         _close_all(closers)
