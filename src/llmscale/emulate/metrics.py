@@ -112,6 +112,10 @@ class _OneReplicaFleet:
         self.replicas = [replica]
         self.spec_replicas = 1
         self.gateway: deque[Any] = deque()
+        #: a replica's page has no arrivals counter (vLLM's pages count what the engine saw):
+        #: the exporter reads none from a view without the fleet's outcome counts
+        self.counts: tuple[int, ...] | None = None
+        self.unresolved = 0
         self._r = replica
 
     def sync_all(self, now: float) -> None:

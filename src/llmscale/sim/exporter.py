@@ -151,13 +151,15 @@ class SimMetricSource:
             draining=counts[Phase.DRAINING],
         )
         # Every arrival is resolved (counts, by outcome) or still unresolved: their sum is the
-        # arrivals so far, read without touching the fleet's hot path.
+        # arrivals so far, read without touching the fleet's hot path. A one-replica view (the
+        # emulator's per-replica pages) has no such count: the offered load is the gateway's.
+        outcomes = getattr(fleet, "counts", None)
         return Observation(
             time_s=now_s,
             fleet=fleet_view,
             replicas=tuple(samples),
             gateway_queue=len(fleet.gateway),
-            arrivals_total=int(sum(fleet.counts)) + fleet.unresolved,
+            arrivals_total=None if outcomes is None else int(sum(outcomes)) + fleet.unresolved,
         )
 
 
