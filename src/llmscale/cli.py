@@ -87,6 +87,12 @@ def _load_policy_config(path: Path | None) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"--policy-config {e}") from e
 
 
+_RATE_SHAPE_HELP = (
+    "ServeGen traces: 'smooth' (rate continuous, piecewise linear, each 10-minute window's count kept) "
+    "or 'step' (constant per window, jumping at its edges)."
+)
+
+
 def _load_workload(
     trace: Path | None,
     fmt: str,
@@ -95,20 +101,32 @@ def _load_workload(
     start_s: float | None,
     duration_s: float | None,
     rate_scale: float,
+    rate_shape: str = "smooth",
 ) -> Any:
     from llmscale.workloads import load_trace, make_preset, window
     from llmscale.workloads import rate_scale as scale
     from llmscale.workloads.limits import MAX_SPAN_S
+    from llmscale.workloads.servegen import RATE_SHAPES
 
     check_option("--seed", seed, "[0, inf)", integer=True)
     check_option("--start-s", start_s, "[0, inf)")
     # inf: to the end of the trace
     check_option("--duration-s", duration_s, "(0, inf]")
     check_option("--rate-scale", rate_scale, "(0, inf)")
+    if rate_shape not in RATE_SHAPES:
+        raise ConfigError(f"--rate-shape = {rate_shape!r}, must be one of {', '.join(RATE_SHAPES)}")
     if trace is not None and preset is not None:
         raise ConfigError("give either --trace or --workload, not both")
     if trace is not None:
-        w = load_trace(trace, fmt, seed=seed, start_s=start_s, duration_s=duration_s, max_span_s=MAX_SPAN_S)
+        w = load_trace(
+            trace,
+            fmt,
+            seed=seed,
+            start_s=start_s,
+            duration_s=duration_s,
+            max_span_s=MAX_SPAN_S,
+            rate_shape=rate_shape,
+        )
     else:
         w = make_preset(preset or "default", seed=seed)
         if start_s is not None or duration_s is not None:
@@ -290,6 +308,7 @@ def backtest(
         float | None, typer.Option(help="Start of the window to replay (s from the first request).")
     ] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
+    rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
     slo_ttft_s: Annotated[float, typer.Option(help="SLO on time to first token (s).")] = 2.0,
     slo_tpot_s: Annotated[
         float, typer.Option(help="SLO on mean time per output token after the first (s).")
@@ -388,7 +407,7 @@ def backtest(
         check_output_path("--decisions", decisions)
     names = _split_policies(policy)
     params = _load_policy_config(policy_config)
-    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale)
+    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape)
 
     engine = _engine_settings(calibration, max_num_seqs, max_num_batched_tokens, chunked_prefill)
     sim = SimConfig(timeout_s=timeout_s, grace_s=grace_s, seed=seed, router=router, **engine)
@@ -773,6 +792,7 @@ def loadgen_cmd(
     rate_scale: Annotated[float, typer.Option(help="Multiply the arrival rate.")] = 1.0,
     start_s: Annotated[float | None, typer.Option(help="Start of the window to replay (s).")] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
+    rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
     max_requests: Annotated[int, typer.Option(help="Send at most this many requests.")] = 1000,
     max_duration_s: Annotated[float, typer.Option(help="Stop the replay after this many seconds.")] = 300.0,
     concurrency_limit: Annotated[
@@ -806,7 +826,7 @@ def loadgen_cmd(
     check_option("--request-timeout-s", request_timeout_s, "(0, inf)")
     if json_out is not None and not json_to_stdout:
         check_output_path("--json", Path(json_out))
-    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale)
+    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape)
     result = run_loadgen(
         w,
         target,
