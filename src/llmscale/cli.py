@@ -321,6 +321,14 @@ def backtest(
         ),
     ] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed for every random draw; same seed, same results.")] = 0,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            help="Repeat over seeds --seed .. --seed+N-1 (a synthetic, rate-scaled or ServeGen workload is "
+            "regenerated per seed; the simulator's draws always): mean and 95% interval of SLO attainment "
+            "and GPU-hours, and which differences are within noise. 1..100."
+        ),
+    ] = 1,
     json_out: Annotated[
         str | None,
         typer.Option("--json", help="Write results as JSON to PATH ('-' for stdout: JSON only there)."),
@@ -371,8 +379,9 @@ def backtest(
     # Help text: BACKTEST_HELP (typer keeps a docstring's line breaks).
     from dataclasses import replace
 
-    from llmscale.backtest.compare import build_document, run_backtest
+    from llmscale.backtest.compare import build_document, run_backtest_seeds, seed_label
     from llmscale.backtest.runner import BacktestSettings, build_fleet, check_policies
+    from llmscale.backtest.seeds import MAX_SEEDS, add_seed_statistics
     from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
     from llmscale.sim.fleet import SimConfig
 
@@ -407,6 +416,7 @@ def backtest(
         check_output_path("--decisions", decisions)
     names = _split_policies(policy)
     params = _load_policy_config(policy_config)
+    check_option("--seeds", seeds, f"[1, {MAX_SEEDS}]", integer=True)
     w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape)
 
     engine = _engine_settings(calibration, max_num_seqs, max_num_batched_tokens, chunked_prefill)
@@ -490,7 +500,8 @@ def backtest(
         transient=False,
         disable=not err.is_terminal and "LLMSCALE_PROGRESS" not in os.environ,
     ) as bar:
-        tasks = {n: bar.add_task(n, total=max(end_s, 1.0), sim="") for n in all_names}
+        labels = [seed_label(n, k, seeds) for k in range(seeds) for n in all_names]
+        tasks = {n: bar.add_task(n, total=max(end_s, 1.0), sim="") for n in labels}
 
         def on_progress(name: str, t: float) -> None:
             if t == float("inf"):
@@ -498,19 +509,34 @@ def backtest(
             else:
                 bar.update(tasks[name], completed=min(t, end_s), sim=f"t={t:,.0f}s")
 
-        results, oracle_result, lines = run_backtest(
-            w,
+        # Seeds after the first: the same sizing and bounds (measured on the first seed's
+        # workload), so the runs of one seed differ from another's only by their draws.
+        seed_list = [seed + k for k in range(seeds)]
+        workloads = [w] + [
+            _load_workload(trace, format, workload, s, start_s, duration_s, rate_scale, rate_shape)
+            for s in seed_list[1:]
+        ]
+        per_seed = [replace(settings, seed=s, sim=replace(settings.sim, seed=s)) for s in seed_list]
+        runs = run_backtest_seeds(
+            workloads,
             names,
-            settings,
+            per_seed,
             include_oracle=oracle,
             jobs=jobs,
             want_decisions=decisions is not None,
             on_progress=on_progress,
         )
-        for n in all_names:
-            on_progress(n, float("inf"))
+        for label in labels:
+            on_progress(label, float("inf"))
+    # With several seeds, the rows, decision log and report series are the first seed's run,
+    # each row with its statistics over all seeds.
+    results, oracle_result, lines = runs[0]
 
-    doc = build_document(w, settings, results, oracle_result, with_series=False)
+    def document(with_series: bool) -> dict[str, Any]:
+        doc = build_document(w, settings, results, oracle_result, with_series=with_series)
+        return add_seed_statistics(doc, seed_list, runs) if seeds > 1 else doc
+
+    doc = document(False)
     from llmscale.report import comparison_view
 
     console.print(comparison_view(doc))
@@ -527,8 +553,7 @@ def backtest(
     if report is not None:
         from llmscale.report import render_report
 
-        full = build_document(w, settings, results, oracle_result, with_series=True)
-        render_report(full, report)
+        render_report(document(True), report)
         console.print(f"report: {report}")
 
 
