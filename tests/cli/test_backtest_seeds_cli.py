@@ -1,4 +1,4 @@
-"""`llmscale backtest --seeds N`: N=1 output as before, N>1 statistics in the JSON, table and report."""
+"""`backtest --seeds N` (N=1 as before; N>1 statistics in JSON, table, report) and `--rate-shape`."""
 
 from __future__ import annotations
 
@@ -104,3 +104,37 @@ def test_seeds_out_of_range_exit_2(value: str) -> None:
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert f"--seeds = {value}, must be an integer in [1, 100]" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+RAMP = "window_start_s,total_rate_rps,active_clients\n0,2.0,1\n600,3.7,1\n"
+
+
+@pytest.mark.parametrize("shape", ["smooth", "step"])
+def test_rate_shape_reaches_the_servegen_loader(tmp_path: Path, shape: str) -> None:
+    trace = tmp_path / "ramp_total_rate_10min.csv"
+    trace.write_text(RAMP)
+    out = tmp_path / "out.json"
+    p = run(
+        "backtest",
+        "--trace",
+        str(trace),
+        "--policy",
+        "static",
+        "--replicas",
+        "2",
+        "--max-replicas",
+        "2",
+        "--initial-replicas",
+        "2",
+        "--no-oracle",
+        "--duration-s",
+        "900",
+        "--rate-shape",
+        shape,
+        "--json",
+        str(out),
+    )
+    assert p.returncode == 0, p.stderr
+    source = json.loads(out.read_text())["workload"]["source"]
+    assert source["format"] == "servegen"
+    assert source["rate_shape"] == shape

@@ -47,6 +47,9 @@ Rate shape (``rate_shape``, CLI ``--rate-shape``):
 * ``"step"``: the rate is constant within a window and jumps at its edges
   (the behaviour before the smooth shape; same seed, same requests, byte for
   byte: ``test_step_shape_is_unchanged``).
+* ``meta['rate_shape']`` records which. Both shapes draw the same unit-rate
+  points per window, so a whole window has the same number of requests under
+  either; only their times differ.
 
 The smooth knots: a boundary takes the rate a line between the two window
 centres gives it (the mean of the two windows for equal lengths), capped at
