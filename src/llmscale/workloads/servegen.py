@@ -63,7 +63,7 @@ boundary through their own rate at their centre.
 Why not simply interpolate between the window centres: that takes
 ``L/8`` times the second difference of the rates out of every window, and
 peaks are what an autoscaler is tested on. Worked number, ServeGen m-large, the
-windows from 79,800 s (22:10 on day 1): 402.3, 583.0, 201.1 req/s. Centre interpolation
+windows from 79,800 s (22 h 10 min into the file): 402.3, 583.0, 201.1 req/s. Centre interpolation
 gives the peak window ``600 * (0.75 * 583.0 + (402.3 + 201.1) / 8) = 307,605``
 requests instead of 349,800 (-12.1%). Here the boundaries are 492.65 and
 392.05 req/s and the centre 723.65: a window whose mean is above both
