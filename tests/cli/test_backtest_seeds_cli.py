@@ -49,7 +49,7 @@ def _without_wall(doc: dict) -> dict:
 
 
 def test_one_seed_output_is_unchanged(tmp_path: Path) -> None:
-    """Golden: the JSON of the code before --seeds existed (main at 7e801e2), wall times left out.
+    """Golden: the JSON of the code before --seeds existed (main at 44024f4), wall times left out.
 
     Regenerate only for a deliberate change of the simulator or the policies, with the command
     of SMALL plus ``--no-oracle --json`` on the code before the change.
