@@ -12,7 +12,11 @@ oracle, and checks the acceptance of the policy issue: ``slo`` reaches >= 99% at
 <= 1.3x the oracle's GPU-hours and no other policy has both higher attainment and fewer
 GPU-hours. Policies run in parallel processes (--jobs).
 
-    .venv/bin/python benchmarks/policies.py [--jobs 2] [--trace azure-x20] [--policy slo,static]
+ServeGen traces are generated with ``--rate-shape`` (default ``smooth``: the rate is continuous,
+each 10-minute window's count kept; ``step``: constant per window, as before the smooth shape).
+
+    .venv/bin/python benchmarks/policies.py [--jobs 2] [--trace azure-x20] [--policy slo,static] \
+        [--rate-shape smooth|step]
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ TRACES = {
 }
 
 
-def load(name: str):  # type: ignore[no-untyped-def]
+def load(name: str, rate_shape: str = "smooth"):  # type: ignore[no-untyped-def]
+    """The named trace; ``rate_shape`` (smooth or step) shapes ServeGen's window rates only."""
     from llmscale.workloads import load_trace, rate_scale
 
     spec = TRACES[name]
@@ -48,6 +53,7 @@ def load(name: str):  # type: ignore[no-untyped-def]
         seed=0,
         start_s=spec.get("start_s"),  # type: ignore[arg-type]
         duration_s=spec.get("duration_s"),  # type: ignore[arg-type]
+        rate_shape=rate_shape,
     )
     k = float(spec["rate_scale"])  # type: ignore[arg-type]
     return rate_scale(w, k, seed=0) if k != 1.0 else w
@@ -86,6 +92,12 @@ def main() -> int:
     ap.add_argument("--trace", action="append", choices=sorted(TRACES))
     ap.add_argument("--policy", help="comma-separated subset (default: all)")
     ap.add_argument("--json", help="write all results here")
+    ap.add_argument(
+        "--rate-shape",
+        default="smooth",
+        choices=("smooth", "step"),
+        help="ServeGen traces: rate continuous between window centres (smooth) or constant per window",
+    )
     args = ap.parse_args()
     if not DATA.is_dir():
         print(f"needs {DATA} (../shared/data beside the checkout)", file=sys.stderr)
@@ -98,7 +110,7 @@ def main() -> int:
     failures: list[str] = []
     everything = {}
     for name in args.trace or list(TRACES):
-        w = load(name)
+        w = load(name, args.rate_shape)
         settings, cap, peak = settings_for(w)
         t0 = time.perf_counter()
         results, oracle, _ = run_backtest(w, policies, settings, include_oracle=True, jobs=args.jobs)
@@ -106,7 +118,7 @@ def main() -> int:
         assert oracle is not None
         o_gpu = oracle.summary["gpu_hours"]
         print(
-            f"\n{name}: {w.num_requests:,} requests over {w.duration_s / 60:.0f} min; "
+            f"\n{name} ({args.rate_shape}): {w.num_requests:,} requests over {w.duration_s / 60:.0f} min; "
             f"one replica ~{cap:.2f} req/s; "
             f"peak minute needs {peak}; initial fleet {settings.initial_replicas}; wall {wall:.0f} s"
         )

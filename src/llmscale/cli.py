@@ -87,6 +87,12 @@ def _load_policy_config(path: Path | None) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"--policy-config {e}") from e
 
 
+_RATE_SHAPE_HELP = (
+    "ServeGen traces: 'smooth' (rate continuous, piecewise linear, each 10-minute window's count kept) "
+    "or 'step' (constant per window, jumping at its edges)."
+)
+
+
 def _load_workload(
     trace: Path | None,
     fmt: str,
@@ -95,20 +101,32 @@ def _load_workload(
     start_s: float | None,
     duration_s: float | None,
     rate_scale: float,
+    rate_shape: str = "smooth",
 ) -> Any:
     from llmscale.workloads import load_trace, make_preset, window
     from llmscale.workloads import rate_scale as scale
     from llmscale.workloads.limits import MAX_SPAN_S
+    from llmscale.workloads.servegen import RATE_SHAPES
 
     check_option("--seed", seed, "[0, inf)", integer=True)
     check_option("--start-s", start_s, "[0, inf)")
     # inf: to the end of the trace
     check_option("--duration-s", duration_s, "(0, inf]")
     check_option("--rate-scale", rate_scale, "(0, inf)")
+    if rate_shape not in RATE_SHAPES:
+        raise ConfigError(f"--rate-shape = {rate_shape!r}, must be one of {', '.join(RATE_SHAPES)}")
     if trace is not None and preset is not None:
         raise ConfigError("give either --trace or --workload, not both")
     if trace is not None:
-        w = load_trace(trace, fmt, seed=seed, start_s=start_s, duration_s=duration_s, max_span_s=MAX_SPAN_S)
+        w = load_trace(
+            trace,
+            fmt,
+            seed=seed,
+            start_s=start_s,
+            duration_s=duration_s,
+            max_span_s=MAX_SPAN_S,
+            rate_shape=rate_shape,
+        )
     else:
         w = make_preset(preset or "default", seed=seed)
         if start_s is not None or duration_s is not None:
@@ -290,6 +308,7 @@ def backtest(
         float | None, typer.Option(help="Start of the window to replay (s from the first request).")
     ] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
+    rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
     slo_ttft_s: Annotated[float, typer.Option(help="SLO on time to first token (s).")] = 2.0,
     slo_tpot_s: Annotated[
         float, typer.Option(help="SLO on mean time per output token after the first (s).")
@@ -302,6 +321,14 @@ def backtest(
         ),
     ] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed for every random draw; same seed, same results.")] = 0,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            help="Repeat over seeds --seed .. --seed+N-1 (a synthetic, rate-scaled or ServeGen workload is "
+            "regenerated per seed; the simulator's draws always): mean and 95% interval of SLO attainment "
+            "and GPU-hours, and which differences are within noise. 1..100."
+        ),
+    ] = 1,
     json_out: Annotated[
         str | None,
         typer.Option("--json", help="Write results as JSON to PATH ('-' for stdout: JSON only there)."),
@@ -352,8 +379,9 @@ def backtest(
     # Help text: BACKTEST_HELP (typer keeps a docstring's line breaks).
     from dataclasses import replace
 
-    from llmscale.backtest.compare import build_document, run_backtest
+    from llmscale.backtest.compare import build_document, run_backtest_seeds, seed_label
     from llmscale.backtest.runner import BacktestSettings, build_fleet, check_policies
+    from llmscale.backtest.seeds import MAX_SEEDS, add_seed_statistics
     from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
     from llmscale.sim.fleet import SimConfig
 
@@ -388,7 +416,8 @@ def backtest(
         check_output_path("--decisions", decisions)
     names = _split_policies(policy)
     params = _load_policy_config(policy_config)
-    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale)
+    check_option("--seeds", seeds, f"[1, {MAX_SEEDS}]", integer=True)
+    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape)
 
     engine = _engine_settings(calibration, max_num_seqs, max_num_batched_tokens, chunked_prefill)
     sim = SimConfig(timeout_s=timeout_s, grace_s=grace_s, seed=seed, router=router, **engine)
@@ -471,7 +500,8 @@ def backtest(
         transient=False,
         disable=not err.is_terminal and "LLMSCALE_PROGRESS" not in os.environ,
     ) as bar:
-        tasks = {n: bar.add_task(n, total=max(end_s, 1.0), sim="") for n in all_names}
+        labels = [seed_label(n, k, seeds) for k in range(seeds) for n in all_names]
+        tasks = {n: bar.add_task(n, total=max(end_s, 1.0), sim="") for n in labels}
 
         def on_progress(name: str, t: float) -> None:
             if t == float("inf"):
@@ -479,19 +509,34 @@ def backtest(
             else:
                 bar.update(tasks[name], completed=min(t, end_s), sim=f"t={t:,.0f}s")
 
-        results, oracle_result, lines = run_backtest(
-            w,
+        # Seeds after the first: the same sizing and bounds (measured on the first seed's
+        # workload), so the runs of one seed differ from another's only by their draws.
+        seed_list = [seed + k for k in range(seeds)]
+        workloads = [w] + [
+            _load_workload(trace, format, workload, s, start_s, duration_s, rate_scale, rate_shape)
+            for s in seed_list[1:]
+        ]
+        per_seed = [replace(settings, seed=s, sim=replace(settings.sim, seed=s)) for s in seed_list]
+        runs = run_backtest_seeds(
+            workloads,
             names,
-            settings,
+            per_seed,
             include_oracle=oracle,
             jobs=jobs,
             want_decisions=decisions is not None,
             on_progress=on_progress,
         )
-        for n in all_names:
-            on_progress(n, float("inf"))
+        for label in labels:
+            on_progress(label, float("inf"))
+    # With several seeds, the rows, decision log and report series are the first seed's run,
+    # each row with its statistics over all seeds.
+    results, oracle_result, lines = runs[0]
 
-    doc = build_document(w, settings, results, oracle_result, with_series=False)
+    def document(with_series: bool) -> dict[str, Any]:
+        doc = build_document(w, settings, results, oracle_result, with_series=with_series)
+        return add_seed_statistics(doc, seed_list, runs) if seeds > 1 else doc
+
+    doc = document(False)
     from llmscale.report import comparison_view
 
     console.print(comparison_view(doc))
@@ -508,8 +553,7 @@ def backtest(
     if report is not None:
         from llmscale.report import render_report
 
-        full = build_document(w, settings, results, oracle_result, with_series=True)
-        render_report(full, report)
+        render_report(document(True), report)
         console.print(f"report: {report}")
 
 
@@ -773,6 +817,7 @@ def loadgen_cmd(
     rate_scale: Annotated[float, typer.Option(help="Multiply the arrival rate.")] = 1.0,
     start_s: Annotated[float | None, typer.Option(help="Start of the window to replay (s).")] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
+    rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
     max_requests: Annotated[int, typer.Option(help="Send at most this many requests.")] = 1000,
     max_duration_s: Annotated[float, typer.Option(help="Stop the replay after this many seconds.")] = 300.0,
     concurrency_limit: Annotated[
@@ -806,7 +851,7 @@ def loadgen_cmd(
     check_option("--request-timeout-s", request_timeout_s, "(0, inf)")
     if json_out is not None and not json_to_stdout:
         check_output_path("--json", Path(json_out))
-    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale)
+    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape)
     result = run_loadgen(
         w,
         target,

@@ -131,6 +131,9 @@ def test_bad_trace_line_is_named_with_exit_code_2(tmp_path: Path):
         pytest.param(["--min-replicas", "5", "--max-replicas", "3"], "--max-replicas", id="bounds"),
         pytest.param(["--model", "gpt-9"], "gpt-9", id="unknown-model"),
         pytest.param(["--rate-scale", "0"], "--rate-scale", id="rate-scale"),
+        pytest.param(
+            ["--rate-shape", "wavy"], "--rate-shape = 'wavy', must be one of smooth, step", id="rate-shape"
+        ),
     ],
 )
 def test_bad_options_exit_2_with_a_message(args, needle):

@@ -2,6 +2,8 @@
 
 Policies run in worker processes when ``jobs > 1`` (each simulation is
 single-threaded and independent); results come back in the order asked for.
+:func:`run_backtest_seeds` repeats that over several seeds (one workload and
+settings per seed) in the same pool: every (policy, seed) pair is one job.
 
 Scheduling: the jobs start longest first (:func:`schedule`), so the short
 ones fill the cores at the end instead of one long job running alone. And
@@ -27,15 +29,15 @@ from llmscale.backtest.results import PolicyResult
 from llmscale.backtest.runner import BacktestSettings, run_policy
 from llmscale.workloads.model import Workload
 
-__all__ = ["ORACLE", "build_document", "run_backtest"]
+__all__ = ["ORACLE", "build_document", "run_backtest", "run_backtest_seeds"]
 
 ORACLE = "oracle"
 
 _progress_queue: Any = None
 #: workers left idle by the jobs still to finish (a multiprocessing Value the parent keeps current)
 _spare_workers: Any = None
-#: the workload of the backtest, inherited by the forked workers (a job does not pickle a copy)
-_workload: Workload | None = None
+#: the workload of each seed, inherited by the forked workers (a job does not pickle a copy)
+_workloads: Sequence[Workload] = ()
 
 #: Relative cost of each job on the default workload: wall seconds of its simulated hour with
 #: both cores busy, the oracle's scaled to 100 (shared 2-core VM, rounded; the order is what
@@ -66,11 +68,11 @@ def schedule(names: Sequence[str]) -> list[str]:
     return sorted(names, key=lambda n: -_COST_HINT.get(n, _DEFAULT_COST))
 
 
-def _init_worker(q: Any, spare: Any, workload: Workload) -> None:
-    global _progress_queue, _spare_workers, _workload
+def _init_worker(q: Any, spare: Any, workloads: Sequence[Workload]) -> None:
+    global _progress_queue, _spare_workers, _workloads
     _progress_queue = q
     _spare_workers = spare
-    _workload = workload
+    _workloads = workloads
 
 
 class _Throttled:
@@ -102,14 +104,16 @@ class _Decisions:
 
 def _run_one(
     name: str,
+    label: str,
+    k: int,
     settings: BacktestSettings,
     oracle: OracleSettings,
     want_decisions: bool,
 ) -> tuple[PolicyResult, list[str]]:
-    workload = _workload
-    assert workload is not None, "a backtest worker runs after _init_worker"
+    assert _workloads, "a backtest worker runs after _init_worker"
+    workload = _workloads[k]
     q = _progress_queue
-    progress = _Throttled(name, lambda n, t: q.put((n, t))) if q is not None else None
+    progress = _Throttled(label, lambda n, t: q.put((n, t))) if q is not None else None
     spare = _spare_workers
     spare_workers = (lambda: int(spare.value)) if spare is not None else None
     return _run_here(name, workload, settings, oracle, want_decisions, progress, spare_workers)
@@ -151,50 +155,96 @@ def run_backtest(
     on_progress: Callable[[str, float], None] | None = None,
 ) -> tuple[list[PolicyResult], PolicyResult | None, list[str]]:
     """Run each policy (and the oracle) on the same workload; returns (results, oracle, decision lines)."""
+    return run_backtest_seeds(
+        [workload],
+        policies,
+        [settings],
+        oracle=oracle,
+        include_oracle=include_oracle,
+        jobs=jobs,
+        want_decisions=want_decisions,
+        on_progress=on_progress,
+    )[0]
+
+
+def seed_label(name: str, k: int, num_seeds: int) -> str:
+    """How progress names the run of ``name`` on the ``k``-th seed: the name alone for one seed."""
+    return name if num_seeds == 1 else f"{name} #{k + 1}"
+
+
+def run_backtest_seeds(
+    workloads: Sequence[Workload],
+    policies: Sequence[str],
+    settings: Sequence[BacktestSettings],
+    *,
+    oracle: OracleSettings | None = None,
+    include_oracle: bool = True,
+    jobs: int = 1,
+    want_decisions: bool = False,
+    on_progress: Callable[[str, float], None] | None = None,
+) -> list[tuple[list[PolicyResult], PolicyResult | None, list[str]]]:
+    """:func:`run_backtest` for each (workload, settings) pair, every run a job of one pool.
+
+    ``workloads[k]`` runs with ``settings[k]`` (normally the same but for the simulator's seed).
+    Progress is reported under :func:`seed_label`. Returns one (results, oracle, decision lines)
+    per seed, in order.
+    """
+    if len(workloads) != len(settings) or not workloads:
+        raise ValueError(f"one settings per workload: {len(workloads)} workloads, {len(settings)} settings")
     oracle = oracle or OracleSettings()
     names = list(policies) + ([ORACLE] if include_oracle else [])
-    outputs: dict[str, tuple[PolicyResult, list[str]]] = {}
-    if jobs <= 1 or len(names) == 1:
-        for name in names:
-            progress = _Throttled(name, on_progress) if on_progress else None
-            outputs[name] = _run_here(name, workload, settings, oracle, want_decisions, progress)
+    n = len(workloads)
+    keys = [(name, k) for k in range(n) for name in names]
+    outputs: dict[tuple[str, int], tuple[PolicyResult, list[str]]] = {}
+    if jobs <= 1 or len(keys) == 1:
+        for name, k in keys:
+            label = seed_label(name, k, n)
+            progress = _Throttled(label, on_progress) if on_progress else None
+            outputs[name, k] = _run_here(name, workloads[k], settings[k], oracle, want_decisions, progress)
     else:
         ctx = mp.get_context("fork")
         q = ctx.Queue()
-        workers = min(jobs, len(names))
+        workers = min(jobs, len(keys))
         spare = ctx.Value("i", 0, lock=False)
         with ProcessPoolExecutor(
-            # Forked workers inherit the workload with the initializer's arguments, so no job
+            # Forked workers inherit the workloads with the initializer's arguments, so no job
             # pickles the ~6 MB of request arrays (the default workload) to send it.
             max_workers=workers,
             mp_context=ctx,
             initializer=_init_worker,
-            initargs=(q, spare, workload),
+            initargs=(q, spare, tuple(workloads)),
         ) as pool:
-            # The pool starts jobs in submission order: longest first (the oracle).
-            futures: dict[str, Future[tuple[PolicyResult, list[str]]]] = {
-                name: pool.submit(_run_one, name, settings, oracle, want_decisions)
-                for name in schedule(names)
+            # The pool starts jobs in submission order: longest first (the oracles), then by seed.
+            order = [(name, k) for name in schedule(names) for k in range(n)]
+            futures: dict[tuple[str, int], Future[tuple[PolicyResult, list[str]]]] = {
+                (name, k): pool.submit(
+                    _run_one, name, seed_label(name, k, n), k, settings[k], oracle, want_decisions
+                )
+                for name, k in order
             }
             pending = set(futures)
             while pending:
                 spare.value = max(0, workers - len(pending))
                 try:
-                    name, t = q.get(timeout=0.2)
+                    label, t = q.get(timeout=0.2)
                     if on_progress:
-                        on_progress(name, t)
+                        on_progress(label, t)
                 except queue_mod.Empty:
                     pass
-                for name in list(pending):
-                    if futures[name].done():
-                        outputs[name] = futures[name].result()
-                        pending.discard(name)
+                for key in list(pending):
+                    if futures[key].done():
+                        outputs[key] = futures[key].result()
+                        pending.discard(key)
                         if on_progress:
-                            on_progress(name, float("inf"))
-    results = [outputs[n][0] for n in policies]
-    oracle_result = outputs[ORACLE][0] if include_oracle else None
-    lines = [line for n in names for line in outputs[n][1]]
-    return results, oracle_result, lines
+                            on_progress(seed_label(*key, n), float("inf"))
+    return [
+        (
+            [outputs[name, k][0] for name in policies],
+            outputs[ORACLE, k][0] if include_oracle else None,
+            [line for name in names for line in outputs[name, k][1]],
+        )
+        for k in range(n)
+    ]
 
 
 def build_document(

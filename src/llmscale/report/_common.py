@@ -23,16 +23,19 @@ __all__ = [
     "Column",
     "Row",
     "best_rows",
+    "cell_text",
     "fmt_count",
     "fmt_float",
     "fmt_mean",
     "fmt_pct",
     "fmt_seconds",
+    "noise_ties",
     "number",
     "policy_style",
     "report_title",
     "rows_of",
     "section",
+    "seeds_text",
     "slo_text",
 ]
 
@@ -354,15 +357,73 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 
+def _seed_stat(row: Row, key: str) -> Mapping[str, Any] | None:
+    """The row's statistics over seeds for ``key`` (``--seeds N`` > 1), or None."""
+    seeds = row.summary.get("seeds")
+    stat = seeds.get(key) if isinstance(seeds, Mapping) else None
+    return stat if isinstance(stat, Mapping) and number(stat.get("mean")) is not None else None
+
+
+def _value(row: Row, key: str) -> Any:
+    """The value a row is ranked on: its mean over seeds when it has one, else its own."""
+    stat = _seed_stat(row, key)
+    return stat["mean"] if stat is not None else row.summary.get(key)
+
+
+def cell_text(row: Row, column: Column) -> str:
+    """The cell of ``row`` in ``column``: its value, or ``mean ± half-width`` over seeds.
+
+    The half-width of a percentage is in percentage points (``57.4% ± 2.3``); of GPU-hours, in
+    GPU-hours with two significant digits (``0.2944 ± 0.073``).
+    """
+    stat = _seed_stat(row, column.key)
+    if stat is None:
+        return column.fmt(row.summary.get(column.key))
+    half = number(stat.get("half_width")) or 0.0
+    spread = fmt_float(half * 100.0, 2) if column.fmt is fmt_pct else fmt_float(half, 2)
+    return f"{column.fmt(stat['mean'])} ± {spread}"
+
+
+def noise_ties(doc: Mapping[str, Any], rows: Sequence[Row], column: Column, best: set[int]) -> set[int]:
+    """Rows not best on ``column`` but within noise of a best row (``--seeds``' paired comparison)."""
+    seeds = doc.get("seeds")
+    comparisons = seeds.get("comparisons") if isinstance(seeds, Mapping) else None
+    if not isinstance(comparisons, Sequence) or not best:
+        return set()
+    best_names = {rows[i].policy for i in best}
+    tied: set[str] = set()
+    for c in comparisons:
+        if isinstance(c, Mapping) and c.get("metric") == column.key and c.get("within_noise") is True:
+            a, b = str(c.get("a")), str(c.get("b"))
+            if a in best_names:
+                tied.add(b)
+            if b in best_names:
+                tied.add(a)
+    return {i for i, r in enumerate(rows) if not r.is_oracle and r.policy in tied and i not in best}
+
+
+def seeds_text(doc: Mapping[str, Any]) -> str:
+    """``"3 seeds (3-5): mean ± 95% half-width; ≈ = within noise of the best ..."`` or ``""``."""
+    seeds = doc.get("seeds")
+    values = seeds.get("seeds") if isinstance(seeds, Mapping) else None
+    if not isinstance(values, Sequence) or len(values) < 2:
+        return ""
+    return (
+        f"{len(values)} seeds ({values[0]}-{values[-1]}): SLO attainment and GPU-hours as mean ± 95% "
+        "half-width, other columns from the first seed; ≈ = within noise of the best "
+        "(paired t over seeds, 95%)"
+    )
+
+
 def best_rows(rows: Sequence[Row], column: Column) -> set[int]:
     """Indices (into ``rows``) holding the best value of ``column``, ties included.
 
     The oracle is excluded: it plans with hindsight, so "beating" it is not a meaningful win and
-    highlighting it would hide which *real* policy did best.
+    highlighting it would hide which *real* policy did best. With ``--seeds`` the means rank.
     """
     if column.best is None:
         return set()
-    values = {i: number(r.summary.get(column.key)) for i, r in enumerate(rows) if not r.is_oracle}
+    values = {i: number(_value(r, column.key)) for i, r in enumerate(rows) if not r.is_oracle}
     present = {i: v for i, v in values.items() if v is not None}
     if not present:
         return set()

@@ -37,13 +37,16 @@ from llmscale.report._common import (
     MISSING,
     Row,
     best_rows,
+    cell_text,
     fmt_count,
     fmt_float,
     fmt_seconds,
+    noise_ties,
     number,
     report_title,
     rows_of,
     section,
+    seeds_text,
     slo_text,
 )
 from llmscale.report.context import context_summary
@@ -766,19 +769,21 @@ def _definition_list(mapping: Any, fields: Sequence[tuple[str, str, Any]]) -> st
     return f"<dl>{body}</dl>"
 
 
-def _table_html(rows: Sequence[Row]) -> str:
+def _table_html(rows: Sequence[Row], doc: Mapping[str, Any]) -> str:
     """The comparison table as HTML (same columns and highlighting as the rich table)."""
     head = "".join(
         f'<th scope="col" title="{html.escape(c.help)}">{html.escape(c.header).replace(chr(10), "<br>")}</th>'
         for c in COLUMNS
     )
     best = {c.key: best_rows(rows, c) for c in COLUMNS}
+    ties = {c.key: noise_ties(doc, rows, c, best[c.key]) for c in COLUMNS}
     body: list[str] = []
     for i, row in enumerate(rows):
         cells = []
         for c in COLUMNS:
             cls = ' class="best"' if i in best[c.key] else ""
-            cells.append(f"<td{cls}>{html.escape(c.fmt(row.summary.get(c.key)))}</td>")
+            text = cell_text(row, c) + (" ≈" if i in ties[c.key] else "")
+            cells.append(f"<td{cls}>{html.escape(text)}</td>")
         name = html.escape(row.label)
         title = f' title="policy: {html.escape(row.policy)}"' if row.is_oracle else ""
         row_cls = ' class="oracle"' if row.is_oracle else ""
@@ -911,10 +916,12 @@ def _page(doc: Mapping[str, Any], figures: Mapping[str, go.Figure], plotly_js: s
             " The oracle plans with perfect knowledge of the future: its GPU-hours are a lower bound, "
             "not a target a real policy can reach."
         )
+    if seeds_text(doc):
+        table_caption += f" {seeds_text(doc)}."
     sections = [
         '<section id="sec-table" class="card"><h2>Comparison</h2>'
         f'<p class="caption">{html.escape(table_caption)}</p>'
-        f'<div class="table-wrap">{_table_html(rows)}</div></section>'
+        f'<div class="table-wrap">{_table_html(rows, doc)}</div></section>'
     ]
     for cid in figures:
         caption = _CAPTIONS[cid] + (

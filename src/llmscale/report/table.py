@@ -23,7 +23,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from llmscale.report._common import COLUMNS, Column, Row, best_rows, report_title, rows_of, slo_text
+from llmscale.report._common import (
+    COLUMNS,
+    Column,
+    Row,
+    best_rows,
+    cell_text,
+    noise_ties,
+    report_title,
+    rows_of,
+    seeds_text,
+    slo_text,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType
@@ -52,7 +63,9 @@ def comparison_table(doc: Mapping[str, Any]) -> Table:
     :func:`comparison_view` instead, which splits this table when it does not fit.
     """
     rows = rows_of(doc)
-    return _table(rows, COLUMNS, short=False, title=report_title(doc), caption=_caption(doc, rows, ()))
+    return _table(
+        rows, COLUMNS, short=False, title=report_title(doc), caption=_caption(doc, rows, ()), doc=doc
+    )
 
 
 def comparison_view(doc: Mapping[str, Any]) -> ComparisonView:
@@ -80,15 +93,17 @@ class ComparisonView:
         title = report_title(self.doc)
         for groups, short in self.layouts():
             tables = [
-                _table(self.rows, cols, short=short, title=title if i == 0 else None, caption=None)
+                _table(
+                    self.rows, cols, short=short, title=title if i == 0 else None, caption=None, doc=self.doc
+                )
                 for i, cols in enumerate(groups)
             ]
             if all(_min_width(console, t) <= width for t in tables):
                 return tables, COLUMNS if short else ()
         # Narrower still: as many abbreviated tables as it takes, the primary columns first.
-        packed = _pack(self.rows, console, width)
+        packed = _pack(self.rows, console, width, self.doc)
         tables = [
-            _table(self.rows, cols, short=True, title=title if i == 0 else None, caption=None)
+            _table(self.rows, cols, short=True, title=title if i == 0 else None, caption=None, doc=self.doc)
             for i, cols in enumerate(packed)
         ]
         return tables, COLUMNS
@@ -115,6 +130,7 @@ def _caption_bits(doc: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
         slo_text(doc),
         "bold green = best attainment / lowest GPU-hours",
         "oracle = hindsight lower bound on GPU-hours" if any(r.is_oracle for r in rows) else "",
+        seeds_text(doc),
     ]
     return [bit for bit in bits if bit]
 
@@ -160,13 +176,16 @@ def _min_width(console: Console, table: Table) -> int:
     return Measurement.get(console, console.options.update_width(100_000), table).minimum
 
 
-def _pack(rows: Sequence[Row], console: Console, width: int) -> list[tuple[Column, ...]]:
+def _pack(
+    rows: Sequence[Row], console: Console, width: int, doc: Mapping[str, Any]
+) -> list[tuple[Column, ...]]:
     """Columns, primary ones first, as few to a table as ``width`` needs (at least one each)."""
     groups: list[tuple[Column, ...]] = []
     current: list[Column] = []
     for column in sorted(COLUMNS, key=lambda c: not c.primary):  # stable: usual order within each
         trial = (*current, column)
-        fits = _min_width(console, _table(rows, trial, short=True, title=None, caption=None)) <= width
+        table = _table(rows, trial, short=True, title=None, caption=None, doc=doc)
+        fits = _min_width(console, table) <= width
         if current and not fits:
             groups.append(tuple(current))
             current = [column]
@@ -178,7 +197,13 @@ def _pack(rows: Sequence[Row], console: Console, width: int) -> list[tuple[Colum
 
 
 def _table(
-    rows: Sequence[Row], columns: Sequence[Column], *, short: bool, title: str | None, caption: str | None
+    rows: Sequence[Row],
+    columns: Sequence[Column],
+    *,
+    short: bool,
+    title: str | None,
+    caption: str | None,
+    doc: Mapping[str, Any],
 ) -> Table:
     # Imported here so `import llmscale.report` stays cheap for CLI commands that never print a table.
     from rich import box
@@ -199,13 +224,20 @@ def _table(
     # wrapped or cut; on a narrow terminal only the policy column gives way (long names fold).
     policy_width = _policy_width(rows)
     table.add_column("Policy", vertical="bottom", overflow="fold", min_width=policy_width)
-    texts = {column.key: [column.fmt(row.summary.get(column.key)) for row in rows] for column in columns}
+    best = {column.key: best_rows(rows, column) for column in columns}
+    # With --seeds: "≈" marks a value within noise of the best (paired over seeds).
+    ties = {column.key: noise_ties(doc, rows, column, best[column.key]) for column in columns}
+    texts = {
+        column.key: [
+            cell_text(row, column) + (" ≈" if i in ties[column.key] else "") for i, row in enumerate(rows)
+        ]
+        for column in columns
+    }
     for column in columns:
         header = column.abbrev if short and column.abbrev else column.header
         width = max(len(text) for text in [*texts[column.key], *header.splitlines()])
         table.add_column(header, justify="right", vertical="bottom", width=width, no_wrap=True)
 
-    best = {column.key: best_rows(rows, column) for column in columns}
     for i, row in enumerate(rows):
         if row.is_oracle and i > 0:
             # A rule above the oracle makes it obvious it is not ranked with the policies.

@@ -458,6 +458,7 @@ def load_trace(
     cv: float = 1.0,
     max_requests: int = DEFAULT_MAX_REQUESTS,
     max_span_s: float | None = None,
+    rate_shape: str = "smooth",
 ) -> Workload:
     """Load a request trace in any supported format (see :data:`FORMATS`).
 
@@ -484,6 +485,9 @@ def load_trace(
             request kept) a trace whose kept requests span longer than this,
             seconds; None: no limit. The CLI passes
             :data:`~llmscale.workloads.limits.MAX_SPAN_S` (31 days).
+        rate_shape: ServeGen only: ``"smooth"`` (rate linear between window
+            centres) or ``"step"`` (constant per 10-minute window); see
+            :mod:`llmscale.workloads.servegen`.
 
     Raises:
         TraceFormatError: unknown format, missing file or malformed content.
@@ -507,6 +511,7 @@ def load_trace(
             cv=cv,
             max_requests=max_requests,
             max_span_s=max_span_s,
+            rate_shape=rate_shape,
         )
     if lengths is not None or input_mean is not None or output_mean is not None:
         raise ConfigError(

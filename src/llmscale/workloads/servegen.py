@@ -37,6 +37,50 @@ Generation rules (documented because they shape every backtest on ServeGen):
 * A window with ``rate_rps > 0`` but an empty family (absent from the
   published files) is generated as Poisson and counted in
   ``meta['poisson_fallback_windows']``.
+
+Rate shape (``rate_shape``, CLI ``--rate-shape``):
+
+* ``"smooth"`` (default): the rate is continuous and piecewise linear, with
+  knots at every window boundary and centre, and each window keeps exactly
+  its expected count ``L * rate_rps``. Real aggregate traffic does not jump
+  by x1.85 at a window boundary, as the step shape makes the ServeGen ramp do.
+* ``"step"``: the rate is constant within a window and jumps at its edges
+  (the behaviour before the smooth shape; same seed, same requests, byte for
+  byte: ``test_step_shape_is_unchanged``).
+* ``meta['rate_shape']`` records which. Both shapes draw the same unit-rate
+  points per window, so a whole window has the same number of requests under
+  either; only their times differ.
+
+The smooth knots: a boundary takes the rate a line between the two window
+centres gives it (the mean of the two windows for equal lengths), capped at
+twice the smaller of the two rates; a window's centre knot is then
+``2 * r - (left + right) / 2``, which makes the two trapezoids of the window
+hold ``L/4 * (left + 2 * centre + right) = L * r`` requests. The cap keeps the
+centre >= 0 (``left + right <= 4 r``), so an idle window between busy ones
+stays idle and a client switching on ramps from 0 at its window's edge.
+The first and last windows of the file are linear: the line from their inner
+boundary through their own rate at their centre.
+Why not simply interpolate between the window centres: that takes
+``L/8`` times the second difference of the rates out of every window, and
+peaks are what an autoscaler is tested on. Worked number, ServeGen m-large, the
+windows from 79,800 s (22 h 10 min into the file): 402.3, 583.0, 201.1 req/s. Centre interpolation
+gives the peak window ``600 * (0.75 * 583.0 + (402.3 + 201.1) / 8) = 307,605``
+requests instead of 349,800 (-12.1%). Here the boundaries are 492.65 and
+392.05 req/s and the centre 723.65: a window whose mean is above both
+neighbours' must peak above its mean, and the knots never exceed twice the
+window's own rate. Pinned by ``test_smooth_keeps_each_window_count``.
+
+Arrivals under the smooth shape are a non-homogeneous renewal process by
+time rescaling: each window draws a unit-rate renewal process with its own
+family and shape on ``[0, Lambda_i)`` (``Lambda_i`` its integrated rate) and
+maps every point ``u`` to the time ``t`` where the integrated rate from the
+window start reaches ``u``. Where the rate is constant the map is affine, so
+the inter-arrival CV is the family's (pinned by
+``test_smooth_keeps_cv_on_constant_rate``). Where it moves, the relative
+change of the rate across one mean inter-arrival is ``slope / rate**2``: on
+the m-large peak above, (723.65 - 492.65) / 300 s = 0.77 req/s per second at
+~600 req/s, i.e. 2e-6, so the CV is the family's to that order. Each window
+restarts its renewal process, as under the step shape.
 """
 
 from __future__ import annotations
@@ -57,7 +101,13 @@ from llmscale.workloads.lengths import LengthModel, LognormalLengths
 from llmscale.workloads.limits import MAX_ABS_TIME_S, MAX_REQUESTS, describe_span
 from llmscale.workloads.model import Workload
 
-__all__ = ["DEFAULT_MAX_REQUESTS", "is_servegen_chunk_line", "load_servegen"]
+__all__ = [
+    "DEFAULT_MAX_REQUESTS",
+    "RATE_SHAPES",
+    "is_servegen_chunk_line",
+    "load_servegen",
+    "smooth_knots",
+]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -67,6 +117,8 @@ DEFAULT_MAX_REQUESTS: Final = MAX_REQUESTS
 
 _CHUNK_FIELDS: Final = ("window_start_s", "rate_rps", "cv", "iat_family", "p1", "p2")
 _TOTAL_FIELDS: Final = ("window_start_s", "total_rate_rps")
+#: ``--rate-shape`` values; see the module docstring.
+RATE_SHAPES: Final = ("smooth", "step")
 _CHUNK_NAME = re.compile(r"chunk-(\d+)-trace\.csv$")
 _FAMILIES: Final = {"": "", "gamma": "gamma", "weibull": "weibull"}
 #: Range of an inter-arrival shape (``p1``) in a window with traffic. ServeGen's own lie in
@@ -253,6 +305,74 @@ def _generate_window(
     return window_start_s + unit_points / rate_rps
 
 
+def smooth_knots(length_s: FloatArray, rate_rps: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Rate at each window's left edge, centre and right edge under the smooth shape, req/s.
+
+    The boundary between windows ``i`` and ``i+1`` takes
+    ``r[i] + (r[i+1] - r[i]) * L[i] / (L[i] + L[i+1])`` (the midpoint for equal
+    windows: 45.4 and 83.6 req/s meet at 64.5), capped at
+    ``2 * min(r[i], r[i+1])`` (0 beside an idle window); the first window's
+    left edge and the last one's right edge continue the line through their
+    window's centre at its own rate. The centre is
+    ``2 r - (left + right) / 2`` so the window holds ``L * r`` requests (module
+    docstring). Both windows read the same boundary value: the curve is
+    continuous, and every knot lies in ``[0, 2 r]`` of its window.
+    """
+    line = rate_rps[:-1] + (rate_rps[1:] - rate_rps[:-1]) * length_s[:-1] / (length_s[:-1] + length_s[1:])
+    boundary = np.minimum(line, 2.0 * np.minimum(rate_rps[:-1], rate_rps[1:]))
+    # The outer edges continue the line from the inner boundary through the window's mean at its
+    # centre (2 r - boundary, in [0, 2 r] by the cap): holding them at r instead would force a dip
+    # in the middle, 100 -> 78.75 -> 142.5 req/s for a first window of 100 before one of 185.
+    first = 2.0 * rate_rps[:1] - boundary[:1] if boundary.size else rate_rps[:1]
+    last = 2.0 * rate_rps[-1:] - boundary[-1:] if boundary.size else rate_rps[-1:]
+    left = np.concatenate([first, boundary])
+    right = np.concatenate([boundary, last])
+    # >= 0 by the cap; the max() only absorbs a rounding of -1e-16.
+    centre = np.maximum(2.0 * rate_rps - (left + right) / 2.0, 0.0)
+    return left, centre, right
+
+
+def _invert_linear(u: FloatArray, rate0_rps: float, slope_rps2: float) -> FloatArray:
+    """Time ``tau`` where ``rate0 * tau + slope * tau**2 / 2`` reaches ``u``.
+
+    Written as ``2u / (r0 + sqrt(r0**2 + 2 s u))`` so that a flat piece
+    (``s = 0``: ``u / r0``) and a piece rising from zero (``r0 = 0``:
+    ``sqrt(2u / s)``) need no special case and nothing cancels.
+    """
+    root = np.sqrt(np.maximum(rate0_rps * rate0_rps + 2.0 * slope_rps2 * u, 0.0))
+    denom = rate0_rps + root
+    safe = np.where(denom > 0.0, denom, 1.0)
+    return np.asarray(np.where(denom > 0.0, 2.0 * u / safe, 0.0), dtype=np.float64)
+
+
+def _generate_window_smooth(
+    rng: np.random.Generator,
+    rates_rps: tuple[float, float, float],
+    window_start_s: float,
+    window_s: float,
+    family: str,
+    shape: float,
+) -> FloatArray:
+    """Arrivals of one window whose rate goes linearly left edge -> centre -> right edge.
+
+    Time rescaling (module docstring): unit-rate renewal points on the window's
+    integrated rate, each mapped back through the inverse of that integral.
+    """
+    left, centre, right = rates_rps
+    half_s = window_s / 2.0
+    first_half = half_s * (left + centre) / 2.0
+    total = first_half + half_s * (centre + right) / 2.0
+    sampler = unit_iat_sampler(family or "exponential", shape)
+    cv_hint = 1.0 / math.sqrt(shape) if family == "gamma" else 3.0 if family == "weibull" else 1.0
+    u = renewal_arrivals(total, sampler, rng, cv_hint=cv_hint)
+    early = u < first_half
+    t = np.empty_like(u)
+    t[early] = _invert_linear(u[early], left, (centre - left) / half_s)
+    t[~early] = half_s + _invert_linear(u[~early] - first_half, centre, (right - centre) / half_s)
+    # Rounding can put the last point a hair past the end; the window stays half-open.
+    return window_start_s + np.minimum(t, np.nextafter(window_s, 0.0))
+
+
 def _collect(
     pieces_t: list[FloatArray],
     pieces_in: list[IntArray],
@@ -283,6 +403,7 @@ def load_servegen(
     cv: float = 1.0,
     max_requests: int = DEFAULT_MAX_REQUESTS,
     max_span_s: float | None = None,
+    rate_shape: str = "smooth",
 ) -> Workload:
     """Generate a Workload from ServeGen rate files (see the module docstring).
 
@@ -300,8 +421,13 @@ def load_servegen(
         max_requests: ConfigError when the expected count exceeds it.
         max_span_s: TraceFormatError when the windows with traffic in the span
             cover more than this many seconds (None: no limit).
+        rate_shape: ``"smooth"`` (rate linear between window centres) or
+            ``"step"`` (constant per window); see the module docstring.
     """
     p = Path(path)
+    if rate_shape not in RATE_SHAPES:
+        raise ConfigError(f"rate_shape = {rate_shape!r}, must be one of {', '.join(RATE_SHAPES)}")
+    smooth = rate_shape == "smooth"
     if not p.exists():
         raise TraceFormatError("file not found", path=str(p))
     seed = check_seed(seed)
@@ -311,8 +437,10 @@ def load_servegen(
     # A headerless numeric first row is a per-client chunk; anything else is
     # read as a total-rate file, whose header check then names what is missing.
     if not p.is_dir() and not is_servegen_chunk_line(_io.first_line(p)):
-        return _load_total(p, seed, start_s, duration_s, name, length_model, cv, max_requests, max_span_s)
-    return _load_clients(p, seed, start_s, duration_s, name, length_model, max_requests, max_span_s)
+        return _load_total(
+            p, seed, start_s, duration_s, name, length_model, cv, max_requests, max_span_s, smooth
+        )
+    return _load_clients(p, seed, start_s, duration_s, name, length_model, max_requests, max_span_s, smooth)
 
 
 def _finish(
@@ -344,6 +472,7 @@ def _load_clients(
     lengths: LengthModel,
     max_requests: int,
     max_span_s: float | None,
+    smooth: bool,
 ) -> Workload:
     clients = [_read_chunk(path, key) for key, path in _chunk_files(p)]
     trace_end_s = max(float(c.start_s[-1] + c.length_s[-1]) for c in clients)
@@ -353,10 +482,15 @@ def _load_clients(
     plan: list[tuple[_Client, int]] = []
     edges: list[_Active] = []
     fallback = 0
+    knots: dict[int, tuple[FloatArray, FloatArray, FloatArray]] = {}
     for client in clients:
         overlap_s = np.minimum(client.start_s + client.length_s, hi_s) - np.maximum(client.start_s, lo_s)
         active = np.flatnonzero((overlap_s > 0) & (client.rate_rps > 0))
+        # Both shapes keep each window's count, so the budget is the same (pro rata for a
+        # window the span cuts).
         expected += float(np.sum(client.rate_rps[active] * overlap_s[active]))
+        if smooth:
+            knots[client.key] = smooth_knots(client.length_s, client.rate_rps)
         plan.extend((client, int(i)) for i in active)
         fallback += sum(1 for i in active if not client.family[i])
         if active.size:
@@ -367,14 +501,25 @@ def _load_clients(
     pieces: tuple[list[FloatArray], list[IntArray], list[IntArray]] = ([], [], [])
     for client, i in plan:
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(client.key, i)))
-        arrivals_s = _generate_window(
-            rng,
-            float(client.rate_rps[i]),
-            float(client.start_s[i]),
-            float(client.length_s[i]),
-            client.family[i],
-            float(client.shape[i]),
-        )
+        if smooth:
+            left, centre, right = knots[client.key]
+            arrivals_s = _generate_window_smooth(
+                rng,
+                (float(left[i]), float(centre[i]), float(right[i])),
+                float(client.start_s[i]),
+                float(client.length_s[i]),
+                client.family[i],
+                float(client.shape[i]),
+            )
+        else:
+            arrivals_s = _generate_window(
+                rng,
+                float(client.rate_rps[i]),
+                float(client.start_s[i]),
+                float(client.length_s[i]),
+                client.family[i],
+                float(client.shape[i]),
+            )
         _collect(*pieces, rng, arrivals_s, lengths, lo_s, hi_s)
     meta: dict[str, object] = {
         "format": "servegen",
@@ -390,6 +535,7 @@ def _load_clients(
         "active_windows": len(plan),
         "poisson_fallback_windows": fallback,
         "iat_scale": "rate-matched: family shape kept, scale set so mean inter-arrival = 1/rate_rps",
+        "rate_shape": "smooth" if smooth else "step",
         "lengths": lengths.describe(),
     }
     return _finish(p, name, pieces, meta, lo_s, hi_s)
@@ -405,6 +551,7 @@ def _load_total(
     cv: float,
     max_requests: int,
     max_span_s: float | None,
+    smooth: bool,
 ) -> Workload:
     table = _io.parse_table(_io.read_text(p), str(p), _TOTAL_FIELDS)
     starts = _io.parse_float_column(
@@ -423,6 +570,7 @@ def _load_total(
     overlap_s = np.minimum(starts + window_s, hi_s) - np.maximum(starts, lo_s)
     active = np.flatnonzero((overlap_s > 0) & (rates > 0))
     expected = float(np.sum(rates[active] * overlap_s[active]))
+    left, centre, right = smooth_knots(window_s, rates)
     edges = [
         _Active(float(starts[i]), float(starts[i] + window_s[i]), str(p), int(table.lines[i]))
         for i in (active[[0, -1]].tolist() if active.size else [])
@@ -433,9 +581,19 @@ def _load_total(
     pieces: tuple[list[FloatArray], list[IntArray], list[IntArray]] = ([], [], [])
     for i in active.tolist():
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(i,)))
-        arrivals_s = _generate_window(
-            rng, float(rates[i]), float(starts[i]), float(window_s[i]), family, shape
-        )
+        if smooth:
+            arrivals_s = _generate_window_smooth(
+                rng,
+                (float(left[i]), float(centre[i]), float(right[i])),
+                float(starts[i]),
+                float(window_s[i]),
+                family,
+                shape,
+            )
+        else:
+            arrivals_s = _generate_window(
+                rng, float(rates[i]), float(starts[i]), float(window_s[i]), family, shape
+            )
         _collect(*pieces, rng, arrivals_s, lengths, lo_s, hi_s)
     meta: dict[str, object] = {
         "format": "servegen",
@@ -445,6 +603,7 @@ def _load_total(
         "seed": seed,
         "sorted": False,
         "cv": cv,
+        "rate_shape": "smooth" if smooth else "step",
         "start_s": lo_s - trace_start_s,
         "duration_s": hi_s - lo_s,
         "expected_requests": round(expected, 1),
