@@ -64,6 +64,11 @@ def test_long_prefills_miss_at_any_fleet_size_and_are_counted_apart(replicas):
     }
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the oracle on main judges every request of an interval, infeasible ones too (the "
+    "feasible-only oracle of branch feasibility-oracle was not merged: issue 12, item 3)",
+)
 def test_the_oracle_sizes_for_the_feasible_requests_only():
     # Half the requests can never meet the SLO: judged on all of them, no count reaches 99% and
     # the oracle bought the whole fleet; on the feasible ones one replica serves this light load.

