@@ -124,11 +124,15 @@ def test_iteration_tokens_count_as_vllm_counts_them():
     """A 100-token prompt alone, 5 output tokens: the first step carries the prompt and the first
     token (101, as vLLM's IterationStats adds prompt_len on a request's first output), then four
     decode steps of one token."""
-    f = make_fleet([0.0], [100], [5])
+    f = make_fleet([0.0], [100], [5], step_token_stats=True)
     f.run_until(10.0)
     r = f.replicas[0]
     mixed = r.hist_mixed_step_tokens
     assert (mixed.count, mixed.sum) == (1, 101)
+    # The backtest does not keep it (only the emulator exports it).
+    quiet = make_fleet([0.0], [100], [5])
+    quiet.run_until(10.0)
+    assert quiet.replicas[0].hist_mixed_step_tokens.count == 0
     assert list(r.decode_steps_by_batch)[:3] == [0, 4, 0]  # four steps of a batch of one
 
 

@@ -90,6 +90,7 @@ def build_sim_config(cfg: EmulateConfig) -> SimConfig:
         max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens,
         chunked_prefill=cfg.chunked_prefill,
+        step_token_stats=True,
         pending_s=cs.pending_s if cfg.pending_s is None else cfg.pending_s,
         loading_s=cs.loading_s if cfg.loading_s is None else cfg.loading_s,
         warmup_s=cs.warmup_s if cfg.warmup_s is None else cfg.warmup_s,

@@ -23,6 +23,8 @@ class SimConfig:
     #: Split prompts into chunks that share iterations with decodes (vLLM V1 always; V0 opt-in).
     #: Off: whole prompts in prefill-only iterations, max_num_batched_tokens >= max_model_len.
     chunked_prefill: bool = True
+    #: keep vLLM's tokens-per-iteration histogram of mixed iterations (the emulator exports it)
+    step_token_stats: bool = False
     gpu_memory_utilization: float = 0.9
     max_model_len: int | None = None  # None: the model's context length
     pending_s: float = 60.0

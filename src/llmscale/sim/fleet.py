@@ -436,6 +436,7 @@ class Fleet:
             histogram_bounds=HISTOGRAM_BOUNDS,
             max_jump=cfg.max_jump_steps,
             chunked_prefill=cfg.chunked_prefill,
+            step_token_stats=cfg.step_token_stats,
         )
         self.replicas.append(r)
         if warm:
