@@ -269,7 +269,8 @@ def build_document(
         "slo_ttft_per_1k_tokens_s": settings.slo_ttft_per_1k_tokens_s,
         "seed": settings.seed,
         "policy_params": settings.policy_params,
-        **{f"sim_{k}": (None if v == float("inf") else v) for k, v in sim.items()},
+        # step_token_stats only keeps a histogram the emulator exports: it changes no result
+        **{f"sim_{k}": (None if v == float("inf") else v) for k, v in sim.items() if k != "step_token_stats"},
     }
     workload_doc: dict[str, Any] = {"name": workload.name, **workload.summary()}
     # Requests beyond the model's context: the fleet rejects them on arrival (HTTP 400).
