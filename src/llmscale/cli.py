@@ -953,6 +953,11 @@ def calibrate_cmd(
             f"--hold-out-lengths = {hold_out_lengths!r}, must be integers separated by commas"
         ) from None
     engine = EngineSettings(**_engine_settings(None, max_num_seqs, max_num_batched_tokens, chunked_prefill))
+    if chunked_prefill is False and max_num_batched_tokens is None:
+        # vLLM V0 without chunked prefill: each model's budget is max(max_model_len, 2048)
+        engine = EngineSettings(
+            max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=0, chunked_prefill=False
+        )
     if not files and prometheus is None:
         raise ConfigError("give one or more FILEs or --prometheus URL --start --end")
     targets = []
@@ -1009,6 +1014,15 @@ def calibrate_cmd(
                 f"{title}: median |error| {after:.1f}% (uncalibrated {before:.1f}%) over {len(group)} points"
             )
     console.print("factors: " + ", ".join(f"{k} {v:.3f}" for k, v in profile.factors.items()))
+    far = {k: v for k, v in profile.factors.items() if not 0.5 <= v <= 2.0}
+    if far:
+        # A factor this far from 1 is an engine unlike the model in kind, not in degree: it is
+        # fitting something the model lacks (a different attention kernel, a memory-bound batch).
+        _console(stderr=True).print(
+            "[bold yellow]warning:[/] "
+            + ", ".join(f"{k} = {v:.2f}" for k, v in far.items())
+            + " is far from 1: the points with the largest errors show what the model does not describe"
+        )
     profile.save(out)
     console.print(f"profile: {out}")
 

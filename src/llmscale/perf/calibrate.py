@@ -94,6 +94,25 @@ def _pos_float(v: str, path: Path, line: int, column: str) -> float:
     return x
 
 
+def _engine_for(engine: EngineSettings, model: str) -> EngineSettings:
+    """``engine``, with vLLM V0's budget rule for ``model`` when the budget is left to it (0).
+
+    Without chunked prefill vLLM V0 sets max_num_batched_tokens = max(max_model_len, 2048), so
+    each model of a file gets its own: Llama-2-7B 4,096, Mistral-7B 32,768.
+    """
+    if engine.max_num_batched_tokens > 0:
+        return engine
+    from llmscale.perf.catalogue import get_model
+
+    v0 = EngineSettings.vllm_v0(get_model(model).max_context_tokens)
+    return EngineSettings(
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=v0.max_num_batched_tokens,
+        chunked_prefill=engine.chunked_prefill,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+    )
+
+
 _ARGONNE_GPUS = {"nvidia a100 gpu": "a100-40gb", "nvidia h100 gpu": "h100-80gb", "nvidia gh200 gpu": "gh200"}
 
 
@@ -173,6 +192,8 @@ def read_closed_batches(
             row_model = get_model(m_raw).name if m_raw else want_model
             row_gpu = get_gpu(g_name).name if g_name else want_gpu
         except ConfigError as exc:
+            if want_model is not None or want_gpu is not None:
+                continue  # another model's or GPU's row, filtered out anyway
             raise TraceFormatError(f"{path}:{line}: {exc}") from exc
         row_tp = _pos_int(tp_raw, path, line, "tp", 8) if tp_raw else tp
         if row_model is None or row_gpu is None or row_tp is None:
@@ -187,9 +208,10 @@ def read_closed_batches(
         if latency < n_out * 1e-3:
             continue
         key = (row_model, row_gpu, row_tp, n_in, n_out, batch)
+        row_engine = _engine_for(engine, row_model)
         if key not in schedules:
             try:
-                schedules[key] = schedule(row_model, row_gpu, row_tp, n_in, n_out, batch, engine)
+                schedules[key] = schedule(row_model, row_gpu, row_tp, n_in, n_out, batch, row_engine)
             except ConfigError as exc:
                 raise TraceFormatError(f"{path}:{line}: {exc}") from exc
         sched = schedules[key]
@@ -200,7 +222,7 @@ def read_closed_batches(
         )
         if ttft is not None:
             first = schedules.setdefault(
-                (*key[:4], 1, batch), schedule(row_model, row_gpu, row_tp, n_in, 1, batch, engine)
+                (*key[:4], 1, batch), schedule(row_model, row_gpu, row_tp, n_in, 1, batch, row_engine)
             )
             targets.append(
                 Target(
