@@ -132,21 +132,7 @@ def schedule(
             "a closed batch needs input, output and batch >= 1 "
             f"(got {input_tokens}, {output_tokens}, {batch})"
         )
-    from llmscale.perf.step_time import get_perf_model
-    from llmscale.sim.fleet import Fleet
-
-    perf = get_perf_model(model, gpu, tp)
-    cfg = engine.sim_config(timeout_s=math.inf, pending_s=0.0, loading_s=0.0, warmup_s=0.0)
-    zeros = np.zeros(batch)
-    fleet = Fleet(
-        perf,
-        cfg,
-        zeros,
-        np.full(batch, input_tokens, dtype=np.int64),
-        np.full(batch, output_tokens, dtype=np.int64),
-        initial_replicas=1,
-        gpus_per_replica=tp,
-    )
+    fleet = closed_batch_fleet(model, gpu, tp, input_tokens, output_tokens, batch, engine)
     replica = fleet.replicas[0]
     trace: list[tuple[float, float, float, float, float, float]] = []
     replica.trace = trace
@@ -159,17 +145,19 @@ def schedule(
     return Schedule(steps=_merge(trace), preemptions=int(replica.num_preemptions), iterations=len(trace))
 
 
-def simulate_makespan_s(
+def closed_batch_fleet(
     model: str, gpu: str, tp: int, input_tokens: int, output_tokens: int, batch: int, engine: EngineSettings
-) -> float:
-    """The simulator's own latency of a closed batch (with the committed coefficients), s."""
+) -> Any:
+    """One warm replica of ``model`` on ``tp`` x ``gpu`` with ``batch`` equal requests arriving at 0.
+
+    Nobody times out and no lifecycle delay applies: a closed batch is all the replica does.
+    """
     from llmscale.perf.step_time import get_perf_model
     from llmscale.sim.fleet import Fleet
 
-    perf = get_perf_model(model, gpu, tp)
     cfg = engine.sim_config(timeout_s=math.inf, pending_s=0.0, loading_s=0.0, warmup_s=0.0)
-    fleet = Fleet(
-        perf,
+    return Fleet(
+        get_perf_model(model, gpu, tp),
         cfg,
         np.zeros(batch),
         np.full(batch, input_tokens, dtype=np.int64),
@@ -177,5 +165,12 @@ def simulate_makespan_s(
         initial_replicas=1,
         gpus_per_replica=tp,
     )
+
+
+def simulate_makespan_s(
+    model: str, gpu: str, tp: int, input_tokens: int, output_tokens: int, batch: int, engine: EngineSettings
+) -> float:
+    """The simulator's own latency of a closed batch (with the committed coefficients), s."""
+    fleet = closed_batch_fleet(model, gpu, tp, input_tokens, output_tokens, batch, engine)
     fleet.run_until(_HORIZON_S)
     return float(np.nanmax(np.asarray(fleet.finish_at_s)))
