@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import html
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +28,7 @@ from llmscale.report.html import (
     _script_safe,
     _style,
     _template_json,
+    write_page,
 )
 
 if TYPE_CHECKING:
@@ -337,16 +336,4 @@ def render_analysis_report(a: Analysis, path: str | Path) -> Path:
     """Write the page to ``path`` atomically (a crash never leaves half a page); return the path."""
     import plotly.offline
 
-    target = Path(path)
-    page = _page(a, build_analysis_figures(a), plotly.offline.get_plotlyjs())
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(page)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_page(Path(path), _page(a, build_analysis_figures(a), plotly.offline.get_plotlyjs()))

@@ -970,7 +970,11 @@ def render_report(doc: Mapping[str, Any], path: str | Path) -> Path:
 
     target = Path(path)
     figures = build_figures(doc)
-    page = _page(doc, figures, plotly.offline.get_plotlyjs())
+    return write_page(target, _page(doc, figures, plotly.offline.get_plotlyjs()))
+
+
+def write_page(target: Path, page: str) -> Path:
+    """Write ``page`` to ``target`` atomically (a crash never leaves half a page); return ``target``."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
