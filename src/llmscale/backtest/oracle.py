@@ -37,8 +37,10 @@ Cost. The greedy step forks one trial per count it queries (~150 on the
 default preset); a trial stops as soon as its verdict is certain
 (:class:`_Verdict`), and while a core is free (``spare_workers``) the count
 the search will likely query next runs alongside. The constant step runs
-a few full runs (log2 of the counts below the greedy schedule's mean); the
-descent at most three sweeps. Each step is a share of the progress bar.
+a few full runs (log2 of the counts below the greedy schedule's mean), each
+given up once the budget is certainly spent; the descent at most
+``descent_runs`` full runs and their trials. Each step is a share of the
+progress bar (40%, 10%, 50%), and ``wall_s`` in the result is the whole search.
 """
 
 from __future__ import annotations
@@ -79,8 +81,9 @@ class OracleSettings:
     #: how long after an interval's end the greedy step follows its requests: until each is
     #: resolved, at most this long (a request still generating then is judged on its first token)
     tail_s: float = 600.0
-    #: whole-trace descent sweeps at most (0: the cheaper of the greedy and constant schedules)
-    max_sweeps: int = 3
+    #: full runs of the whole-trace descent at most (0: the cheaper of the greedy and constant
+    #: schedules as they are)
+    descent_runs: int = 4
 
 
 #: simulated seconds between two looks at a trial's verdict (:class:`_Verdict`): a look costs
@@ -160,7 +163,7 @@ def run_oracle(
         judge,
         allowed,
         lo,
-        descent=DescentSettings(max_sweeps=oracle.max_sweeps),
+        descent=DescentSettings(max_runs=oracle.descent_runs),
         progress=phase_progress(2),
     )
     if decisions_out is not None:
@@ -179,11 +182,10 @@ def run_oracle(
         "constant_replicas": None if constant is None else constant.schedule[0],
         "constant_runs": constant_runs,
         "start": "greedy" if start is greedy else "constant",
-        "rounds": stats.sweeps,
-        "rounds_kept": stats.sweeps_kept,
+        "descent_runs": stats.runs,
+        "descent_runs_kept": stats.kept,
         "descent_trials": stats.trials,
-        "descent_full_runs": stats.full_runs,
-        "intervals_lowered": stats.commits,
+        "intervals_lowered": stats.lowered,
     }
     return result
 

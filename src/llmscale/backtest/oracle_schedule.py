@@ -11,33 +11,36 @@ future, it never kills a generation) and are billed until they are gone; a
 draining replica it needs again is put back in service (no cold start).
 
 :func:`descend` improves a schedule that meets the target, with the
-simulator as the judge. A *sweep* runs the schedule forward; at each
-interval it tries lower counts in forked trials (:mod:`oracle_trials`) and
-commits the lowest whose estimated misses over the whole run stay within
-the budget (:class:`~llmscale.backtest.oracle_judge.Judge`). A trial knows
-its past exactly (the sweep's run so far, with every earlier commit), runs
-the changed interval and the following ones on the schedule until the
-requests that arrived by the changed interval's end are resolved and at
-least ``window_intervals`` more have passed, and takes the requests still
-unresolved then at their outcome in the schedule's last full run. That rest
-is the estimate; the sweep's own run is exact, so a sweep is kept only if its
-run meets the target *and* spends fewer GPU-seconds than the schedule it
-started from. A sweep that missed the target is run again with a reserve of
-the budget held back (twice the overshoot), at most :data:`MAX_RETRIES` times.
+simulator as the judge. Each of its full runs is exact, and it also
+*surveys*: at the intervals to look at, it forks trials (:mod:`oracle_trials`)
+of lower counts. A trial knows its past exactly (the run so far), runs the
+changed interval and the following ones on the schedule until the requests
+that arrived by the changed interval's end are resolved, at least
+``window_intervals`` more have passed and its open requests are (but for 2%)
+those open at that time in a reference run of a close schedule; the requests
+still open then take their outcome in that reference. That is the trial's
+estimate of the run's misses: an *offer* (the misses, the replica-seconds
+saved). Offers are bought cheapest first, by misses added per replica-second
+saved, while the budget's slack lasts, and the purchase is the next full
+run. It is kept only if it meets the target *and* spends fewer GPU-seconds;
+when it overshoots (lowerings next to each other add up to more than each
+alone: a backlog outlasting a trial's window), the dearer half of the
+purchase is dropped and the rest runs again.
 
-A lower count is tried only where it saves GPU-time by the schedule's own
+A lower count is offered only where it saves GPU-time by the schedule's own
 arithmetic: one replica less for an interval saves ``I`` replica-seconds but
 costs a cold start if the next interval needs it again. E.g. the default
 preset (I = 60 s, cold start 108 s): a one-interval dip between equal
 neighbours costs 48 s more than it saves and is never tried; cutting the
 first interval of a rise (or the last of a fall) saves 60 s.
 
-Cost: a sweep is one full run plus, per interval, the trials of its gallop
-(count - 1, - 2, - 4, ..., then bisect: 1-4 on the default preset), each a
-few intervals long. Sweeps after the first try only the intervals within
-two of a commit of the previous sweep; at most ``max_sweeps`` run. So the
-number of simulated intervals is bounded by
-``max_sweeps x (1 + MAX_RETRIES) x (K + 1) x (1 + tries x window)``.
+Cost, bounded: at most ``max_runs`` full runs (4), the first re-running the
+start to survey every interval, the next ones surveying only the intervals
+within two of a lowered one, the last none. A survey tries count - 1, - 2,
+- 4, ... per interval while an offer adds less than half the slack, each
+trial at most ``max_window_intervals + 1`` intervals long. On the default
+preset (61 intervals): ~70 trials and four full runs, about as long as the
+interval-greedy step before it.
 """
 
 from __future__ import annotations
@@ -231,34 +234,28 @@ class DescentSettings:
     #: intervals a trial follows after the changed one, at least
     window_intervals: int = 2
     #: intervals a trial follows after the changed one, at most
-    max_window_intervals: int = 6
-    #: rounds of survey, choice and full run at most
-    max_sweeps: int = 3
+    max_window_intervals: int = 4
+    #: full runs of the descent at most (the first re-runs the start to survey it)
+    max_runs: int = 4
 
 
 @dataclass
 class DescentStats:
-    sweeps: int = 0
-    sweeps_kept: int = 0
+    runs: int = 0
+    kept: int = 0
     trials: int = 0
-    full_runs: int = 0
-    commits: int = 0
+    lowered: int = 0
 
 
 @dataclass(frozen=True)
 class Offer:
-    """Interval ``k`` at ``m`` replicas: the misses it adds to the run (estimated) and the
-    replica-seconds it saves (by the schedule's arithmetic, :func:`cost_change_s`)."""
+    """Interval ``k`` at ``m`` replicas: the run's misses then (estimated) and the replica-seconds
+    it saves (by the schedule's arithmetic, :func:`cost_change_s`)."""
 
     k: int
     m: int
-    extra_misses: float
+    misses: float
     saved_s: float
-
-    @property
-    def price(self) -> float:
-        """Misses per replica-second saved: the lower, the better a buy."""
-        return self.extra_misses / self.saved_s
 
 
 def descend(
@@ -273,32 +270,38 @@ def descend(
     *,
     descent: DescentSettings | None = None,
     progress: Callable[[float], None] | None = None,
+    spare_workers: Callable[[], int] | None = None,
 ) -> tuple[Scored, DescentStats]:
-    """The cheapest schedule the rounds find from ``start`` (which meets ``allowed_misses``).
+    """The cheapest schedule the descent finds from ``start`` (which meets ``allowed_misses``).
 
-    A round surveys every interval (:func:`_survey`: the misses each lower count
-    would add, estimated by a trial), buys the cheapest offers by misses per
-    replica-second saved until the budget's slack is spent (:func:`_choose`),
-    and runs the result in full. It is kept when it meets the budget and costs
-    fewer GPU-seconds; when it overshoots (lowerings next to each other add up
-    to more than each alone), the dearer half of the purchase is dropped and
-    the rest run again, at most :data:`MAX_RETRIES` times.
+    Each full run of a schedule (:func:`_survey_run`) is exact, and it also
+    surveys: at the intervals near the last change it forks trials of lower
+    counts, each an offer (the misses the run would then have, estimated, and
+    the replica-seconds saved). When the run meets the budget and costs fewer
+    GPU-seconds than the best so far it becomes the best, and its offers are
+    bought cheapest first, by misses added per replica-second saved, while
+    the budget's slack lasts (:func:`_choose`); the next run is that purchase.
+    When a run overshoots (lowerings next to each other add up to more than
+    each alone), the dearer half of its purchase is dropped and the rest runs.
+    The first run re-runs ``start`` to survey every interval; at most
+    ``max_runs`` runs, the last without trials.
     """
     descent = descent or DescentSettings()
     stats = DescentStats()
     best = start
+    plan = start.schedule
+    purchase: list[Offer] = []
     tryable = set(range(grid.num_intervals + 1))
-    share = 1.0 / max(1, descent.max_sweeps)
-    for round_no in range(descent.max_sweeps):
-        if not tryable or best.misses >= allowed_misses:
-            break
-        stats.sweeps += 1
+    for run_no in range(descent.max_runs):
+        stats.runs += 1
+        survey = run_no + 1 < descent.max_runs
 
-        def report(f: float, done: float = round_no * share) -> None:
+        def report(f: float, run_no: int = run_no) -> None:
             if progress is not None:
-                progress(done + share * f)
+                progress((run_no + f) / descent.max_runs)
 
-        offers = _survey(
+        scored, offers = _survey_run(
+            plan,
             best,
             workload,
             settings,
@@ -307,58 +310,75 @@ def descend(
             judge,
             allowed_misses,
             lo,
-            tryable,
+            tryable if survey else set(),
             descent,
             stats,
-            lambda f: report(0.8 * f),
+            report,
+            spare_workers,
         )
-        chosen = _choose(offers, allowed_misses - best.misses)
-        kept: Scored | None = None
-        for _ in range(MAX_RETRIES + 1):
-            if not chosen:
+        if run_no > 0:
+            if scored.misses > allowed_misses:
+                if len(purchase) <= 1:
+                    break
+                purchase = purchase[: len(purchase) // 2]
+                plan = _apply(best.schedule, purchase)
+                tryable = _near(purchase, grid)
+                continue
+            if scored.gpu_s >= best.gpu_s:
                 break
-            plan = list(best.schedule)
-            for offer in chosen:
-                plan[offer.k] = offer.m
-            stats.full_runs += 1
-            run = run_schedule(
-                workload, settings, grid, cold_start_s, plan, judge, give_up_over=allowed_misses
-            )
-            if run is not None and run.misses <= allowed_misses:
-                kept = run if run.gpu_s < best.gpu_s else None
-                break
-            chosen = chosen[: len(chosen) // 2]
-        report(1.0)
-        if kept is None:
+            stats.kept += 1
+            stats.lowered += len(purchase)
+            best = scored
+        purchase = _choose(offers, scored.misses, allowed_misses)
+        if not purchase:
             break
-        stats.sweeps_kept += 1
-        stats.commits += len(chosen)
-        best = kept
-        tryable = {j for o in chosen for j in range(o.k - 2, o.k + 3) if 0 <= j <= grid.num_intervals}
+        plan = _apply(best.schedule, purchase)
+        tryable = _near(purchase, grid)
+    if progress is not None:
+        progress(1.0)
     return best, stats
 
 
-def _choose(offers: Sequence[Offer], slack: float) -> list[Offer]:
-    """Offers bought cheapest first (one count per interval) while their misses fit ``slack``.
+def _apply(schedule: Sequence[int], purchase: Sequence[Offer]) -> tuple[int, ...]:
+    plan = list(schedule)
+    for offer in purchase:
+        plan[offer.k] = offer.m
+    return tuple(plan)
 
-    A lower count of an interval already bought replaces it when the difference fits.
-    Returns the purchase, cheapest first.
+
+def _near(purchase: Sequence[Offer], grid: Grid) -> set[int]:
+    """The intervals worth surveying after ``purchase``: within two of a lowered one."""
+    return {j for o in purchase for j in range(o.k - 2, o.k + 3) if 0 <= j <= grid.num_intervals}
+
+
+def _choose(offers: Sequence[Offer], misses: int, allowed_misses: int) -> list[Offer]:
+    """Offers bought cheapest first (one count per interval) while the misses they add fit.
+
+    ``misses``: the run's own, which each offer's estimate adds to. A lower count of an
+    interval already bought replaces it when the difference fits. Returns the purchase,
+    cheapest first.
     """
+
+    def price(o: Offer) -> float:
+        return (o.misses - misses) / o.saved_s
+
+    slack = float(allowed_misses - misses)
     bought: dict[int, Offer] = {}
     spent = 0.0
-    for offer in sorted(offers, key=lambda o: (o.price, o.k, o.m)):
+    for offer in sorted(offers, key=lambda o: (price(o), o.k, o.m)):
         held = bought.get(offer.k)
         if held is not None and offer.m >= held.m:
             continue
-        change = offer.extra_misses - (held.extra_misses if held is not None else 0.0)
+        change = offer.misses - (held.misses if held is not None else float(misses))
         if spent + change <= slack:
             bought[offer.k] = offer
             spent += change
-    return sorted(bought.values(), key=lambda o: (o.price, o.k))
+    return sorted(bought.values(), key=lambda o: (price(o), o.k))
 
 
-def _survey(
-    base: Scored,
+def _survey_run(
+    plan: Sequence[int],
+    ref: Scored,
     workload: Workload,
     settings: BacktestSettings,
     grid: Grid,
@@ -370,11 +390,12 @@ def _survey(
     descent: DescentSettings,
     stats: DescentStats,
     progress: Callable[[float], None],
-) -> list[Offer]:
-    """Run ``base`` forward; at each interval in ``tryable``, trials of count - 1, - 2, - 4, ...
-    (while they save GPU-time and stay within the budget): the offers they make."""
+    spare_workers: Callable[[], int] | None,
+) -> tuple[Scored, list[Offer]]:
+    """The full run of ``plan``; at each interval in ``tryable``, trials of count - 1, - 2, - 4, ...
+    (while they save GPU-time and stay within the budget), whose requests still open at a
+    trial's end take their outcome in ``ref`` (a run of a schedule close to ``plan``)."""
     run = ScheduleRun(workload, settings, grid, cold_start_s)
-    plan = base.schedule
     offers: list[Offer] = []
     arrivals = workload.arrival_s
     exiting: list[int] = []
@@ -390,7 +411,7 @@ def _survey(
                         k,
                         m,
                         plan,
-                        base,
+                        ref,
                         arrivals,
                         judge,
                         allowed_misses,
@@ -408,10 +429,17 @@ def _survey(
                         saved = -cost_change_s(plan, k, m, grid.interval_s, cold_start_s)
                         if saved <= 0.0:
                             break
+                        if spare_workers is not None and spare_workers() > 0 and plan[k] - 2 * step >= lo:
+                            trials.start(m)
+                            trials.start(plan[k] - 2 * step)  # the next one if this one passes
                         misses, _ = trials.outcome(m)
                         if misses > allowed_misses:
                             break
-                        offers.append(Offer(k, m, misses - base.misses, saved))
+                        offers.append(Offer(k, m, misses, saved))
+                        # An offer adding half the slack or more will not combine with others;
+                        # a lower count would add more still.
+                        if misses - ref.misses >= 0.5 * (allowed_misses - ref.misses):
+                            break
                         step *= 2
                 finally:
                     stats.trials += len(trials.done)
@@ -420,14 +448,14 @@ def _survey(
             progress(float(k + 1) / (last + 1))
     finally:
         reap(exiting, block=True)
-    return offers
+    return run.result(judge, plan), offers
 
 
 def _window_trial(
     fleet: Fleet,
     k: int,
     m: int,
-    plan: tuple[int, ...],
+    plan: Sequence[int],
     base: Scored,
     arrivals: np.ndarray,
     judge: Judge,
