@@ -186,6 +186,8 @@ def run_oracle(
         "descent_runs_kept": stats.kept,
         "descent_trials": stats.trials,
         "intervals_lowered": stats.lowered,
+        # the replica count of each interval (the last: after the last arrival's interval)
+        "schedule": list(best.schedule),
     }
     return result
 
