@@ -26,9 +26,8 @@ def test_probe_baseline_is_the_fidelity_report(shared_data: Path) -> None:
         [sys.executable, str(SCRIPT), str(cal)], capture_output=True, text=True, timeout=300, cwd=REPO
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = re.findall(
-        r"^(\S+)\s+(\d)\s+(\d+)\s+([0-9.]+)% /\s+([0-9.]+)%\s+([0-9.]+)% /\s+([0-9.]+)%$", proc.stdout, re.MULTILINE
-    )
+    pct = r"([0-9.]+)% /\s+([0-9.]+)%"
+    rows = re.findall(rf"^(\S+)\s+(\d)\s+(\d+)\s+{pct}\s+{pct}$", proc.stdout, re.MULTILINE)
     assert len(rows) == 6, proc.stdout  # A100-40GB and H100, TP 1/2/4
     report = e2e_report(load_points(cal), load_coefficients())["configs"]
     for gpu, tp, n, med, p90, _pmed, _pp90 in rows:
