@@ -139,6 +139,18 @@ def _load_workload(
     return w
 
 
+def _write_output(path: Path, text: str, option: str) -> None:
+    """Write an output file; a full disk or a vanished directory is an error naming the option.
+
+    The paths were checked writable before the run, but a write can still fail at the end
+    (ENOSPC: found with ``--json /dev/full``, which printed a traceback after the whole run).
+    """
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise LlmscaleError(f"{option} {path}: cannot write: {e.strerror or e}") from e
+
+
 def _engine_settings(
     calibration: Path | None,
     max_num_seqs: int | None,
@@ -154,10 +166,14 @@ def _engine_settings(
 
         recorded = dict(load_profile(calibration).engine)
     default = EngineSettings()
+    # `is None`, not `or`: an explicit 0 is an error below, not a request for the default.
     out = {
-        "max_num_seqs": max_num_seqs or int(recorded.get("max_num_seqs", default.max_num_seqs)),
+        "max_num_seqs": max_num_seqs
+        if max_num_seqs is not None
+        else int(recorded.get("max_num_seqs", default.max_num_seqs)),
         "max_num_batched_tokens": max_num_batched_tokens
-        or int(recorded.get("max_num_batched_tokens", default.max_num_batched_tokens)),
+        if max_num_batched_tokens is not None
+        else int(recorded.get("max_num_batched_tokens", default.max_num_batched_tokens)),
         "chunked_prefill": bool(recorded.get("chunked_prefill", default.chunked_prefill))
         if chunked_prefill is None
         else chunked_prefill,
@@ -165,6 +181,12 @@ def _engine_settings(
     for name in ("max_num_seqs", "max_num_batched_tokens"):
         if out[name] < 1:
             raise ConfigError(f"--{name.replace('_', '-')} = {out[name]}, must be >= 1")
+    if out["chunked_prefill"] and out["max_num_batched_tokens"] < out["max_num_seqs"]:
+        # vLLM refuses to start so: every running sequence needs a token of the budget each step.
+        raise ConfigError(
+            f"--max-num-batched-tokens = {out['max_num_batched_tokens']}, must be >= --max-num-seqs "
+            f"({out['max_num_seqs']}) with chunked prefill, as vLLM requires"
+        )
     return out
 
 
@@ -545,15 +567,18 @@ def backtest(
         if json_to_stdout:
             sys.stdout.write(text + "\n")
         else:
-            Path(json_out).write_text(text + "\n")
+            _write_output(Path(json_out), text + "\n", "--json")
             console.print(f"results: {json_out}")
     if decisions is not None:
-        decisions.write_text("".join(lines))
+        _write_output(decisions, "".join(lines), "--decisions")
         console.print(f"decision log: {decisions} ({len(lines)} ticks)")
     if report is not None:
         from llmscale.report import render_report
 
-        render_report(document(True), report)
+        try:
+            render_report(document(True), report)
+        except OSError as e:
+            raise LlmscaleError(f"--report {report}: cannot write: {e.strerror or e}") from e
         console.print(f"report: {report}")
 
 
@@ -871,7 +896,7 @@ def loadgen_cmd(
         if json_to_stdout:
             sys.stdout.write(text + "\n")
         else:
-            Path(json_out).write_text(text + "\n")
+            _write_output(Path(json_out), text + "\n", "--json")
             console.print(f"results: {json_out}")
     if result.records and result.ok == 0:
         first = next((r.error for r in result.records if r.error), "")
