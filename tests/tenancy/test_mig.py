@@ -91,3 +91,8 @@ def test_slice_memory_holds_weights_and_kv() -> None:
     # 1g.10gb cannot hold the 16 GB of weights at all.
     with pytest.raises(ConfigError, match="needs 16 GB of weights"):
         get_perf_model("llama-3-8b", "h100-80gb:1g.10gb", 1).kv_capacity_tokens()
+
+
+def test_a_slice_serves_at_tp_1() -> None:
+    with pytest.raises(ConfigError, match=r"h100-80gb:3g\.40gb is a MIG slice: .*tp must be 1 \(got 2\)"):
+        get_perf_model("llama-3-8b", "h100-80gb:3g.40gb", 2)
