@@ -1179,6 +1179,73 @@ def diagnose_cmd(
         console.print(f"not checked: {u}", highlight=False)
 
 
+@app.command(
+    "tenants",
+    help=(
+        "Backtest several models sharing a pool of MIG-partitioned GPUs: each tenant's trace, model, "
+        "MIG profile, policy and quota from CONFIG (see llmscale.backtest.tenants); scale-ups are admitted "
+        "within the quota, the pool's free placements and seed 003 3.1's node checks."
+    ),
+)
+def tenants_cmd(
+    config: Annotated[Path, typer.Argument(help="YAML: pool (gpu, gpus, node, checks) and tenants.")],
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write the results as JSON to PATH ('-' for stdout).")
+    ] = None,
+    decisions: Annotated[
+        Path | None, typer.Option(help="Write one JSON line per tenant tick (with `admission`) to PATH.")
+    ] = None,
+) -> None:
+    from llmscale.backtest.tenants import format_table, load_tenants, run_tenants
+
+    if json_out not in (None, "-"):
+        check_output_path("--json", Path(json_out))
+    if decisions is not None:
+        check_output_path("--decisions", decisions)
+    spec = load_tenants(config)
+    if decisions is not None:
+        with decisions.open("w", encoding="utf-8") as out:
+            result = run_tenants(spec, decisions_out=out)
+    else:
+        result = run_tenants(spec)
+    doc = json.dumps(result.as_json(), indent=2)
+    if json_out == "-":
+        typer.echo(doc)
+        return
+    typer.echo(format_table(result))
+    if json_out is not None:
+        Path(json_out).write_text(doc + "\n", encoding="utf-8")
+
+
+@app.command(
+    "node-check",
+    help=(
+        "Seed 003 3.1's node checks, read now from Prometheus (node-exporter and cAdvisor): free memory "
+        "> 2 GiB, CPU throttling < 10%, disk IO < 70%. Exit 0 when the node may take a replica, 1 if not."
+    ),
+)
+def node_check_cmd(
+    prometheus: Annotated[str, typer.Option(help="Prometheus base URL, e.g. http://prometheus:9090.")],
+    node: Annotated[
+        str, typer.Option(help='Label selector of the node\'s series, e.g. instance="10.0.0.5:9100".')
+    ],
+    window: Annotated[str, typer.Option(help="Rate window of the counters (PromQL duration).")] = "1m",
+) -> None:
+    from urllib.parse import urlparse
+
+    from llmscale.tenancy.node_checks import check_node
+    from llmscale.tenancy.node_metrics import read_node_sample
+
+    url = urlparse(prometheus)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise ConfigError(f"--prometheus {prometheus!r}: must be an http(s) URL, e.g. http://prometheus:9090")
+    sample = read_node_sample(prometheus, node, window=window)
+    failed = check_node(sample)
+    typer.echo(json.dumps({"node": node, "readings": sample.as_json(), "failed": list(failed)}))
+    if failed:
+        raise typer.Exit(1)
+
+
 def main() -> None:
     try:
         app()
