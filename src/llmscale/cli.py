@@ -780,9 +780,11 @@ def emulate_cmd(
     from llmscale.emulate import EmulateConfig, serve
     from llmscale.emulate.config import admin_token
 
+    if max_seconds is not None and not (math.isfinite(max_seconds) and max_seconds > 0):
+        raise ConfigError(f"--max-seconds = {max_seconds}, must be a finite number > 0")
     if cold_start_s is not None:
-        if cold_start_s < 0:
-            raise ConfigError(f"--cold-start-s = {cold_start_s}, must be >= 0")
+        if not (math.isfinite(cold_start_s) and cold_start_s >= 0):
+            raise ConfigError(f"--cold-start-s = {cold_start_s}, must be a finite number >= 0")
         third = cold_start_s / 3.0
         pending_s = third if pending_s is None else pending_s
         loading_s = third if loading_s is None else loading_s
