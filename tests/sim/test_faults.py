@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmscale.errors import ConfigError
 from llmscale.perf import get_perf_model
@@ -274,3 +276,45 @@ def test_overlapping_windows_are_refused(perf) -> None:  # type: ignore[no-untyp
 def test_glitch_windows_need_whole_periods() -> None:
     assert HbmGlitch(0.0, 0.01).num_periods == 1
     assert math.isclose(HbmGlitch(0.0, 0.166).end_s, 0.166)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    start_s=st.floats(0.0, 5.0),
+    duration_s=st.floats(0.05, 10.0),
+    share=st.floats(0.1, 1.0),
+    retained=st.floats(0.01, 1.0),
+    duty=st.floats(0.05, 1.0),
+    period_s=st.floats(0.02, 2.0),
+    fuse=st.booleans(),
+)
+def test_faults_lose_no_request_and_respect_the_batch_limit(
+    start_s: float, duration_s: float, share: float, retained: float, duty: float, period_s: float, fuse: bool
+) -> None:
+    perf = get_perf_model("llama-3-8b", "h100-80gb", 1)
+    rng = np.random.default_rng(7)
+    n = 120
+    glitch = HbmGlitch(start_s, duration_s, share, retained, period_s, duty)
+    f = Fleet(
+        perf,
+        SimConfig(
+            max_num_seqs=64,
+            hbm_glitches=(glitch,),
+            adaptive_batch=AdaptiveBatchConfig(min_batch=8) if fuse else None,
+        ),
+        np.sort(rng.uniform(0.0, 6.0, n)),
+        rng.integers(50, 2000, n),
+        rng.integers(2, 300, n),
+        initial_replicas=3,
+        gpus_per_replica=1,
+    )
+    # Until every request is resolved and the fuse had 2 s after the window to recover
+    # (8 -> 64 is 3 doublings of 4 periods of 83 ms: 1.0 s).
+    while (f.now < 400.0 and f.unresolved) or f.now < glitch.end_s + 2.0:
+        f.run_until(f.now + 0.25)
+        for r in f.replicas:
+            assert r.num_running <= 64
+    assert int(f.counts[1]) == n  # every request completed: a glitch slows, it loses nothing
+    if not fuse:
+        assert f.faults.batch_log == []
+    assert all(r.max_seqs == 64 for r in f.replicas)  # the fuse gave the batch back
