@@ -259,7 +259,8 @@ class Fleet:
         for _ in range(initial_replicas):
             self._start_replica(0.0, warm=True)
         self.spec_replicas = initial_replicas
-        #: HBM glitches and the adaptive batch fuse (seed 004 4.4), None when the config has neither
+        #: HBM glitches and the adaptive batch fuse (seed 004 4.4); None without glitch windows (the
+        #: fuse reads only glitches, so alone it has nothing to act on)
         self.faults: Any = None
         if config.hbm_glitches:
             from llmscale.sim.faults import FaultDriver
