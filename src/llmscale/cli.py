@@ -102,8 +102,9 @@ def _load_workload(
     duration_s: float | None,
     rate_scale: float,
     rate_shape: str = "smooth",
+    burst_share: float = 0.0,
 ) -> Any:
-    from llmscale.workloads import load_trace, make_preset, window
+    from llmscale.workloads import entropy_bursts, load_trace, make_preset, window
     from llmscale.workloads import rate_scale as scale
     from llmscale.workloads.limits import MAX_SPAN_S
     from llmscale.workloads.servegen import RATE_SHAPES
@@ -136,7 +137,35 @@ def _load_workload(
             w = scale(w, rate_scale, seed=seed)
         except ConfigError as e:
             raise ConfigError(f"--rate-scale: {e}") from e
+    check_option("--burst-share", burst_share, "[0, 1]")
+    if burst_share > 0.0:
+        w = entropy_bursts(w, seed, burst_share=burst_share)
     return w
+
+
+_BURST_SHARE_HELP = (
+    "Seed 004 4.4's high-entropy bursts: this share of the requests (0: none) regrouped into 50 ms "
+    "bursts at Poisson times (1 a second), each joining the burst nearest its own arrival."
+)
+
+
+def _fault_settings(hbm_glitch: list[str] | None, adaptive_batch: bool) -> dict[str, Any]:
+    """SimConfig's fault fields from ``--hbm-glitch`` (repeatable) and ``--adaptive-batch``."""
+    from llmscale.sim.faults import AdaptiveBatchConfig, parse_glitch
+
+    glitches = tuple(parse_glitch(g) for g in hbm_glitch or ())
+    return {"hbm_glitches": glitches, "adaptive_batch": AdaptiveBatchConfig() if adaptive_batch else None}
+
+
+_HBM_GLITCH_HELP = (
+    "HBM-bandwidth glitches (seed 004 4.4): START_S:DURATION_S[:REPLICA_SHARE[:RETAINED_SHARE]]; "
+    "every 83 ms the oldest REPLICA_SHARE (1) of the replicas keep RETAINED_SHARE (8/128) of their "
+    "memory bandwidth for 17 % of the period. Repeat for several windows."
+)
+_ADAPTIVE_BATCH_HELP = (
+    "Seed 004 4.4's adaptive batch fuse on every replica: below 16/128 of its bandwidth for more "
+    "than 3 periods of 83 ms, max_num_seqs halves (down to 32); 4 healthy periods double it back."
+)
 
 
 def _write_output(path: Path, text: str, option: str) -> None:
@@ -331,6 +360,9 @@ def backtest(
     ] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
     rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
+    burst_share: Annotated[float, typer.Option(help=_BURST_SHARE_HELP)] = 0.0,
+    hbm_glitch: Annotated[list[str] | None, typer.Option(help=_HBM_GLITCH_HELP)] = None,
+    adaptive_batch: Annotated[bool, typer.Option(help=_ADAPTIVE_BATCH_HELP)] = False,
     slo_ttft_s: Annotated[float, typer.Option(help="SLO on time to first token (s).")] = 2.0,
     slo_tpot_s: Annotated[
         float, typer.Option(help="SLO on mean time per output token after the first (s).")
@@ -439,7 +471,10 @@ def backtest(
     names = _split_policies(policy)
     params = _load_policy_config(policy_config)
     check_option("--seeds", seeds, f"[1, {MAX_SEEDS}]", integer=True)
-    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape)
+    w = _load_workload(
+        trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape, burst_share
+    )
+    faults = _fault_settings(hbm_glitch, adaptive_batch)
 
     engine = _engine_settings(calibration, max_num_seqs, max_num_batched_tokens, chunked_prefill)
     sim = SimConfig(timeout_s=timeout_s, grace_s=grace_s, seed=seed, router=router, **engine)
@@ -495,8 +530,13 @@ def backtest(
         replicas = peak_need
     if "static" in names:
         params.setdefault("static", {}).setdefault("replicas", replicas)
+    # The faults join after sizing: the defaults are sized for the fleet as it runs when healthy.
     settings = replace(
-        base, max_replicas=max_replicas, initial_replicas=initial_replicas, policy_params=params
+        base,
+        max_replicas=max_replicas,
+        initial_replicas=initial_replicas,
+        policy_params=params,
+        sim=replace(base.sim, **faults),
     )
     try:
         check_policies(names, settings)
@@ -535,7 +575,9 @@ def backtest(
         # workload), so the runs of one seed differ from another's only by their draws.
         seed_list = [seed + k for k in range(seeds)]
         workloads = [w] + [
-            _load_workload(trace, format, workload, s, start_s, duration_s, rate_scale, rate_shape)
+            _load_workload(
+                trace, format, workload, s, start_s, duration_s, rate_scale, rate_shape, burst_share
+            )
             for s in seed_list[1:]
         ]
         per_seed = [replace(settings, seed=s, sim=replace(settings.sim, seed=s)) for s in seed_list]
@@ -741,6 +783,10 @@ def emulate_cmd(
     ] = None,
     max_seconds: Annotated[float | None, typer.Option(help="Stop after this many wall seconds.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the simulator.")] = 0,
+    hbm_glitch: Annotated[
+        list[str] | None, typer.Option(help=_HBM_GLITCH_HELP + " Times from the emulator's start.")
+    ] = None,
+    adaptive_batch: Annotated[bool, typer.Option(help=_ADAPTIVE_BATCH_HELP)] = False,
     calibration: Annotated[
         Path | None,
         typer.Option(
@@ -811,6 +857,7 @@ def emulate_cmd(
         admin_api=admin_api,
         admin_token=admin_token(admin_token_file, what="--admin-token-file") if admin_api else None,
         admin_max_scale_up=admin_max_scale_up,
+        **_fault_settings(hbm_glitch, adaptive_batch),
     )
 
     def ready(server: Any) -> None:
@@ -845,6 +892,7 @@ def loadgen_cmd(
     start_s: Annotated[float | None, typer.Option(help="Start of the window to replay (s).")] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
     rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
+    burst_share: Annotated[float, typer.Option(help=_BURST_SHARE_HELP)] = 0.0,
     max_requests: Annotated[int, typer.Option(help="Send at most this many requests.")] = 1000,
     max_duration_s: Annotated[float, typer.Option(help="Stop the replay after this many seconds.")] = 300.0,
     concurrency_limit: Annotated[
@@ -878,7 +926,9 @@ def loadgen_cmd(
     check_option("--request-timeout-s", request_timeout_s, "(0, inf)")
     if json_out is not None and not json_to_stdout:
         check_output_path("--json", Path(json_out))
-    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape)
+    w = _load_workload(
+        trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape, burst_share
+    )
     result = run_loadgen(
         w,
         target,

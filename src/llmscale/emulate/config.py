@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmscale.errors import ConfigError
+from llmscale.sim.faults import AdaptiveBatchConfig, HbmGlitch
 
 __all__ = ["ADMIN_TOKEN_ENV", "MIN_ADMIN_TOKEN_CHARS", "EmulateConfig", "admin_token"]
 
@@ -86,6 +87,10 @@ class EmulateConfig:
     admin_token: str | None = field(default=None, repr=False)  # a secret: kept out of reprs and logs
     #: replicas one ``/admin/scale`` call may add (a typo of 1000 for 10 must not start 1000)
     admin_max_scale_up: int = 16
+    #: HBM-bandwidth glitch windows, in simulated seconds from the start (seed 004 4.4; sim/faults.py)
+    hbm_glitches: tuple[HbmGlitch, ...] = ()
+    #: seed 004 4.4's adaptive batch fuse on every replica; None = off
+    adaptive_batch: AdaptiveBatchConfig | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.replicas <= self.max_replicas:
