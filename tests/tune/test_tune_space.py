@@ -44,7 +44,8 @@ def test_a_named_window_is_checked_against_the_declared_range():
     space = _slo_space(parse_param_options(["burst_z=0:3", "alpha"]))
     assert list(space) == ["burst_z", "alpha"]
     assert (space["burst_z"].low, space["burst_z"].high) == (0.0, 3.0)
-    with pytest.raises(ConfigError, match=r"slo\.target_utilization = 1\.5 must be a finite number in \[0\.01, 1\]"):
+    in_range = r"slo\.target_utilization = 1\.5 must be a finite number in \[0\.01, 1\]"
+    with pytest.raises(ConfigError, match=in_range):
         _slo_space(parse_param_options(["target_utilization=0.5:1.5"]))
     with pytest.raises(ConfigError, match="has no default to search around"):
         _slo_space(parse_param_options(["burst_z"]))

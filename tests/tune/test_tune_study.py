@@ -6,7 +6,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import small_case
+from _tune_cases import small_case
 
 from llmscale.errors import ConfigError
 from llmscale.policies.base import POLICIES, policy_names

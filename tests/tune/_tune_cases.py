@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from llmscale.backtest.runner import BacktestSettings
 from llmscale.tune.objective import TuneCase
 from llmscale.workloads import make_preset, window
@@ -15,8 +13,3 @@ def small_case(preset: str = "flash-crowd", *, start_s: float = 0.0, duration_s:
     w = scale(window(make_preset(preset, seed=0), start_s, duration_s), 0.1, seed=0)
     settings = BacktestSettings(min_replicas=1, max_replicas=12, initial_replicas=2).with_cold_start()
     return TuneCase(f"{preset} {start_s:.0f}+{duration_s:.0f}s", w, settings)
-
-
-@pytest.fixture(scope="session")
-def cases() -> list[TuneCase]:
-    return [small_case()]
