@@ -25,7 +25,6 @@ per study at a time: a second would mark the first one's running trials as stale
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -324,12 +323,9 @@ def best_config(result: TuneResult) -> dict[str, dict[str, Any]] | None:
 
 
 def _plain(value: Any) -> Any:
-    """A value YAML writes plainly (numpy scalars and 17-digit floats made readable)."""
-    if isinstance(value, bool) or value is None or isinstance(value, str | int):
-        return value
-    if isinstance(value, float):
-        # 6 significant digits: finer than any simulated difference, and a readable file.
-        return float(f"{value:.6g}") if math.isfinite(value) else value
+    """A value YAML writes plainly (a numpy scalar as a Python number). Floats keep every digit:
+    the file must reproduce the trial exactly (``tests/tune/test_tune_cli.py`` backtests it)."""
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
-    return value
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
