@@ -43,10 +43,11 @@ class _Counting:
         self._interrupt_after = interrupt_after
         self._fail_key = fail_key
         self._done = 0
+        self._refused: list[tuple[int, ConfigError]] = []
 
     def submit(self, key, params):
         if key == self._fail_key:
-            self._inner._done.append((key, ConfigError("slo: refused this combination")))
+            self._refused.append((key, ConfigError("slo: refused this combination")))
             return
         if self._interrupt_after is not None and self._done >= self._interrupt_after:
             return  # left running, as a Ctrl-C in the middle of a trial leaves it
@@ -55,7 +56,7 @@ class _Counting:
     def next_done(self, timeout_s):
         if self._interrupt_after is not None and self._done >= self._interrupt_after:
             raise KeyboardInterrupt
-        got = self._inner.next_done(timeout_s)
+        got = self._refused.pop() if self._refused else self._inner.next_done(timeout_s)
         if got is not None:
             self._done += 1
         return got

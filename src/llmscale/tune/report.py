@@ -289,10 +289,16 @@ def _summary(result: TuneResult) -> str:
         bits.append(f"defaults: {base.gpu_hours:.4f} GPU-hours at {base.attainment:.3%} attainment")
     if best is not None:
         bits.append(f"best: trial {best.number}, {best.gpu_hours:.4f} GPU-hours at {best.attainment:.3%}")
-        if base is not None and base.gpu_hours and best.gpu_hours is not None:
-            bits.append(
-                f"{100 * (1 - best.gpu_hours / base.gpu_hours):.1f}% fewer GPU-hours than the defaults"
-            )
+        if base is not None and base.gpu_hours and best.gpu_hours is not None and best.number != base.number:
+            change = best.gpu_hours / base.gpu_hours - 1.0
+            if base.feasible:
+                bits.append(f"{-100 * change:.1f}% fewer GPU-hours than the defaults")
+            else:
+                more = "more" if change > 0 else "fewer"
+                bits.append(
+                    f"the defaults miss the target; the best holds it with {100 * abs(change):.1f}% {more} "
+                    "GPU-hours than they take"
+                )
     else:
         bits.append(f"no trial reached the target of {result.spec.target_attainment:.2%}")
     return "; ".join(bits) + "."
