@@ -123,6 +123,29 @@ class Judge:
                     late += 1
         return late
 
+    def on_track(self, fleet: Fleet, i0: int, i1: int, now_s: float) -> int:
+        """Feasible requests ``i0:i1`` generating at ``now_s`` that meet the SLO if they keep pace:
+        their first token came within its target and each token since within the TPOT target.
+
+        E.g. a 1,500-token answer 30 s after its first token with 1,200 tokens out has averaged
+        25 ms a token: on track for a 0.1 s TPOT target, though it will run 7 s more.
+        """
+        feasible = self.feasible
+        count = 0
+        for r in fleet.replicas:
+            for req in r.running.items():
+                idx = req.idx
+                first = req.first_token_s
+                if not (i0 <= idx < i1 and feasible[idx]) or first < 0.0:
+                    continue
+                if first - req.arrival_s > self.target_at(idx):
+                    continue
+                emitted = fleet.emitted_tokens(req, now_s)
+                if emitted > 1 and (now_s - first) / (emitted - 1) > self.slo_tpot_s:
+                    continue
+                count += 1
+        return count
+
     def attainment(self, met: np.ndarray) -> float:
         """Share of the feasible requests that met the SLO (1 when none is feasible)."""
         count = self.num_feasible

@@ -116,8 +116,12 @@ def replica_capacity_rps(
         # cannot meet). Sized from that, the fleet would be peak / 0.001 replicas (a 200 req/s
         # peak: 200,000). Measure against what the replica reaches nearly idle instead, less the
         # same margin: e.g. 80% met at 1/128 req/s -> the highest rate keeping 79%.
-        idle = _attainment(perf, sim, _FLOOR_RPS, inp, out, slo, seed)
-        capacity = highest(idle - (1.0 - target))
+        goal = _attainment(perf, sim, _FLOOR_RPS, inp, out, slo, seed) - (1.0 - target)
+        if goal <= 0.0:
+            # Next to nothing is met even idle: the SLO, not the load, decides every outcome,
+            # and no rate is too much (probing up to 10,000 req/s would simulate millions).
+            return _MAX_RPS
+        capacity = highest(goal)
     return max(capacity, _FLOOR_RPS)
 
 
