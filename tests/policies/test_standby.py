@@ -51,7 +51,7 @@ def test_worked_example_numbers() -> None:
     assert inputs["burst_peak_excess_rps"] == 120.0
     assert inputs["standby_prevented_misses_per_h"] == pytest.approx(12_768.0)
     assert inputs["standby_cost_gpu_s_per_h"] == 61_200.0
-    assert state.bursts == (75.0,) and state.in_burst
+    assert state.bursts == ((75.0, 120.0),) and state.in_burst
 
 
 def test_the_peak_decays_over_the_memory() -> None:
@@ -65,6 +65,17 @@ def test_one_crowd_over_several_ticks_is_one_burst() -> None:
     ticks = [*CROWD, (90.0, 170.0, 100.0), (105.0, 150.0, 110.0), (120.0, 60.0, 100.0), (135.0, 180.0, 90.0)]
     _, state, _ = feed(AUTO, ticks)
     # The dip at 120 s and the rise at 135 s are within two cold starts (216 s): the same crowd.
-    assert state.bursts == (75.0,)
+    assert state.bursts == ((75.0, 120.0),)
     _, state, _ = feed(AUTO, [*ticks, (300.0, 60.0, 60.0), (315.0, 180.0, 60.0)])
-    assert state.bursts == (75.0, 315.0)  # 240 s later: a second crowd
+    assert state.bursts == ((75.0, 120.0), (315.0, 120.0))  # 240 s later: a second crowd
+
+
+def test_ripples_count_for_their_own_excess() -> None:
+    """Two 20 req/s ripples before the crowd add 2 x 20 x 106.4 s, not two crowds' worth."""
+    ripples = [(15.0, 60.0, 60.0), (30.0, 80.0, 60.0), (300.0, 60.0, 60.0), (315.0, 80.0, 60.0)]
+    crowd = [(600.0, 60.0, 60.0), (615.0, 180.0, 60.0)]
+    _, state, inputs = feed(replace(AUTO, gpu_s_per_miss=3.0), ripples + crowd)
+    assert [top for _, top in state.bursts] == [20.0, 20.0, 120.0]
+    assert inputs["standby_prevented_misses_per_h"] == pytest.approx(160.0 * 106.4)
+    # 17,024 misses x 3 GPU-s < 17 replicas' 61,200 GPU-s (three crowds' 38,304 would pass).
+    assert inputs["standby_replicas"] == 0

@@ -24,9 +24,10 @@ crowd read as two bursts 180 s apart). Bursts are counted over ``memory_s``.
 
 Worth (kept only when the misses it prevents pay for its GPU-hours): a burst of
 ``E`` req/s above capacity sends about ``E x (cold_start_s - wake_s)`` requests
-beyond what the fleet can serve before a reactive start lands; with ``b``
-bursts per hour the pool prevents ``b x E x (cold - wake)`` misses an hour and
-costs ``k x gpus x 3600`` GPU-seconds. It is kept when the misses, each worth
+beyond what the fleet can serve before a reactive start lands; summed over the
+bursts of the last hour (each with its own ``E``: a ripple on a ramp counts for
+little) that is the misses the pool prevents an hour, against the
+``k x gpus x 3600`` GPU-seconds it costs. It is kept when the misses, each worth
 ``gpu_s_per_miss`` GPU-seconds, are worth at least that. Worked example (a
 crowd of E = 120 req/s over the level, cold start 108 s, wake 1.6 s, one burst
 an hour, 7.5 req/s a replica planned at 0.95): ceil(120 / 7.125) = 17 replicas
@@ -73,8 +74,8 @@ class StandbyConfig:
 class StandbyState:
     #: the decayed peak of arrivals above the level, req/s
     peak_excess_rps: float = 0.0
-    #: start times of the bursts within memory_s
-    bursts: tuple[float, ...] = ()
+    #: (start time s, largest excess over the level req/s) of each burst within memory_s
+    bursts: tuple[tuple[float, float], ...] = ()
     in_burst: bool = False
     last_t: float | None = None
 
@@ -96,14 +97,20 @@ def standby_pool(
     decay = 1.0 if state.last_t is None else math.exp(-max(0.0, now_s - state.last_t) / config.memory_s)
     peak = max(excess, state.peak_excess_rps * decay)
     bursting = excess > BURST_SHARE * level_rps and excess > 0.0
-    bursts = tuple(t for t in state.bursts if now_s - t < config.memory_s)
-    if bursting and not state.in_burst and (not bursts or now_s - bursts[-1] > 2.0 * config.cold_start_s):
-        bursts = (*bursts, now_s)
+    bursts = tuple(b for b in state.bursts if now_s - b[0] < config.memory_s)
+    if bursting:
+        if bursts and (state.in_burst or now_s - bursts[-1][0] <= 2.0 * config.cold_start_s):
+            start, top = bursts[-1]
+            bursts = (*bursts[:-1], (start, max(top, excess)))
+        else:
+            bursts = (*bursts, (now_s, excess))
     new_state = StandbyState(peak_excess_rps=peak, bursts=bursts, in_burst=bursting, last_t=now_s)
 
     sized = min(config.max_replicas, math.ceil(peak / planned_rps_per_replica - 1e-9)) if bursts else 0
-    per_hour = len(bursts) * 3600.0 / config.memory_s
-    prevented = per_hour * peak * max(0.0, config.cold_start_s - config.wake_s)
+    # Each burst sends its own excess past the fleet for a cold start less a wake-up: a crowd of
+    # 150 req/s counts 150 x 106.4 s, a ripple of 10 req/s on a ramp only 10 x 106.4 s.
+    excess_per_hour = sum(top for _, top in bursts) * 3600.0 / config.memory_s
+    prevented = excess_per_hour * max(0.0, config.cold_start_s - config.wake_s)
     cost_gpu_s = sized * config.gpus_per_replica * 3600.0
     worth = sized > 0 and prevented * config.gpu_s_per_miss >= cost_gpu_s
     # A fixed pool is kept whatever was observed; a sized one only while it is worth it.
