@@ -27,6 +27,7 @@ from pydantic import (
     field_validator,
 )
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
 
@@ -127,6 +128,10 @@ class TargetConfig(_Section):
     #: the engine's scheduler settings, as the deployed vLLM runs (V1's defaults)
     max_num_seqs: int = Field(default=256, ge=1)
     max_num_batched_tokens: int = Field(default=8192, ge=1)
+    #: the clients' time-out, seconds (a request unanswered this long is abandoned, e.g. the
+    #: gateway's or the OpenAI client's ``timeout``): ``slo`` stops counting on a backlog older
+    #: than it. None: the clients wait.
+    client_timeout_s: float | None = Field(default=None, gt=0)
 
     @field_validator("calibration")
     @classmethod
@@ -473,7 +478,7 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
     specs: list[tuple[str, PolicySpec]] = [("policy", cfg.policy)]
     if cfg.shadow is not None:
         specs.append(("shadow", cfg.shadow))
-    ctx = policy_context(cfg)
+    ctx = deployment_of(cfg)
     for where, spec in specs:
         if spec.name not in known:
             raise fail(f"{where}.name", f"unknown policy {spec.name!r}; known policies: {', '.join(known)}")
@@ -531,18 +536,19 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
         )
 
 
-def policy_context(cfg: LiveConfig) -> Any:
-    """The PolicyContext of the target: model, GPU, SLOs, bounds, published cold start."""
-    from llmscale.policies.base import PolicyContext
-
+def deployment_of(cfg: LiveConfig) -> Deployment:
+    """The target's :class:`Deployment`: model, GPU, engine settings, client time-out, SLOs, bounds
+    (from ``guards``), published cold start. The one the backtest builds is
+    :meth:`llmscale.backtest.runner.BacktestSettings.deployment`."""
     bounds = GuardConfig().merged(
         {k: v for k, v in cfg.guard_overrides().items() if k in ("min_replicas", "max_replicas")}
     )
     t = cfg.target
     cold_s = t.cold_start_s if t.cold_start_s is not None else _published_cold_start_s(t)
-    return PolicyContext(
+    return Deployment(
         min_replicas=bounds.min_replicas,
         max_replicas=bounds.max_replicas,
+        initial_replicas=bounds.min_replicas,
         slo_ttft_s=cfg.slo.ttft_s,
         slo_tpot_s=cfg.slo.tpot_s,
         slo_ttft_per_1k_tokens_s=cfg.slo.ttft_per_1k_tokens_s,
@@ -551,17 +557,13 @@ def policy_context(cfg: LiveConfig) -> Any:
         tp=t.tp,
         cold_start_s=cold_s,
         calibration=t.calibration,
-        extra={
-            "initial_replicas": bounds.min_replicas,
-            "max_num_seqs": t.max_num_seqs,
-            "max_num_batched_tokens": t.max_num_batched_tokens,
-        },
+        max_num_seqs=t.max_num_seqs,
+        max_num_batched_tokens=t.max_num_batched_tokens,
+        client_timeout_s=t.client_timeout_s,
     )
 
 
 def _published_cold_start_s(t: TargetConfig) -> float:
-    from llmscale.policies.base import PolicyContext
-
     try:
         from llmscale.perf import cold_start
 
@@ -569,5 +571,5 @@ def _published_cold_start_s(t: TargetConfig) -> float:
         cold_s = cs.pending_s + cs.loading_s + cs.warmup_s
     except ConfigError:
         # A model the catalogue does not know still runs; policies that plan ahead use 90 s.
-        cold_s = PolicyContext.cold_start_s
+        cold_s = Deployment.cold_start_s
     return float(cold_s)

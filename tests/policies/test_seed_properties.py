@@ -27,7 +27,7 @@ SEED_POLICIES = [
     "three-layer",
     "breathing",
 ]
-CTX = PolicyContext(min_replicas=1, max_replicas=64, extra={"gpu_budget": 32})
+CTX = PolicyContext(min_replicas=1, max_replicas=64, gpu_budget=32)
 NAMES = sorted(SIGNALS)
 
 values_st = st.dictionaries(

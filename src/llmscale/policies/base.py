@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.policies.params import Param, PolicyParamError, check_param
 from llmscale.types import Decision, Signals
 
-if TYPE_CHECKING:
-    from llmscale.perf.profile import FactorScale
-
 __all__ = [
     "POLICIES",
+    "Deployment",
     "Param",
     "Policy",
     "PolicyContext",
@@ -60,27 +59,9 @@ class Policy(Protocol[S]):
         ...
 
 
-@dataclass(frozen=True)
-class PolicyContext:
-    """What a policy may know about the deployment besides signals (model, GPU, SLOs, bounds)."""
-
-    min_replicas: int = 1
-    max_replicas: int = 100
-    slo_ttft_s: float = 2.0
-    slo_tpot_s: float = 0.1
-    #: length-aware TTFT SLO: seconds more per 1,000 prompt tokens (0: one target for every request)
-    slo_ttft_per_1k_tokens_s: float = 0.0
-    model: str = "llama-3-8b"
-    gpu: str = "h100-80gb"
-    tp: int = 1
-    #: cold start of a new replica, seconds (pending + loading + warmup)
-    cold_start_s: float = 90.0
-    #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
-    calibration: str | None = None
-    #: multipliers on the profile's factors from the live controller's online drift adjustment
-    #: (``drift.adapt``; :mod:`llmscale.perf.drift`), or None: the profile as written
-    perf_scale: FactorScale | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+#: A policy factory's view of the deployment: the one frozen :class:`~llmscale.deployment.Deployment`
+#: (model, GPU, TP, engine settings, client time-out, SLOs, bounds), under the name factories use.
+PolicyContext = Deployment
 
 
 @dataclass(frozen=True)

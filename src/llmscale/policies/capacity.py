@@ -32,7 +32,7 @@ the decode steps, keeps TPOT within ``ctx.slo_tpot_s``::
          + (B / D) x [mixed step with one prompt of P tokens - the same step without it]  <= slo_tpot
 
 (B / D requests finish, and as many start, per decode step in steady state),
-capped by ``max_num_seqs`` (``ctx.extra``, vLLM's default 256) and by the KV
+capped by ``max_num_seqs`` (the deployment's, vLLM's default 256) and by the KV
 cache (capacity tokens / (P + D/2)).
 
 The active requests cannot be divided by ``B`` as they are: how many requests
@@ -341,7 +341,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
 def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> CalibratedCapacityPolicy:
     tpot = ctx.slo_tpot_s if params["tpot_s"] is None else float(params["tpot_s"])
     seqs = params["max_num_seqs"]
-    max_seqs = int(ctx.extra.get("max_num_seqs", 256) if seqs is None else seqs)
+    max_seqs = int(ctx.max_num_seqs if seqs is None else seqs)
     fraction = float(params["target_fraction"])
     tick = float(params["tick_s"])
     stab = float(params["down_stabilization_s"])

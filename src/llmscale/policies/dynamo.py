@@ -62,7 +62,7 @@ KV -- answered by the model the simulator itself runs.
 SLOs are llmscale's (``slo_ttft_s``, ``slo_tpot_s`` as the ITL target) instead of
 Dynamo's ``--ttft 500 ms`` / ``--itl 50 ms``; ``max_num_batched_tokens`` 8192 and
 ``max_num_seqs`` 256 are vLLM's defaults (or the simulator's, from
-``PolicyContext.extra``). ``min_endpoint`` is ``max(1, min_replicas)``.
+the ``Deployment``). ``min_endpoint`` is ``max(1, min_replicas)``.
 
 Deviations: Dynamo's default load predictor is ARIMA (pmdarima) and Prophet
 is offered; both need heavy libraries and are not reproduced (``constant`` is
@@ -696,8 +696,8 @@ def _perf_for(ctx: PolicyContext) -> tuple[StepModel, int | None]:
     perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
     try:
         kv_tokens: int | None = perf.kv_capacity_tokens(
-            max_num_batched_tokens=int(ctx.extra.get("max_num_batched_tokens", 8192)),
-            max_num_seqs=int(ctx.extra.get("max_num_seqs", 256)),
+            max_num_batched_tokens=ctx.max_num_batched_tokens,
+            max_num_seqs=ctx.max_num_seqs,
         )
     except ConfigError:
         kv_tokens = None
@@ -741,8 +741,8 @@ def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
         kalman_r=float(params["kalman_r"]),
         ttft_sla_s=ctx.slo_ttft_s,
         itl_sla_s=ctx.slo_tpot_s,
-        max_num_batched_tokens=int(ctx.extra.get("max_num_batched_tokens", 8192)),
-        max_num_seqs=int(ctx.extra.get("max_num_seqs", 256)),
+        max_num_batched_tokens=ctx.max_num_batched_tokens,
+        max_num_seqs=ctx.max_num_seqs,
         max_kv_tokens=kv_tokens,
         gpus_per_engine=ctx.tp,
         max_gpu_budget=int(params["max_gpu_budget"]),
@@ -784,7 +784,7 @@ def _make_load(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoLoadPolic
         sensitivity=sensitivity_pct / 100.0,
         ttft_sla_s=ctx.slo_ttft_s,
         itl_sla_s=ctx.slo_tpot_s,
-        max_num_batched_tokens=int(ctx.extra.get("max_num_batched_tokens", 8192)),
+        max_num_batched_tokens=ctx.max_num_batched_tokens,
         max_kv_tokens=kv_tokens,
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,

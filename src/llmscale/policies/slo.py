@@ -384,7 +384,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             trend_ticks=int(params["trend_ticks"]),
             max_trend_growth=float(params["max_trend_growth"]),
             queue_shrink_holds=bool(params["queue_shrink_holds"]),
-            client_timeout_s=_timeout(params.get("client_timeout_s"), ctx.extra.get("client_timeout_s")),
+            client_timeout_s=_timeout(params.get("client_timeout_s"), ctx.client_timeout_s),
             burst_z=float(params["burst_z"]),
             drain_s=float(params["drain_s"]),
             queue_per_replica=float(params["queue_per_replica"]),
@@ -393,7 +393,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             model=ctx.model,
             gpu=ctx.gpu,
             tp=ctx.tp,
-            max_num_seqs=int(ctx.extra.get("max_num_seqs", 256)),
+            max_num_seqs=ctx.max_num_seqs,
             calibration=ctx.calibration,
             perf_scale=ctx.perf_scale,
         )

@@ -33,7 +33,7 @@ In llmscale's terms:
   is unscraped (the fleet is in transition: its signals describe a fleet
   that is about to change).
 * **Resource layer** (admission). Scale-out: the GPU budget
-  (``ctx.extra["gpu_budget"]`` or the ``gpu_budget`` parameter, GPUs for the
+  (the deployment's ``gpu_budget`` or the ``gpu_budget`` parameter, GPUs for the
   whole target, ``ctx.tp`` per replica) caps the replicas (``resource-gpu-budget``);
   the budget is also handed to the guard (``guard_overrides``). Scale-in:
   the survivors' KV headroom, KV usage x N / (N - 1) < 0.8 (seed 002 5.4's
@@ -197,7 +197,7 @@ _PARAMS: dict[str, Param] = {
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ThreeLayerPolicy:
     budget = params["gpu_budget"]
     if budget is None:
-        budget = ctx.extra.get("gpu_budget")
+        budget = ctx.gpu_budget
     slo = params["ttft_slo_s"]
     cfg = ThreeLayerConfig(
         ttft_slo_s=ctx.slo_ttft_s if slo is None else float(slo),
