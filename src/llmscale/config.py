@@ -387,9 +387,12 @@ class LiveConfig(_Section):
     policy: PolicySpec
     shadow: ShadowSpec | None = None
     guards: GuardOverrides = Field(default_factory=GuardOverrides)
-    #: at least 0.1 s: each tick reads the scale, lists the pods and scrapes every replica, and a
-    #: tick of 1 ms would turn the controller into a load test of the API server
-    tick_s: float = Field(default=15.0, ge=0.1)
+    #: seconds between ticks; None (the default): the policy's own cadence, its ``tick_s``
+    #: parameter (Knative's 2 s, HPA's 15 s), as the backtest ticks it. A number overrides it for
+    #: every policy (a time-scaled run). At least 0.1 s: each tick reads the scale, lists the pods
+    #: and scrapes every replica, and a tick of 1 ms would turn the controller into a load test of
+    #: the API server
+    tick_s: float | None = Field(default=None, ge=0.1)
     mode: Mode = Mode.DRY_RUN
     actuator: ActuatorConfig = Field(default_factory=ActuatorConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)

@@ -2,7 +2,8 @@
 
 The clock is a ManualClock; time advances to the next controller tick or the
 next series sample, the fleet processes everything up to it, then the
-controller observes and acts — the same ``reconcile_once`` the live loop uses.
+controller core ticks (``controller/core.py``, the one the live loop drives) and this adapter
+scales the simulated fleet to its decision.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import IO, Any
 
 from llmscale.backtest.results import PolicyResult, summarize
 from llmscale.clock import ManualClock
-from llmscale.controller.loop import ControllerState, reconcile_once
+from llmscale.controller.core import Controller, initial_state, tick
+from llmscale.controller.loop import scale_if_changed
 from llmscale.deployment import Deployment, guard_config
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
@@ -260,11 +262,13 @@ def run_policy(
     fleet = build_fleet(workload, settings, initial)
     source = SimMetricSource(fleet)
     clock = ManualClock()
-    state = ControllerState(policy_state=policy.initial_state())
+    controller = Controller(policy, guards, deployment, assess=decisions_out is not None)
+    # The core schedules its ticks (every policy.tick_s, the first one tick in); this loop only
+    # fulfils them and interleaves the report's samples.
+    state = initial_state(controller, first_tick_s=controller.cadence_s)
     step_s = series_step_for(workload.duration_s)
     recorder = SeriesRecorder(fleet, step_s)
-    tick_s = float(policy.tick_s)
-    next_tick = tick_s
+    next_tick = state.next_tick_s
     next_sample = step_s
     last_arrival = float(workload.arrival_s[-1]) if workload.num_requests else 0.0
     horizon = last_arrival + settings.drain_horizon_s
@@ -276,19 +280,12 @@ def run_policy(
             recorder.sample(t)
             next_sample += step_s
         if t >= next_tick:
-            record, state = reconcile_once(
-                clock.now_s(),
-                source,
-                policy,
-                guards,
-                fleet,
-                state,
-                slo=(settings.slo_ttft_s, settings.slo_tpot_s, settings.slo_ttft_per_1k_tokens_s),
-                assess=decisions_out is not None,
-            )
+            now_s = clock.now_s()
+            record, state, next_tick = tick(controller, state, source.observe(now_s))
+            if scale_if_changed(fleet, record.final, guards, now_s):
+                record = replace(record, applied=True)
             if decisions_out is not None:
                 decisions_out.write(json.dumps(record.as_json()) + "\n")
-            next_tick += tick_s
         if progress is not None:
             progress(t)
         if fleet.arrivals_done and fleet.unresolved == 0:
