@@ -96,7 +96,7 @@ from llmscale.policies.params import (
     WINDOW_RANGE,
     Param,
 )
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["BreathingConfig", "BreathingPolicy", "BreathingState", "rhythm_blocks_scale_in"]
 
@@ -221,7 +221,9 @@ class BreathingPolicy:
         }
         if queue is None:
             new_state = BreathingState(None, None, last_phase, last_phase_t, omega)
-            return Decision(current, "no-data", inputs, f"missing {cfg.queue_signal}"), new_state
+            return Decision(
+                current, "no-data", inputs, f"missing {cfg.queue_signal}", no_data=NoData((cfg.queue_signal,))
+            ), new_state
 
         if signals.fleet.active == 0 and waiting is not None and waiting > 0.0:
             new_state = BreathingState(None, None, last_phase, last_phase_t, omega)

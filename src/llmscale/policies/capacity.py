@@ -79,7 +79,7 @@ from llmscale.policies.params import (
     WINDOW_RANGE,
     Param,
 )
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
     "CalibratedCapacityPolicy",
@@ -170,7 +170,7 @@ class CapacityPolicy:
         current = signals.fleet.spec_replicas
         inp, state, why = _read(signals, state)
         if inp is None:
-            return Decision(current, "no-data", {}, why), state
+            return Decision(current, "no-data", {}, why, no_data=NoData()), state
         seq = inp.prompt + inp.decode
         tps, per_gpu = seed_tps(cfg, seq)
         gpus = max(1, math.ceil(inp.active / max(per_gpu, 1)))
@@ -269,7 +269,7 @@ class CalibratedCapacityPolicy:
         current = signals.fleet.spec_replicas
         inp, state, why = _read(signals, state)
         if inp is None:
-            return Decision(current, "no-data", {}, why), state
+            return Decision(current, "no-data", {}, why, no_data=NoData()), state
         rate = signals.get("request_rate_rps")
         if inp.active == 0.0 and not rate:
             return Decision(1, "idle", {"active_requests": 0.0}, "nothing running or waiting"), state

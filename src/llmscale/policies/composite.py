@@ -59,7 +59,7 @@ from typing import Any
 
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["CompositeConfig", "CompositePolicy", "composite_score"]
 
@@ -156,7 +156,9 @@ class CompositePolicy:
                 )
                 if v is None
             ]
-            return Decision(current, "no-data", inputs, f"missing {', '.join(missing)}"), None
+            return Decision(
+                current, "no-data", inputs, f"missing {', '.join(missing)}", no_data=NoData(tuple(missing))
+            ), None
 
         score, p, d, g = composite_score(cfg, prompt, decode, growth)
         inputs.update(

@@ -96,7 +96,7 @@ from llmscale.metrics.names import VLLM
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_positive, clamp
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
     "AggCapacity",
@@ -451,7 +451,9 @@ class DynamoSlaPolicy:
         # The interval closes: one data point per predictor, then plan the next interval.
         interval_s = now_s - start
         if not observed:
-            decision = Decision(held, "no-data", {}, "no request rate observed in the interval")
+            decision = Decision(
+                held, "no-data", {}, "no request rate observed in the interval", no_data=NoData()
+            )
             return decision, DynamoSlaState(now_s, (), state.num_req, state.isl, state.osl, state.planned)
         mean_rate = sum(r for r, _, _ in observed) / len(observed)
         num_req_hist = add_point(state.num_req, mean_rate * interval_s)
@@ -471,7 +473,9 @@ class DynamoSlaPolicy:
             "demand_rps": demand_rps,
         }
         if next_isl is None or next_osl is None or next_isl <= 0 or next_osl <= 0:
-            return Decision(held, "no-data-request-shape", inputs, "no mean ISL/OSL observed yet"), next_state
+            return Decision(
+                held, "no-data-request-shape", inputs, "no mean ISL/OSL observed yet", no_data=NoData()
+            ), next_state
         cap = agg_engine_capacity(
             self.perf,
             next_isl,
@@ -511,7 +515,10 @@ class DynamoSlaPolicy:
         )
         rule = budget_rule or rule
         desired = clamp(desired, cfg.min_replicas, cfg.max_replicas)
-        return Decision(desired, rule, inputs), replace(next_state, planned=desired)
+        # Held for want of a profile (wanted = current: the cap cannot change it), unless the GPU
+        # budget decided instead.
+        no_data = NoData(("profile",)) if cap.engine_rps <= 0.0 and not budget_rule else None
+        return Decision(desired, rule, inputs, no_data=no_data), replace(next_state, planned=desired)
 
 
 # -- dynamo-load ------------------------------------------------------------------------------------
@@ -578,18 +585,22 @@ class DynamoLoadPolicy:
             note = f"{n} ready of {fleet.spec_replicas} desired: observing only"
             return Decision(held, "scaling-in-progress", {"ready": float(n)}, note), None
         if signals.unknown_replicas > 0 or n == 0:
-            return Decision(held, "no-data", {"ready": float(n)}, "an engine's metrics are unknown"), None
+            return Decision(
+                held, "no-data", {"ready": float(n)}, "an engine's metrics are unknown", no_data=NoData()
+            ), None
         isl = signals.get("prompt_len_mean_tokens") or DEFAULT_ISL_TOKENS
         osl = signals.get("decode_steps_mean") or DEFAULT_OSL_TOKENS
         engines: list[_Engine] = []
         for pod, m in sorted(signals.per_replica.items()):
             kv, waiting, running = m.get(KV_METRIC), m.get(WAITING_METRIC), m.get(RUNNING_METRIC)
             if kv is None or waiting is None or running is None:
-                return Decision(held, "no-data", {}, f"{pod} reports no KV / queue / running"), None
+                return Decision(
+                    held, "no-data", {}, f"{pod} reports no KV / queue / running", no_data=NoData()
+                ), None
             engines.append(_Engine(kv * cfg.max_kv_tokens, waiting * isl, round(running)))
         if len(engines) != n:
             note = f"{len(engines)} engines report metrics, {n} are ready"
-            return Decision(held, "no-data-worker-count-mismatch", {}, note), None
+            return Decision(held, "no-data-worker-count-mismatch", {}, note, no_data=NoData()), None
 
         if cfg.optimization_target in EASY_KV_THRESHOLDS:
             desired, rule, inputs = self._easy(engines, n)

@@ -68,7 +68,7 @@ from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.hpa import hpa_replicas_for_metric
 from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, TICK_RANGE, Param
 from llmscale.signals.gpu import seed_composite_util
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["EffectiveVramPolicy", "GpuMemCopyPolicy", "HpaTarget", "hpa_decision", "pod_values"]
 
@@ -101,7 +101,7 @@ def hpa_decision(signals: Signals, values: Mapping[str, float | None], t: HpaTar
         "pods_with_sample": float(len(present)),
     }
     if not present:
-        return Decision(current, "no-data", inputs, f"no pod reports {metric}")
+        return Decision(current, "no-data", inputs, f"no pod reports {metric}", no_data=NoData())
     desired, ratio, rule = hpa_replicas_for_metric(values, t.target, t.tolerance, current)
     desired = max(0, desired)  # a negative sample (a broken exporter) must not propose negative replicas
     inputs["usage_ratio"] = ratio

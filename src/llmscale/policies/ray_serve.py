@@ -76,7 +76,7 @@ from llmscale.policies.params import (
     WINDOW_RANGE,
     Param,
 )
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
     "DELAY_EPS_S",
@@ -259,7 +259,7 @@ class RayServePolicy:
         sampled, missing = self._sample(signals, state, now_s)
         if missing is not None:
             held = clamp(target, cfg.min_replicas, cfg.max_replicas)
-            return Decision(held, "no-data", {}, f"{missing} unavailable"), state
+            return Decision(held, "no-data", {}, f"{missing} unavailable", no_data=NoData()), state
         total = time_weighted_mean(sampled.pushed, now_s)
         desired, rule, direction, since = decide_replicas(
             cfg, total, running_replicas, target, state.direction, state.run_since_s, now_s

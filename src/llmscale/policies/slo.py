@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
@@ -260,7 +260,9 @@ class SloPolicy:
         queue = signals.get("queue_waiting")
         running = signals.get("running")
         if served is None or queue is None or running is None:
-            return Decision(current, "no-data", {"request_rate_rps": served, "queue_waiting": queue}), state
+            return Decision(
+                current, "no-data", {"request_rate_rps": served, "queue_waiting": queue}, no_data=NoData()
+            ), state
 
         # Arrival rate = served rate + growth of the requests in the system.
         in_system = queue + running

@@ -55,7 +55,7 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["ThreeLayerConfig", "ThreeLayerPolicy"]
 
@@ -114,7 +114,9 @@ class ThreeLayerPolicy:
             "starting": float(fleet.starting),
         }
         if queue is None or qpr is None:
-            return Decision(current, "no-data", inputs, "request layer: no queue or latency signal"), None
+            return Decision(
+                current, "no-data", inputs, "request layer: no queue or latency signal", no_data=NoData()
+            ), None
 
         # 1. Request layer: the trigger.
         if fleet.active == 0 and queue > 0.0:
