@@ -88,3 +88,30 @@ def test_no_module_of_the_closure_opens_files_or_reads_the_clock():
             ):
                 found.append(f"{path.name}:{node.lineno} {f.value.id}.{f.attr}()")
     assert not found, found
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def test_offline_tools_live_apart_from_the_runtime_packages():
+    """The fits run the simulator and read measurement files: no runtime module imports them, and
+    no signal module imports the simulator (``signals/fit_oom.py`` once did both)."""
+    root = Path(llmscale.__file__).parent
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == "offline":
+            continue
+        imported = _imports(path)
+        if any(m == "llmscale.offline" or m.startswith("llmscale.offline.") for m in imported):
+            wrong.append(f"{rel} imports llmscale.offline")
+        if rel.parts[0] == "signals" and any(m.startswith("llmscale.sim") for m in imported):
+            wrong.append(f"{rel} imports the simulator")
+    assert not wrong, wrong

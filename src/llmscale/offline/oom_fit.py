@@ -2,7 +2,7 @@
 
 Regenerate the coefficients (about 4 minutes on 2 cores)::
 
-    .venv/bin/python -m llmscale.signals.fit_oom
+    .venv/bin/python -m llmscale.offline.oom_fit
 
 What it does:
 
