@@ -204,6 +204,7 @@ _PARAMS: dict[str, Param] = {
     "seed 004: bandwidth P95 > 0.85 and queue entropy > 0.72 -> +1 (+2 above 0.9/0.8); "
     "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer",
     _PARAMS,
+    reads=("bw_saturation_p95", "queue_entropy"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPolicy:
     cfg = BandwidthEntropyConfig(

@@ -71,6 +71,22 @@ class PolicyInfo:
     factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]
     #: every parameter, declared once: default, range, unit, help
     params: Mapping[str, Param]
+    #: the catalogue signals the policy reads by name (:data:`llmscale.signals.catalog.SIGNALS`);
+    #: the ones a parameter names (``queue_signal: ...``) are added when it is built
+    reads: tuple[str, ...] = ()
+
+    def signals_read(self, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """The signals a policy built with ``params`` (merged over the defaults) reads, in order."""
+        from llmscale.signals.catalog import SIGNALS
+
+        def chooses_a_signal(key: str) -> bool:  # aibrix-apa's ``metric``: kv_usage_mean | queue_per_replica
+            p = self.params.get(key)
+            return p is not None and bool(p.choices) and all(c in SIGNALS for c in p.choices)
+
+        named = (
+            v for k, v in params.items() if (names_a_signal(k) or chooses_a_signal(k)) and isinstance(v, str)
+        )
+        return tuple(dict.fromkeys((*self.reads, *named)))
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -96,16 +112,19 @@ POLICIES: dict[str, PolicyInfo] = {}
 
 
 def register(
-    name: str, summary: str, params: Mapping[str, Param]
+    name: str, summary: str, params: Mapping[str, Param], *, reads: tuple[str, ...] = ()
 ) -> Callable[[Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]], Any]:
     """Class/function decorator adding a policy factory to :data:`POLICIES`.
 
     ``params`` declares every parameter (see :class:`~llmscale.policies.params.Param`); the
     factory receives them merged over their defaults, each already checked against its range.
+    ``reads`` declares the catalogue signals the policy reads by name; each is checked against
+    the catalogue when the policy is built (``tests/policies/test_declared_reads.py`` checks that
+    a policy module reads no signal by name that its policies do not declare).
     """
 
     def wrap(factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]) -> Any:
-        POLICIES[name] = PolicyInfo(name, summary, factory, dict(params))
+        POLICIES[name] = PolicyInfo(name, summary, factory, dict(params), tuple(reads))
         return factory
 
     return wrap
@@ -137,6 +156,21 @@ def _check_signal_name(policy: str, key: str, value: Any) -> None:
             )
 
 
+def _check_reads(info: PolicyInfo) -> None:
+    """Every signal the policy declares it reads is one the catalogue has: a name it does not would
+    read as "no data" at every tick, and the fleet would never scale."""
+    from llmscale.signals.catalog import SIGNALS
+
+    unknown = [s for s in info.reads if s not in SIGNALS]
+    if unknown:
+        close = {u: difflib.get_close_matches(u, SIGNALS, n=1) for u in unknown}
+        hints = "".join(f"; did you mean {c[0]!r} for {u!r}?" for u, c in close.items() if c)
+        raise ConfigError(
+            f"policy {info.name!r} reads {', '.join(map(repr, unknown))}: not in the signal catalogue "
+            f"(src/llmscale/signals/catalog.py){hints}"
+        )
+
+
 def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | None = None) -> Policy[Any]:
     """Build a registered policy; unknown names or parameters, wrong types, out-of-range values and
     signal names the catalogue does not have raise ConfigError naming them
@@ -149,6 +183,7 @@ def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | Non
     merged = info.check_params(params or {})
     for key, value in merged.items():
         _check_signal_name(name, key, value)
+    _check_reads(info)
     try:
         return info.factory(ctx, merged)
     except (TypeError, ValueError, ArithmeticError) as e:

@@ -315,6 +315,16 @@ _PARAMS: dict[str, Param] = {
     "seed 003 ch.1 + 2.5: P99 > 2 s or queue > 10 for 30 s -> up now (early on z > 3); "
     "GPU < 30% and no new requests for 2 min -> -1, unless the load's rhythm is about to rise",
     _PARAMS,
+    reads=(
+        "queue_waiting",
+        "running",
+        "request_rate_rps",
+        "gpu_util_mean",
+        "load_zscore",
+        "rhythm_amplitude_ratio",
+        "rhythm_decay",
+        "rhythm_phase",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BreathingPolicy:
     horizon = params["horizon_s"]

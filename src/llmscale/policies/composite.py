@@ -207,6 +207,13 @@ _PARAMS: dict[str, Param] = {
     "seed 000 3.1: 0.3 prompt + 0.4 decode + 0.3 KV growth > 85% for 3 periods -> +1; "
     "KV shrinking and prompts < 128 tokens -> halve",
     _PARAMS,
+    reads=(
+        "queue_per_replica",
+        "kv_usage_mean",
+        "kv_growth_pct_per_step",
+        "prompt_len_mean_tokens",
+        "decode_steps_mean",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CompositePolicy:
     cfg = CompositeConfig(

@@ -128,6 +128,7 @@ _PARAMS: dict[str, Param] = {
     "dual-objective",
     "seed 003 3.2: TTFT P95 > 200 ms AND OOM risk > 0.35 -> +1; 0.6/0.4-weighted pressure < 0.5 -> -1",
     _PARAMS,
+    reads=("queue_waiting", "running", "oom_risk"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> DualObjectivePolicy:
     cfg = DualObjectiveConfig(

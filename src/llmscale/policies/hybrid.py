@@ -446,6 +446,7 @@ def _config(ctx: PolicyContext, p: Mapping[str, Any]) -> HybridConfig:
     "seed 002 3.2: queue > 50, or P99 > 5 s with GPU > 85% -> +1; GPU < 30%, queue 0, P99 < 2 s -> -1; "
     "cooldowns 120 s up / 600 s down",
     _PARAMS,
+    reads=("gpu_util_mean", "running"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPolicy:
     return HybridPolicy(_config(ctx, params))
@@ -455,6 +456,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPolicy:
     "hybrid-predictive",
     "seed 002 5.1: Holt forecast of the request rate one cold start ahead, reactive hybrid as the fallback",
     _PREDICTIVE_PARAMS,
+    reads=("gpu_util_mean", "running", "request_rate_rps", "serving_replicas", "ghost_replicas"),
 )
 def _make_predictive(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPredictivePolicy:
     horizon = params["horizon_s"]

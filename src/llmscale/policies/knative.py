@@ -238,6 +238,7 @@ _PARAMS: dict[str, Param] = {
     "knative-kpa",
     "Knative KPA on in-flight requests per pod (target 70): 60 s stable / 6 s panic windows",
     _PARAMS,
+    reads=("queue_waiting", "running"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> KpaPolicy:
     cfg = KpaConfig(

@@ -299,6 +299,7 @@ _PARAMS: dict[str, Param] = {
     "Ray Serve 2.60 default policy: 30 s time-weighted mean of ongoing requests / 2 per replica, "
     "up after 30 s, down after 600 s",
     _PARAMS,
+    reads=("queue_waiting", "running"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> RayServePolicy:
     smoothing = float(params["smoothing_factor"])

@@ -372,6 +372,15 @@ def _timeout(param: Any, deployment: Any) -> float | None:
     "slo",
     "llmscale's default: model-based capacity x load forecast one cold start ahead, reactive on backlog/TTFT",
     _PARAMS,
+    reads=(
+        "request_rate_rps",
+        "queue_waiting",
+        "queue_per_replica",
+        "running",
+        "ttft_p99_s",
+        "prompt_len_mean_tokens",
+        "decode_steps_mean",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
     return SloPolicy(

@@ -195,6 +195,16 @@ _PARAMS: dict[str, Param] = {
     "seed 003 3.1: request layer (TTFT SLO, queue 5/replica) triggers, instance layer checks readiness, "
     "resource layer admits (GPU budget, KV headroom)",
     _PARAMS,
+    reads=(
+        "queue_waiting",
+        "queue_per_replica",
+        "running",
+        "ttft_p95_s",
+        "ttft_p99_s",
+        "kv_usage_mean",
+        "preemptions_per_s",
+        "request_rate_rps",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ThreeLayerPolicy:
     budget = params["gpu_budget"]
