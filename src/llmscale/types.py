@@ -236,7 +236,7 @@ class TickRecord:
     #: None when the tick was not asked to assess it (a backtest writing no decision log)
     fleet_state: str | None = None
     #: the fleet's numbers that ``llmscale analyze`` / ``diagnose`` read, whatever the policy read
-    #: (``controller/loop.py``'s LOGGED_SIGNALS); None when not assessed, as ``fleet_state``
+    #: (``controller/core.py``'s LOGGED_SIGNALS); None when not assessed, as ``fleet_state``
     observed: Mapping[str, float | None] | None = None
 
     def as_json(self) -> dict[str, object]:

@@ -54,7 +54,7 @@ __all__ = [
 
 TICK_S = 15.0
 HORIZON_S = 60.0
-WINDOW_LEN = 20  # the controller's (llmscale.controller.loop.WINDOW_LEN)
+WINDOW_LEN = 20  # the controller's (llmscale.controller.core.WINDOW_LEN)
 RIDGE = 1e-3
 
 
