@@ -139,6 +139,18 @@ def _load_workload(
     return w
 
 
+def _write_output(path: Path, text: str, option: str) -> None:
+    """Write an output file; a full disk or a vanished directory is an error naming the option.
+
+    The paths were checked writable before the run, but a write can still fail at the end
+    (ENOSPC: found with ``--json /dev/full``, which printed a traceback after the whole run).
+    """
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise LlmscaleError(f"{option} {path}: cannot write: {e.strerror or e}") from e
+
+
 def _engine_settings(
     calibration: Path | None,
     max_num_seqs: int | None,
@@ -154,10 +166,14 @@ def _engine_settings(
 
         recorded = dict(load_profile(calibration).engine)
     default = EngineSettings()
+    # `is None`, not `or`: an explicit 0 is an error below, not a request for the default.
     out = {
-        "max_num_seqs": max_num_seqs or int(recorded.get("max_num_seqs", default.max_num_seqs)),
+        "max_num_seqs": max_num_seqs
+        if max_num_seqs is not None
+        else int(recorded.get("max_num_seqs", default.max_num_seqs)),
         "max_num_batched_tokens": max_num_batched_tokens
-        or int(recorded.get("max_num_batched_tokens", default.max_num_batched_tokens)),
+        if max_num_batched_tokens is not None
+        else int(recorded.get("max_num_batched_tokens", default.max_num_batched_tokens)),
         "chunked_prefill": bool(recorded.get("chunked_prefill", default.chunked_prefill))
         if chunked_prefill is None
         else chunked_prefill,
@@ -165,6 +181,12 @@ def _engine_settings(
     for name in ("max_num_seqs", "max_num_batched_tokens"):
         if out[name] < 1:
             raise ConfigError(f"--{name.replace('_', '-')} = {out[name]}, must be >= 1")
+    if out["chunked_prefill"] and out["max_num_batched_tokens"] < out["max_num_seqs"]:
+        # vLLM refuses to start so: every running sequence needs a token of the budget each step.
+        raise ConfigError(
+            f"--max-num-batched-tokens = {out['max_num_batched_tokens']}, must be >= --max-num-seqs "
+            f"({out['max_num_seqs']}) with chunked prefill, as vLLM requires"
+        )
     return out
 
 
@@ -545,15 +567,18 @@ def backtest(
         if json_to_stdout:
             sys.stdout.write(text + "\n")
         else:
-            Path(json_out).write_text(text + "\n")
+            _write_output(Path(json_out), text + "\n", "--json")
             console.print(f"results: {json_out}")
     if decisions is not None:
-        decisions.write_text("".join(lines))
+        _write_output(decisions, "".join(lines), "--decisions")
         console.print(f"decision log: {decisions} ({len(lines)} ticks)")
     if report is not None:
         from llmscale.report import render_report
 
-        render_report(document(True), report)
+        try:
+            render_report(document(True), report)
+        except OSError as e:
+            raise LlmscaleError(f"--report {report}: cannot write: {e.strerror or e}") from e
         console.print(f"report: {report}")
 
 
@@ -872,7 +897,7 @@ def loadgen_cmd(
         if json_to_stdout:
             sys.stdout.write(text + "\n")
         else:
-            Path(json_out).write_text(text + "\n")
+            _write_output(Path(json_out), text + "\n", "--json")
             console.print(f"results: {json_out}")
     if result.records and result.ok == 0:
         first = next((r.error for r in result.records if r.error), "")
@@ -1153,6 +1178,73 @@ def diagnose_cmd(
     console.print(out)
     for u in unchecked:
         console.print(f"not checked: {u}", highlight=False)
+
+
+@app.command(
+    "tenants",
+    help=(
+        "Backtest several models sharing a pool of MIG-partitioned GPUs: each tenant's trace, model, "
+        "MIG profile, policy and quota from CONFIG (see llmscale.backtest.tenants); scale-ups are admitted "
+        "within the quota, the pool's free placements and seed 003 3.1's node checks."
+    ),
+)
+def tenants_cmd(
+    config: Annotated[Path, typer.Argument(help="YAML: pool (gpu, gpus, node, checks) and tenants.")],
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write the results as JSON to PATH ('-' for stdout).")
+    ] = None,
+    decisions: Annotated[
+        Path | None, typer.Option(help="Write one JSON line per tenant tick (with `admission`) to PATH.")
+    ] = None,
+) -> None:
+    from llmscale.backtest.tenants import format_table, load_tenants, run_tenants
+
+    if json_out not in (None, "-"):
+        check_output_path("--json", Path(json_out))
+    if decisions is not None:
+        check_output_path("--decisions", decisions)
+    spec = load_tenants(config)
+    if decisions is not None:
+        with decisions.open("w", encoding="utf-8") as out:
+            result = run_tenants(spec, decisions_out=out)
+    else:
+        result = run_tenants(spec)
+    doc = json.dumps(result.as_json(), indent=2)
+    if json_out == "-":
+        typer.echo(doc)
+        return
+    typer.echo(format_table(result))
+    if json_out is not None:
+        Path(json_out).write_text(doc + "\n", encoding="utf-8")
+
+
+@app.command(
+    "node-check",
+    help=(
+        "Seed 003 3.1's node checks, read now from Prometheus (node-exporter and cAdvisor): free memory "
+        "> 2 GiB, CPU throttling < 10%, disk IO < 70%. Exit 0 when the node may take a replica, 1 if not."
+    ),
+)
+def node_check_cmd(
+    prometheus: Annotated[str, typer.Option(help="Prometheus base URL, e.g. http://prometheus:9090.")],
+    node: Annotated[
+        str, typer.Option(help='Label selector of the node\'s series, e.g. instance="10.0.0.5:9100".')
+    ],
+    window: Annotated[str, typer.Option(help="Rate window of the counters (PromQL duration).")] = "1m",
+) -> None:
+    from urllib.parse import urlparse
+
+    from llmscale.tenancy.node_checks import check_node
+    from llmscale.tenancy.node_metrics import read_node_sample
+
+    url = urlparse(prometheus)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise ConfigError(f"--prometheus {prometheus!r}: must be an http(s) URL, e.g. http://prometheus:9090")
+    sample = read_node_sample(prometheus, node, window=window)
+    failed = check_node(sample)
+    typer.echo(json.dumps({"node": node, "readings": sample.as_json(), "failed": list(failed)}))
+    if failed:
+        raise typer.Exit(1)
 
 
 def main() -> None:

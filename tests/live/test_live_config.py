@@ -507,3 +507,30 @@ def test_live_and_backtest_merge_guards_the_same_way():
     assert live == backtest
     assert live.stabilization_down_s == 180.0  # slo's own, over the default 0
     assert (live.cooldown_up_s, live.max_replicas) == (60.0, 10)  # the file's, over both
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("gpu", "tpu-v5", "gpu = 'tpu-v5' is unknown"),
+        ("model", "gpt-5", "model = 'gpt-5' is unknown"),
+        ("tp", 3, "tp = 3"),
+        ("model", "llama-2-70b", "needs 138 GB of weights"),  # on one H100: does not fit
+    ],
+)
+def test_a_target_the_step_model_cannot_price_is_rejected_at_start(tmp_path, field, value, words):
+    """Found from outside: `slo` with `gpu: tpu-v5` started, then failed every tick with a traceback."""
+    doc = _with(f"target.{field}", value)
+    doc["policy"] = {"name": "slo"}
+    with pytest.raises(ConfigError) as e:
+        load_config(_write(tmp_path, doc))
+    msg = str(e.value)
+    assert "llmscale.yaml: target:" in msg and words in msg and "policy slo" in msg
+
+
+def test_a_model_the_catalogue_lacks_is_fine_for_a_metrics_only_policy(tmp_path):
+    """keda-queue reads only the engine's queue: a fine-tuned model the catalogue lacks still runs."""
+    doc = _with("target.model", "mycorp/llama-3-8b-support-ft")
+    doc["policy"] = {"name": "keda-queue"}
+    cfg = load_config(_write(tmp_path, doc))
+    assert cfg.target.model == "mycorp/llama-3-8b-support-ft"

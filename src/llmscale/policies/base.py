@@ -71,6 +71,9 @@ class PolicyInfo:
     factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]
     #: every parameter, declared once: default, range, unit, help
     params: Mapping[str, Param]
+    #: plans with the step-time model of the deployment's model on its GPUs (llmscale.perf), so a
+    #: model, GPU or TP the catalogue does not know is a configuration error, not a tick error
+    needs_step_model: bool = False
     #: the catalogue signals the policy reads by name (:data:`llmscale.signals.catalog.SIGNALS`);
     #: the ones a parameter names (``queue_signal: ...``) are added when it is built
     reads: tuple[str, ...] = ()
@@ -112,7 +115,12 @@ POLICIES: dict[str, PolicyInfo] = {}
 
 
 def register(
-    name: str, summary: str, params: Mapping[str, Param], *, reads: tuple[str, ...] = ()
+    name: str,
+    summary: str,
+    params: Mapping[str, Param],
+    *,
+    needs_step_model: bool = False,
+    reads: tuple[str, ...] = (),
 ) -> Callable[[Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]], Any]:
     """Class/function decorator adding a policy factory to :data:`POLICIES`.
 
@@ -124,7 +132,7 @@ def register(
     """
 
     def wrap(factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]) -> Any:
-        POLICIES[name] = PolicyInfo(name, summary, factory, dict(params), tuple(reads))
+        POLICIES[name] = PolicyInfo(name, summary, factory, dict(params), needs_step_model, tuple(reads))
         return factory
 
     return wrap

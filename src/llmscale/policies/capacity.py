@@ -338,6 +338,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
         "tick_s": Param(15.0, TICK_RANGE, unit="s"),
         "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
     },
+    needs_step_model=True,
     reads=("running", "queue_waiting", "prompt_len_mean_tokens", "decode_steps_mean", "request_rate_rps"),
 )
 def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> CalibratedCapacityPolicy:

@@ -734,6 +734,7 @@ _SLA_PARAMS: dict[str, Param] = {
     "dynamo-sla",
     "NVIDIA Dynamo SLA planner (agg): predicted demand / engine capacity at the SLOs, every 180 s",
     _SLA_PARAMS,
+    needs_step_model=True,
     reads=("arrival_rate_rps", "request_rate_rps", "prompt_len_mean_tokens", "decode_steps_mean"),
 )
 def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
@@ -783,6 +784,7 @@ _LOAD_PARAMS: dict[str, Param] = {
     "dynamo-load",
     "NVIDIA Dynamo load planner (agg): +1 when all engines miss the SLO, -1 after an N/(N-1) check",
     _LOAD_PARAMS,
+    needs_step_model=True,
     reads=("prompt_len_mean_tokens", "decode_steps_mean", "prompt_tps"),
 )
 def _make_load(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoLoadPolicy:

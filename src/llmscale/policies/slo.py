@@ -372,6 +372,7 @@ def _timeout(param: Any, deployment: Any) -> float | None:
     "slo",
     "llmscale's default: model-based capacity x load forecast one cold start ahead, reactive on backlog/TTFT",
     _PARAMS,
+    needs_step_model=True,
     reads=(
         "request_rate_rps",
         "queue_waiting",
