@@ -1,5 +1,6 @@
 #!/bin/bash
 # Compare the backtest's decision logs of two source trees, byte for byte.
+# Environment: PYTHON (default .venv/bin/python), TRACE (the Azure conversation trace).
 #
 #   scripts/compare_decision_logs.sh <base-commit> [<out-dir>]
 #
@@ -13,7 +14,9 @@ BASE=$1
 OUT=${2:-/tmp/decision-logs}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-$ROOT/.venv/bin/python}
-TRACE=$ROOT/../shared/data/traces/azure_llm_2023_conv.csv
+# the shared data sit beside the main checkout (../shared/data); give TRACE from a worktree elsewhere
+TRACE=${TRACE:-$ROOT/../shared/data/traces/azure_llm_2023_conv.csv}
+[ -f "$TRACE" ] || { echo "no Azure conversation trace at $TRACE (set TRACE)" >&2; exit 2; }
 rm -rf "$OUT"; mkdir -p "$OUT/base-src" "$OUT/base" "$OUT/new"
 git -C "$ROOT" archive "$BASE" src | tar -x -C "$OUT/base-src"
 
