@@ -11,7 +11,7 @@ The models are frozen: past the edge the controller reads them as plain values.
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path
@@ -27,6 +27,7 @@ from pydantic import (
     field_validator,
 )
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
 
@@ -127,6 +128,10 @@ class TargetConfig(_Section):
     #: the engine's scheduler settings, as the deployed vLLM runs (V1's defaults)
     max_num_seqs: int = Field(default=256, ge=1)
     max_num_batched_tokens: int = Field(default=8192, ge=1)
+    #: the clients' time-out, seconds (a request unanswered this long is abandoned, e.g. the
+    #: gateway's or the OpenAI client's ``timeout``): ``slo`` stops counting on a backlog older
+    #: than it. None: the clients wait.
+    client_timeout_s: float | None = Field(default=None, gt=0)
 
     @field_validator("calibration")
     @classmethod
@@ -382,9 +387,12 @@ class LiveConfig(_Section):
     policy: PolicySpec
     shadow: ShadowSpec | None = None
     guards: GuardOverrides = Field(default_factory=GuardOverrides)
-    #: at least 0.1 s: each tick reads the scale, lists the pods and scrapes every replica, and a
-    #: tick of 1 ms would turn the controller into a load test of the API server
-    tick_s: float = Field(default=15.0, ge=0.1)
+    #: seconds between ticks; None (the default): the policy's own cadence, its ``tick_s``
+    #: parameter (Knative's 2 s, HPA's 15 s), as the backtest ticks it. A number overrides it for
+    #: every policy (a time-scaled run). At least 0.1 s: each tick reads the scale, lists the pods
+    #: and scrapes every replica, and a tick of 1 ms would turn the controller into a load test of
+    #: the API server
+    tick_s: float | None = Field(default=None, ge=0.1)
     mode: Mode = Mode.DRY_RUN
     actuator: ActuatorConfig = Field(default_factory=ActuatorConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
@@ -473,10 +481,12 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
     specs: list[tuple[str, PolicySpec]] = [("policy", cfg.policy)]
     if cfg.shadow is not None:
         specs.append(("shadow", cfg.shadow))
-    ctx = policy_context(cfg)
     for where, spec in specs:
         if spec.name not in known:
             raise fail(f"{where}.name", f"unknown policy {spec.name!r}; known policies: {', '.join(known)}")
+    _check_step_model(cfg, specs, fail)
+    ctx = deployment_of(cfg)
+    for where, spec in specs:
         try:
             create_policy(spec.name, ctx, spec.params)
         except PolicyParamError as e:
@@ -531,18 +541,49 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
         )
 
 
-def policy_context(cfg: LiveConfig) -> Any:
-    """The PolicyContext of the target: model, GPU, SLOs, bounds, published cold start."""
-    from llmscale.policies.base import PolicyContext
+def _check_step_model(
+    cfg: LiveConfig, specs: list[tuple[str, PolicySpec]], fail: Callable[[str, str], ConfigError]
+) -> None:
+    """The target's model must run on its GPUs when anything plans with the step-time model.
 
+    ``slo`` and the capacity-model peers price the deployment's iterations with
+    :mod:`llmscale.perf`: an unknown model or GPU, a TP the model's heads do not divide, or weights
+    that do not fit would otherwise fail every tick after the first metrics arrive (found from
+    outside: ``gpu: tpu-v5`` started and then failed each tick with a traceback). Other policies
+    read only the engine's metrics, so a model the catalogue does not know is fine for them.
+    """
+    from llmscale.policies.base import POLICIES
+
+    # The drift monitor also uses the model, but runs without it (it logs why) rather than stop.
+    users = [f"{where} {spec.name}" for where, spec in specs if POLICIES[spec.name].needs_step_model]
+    if not users:
+        return
+    t = cfg.target
+    from llmscale.perf import get_perf_model
+
+    try:
+        get_perf_model(t.model, t.gpu, t.tp, calibration=t.calibration).kv_capacity_tokens(
+            max_num_batched_tokens=t.max_num_batched_tokens, max_num_seqs=t.max_num_seqs
+        )
+    except ConfigError as e:
+        raise fail(
+            "target", f"{e} ({'; '.join(users)}: prices the replica with the step-time model of this target)"
+        ) from e
+
+
+def deployment_of(cfg: LiveConfig) -> Deployment:
+    """The target's :class:`Deployment`: model, GPU, engine settings, client time-out, SLOs, bounds
+    (from ``guards``), published cold start. The one the backtest builds is
+    :meth:`llmscale.backtest.runner.BacktestSettings.deployment`."""
     bounds = GuardConfig().merged(
         {k: v for k, v in cfg.guard_overrides().items() if k in ("min_replicas", "max_replicas")}
     )
     t = cfg.target
     cold_s = t.cold_start_s if t.cold_start_s is not None else _published_cold_start_s(t)
-    return PolicyContext(
+    return Deployment(
         min_replicas=bounds.min_replicas,
         max_replicas=bounds.max_replicas,
+        initial_replicas=bounds.min_replicas,
         slo_ttft_s=cfg.slo.ttft_s,
         slo_tpot_s=cfg.slo.tpot_s,
         slo_ttft_per_1k_tokens_s=cfg.slo.ttft_per_1k_tokens_s,
@@ -551,17 +592,13 @@ def policy_context(cfg: LiveConfig) -> Any:
         tp=t.tp,
         cold_start_s=cold_s,
         calibration=t.calibration,
-        extra={
-            "initial_replicas": bounds.min_replicas,
-            "max_num_seqs": t.max_num_seqs,
-            "max_num_batched_tokens": t.max_num_batched_tokens,
-        },
+        max_num_seqs=t.max_num_seqs,
+        max_num_batched_tokens=t.max_num_batched_tokens,
+        client_timeout_s=t.client_timeout_s,
     )
 
 
 def _published_cold_start_s(t: TargetConfig) -> float:
-    from llmscale.policies.base import PolicyContext
-
     try:
         from llmscale.perf import cold_start
 
@@ -569,5 +606,5 @@ def _published_cold_start_s(t: TargetConfig) -> float:
         cold_s = cs.pending_s + cs.loading_s + cs.warmup_s
     except ConfigError:
         # A model the catalogue does not know still runs; policies that plan ahead use 90 s.
-        cold_s = PolicyContext.cold_start_s
+        cold_s = Deployment.cold_start_s
     return float(cold_s)

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.policies.standby import StandbyConfig, StandbyState, standby_pool
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
@@ -269,7 +269,9 @@ class SloPolicy:
         queue = signals.get("queue_waiting")
         running = signals.get("running")
         if served is None or queue is None or running is None:
-            return Decision(current, "no-data", {"request_rate_rps": served, "queue_waiting": queue}), state
+            return Decision(
+                current, "no-data", {"request_rate_rps": served, "queue_waiting": queue}, no_data=NoData()
+            ), state
 
         # Arrival rate = served rate + growth of the requests in the system.
         in_system = queue + running
@@ -405,6 +407,16 @@ def _timeout(param: Any, deployment: Any) -> float | None:
     "slo",
     "llmscale's default: model-based capacity x load forecast one cold start ahead, reactive on backlog/TTFT",
     _PARAMS,
+    needs_step_model=True,
+    reads=(
+        "request_rate_rps",
+        "queue_waiting",
+        "queue_per_replica",
+        "running",
+        "ttft_p99_s",
+        "prompt_len_mean_tokens",
+        "decode_steps_mean",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
     return SloPolicy(
@@ -419,7 +431,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             trend_ticks=int(params["trend_ticks"]),
             max_trend_growth=float(params["max_trend_growth"]),
             queue_shrink_holds=bool(params["queue_shrink_holds"]),
-            client_timeout_s=_timeout(params.get("client_timeout_s"), ctx.extra.get("client_timeout_s")),
+            client_timeout_s=_timeout(params.get("client_timeout_s"), ctx.client_timeout_s),
             burst_z=float(params["burst_z"]),
             drain_s=float(params["drain_s"]),
             queue_per_replica=float(params["queue_per_replica"]),
@@ -428,7 +440,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             model=ctx.model,
             gpu=ctx.gpu,
             tp=ctx.tp,
-            max_num_seqs=int(ctx.extra.get("max_num_seqs", 256)),
+            max_num_seqs=ctx.max_num_seqs,
             calibration=ctx.calibration,
             perf_scale=ctx.perf_scale,
             standby=StandbyConfig(
@@ -436,7 +448,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
                 memory_s=float(params["standby_memory_s"]),
                 gpu_s_per_miss=float(params["standby_gpu_s_per_miss"]),
                 cold_start_s=ctx.cold_start_s,
-                wake_s=float(ctx.extra.get("wake_s", 2.0)),
+                wake_s=ctx.wake_s,
                 gpus_per_replica=ctx.tp,
                 max_replicas=ctx.max_replicas,
             ),
