@@ -313,9 +313,10 @@ def run_policy(
                 fleet.set_standby(int(standby), now_s)
             if decisions_out is not None:
                 line = record.as_json()
-                # Which tier each start since the last tick took (START_TIERS' names).
-                line["starts"] = [[round(t, 3), START_TIERS[k]] for t, k in fleet.start_log[logged:]]
-                logged = len(fleet.start_log)
+                if len(fleet.start_log) > logged:
+                    # Which tier each start since the last tick took (START_TIERS' names).
+                    line["starts"] = [[round(t, 3), START_TIERS[k]] for t, k in fleet.start_log[logged:]]
+                    logged = len(fleet.start_log)
                 decisions_out.write(json.dumps(line) + "\n")
         if progress is not None:
             progress(t)
