@@ -9,8 +9,9 @@ commit. The start tiers changed the lines' content, not the decisions: a line af
 says which tier each took (``starts``) and ``slo``'s inputs carry its standby pool's numbers
 (``standby_replicas``, ``standby_sized``, ``burst_peak_excess_rps``, ``bursts_in_memory``,
 ``standby_prevented_misses_per_h``, ``standby_cost_gpu_s_per_h``); with those keys taken out
-every log equals 662c52c's, line for line (checked when these digests were updated). The fuller comparison (every policy, 15 minutes of the preset and the Azure conversation
-trace x20) is a script, not a test: it takes minutes.
+every log equals 662c52c's, line for line (checked when these digests were updated). The
+fuller comparison (every policy, 15 minutes of the preset and the Azure conversation trace x20)
+is a script, not a test: it takes minutes.
 """
 
 from __future__ import annotations
