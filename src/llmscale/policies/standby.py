@@ -4,9 +4,10 @@ A flash crowd that rises faster than a cold start cannot be met by scaling up:
 the default preset's x3 for two minutes is over before a 108 s start ends. A
 replica kept in vLLM's level-1 sleep (weights in host memory, GPU held) serves
 after a wake-up of ~1.6 s instead (:func:`llmscale.perf.start_tiers`), but it is
-charged GPU-hours while it sleeps. Seeds 000 4.1 and 004 4.2 keep such a
-pre-warmed buffer beside the serving fleet (004 4.2: a 90 s pre-warm buffer of
-stand-by replicas started ahead of the traffic switch), and seed 002 5.2 prices
+charged GPU-hours while it sleeps. Seeds 000 4.1 (a warm-up buffer scheduled
+for cold starts) and 004 4.2 (stand-by replicas started during a 90 s pre-warm
+period before traffic moves to them) keep such a buffer beside the serving
+fleet, and seed 002 5.2 prices
 what it saves: a model load of 30-60 s from local NVMe, minutes from network
 storage, plus a CUDA warm-up.
 
