@@ -27,6 +27,7 @@ from pydantic import (
     field_validator,
 )
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
 
@@ -127,6 +128,10 @@ class TargetConfig(_Section):
     #: the engine's scheduler settings, as the deployed vLLM runs (V1's defaults)
     max_num_seqs: int = Field(default=256, ge=1)
     max_num_batched_tokens: int = Field(default=8192, ge=1)
+    #: the clients' time-out, seconds (a request unanswered this long is abandoned, e.g. the
+    #: gateway's or the OpenAI client's ``timeout``): ``slo`` stops counting on a backlog older
+    #: than it. None: the clients wait.
+    client_timeout_s: float | None = Field(default=None, gt=0)
 
     @field_validator("calibration")
     @classmethod
@@ -376,15 +381,46 @@ class ShadowSpec(PolicySpec):
         return model.model_dump(exclude_unset=True)
 
 
+class NodeChecksConfig(_Section):
+    """Seed 003 3.1's node checks before a scale-up (``controller/admission.py``)."""
+
+    #: Prometheus that scrapes node-exporter and cAdvisor (default: metrics.prometheus.url)
+    prometheus_url: HttpUrl | None = None
+    #: the nodes a new replica may land on, each a label-selector body, e.g. 'instance="10.0.0.5:9100"'
+    nodes: list[str] = Field(min_length=1)
+    #: the range the throttling and disk rates are taken over
+    window: str = Field(default="1m", pattern=r"^[1-9][0-9]*(ms|s|m|h)$")
+    timeout_s: float = Field(default=5.0, gt=0)
+    #: the seed's limits: free memory above, throttled share and disk busy share below
+    min_free_memory_bytes: float = Field(default=2048 * 1024 * 1024, ge=0)
+    max_cpu_throttled_ratio: float = Field(default=0.1, gt=0, le=1)
+    max_disk_io_util: float = Field(default=0.7, gt=0, le=1)
+
+    @field_validator("nodes")
+    @classmethod
+    def _selectors(cls, v: list[str]) -> list[str]:
+        for node in v:
+            if not node.strip() or "{" in node or "}" in node:
+                raise ValueError(f'{node!r}: give a label-selector body, e.g. instance="10.0.0.5:9100"')
+        return v
+
+
+class AdmissionConfig(_Section):
+    node_checks: NodeChecksConfig | None = None
+
+
 class LiveConfig(_Section):
     target: TargetConfig
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     policy: PolicySpec
     shadow: ShadowSpec | None = None
     guards: GuardOverrides = Field(default_factory=GuardOverrides)
-    #: at least 0.1 s: each tick reads the scale, lists the pods and scrapes every replica, and a
-    #: tick of 1 ms would turn the controller into a load test of the API server
-    tick_s: float = Field(default=15.0, ge=0.1)
+    #: seconds between ticks; None (the default): the policy's own cadence, its ``tick_s``
+    #: parameter (Knative's 2 s, HPA's 15 s), as the backtest ticks it. A number overrides it for
+    #: every policy (a time-scaled run). At least 0.1 s: each tick reads the scale, lists the pods
+    #: and scrapes every replica, and a tick of 1 ms would turn the controller into a load test of
+    #: the API server
+    tick_s: float | None = Field(default=None, ge=0.1)
     mode: Mode = Mode.DRY_RUN
     actuator: ActuatorConfig = Field(default_factory=ActuatorConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
@@ -393,6 +429,8 @@ class LiveConfig(_Section):
     slo: SloConfig = Field(default_factory=SloConfig)
     drift: DriftConfig = Field(default_factory=DriftConfig)
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
+    #: checks a scale-up must pass besides the policy and the guards (seed 003 3.1's resource layer)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
 
     def guard_overrides(self) -> dict[str, Any]:
         """The guard settings the file sets (an explicit ``null`` switches a limit off)."""
@@ -477,7 +515,7 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
         if spec.name not in known:
             raise fail(f"{where}.name", f"unknown policy {spec.name!r}; known policies: {', '.join(known)}")
     _check_step_model(cfg, specs, fail)
-    ctx = policy_context(cfg)
+    ctx = deployment_of(cfg)
     for where, spec in specs:
         try:
             create_policy(spec.name, ctx, spec.params)
@@ -487,6 +525,12 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
             raise fail(f"{where}.params", str(e)) from e
     if cfg.mode is Mode.SHADOW and cfg.shadow is None:
         raise fail("shadow", "required when mode is shadow (the second policy: name, params)")
+    nc = cfg.admission.node_checks
+    if nc is not None and nc.prometheus_url is None and cfg.metrics.prometheus is None:
+        raise fail(
+            "admission.node_checks.prometheus_url",
+            "required unless metrics.prometheus.url is set (the Prometheus that scrapes node-exporter)",
+        )
     if cfg.metrics.source == "prometheus" and cfg.metrics.prometheus is None:
         raise fail("metrics.prometheus", "required when metrics.source is prometheus (at least url)")
     scrape = cfg.metrics.scrape
@@ -563,18 +607,19 @@ def _check_step_model(
         ) from e
 
 
-def policy_context(cfg: LiveConfig) -> Any:
-    """The PolicyContext of the target: model, GPU, SLOs, bounds, published cold start."""
-    from llmscale.policies.base import PolicyContext
-
+def deployment_of(cfg: LiveConfig) -> Deployment:
+    """The target's :class:`Deployment`: model, GPU, engine settings, client time-out, SLOs, bounds
+    (from ``guards``), published cold start. The one the backtest builds is
+    :meth:`llmscale.backtest.runner.BacktestSettings.deployment`."""
     bounds = GuardConfig().merged(
         {k: v for k, v in cfg.guard_overrides().items() if k in ("min_replicas", "max_replicas")}
     )
     t = cfg.target
     cold_s = t.cold_start_s if t.cold_start_s is not None else _published_cold_start_s(t)
-    return PolicyContext(
+    return Deployment(
         min_replicas=bounds.min_replicas,
         max_replicas=bounds.max_replicas,
+        initial_replicas=bounds.min_replicas,
         slo_ttft_s=cfg.slo.ttft_s,
         slo_tpot_s=cfg.slo.tpot_s,
         slo_ttft_per_1k_tokens_s=cfg.slo.ttft_per_1k_tokens_s,
@@ -583,17 +628,13 @@ def policy_context(cfg: LiveConfig) -> Any:
         tp=t.tp,
         cold_start_s=cold_s,
         calibration=t.calibration,
-        extra={
-            "initial_replicas": bounds.min_replicas,
-            "max_num_seqs": t.max_num_seqs,
-            "max_num_batched_tokens": t.max_num_batched_tokens,
-        },
+        max_num_seqs=t.max_num_seqs,
+        max_num_batched_tokens=t.max_num_batched_tokens,
+        client_timeout_s=t.client_timeout_s,
     )
 
 
 def _published_cold_start_s(t: TargetConfig) -> float:
-    from llmscale.policies.base import PolicyContext
-
     try:
         from llmscale.perf import cold_start
 
@@ -601,5 +642,5 @@ def _published_cold_start_s(t: TargetConfig) -> float:
         cold_s = cs.pending_s + cs.loading_s + cs.warmup_s
     except ConfigError:
         # A model the catalogue does not know still runs; policies that plan ahead use 90 s.
-        cold_s = PolicyContext.cold_start_s
+        cold_s = Deployment.cold_start_s
     return float(cold_s)

@@ -2,7 +2,8 @@
 
 The clock is a ManualClock; time advances to the next controller tick or the
 next series sample, the fleet processes everything up to it, then the
-controller observes and acts — the same ``reconcile_once`` the live loop uses.
+controller core ticks (``controller/core.py``, the one the live loop drives) and this adapter
+scales the simulated fleet to its decision.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from typing import IO, Any
 
 from llmscale.backtest.results import PolicyResult, summarize
 from llmscale.clock import ManualClock
-from llmscale.controller.loop import ControllerState, reconcile_once
+from llmscale.controller.core import Controller, initial_state, tick
+from llmscale.controller.loop import scale_if_changed
+from llmscale.deployment import Deployment, guard_config
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
-from llmscale.policies.base import Policy, PolicyContext, create_policy
+from llmscale.perf.cold_start import START_TIERS
+from llmscale.policies.base import Policy, create_policy
 from llmscale.policies.static import StaticPolicy
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet, SimConfig
@@ -32,7 +36,6 @@ __all__ = [
     "BacktestSettings",
     "build_fleet",
     "check_policies",
-    "guard_config_for",
     "run_policy",
     "series_step_for",
 ]
@@ -84,19 +87,38 @@ class BacktestSettings:
             )
 
     def with_cold_start(self) -> BacktestSettings:
-        """Fill the lifecycle durations from the performance catalogue's published cold starts."""
-        from llmscale.perf import cold_start
+        """Fill the lifecycle durations from the performance catalogue's published cold starts.
+
+        A start on a node the cluster has is :func:`~llmscale.perf.cold_start` (Llama-3-8B on an
+        H100: 108 s); the warm-node and sleeping tiers come from
+        :func:`~llmscale.perf.start_tiers` (53 s and 1.6 s).
+        """
+        from llmscale.perf import cold_start, start_tiers
 
         cs = cold_start(self.model, self.gpu, self.tp)
+        tiers = start_tiers(self.model, self.gpu, self.tp)
+        warm = tiers.warm_node
         return replace(
-            self, sim=replace(self.sim, pending_s=cs.pending_s, loading_s=cs.loading_s, warmup_s=cs.warmup_s)
+            self,
+            sim=replace(
+                self.sim,
+                pending_s=cs.pending_s,
+                loading_s=cs.loading_s,
+                warmup_s=cs.warmup_s,
+                warm_node_pending_s=warm.pending_s,
+                warm_node_loading_s=warm.loading_s,
+                warm_node_warmup_s=warm.warmup_s,
+                wake_s=tiers.sleeping.total_s,
+            ),
         )
 
-    def context(self) -> PolicyContext:
+    def deployment(self) -> Deployment:
+        """The deployment every policy of this backtest plans with (engine settings: the simulator's)."""
         s = self.sim
-        return PolicyContext(
+        return Deployment(
             min_replicas=self.min_replicas,
             max_replicas=self.max_replicas,
+            initial_replicas=self.initial_replicas,
             slo_ttft_s=self.slo_ttft_s,
             slo_tpot_s=self.slo_tpot_s,
             slo_ttft_per_1k_tokens_s=self.slo_ttft_per_1k_tokens_s,
@@ -105,19 +127,11 @@ class BacktestSettings:
             tp=self.tp,
             cold_start_s=s.pending_s + s.loading_s + s.warmup_s,
             calibration=self.calibration,
-            extra={
-                "initial_replicas": self.initial_replicas,
-                "max_num_seqs": s.max_num_seqs,
-                "max_num_batched_tokens": s.max_num_batched_tokens,
-                "client_timeout_s": s.timeout_s,
-            },
+            wake_s=s.wake_s,
+            max_num_seqs=s.max_num_seqs,
+            max_num_batched_tokens=s.max_num_batched_tokens,
+            client_timeout_s=s.timeout_s,
         )
-
-
-def guard_config_for(policy: Policy[Any], settings: BacktestSettings, user: dict[str, Any]) -> GuardConfig:
-    """Defaults, then what the policy declares it needs, then the user's overrides (``guards:`` in YAML)."""
-    base = GuardConfig(settings.min_replicas, settings.max_replicas, gpus_per_replica=settings.tp)
-    return base.merged(getattr(policy, "guard_overrides", {}) or {}).merged(user)
 
 
 def check_policies(names: Sequence[str], settings: BacktestSettings) -> None:
@@ -131,8 +145,9 @@ def check_policies(names: Sequence[str], settings: BacktestSettings) -> None:
         params = dict(settings.policy_params.get(name) or {})
         guard_params = params.pop("guards", None) or {}
         try:
-            policy = create_policy(name, settings.context(), params)
-            guards = guard_config_for(policy, settings, guard_params)
+            deployment = settings.deployment()
+            policy = create_policy(name, deployment, params)
+            guards = guard_config(deployment, policy, guard_params)
             fleet_max = policy.replicas if isinstance(policy, StaticPolicy) else guards.max_replicas
             if fleet_max > MAX_REPLICAS:
                 which = "replicas" if isinstance(policy, StaticPolicy) else "guards.max_replicas"
@@ -187,6 +202,7 @@ class SeriesRecorder:
                 "replicas_warmup",
                 "replicas_ready",
                 "replicas_draining",
+                "replicas_sleeping",
                 "desired_replicas",
                 "gpu_util",
                 "sm_active",
@@ -224,6 +240,7 @@ class SeriesRecorder:
         c["replicas_warmup"].append(counts[Phase.WARMUP])
         c["replicas_ready"].append(counts[Phase.READY])
         c["replicas_draining"].append(counts[Phase.DRAINING])
+        c["replicas_sleeping"].append(len(fleet.sleeping))
         c["desired_replicas"].append(fleet.spec_replicas)
         if dt > 0 and serving:
             p_busy, p_active, p_dram = self._prev
@@ -254,10 +271,11 @@ def run_policy(
     wall0 = time.perf_counter()
     params = dict(settings.policy_params.get(policy_name) or {})
     guard_params = params.pop("guards", None) or {}
+    deployment = settings.deployment()
     if policy is None:
-        policy = create_policy(policy_name, settings.context(), params)
+        policy = create_policy(policy_name, deployment, params)
     initial = settings.initial_replicas
-    guards = guard_config_for(policy, settings, guard_params)
+    guards = guard_config(deployment, policy, guard_params)
     if isinstance(policy, StaticPolicy):
         # A fixed fleet is the user's explicit choice, warm from the start; bounds are for autoscalers.
         initial = policy.replicas
@@ -265,14 +283,17 @@ def run_policy(
     fleet = build_fleet(workload, settings, initial)
     source = SimMetricSource(fleet)
     clock = ManualClock()
-    state = ControllerState(policy_state=policy.initial_state())
+    controller = Controller(policy, guards, deployment, assess=decisions_out is not None)
+    # The core schedules its ticks (every policy.tick_s, the first one tick in); this loop only
+    # fulfils them and interleaves the report's samples.
+    state = initial_state(controller, first_tick_s=controller.cadence_s)
     step_s = series_step_for(workload.duration_s)
     recorder = SeriesRecorder(fleet, step_s)
-    tick_s = float(policy.tick_s)
-    next_tick = tick_s
+    next_tick = state.next_tick_s
     next_sample = step_s
     last_arrival = float(workload.arrival_s[-1]) if workload.num_requests else 0.0
     horizon = last_arrival + settings.drain_horizon_s
+    logged = 0  # starts already written to the decision log
     while True:
         t = min(next_tick, next_sample)
         fleet.run_until(t)
@@ -281,19 +302,22 @@ def run_policy(
             recorder.sample(t)
             next_sample += step_s
         if t >= next_tick:
-            record, state = reconcile_once(
-                clock.now_s(),
-                source,
-                policy,
-                guards,
-                fleet,
-                state,
-                slo=(settings.slo_ttft_s, settings.slo_tpot_s, settings.slo_ttft_per_1k_tokens_s),
-                assess=decisions_out is not None,
-            )
+            now_s = clock.now_s()
+            record, state, next_tick = tick(controller, state, source.observe(now_s))
+            if scale_if_changed(fleet, record.final, guards, now_s):
+                record = replace(record, applied=True)
+            standby = record.proposed.inputs.get("standby_replicas")
+            if standby is not None:
+                # The policy's standby pool (policies/standby.py): sleeping replicas it keeps beside
+                # the desired ones. Not a guarded count: it adds no serving capacity.
+                fleet.set_standby(int(standby), now_s)
             if decisions_out is not None:
-                decisions_out.write(json.dumps(record.as_json()) + "\n")
-            next_tick += tick_s
+                line = record.as_json()
+                if len(fleet.start_log) > logged:
+                    # Which tier each start since the last tick took (START_TIERS' names).
+                    line["starts"] = [[round(t, 3), START_TIERS[k]] for t, k in fleet.start_log[logged:]]
+                    logged = len(fleet.start_log)
+                decisions_out.write(json.dumps(line) + "\n")
         if progress is not None:
             progress(t)
         if fleet.arrivals_done and fleet.unresolved == 0:

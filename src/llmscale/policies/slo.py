@@ -24,6 +24,11 @@ Three parts, each answering a failure of the policies users run today:
    nothing beyond the arrival rate, a queue already shrinking adds nothing,
    and a step in load is not extrapolated as a trend past ``max_trend_growth``.
 
+A standby pool (:mod:`llmscale.policies.standby`) keeps sleeping replicas
+beside the fleet for crowds that outrun a cold start, sized from the bursts
+observed and kept only while the misses it prevents pay for its GPU-hours
+(none on the default preset: see the README); scale-ups wake them first.
+
 Shrinking is left to the guards, all on: the highest proposal of the last
 ``stabilization_down_s`` wins, the KV headroom check, and drain-aware
 removal (cordoned replicas leave only when idle, and come back on a
@@ -40,8 +45,9 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.policies.params import COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
+from llmscale.policies.standby import StandbyConfig, StandbyState, standby_pool
+from llmscale.types import Decision, NoData, Signals
 
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
@@ -98,6 +104,8 @@ class SloConfig:
     #: used until the fleet has reported request lengths
     default_prompt_tokens: float = 1000.0
     default_output_tokens: float = 200.0
+    #: the standby pool of sleeping replicas (policies/standby.py)
+    standby: StandbyConfig = field(default_factory=StandbyConfig)
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,7 @@ class SloState:
     prompt_tokens: float | None = None
     output_tokens: float | None = None
     last_queue: float | None = None
+    standby: StandbyState = field(default_factory=StandbyState)
 
 
 @lru_cache(maxsize=256)
@@ -260,7 +269,9 @@ class SloPolicy:
         queue = signals.get("queue_waiting")
         running = signals.get("running")
         if served is None or queue is None or running is None:
-            return Decision(current, "no-data", {"request_rate_rps": served, "queue_waiting": queue}), state
+            return Decision(
+                current, "no-data", {"request_rate_rps": served, "queue_waiting": queue}, no_data=NoData()
+            ), state
 
         # Arrival rate = served rate + growth of the requests in the system.
         in_system = queue + running
@@ -310,10 +321,24 @@ class SloPolicy:
                 desired = need
                 rule = "backlog" if backlog else "ttft-over-slo"
         desired = max(c.min_replicas, min(c.max_replicas, desired))
+        standby_state = state.standby
+        standby_inputs: dict[str, float | None] = {}
+        if c.standby.enabled:
+            _, standby_state, standby_inputs = standby_pool(
+                # The excess over the level before this tick's arrivals moved it (alpha 0.4 would
+                # hide 40% of a step in the level it is measured against).
+                c.standby,
+                state.standby,
+                now_s,
+                arrivals,
+                level if state.level_rps is None else state.level_rps,
+                cap * c.target_utilization,
+            )
         decision = Decision(
             desired,
             rule,
             {
+                **standby_inputs,
                 "arrival_rps": round(arrivals, 4),
                 "level_rps": round(level, 4),
                 "trend_rps_per_s": round(trend, 5),
@@ -336,6 +361,7 @@ class SloPolicy:
             prompt_tokens=prompt,
             output_tokens=output,
             last_queue=queue,
+            standby=standby_state,
         )
         return decision, new_state
 
@@ -357,6 +383,17 @@ _PARAMS: dict[str, Param] = {
     "drain_s": Param(30.0, WINDOW_RANGE, unit="s", help="a backlog should drain within this"),
     "queue_per_replica": Param(4.0, NONNEG_RANGE, help="queue per serving replica before reacting"),
     "tick_s": Param(15.0, TICK_RANGE, unit="s"),
+    # The pool's default is in the README (the attainment / GPU-hours curve over pool sizes).
+    "standby_replicas": Param(
+        None,
+        f"[0, {COUNT_MAX}]",
+        kind=int,
+        help="sleeping replicas kept for flash crowds (null: sized from observed bursts when worth it)",
+    ),
+    "standby_memory_s": Param(3600.0, WINDOW_RANGE, unit="s", help="how long an observed burst counts"),
+    "standby_gpu_s_per_miss": Param(
+        1.0, NONNEG_RANGE, unit="GPU-s", help="what one prevented SLO miss is worth (standby: null)"
+    ),
 }
 
 
@@ -371,6 +408,15 @@ def _timeout(param: Any, deployment: Any) -> float | None:
     "llmscale's default: model-based capacity x load forecast one cold start ahead, reactive on backlog/TTFT",
     _PARAMS,
     needs_step_model=True,
+    reads=(
+        "request_rate_rps",
+        "queue_waiting",
+        "queue_per_replica",
+        "running",
+        "ttft_p99_s",
+        "prompt_len_mean_tokens",
+        "decode_steps_mean",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
     return SloPolicy(
@@ -385,7 +431,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             trend_ticks=int(params["trend_ticks"]),
             max_trend_growth=float(params["max_trend_growth"]),
             queue_shrink_holds=bool(params["queue_shrink_holds"]),
-            client_timeout_s=_timeout(params.get("client_timeout_s"), ctx.extra.get("client_timeout_s")),
+            client_timeout_s=_timeout(params.get("client_timeout_s"), ctx.client_timeout_s),
             burst_z=float(params["burst_z"]),
             drain_s=float(params["drain_s"]),
             queue_per_replica=float(params["queue_per_replica"]),
@@ -394,8 +440,17 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             model=ctx.model,
             gpu=ctx.gpu,
             tp=ctx.tp,
-            max_num_seqs=int(ctx.extra.get("max_num_seqs", 256)),
+            max_num_seqs=ctx.max_num_seqs,
             calibration=ctx.calibration,
             perf_scale=ctx.perf_scale,
+            standby=StandbyConfig(
+                replicas=None if params["standby_replicas"] is None else int(params["standby_replicas"]),
+                memory_s=float(params["standby_memory_s"]),
+                gpu_s_per_miss=float(params["standby_gpu_s_per_miss"]),
+                cold_start_s=ctx.cold_start_s,
+                wake_s=ctx.wake_s,
+                gpus_per_replica=ctx.tp,
+                max_replicas=ctx.max_replicas,
+            ),
         )
     )
