@@ -175,7 +175,9 @@ def decide_and_act(
         guard=outcome.guard,
         guard_note=outcome.note,
         applied=applied,
-        fleet_state=fleet_state(signals, *(slo or (None, None))) if assess else None,
+        fleet_state=(decision.fleet_state or fleet_state(signals, *(slo or (None, None))))
+        if assess
+        else None,
         observed={name: signals.get(name) for name in LOGGED_SIGNALS} if assess else None,
     )
     return record, ControllerState(
