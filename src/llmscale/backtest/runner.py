@@ -21,9 +21,11 @@ from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
 from llmscale.policies.base import Policy, PolicyContext, create_policy
 from llmscale.policies.static import StaticPolicy
+from llmscale.signals.catalog import SUB_TICK_SIGNALS
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet, SimConfig
 from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
+from llmscale.sim.sub_tick import QUEUE_SAMPLE_PERIOD_S
 from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
@@ -263,7 +265,11 @@ def run_policy(
         initial = policy.replicas
         guards = replace(guards, min_replicas=0, max_replicas=max(initial, settings.max_replicas))
     fleet = build_fleet(workload, settings, initial)
-    source = SimMetricSource(fleet)
+    # Seed 004's 100 ms bandwidth and per-second queue samples cost a bucket add per decode jump
+    # and a stop every simulated second: only for a policy that reads them, or a decision log
+    # (which records both for ``llmscale analyze``). benchmarks/sim_speed.py measures the rest.
+    sub_tick = decisions_out is not None or bool(SUB_TICK_SIGNALS & frozenset(getattr(policy, "reads", ())))
+    source = SimMetricSource(fleet, sub_tick=sub_tick)
     clock = ManualClock()
     state = ControllerState(policy_state=policy.initial_state())
     step_s = series_step_for(workload.duration_s)
@@ -271,12 +277,16 @@ def run_policy(
     tick_s = float(policy.tick_s)
     next_tick = tick_s
     next_sample = step_s
+    next_queue = QUEUE_SAMPLE_PERIOD_S if sub_tick else math.inf
     last_arrival = float(workload.arrival_s[-1]) if workload.num_requests else 0.0
     horizon = last_arrival + settings.drain_horizon_s
     while True:
-        t = min(next_tick, next_sample)
+        t = min(next_tick, next_sample, next_queue)
         fleet.run_until(t)
         clock.advance_to(t)
+        if t >= next_queue:
+            source.sample_queue(t)
+            next_queue += QUEUE_SAMPLE_PERIOD_S
         if t >= next_sample:
             recorder.sample(t)
             next_sample += step_s

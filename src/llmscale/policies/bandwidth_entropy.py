@@ -129,6 +129,8 @@ def fusion_weights(entropy: float) -> tuple[float, float]:
 class BandwidthEntropyPolicy:
     config: BandwidthEntropyConfig
     name: str = "bandwidth-entropy"
+    #: the signals it reads at their own resolution (``signals.catalog.SUB_TICK_SIGNALS``)
+    reads: frozenset[str] = frozenset({"bw_saturation_p95", "queue_entropy"})
 
     @property
     def tick_s(self) -> float:

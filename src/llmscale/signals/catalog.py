@@ -9,7 +9,13 @@ Windows are over the controller's recent observations (``controller.loop.WINDOW_
 
 from __future__ import annotations
 
-__all__ = ["SIGNALS"]
+__all__ = ["SIGNALS", "SUB_TICK_SIGNALS"]
+
+#: Signals seed 004 defines at a finer resolution than any controller tick: the bandwidth P95 over
+#: 600 samples 100 ms apart, the queue entropy over 30 one-second queue lengths. A source may carry
+#: those samples (``ReplicaSample.sub_tick``, ``Observation.queue_per_s``); the simulator takes them
+#: only for a policy that lists one of these in its ``reads`` (or for a decision log).
+SUB_TICK_SIGNALS: frozenset[str] = frozenset({"bw_saturation_p95", "queue_entropy"})
 
 #: name -> (unit, meaning)
 SIGNALS: dict[str, tuple[str, str]] = {

@@ -241,6 +241,7 @@ class Replica:
         "drain_until_idle",
         "draining",
         "dram_bytes",
+        "dram_log",
         "finishing",
         "fleet",
         "gen_tokens_total",
@@ -359,6 +360,9 @@ class Replica:
         self.busy_s = 0.0  # SM-busy seconds (useful math at achieved peak)
         self.active_s = 0.0  # seconds an iteration was running (a kernel was resident)
         self.dram_bytes = 0.0
+        # Seed 004's 100 ms bandwidth samples (sim/sub_tick.py's DramBuckets), given each span of
+        # iterations with its bytes; None (the backtest's default) costs one test per span.
+        self.dram_log: Any = None
         self.hist_ttft = BucketHistogram(histogram_bounds["ttft"])
         self.hist_e2e = BucketHistogram(histogram_bounds["e2e"])
         self.hist_itl = BucketHistogram(histogram_bounds["itl"])
@@ -527,8 +531,11 @@ class Replica:
         self.blocks_used += new_blocks
         tri = float(k * (k - 1)) * 0.5
         self.busy_s += fk * self.plan_busy_a + self.plan_busy_b * tri
-        self.dram_bytes += fk * self.plan_bytes_a + self.plan_bytes_b * tri
+        nbytes = fk * self.plan_bytes_a + self.plan_bytes_b * tri
+        self.dram_bytes += nbytes
         self.active_s += duration
+        if self.dram_log is not None:
+            self.dram_log.add(self.plan_t0, self.plan_t0 + duration, nbytes)
         self.hist_itl.observe_arithmetic(a, b, k, float(n_dec))
         self.decode_steps_by_batch[n_dec] += k
         self.gen_tokens_total += k * n_dec
@@ -724,6 +731,8 @@ class Replica:
         self.busy_s += sm_busy_s
         self.dram_bytes += dram_bytes
         self.active_s += d
+        if self.dram_log is not None:
+            self.dram_log.add(now, now + d, dram_bytes)
         self.kind = MIXED
         self.mixed_dec = with_dec
         self.plan_a = d
