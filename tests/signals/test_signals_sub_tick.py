@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from signals_fixtures import obs, sample, vllm_values
 
-from llmscale.metrics.names import DCGM, VLLM
+from llmscale.metrics.names import DCGM, DERIVED, VLLM
 from llmscale.signals.gpu import gpu_signals, in_window
 from llmscale.signals.window import FleetWindow
 from llmscale.types import Phase, SubTickSeries
@@ -92,3 +92,14 @@ def test_queue_entropy_of_30_one_second_samples():
     assert h.note.startswith("30 one-second sample(s)")
     coarse = [replace(o, queue_per_s=None) for o in ticks]
     assert gpu_signals(FleetWindow.build(coarse))["queue_entropy"].value == pytest.approx(1 / math.log2(3))
+
+
+def test_bw_p95_reads_an_exporters_windowed_p95_gauge():
+    """Pages with ``llmscale:dram_active_p95_60s`` (the emulator's, or a Prometheus query's): their
+    P95s are taken as they are, 0.52 and 0.9 -> 0.71, not the P95 of the per-tick readings."""
+    a = vllm_values(dram_active=0.3) | {DERIVED.DRAM_ACTIVE_P95_60S: 0.52}
+    b = vllm_values(dram_active=0.4) | {DERIVED.DRAM_ACTIVE_P95_60S: 0.9}
+    ticks = [obs(15.0 * k, sample("a", a), sample("b", b)) for k in range(5)]
+    bw = gpu_signals(FleetWindow.build(ticks))["bw_saturation_p95"]
+    assert bw.value == pytest.approx(0.71)
+    assert bw.note == "2 replica(s), each its exporter's llmscale:dram_active_p95_60s"

@@ -40,7 +40,9 @@ the simulator produces them, :mod:`llmscale.sim.gpu_counters`):
   simulator, :mod:`llmscale.sim.sub_tick`), and the P95 is of them. Without
   them the window holds one sample per observation (5 at a 15 s tick), so
   the P95 interpolates between the two largest (numpy's default "linear"
-  rule) and is closer to a max; the signal's note says which it used.
+  rule) and is closer to a max; the signal's note says which it used. A
+  replica whose page carries ``llmscale:dram_active_p95_60s`` (the emulator's,
+  or Prometheus' ``quantile_over_time`` over a 100 ms scrape) gives that P95.
 * ``queue_entropy`` (seed 004): see :func:`normalized_entropy`; over the
   per-second queue lengths of ``Observation.queue_per_s`` when the source
   has them (30 in 30 s, the seed's), else one per observation.
@@ -51,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from llmscale.metrics.names import DCGM, SIM
+from llmscale.metrics.names import DCGM, DERIVED, SIM
 from llmscale.signals.window import FleetWindow, start_index
 from llmscale.types import Phase, SignalValue, SubTickSeries
 
@@ -268,9 +270,11 @@ def bw_saturation_p95(fw: FleetWindow, window_s: float = BW_WINDOW_S) -> SignalV
     cut_s = fw.now_s - window_s
     ready = Phase.READY
     dram, copy = DCGM.DRAM_ACTIVE, DCGM.MEM_COPY_UTIL
+    p95_name = DERIVED.DRAM_ACTIVE_P95_60S
     p95s: list[float] = []
     samples = 0
     fine_replicas = 0
+    gauges = 0
     for s_now in fw.known:
         span = spans.get(s_now.replica)
         if span is None:
@@ -293,16 +297,24 @@ def bw_saturation_p95(fw: FleetWindow, window_s: float = BW_WINDOW_S) -> SignalV
         if fine:
             xs = fine
             fine_replicas += 1
+        elif s_now.phase == ready and (windowed := s_now.values.get(p95_name)) is not None:
+            # the exporter's (or Prometheus') own P95 of the 100 ms samples: taken as it is
+            p95s.append(min(max(windowed, 0.0), 1.0))
+            gauges += 1
+            continue
         if xs:
             samples += len(xs)
             # clamping is monotone, so clamping the percentile equals the percentile of clamped samples
             p95s.append(min(max(percentile_linear(xs, 0.95), 0.0), 1.0))
     if not p95s:
         return SignalValue(None, "no serving replica reports memory bandwidth")
-    per = samples / len(p95s)
-    how = "100 ms samples" if fine_replicas == len(p95s) else "sample(s)"
+    if gauges == len(p95s):
+        return SignalValue(_mean(p95s), f"{gauges} replica(s), each its exporter's {p95_name}")
+    per = samples / (len(p95s) - gauges)
+    how = "100 ms samples" if fine_replicas == len(p95s) - gauges else "sample(s)"
+    also = f" ({gauges} by their {p95_name})" if gauges else ""
     return SignalValue(
-        _mean(p95s), f"{len(p95s)} replica(s), {per:.1f} {how} each in {window_s:.0f} s (seed: 600)"
+        _mean(p95s), f"{len(p95s)} replica(s){also}, {per:.1f} {how} each in {window_s:.0f} s (seed: 600)"
     )
 
 
