@@ -134,10 +134,10 @@ class Histogram:
 
 @dataclass(frozen=True, slots=True)
 class SubTickSeries:
-    """A gauge sampled at a fixed period between two observations, oldest first.
+    """A series sampled at a fixed period between two observations, oldest first.
 
-    ``values[i]`` is the reading over the period ending at
-    ``end_s - (len(values) - 1 - i) x period_s``. Seed 004 samples memory
+    ``values[i]`` covers the period ending at ``end_s - (len(values) - 1 - i) x
+    period_s``: a gauge's reading over it, or a counter's increase in it. Seed 004 samples memory
     bandwidth every 100 ms and the queue every second, finer than any
     controller tick: a 15 s tick carries 150 bandwidth samples per replica here.
     """
@@ -165,9 +165,10 @@ class ReplicaSample:
     ok: bool
     values: Mapping[str, float] = field(default_factory=dict)
     histograms: Mapping[str, HistogramView] = field(default_factory=dict)
-    #: gauges sampled finer than the observations (exporter name -> the samples since the
+    #: series sampled finer than the observations (exporter name -> the samples since the
     #: previous observation), when the source has them: the simulator's 100 ms
-    #: ``DCGM_FI_PROF_DRAM_ACTIVE`` (``sim/sub_tick.py``)
+    #: ``DCGM_FI_PROF_DRAM_ACTIVE`` readings and ``vllm:generation_tokens_total`` increases
+    #: (``sim/sub_tick.py``)
     sub_tick: Mapping[str, SubTickSeries] = field(default_factory=dict)
 
 

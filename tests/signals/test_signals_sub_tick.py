@@ -9,6 +9,7 @@ import pytest
 from signals_fixtures import obs, sample, vllm_values
 
 from llmscale.metrics.names import DCGM, DERIVED, VLLM
+from llmscale.signals import compute_signals
 from llmscale.signals.gpu import gpu_signals, in_window
 from llmscale.signals.window import FleetWindow
 from llmscale.types import Phase, SubTickSeries
@@ -103,3 +104,73 @@ def test_bw_p95_reads_an_exporters_windowed_p95_gauge():
     bw = gpu_signals(FleetWindow.build(ticks))["bw_saturation_p95"]
     assert bw.value == pytest.approx(0.71)
     assert bw.note == "2 replica(s), each its exporter's llmscale:dram_active_p95_60s"
+
+
+def tokens_obs(time_s: float, **per_replica: list[float] | tuple[float, list[float]]) -> object:
+    """One observation whose replicas carry 100 ms generated-token counts, each ending at ``time_s``
+    or, given as ``(end_s, counts)``, at ``end_s`` (a replica mid-step hands over fewer buckets)."""
+    samples = []
+    for name, given in per_replica.items():
+        end_s, counts = given if isinstance(given, tuple) else (time_s, given)
+        s = sample(name, vllm_values())
+        series = SubTickSeries(0.1, end_s, tuple(counts))
+        samples.append(replace(s, sub_tick={VLLM.generation_tokens: series}))
+    return obs(time_s, *samples)
+
+
+def adaptive(*observations):
+    values = compute_signals(list(observations)).values
+    return values["throughput_window_ms"], values["generation_tps_adaptive"]
+
+
+def test_adaptive_window_worked_example():
+    """Seed 000 2.4: seconds of 1000, 1000, 1000, 1000, 1100 tokens: std 40 tokens/s ->
+    int(1000 / (1 + 0.02 x 40)) = 555 ms -> 6 buckets of 110 tokens -> 660 / 0.6 s = 1100 tokens/s."""
+    window, tps = adaptive(tokens_obs(5.0, a=[100.0] * 40 + [110.0] * 10))
+    assert window.value == 555.0 and window.note.startswith("std of the last 5 one-second")
+    assert tps.value == pytest.approx(1100.0)
+    assert tps.note == "over the last 600 ms"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "window_ms", "tps"),
+    [
+        pytest.param([1000] * 5, 1000.0, 1000.0, id="std-0-1000ms"),
+        pytest.param([1000, 1050, 1000, 1050, 1000], 671.0, 850.0 / 0.7, id="std-24.5-671ms"),
+        pytest.param([500, 1500, 500, 1500, 500], 200.0, 150.0 / 0.2, id="std-490-floor-200ms"),
+    ],
+)
+def test_the_window_narrows_as_the_throughput_spreads(seconds, window_ms, tps):
+    """The formula as written: std 0 -> 1000 ms (10 buckets); std 24.5 -> int(1000 / 1.49) = 671 ms
+    (7 buckets); std 490 -> int(1000 / 10.8) = 92 -> the 200 ms floor (2 buckets). The last second
+    holds its tokens in two halves, the second 3x the first (1000 = 5 x 50 + 5 x 150), so the rate
+    over the window's last buckets tells the window: 7 buckets hold 2 x 50 + 5 x 150 = 850 tokens.
+    (Seed 000's prose says the window widens with the spread; its formula narrows it:
+    signals/rates.py's adaptive_window_ms notes this.)"""
+    counts = [sec / 10.0 for sec in seconds[:-1] for _ in range(10)]
+    last = seconds[-1]
+    counts += [last / 20.0] * 5 + [3.0 * last / 20.0] * 5
+    window, rate = adaptive(tokens_obs(5.0, a=counts))
+    assert window.value == window_ms
+    assert rate.value == pytest.approx(tps)
+
+
+def test_the_fleet_sums_replicas_on_one_grid_up_to_the_laggard():
+    """Replica b's newest bucket ends at 4.9 s (it is mid-step): the fleet's series ends there, so
+    4 whole seconds (4.9 s of history) make the spread. Ticks 2 s apart: the history spans three
+    observations. a makes 100 tokens a bucket, b 50, but a's last bucket (4.9-5.0) holds 400 and
+    is not summed: 1500 tokens/s each second -> std 0 -> 1000 ms -> 1500 tokens/s."""
+    window, rate = adaptive(
+        tokens_obs(1.0, a=[100.0] * 10, b=[50.0] * 10),
+        tokens_obs(3.0, a=[100.0] * 20, b=[50.0] * 20),
+        tokens_obs(5.0, a=[100.0] * 19 + [400.0], b=(4.9, [50.0] * 19)),
+    )
+    assert window.value == 1000.0 and "last 4 one-second" in window.note
+    assert rate.value == pytest.approx(1500.0)
+
+
+def test_without_token_counts_the_window_comes_from_the_ticks():
+    ticks = [obs(15.0 * k, sample("a", vllm_values(gen_tokens=15_000.0 * k))) for k in range(3)]
+    window, rate = adaptive(*ticks)
+    assert window.value == 1000.0 and "per-step" in window.note  # 1000 tokens/s each step: std 0
+    assert rate.value is None and "100 ms token counts" in rate.note

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -10,32 +9,35 @@ import pytest
 
 from llmscale.backtest.runner import BacktestSettings, run_policy
 from llmscale.metrics.names import DCGM
+from llmscale.metrics.names import VllmMetric as V
 from llmscale.perf import get_perf_model
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet, SimConfig
-from llmscale.sim.sub_tick import DramBuckets
+from llmscale.sim.sub_tick import StepBuckets
 from llmscale.types import Decision, Signals
 from llmscale.workloads import make_preset
 
 
 def test_a_span_is_spread_over_its_buckets():
-    log = DramBuckets(0.0)
-    log.add(0.17, 0.22, 30e6)  # the docstring's example: 0.03 s in bucket 1, 0.02 s in bucket 2
+    log = StepBuckets(0.0)
+    log.add(0.17, 0.22, 30e6, 10.0)  # the docstring's example: 0.03 s in bucket 1, 0.02 s in bucket 2
     log.add(0.25, 0.25, 5e6)  # a span of no length: all in its bucket
-    end_s, got = log.take(0.3)
+    log.add(0.29, 0.29, 0.0, 3.0)  # a prefill iteration's tokens, at its end
+    end_s, got, tokens = log.take(0.3)
     assert end_s == pytest.approx(0.3)
     assert got == pytest.approx([0.0, 18e6, 17e6])
+    assert tokens == pytest.approx([0.0, 6.0, 7.0])
     # the next take starts where this one ended; idle buckets read 0
     log.add(0.31, 0.32, 1e6)
-    end_s, got = log.take(0.55)
-    assert end_s == pytest.approx(0.5) and got == pytest.approx([1e6, 0.0])
-    assert log.take(0.55) == (pytest.approx(0.5), [])
+    end_s, got, tokens = log.take(0.55)
+    assert end_s == pytest.approx(0.5) and got == pytest.approx([1e6, 0.0]) and tokens == [0.0, 0.0]
+    assert log.take(0.55) == (pytest.approx(0.5), [], [])
 
 
 def test_a_long_span_and_the_part_before_the_log():
-    log = DramBuckets(1.0)  # buckets from t = 1.0
+    log = StepBuckets(1.0)  # buckets from t = 1.0
     log.add(0.9, 1.3, 4e6)  # 1 MB per 0.1 s; [0.9, 1.0) predates the log
-    end_s, got = log.take(2.0)
+    end_s, got, _ = log.take(2.0)
     assert end_s == pytest.approx(2.0)
     assert got == pytest.approx([1e6, 1e6, 1e6] + [0.0] * 7)
 
@@ -80,8 +82,17 @@ def test_every_byte_lands_in_one_100ms_sample_and_observing_changes_nothing():
         assert ends[0] == pytest.approx(0.1) and 239.8 <= ends[-1] <= 240.0
         values = [v for s in series for v in s.values]
         assert max(values) < 1.0  # nothing clamped, so the bytes add up
-        pending = sum(r.dram_log._buf)  # a prefill iteration's bytes past the last sample
+        pending = sum(r.step_log._buf)  # a prefill iteration's bytes past the last sample
         assert sum(values) * cap + pending == pytest.approx(r.dram_bytes, rel=1e-9)
+        # every generated token too: in a sample, or in a bucket still open
+        tokens = [
+            v
+            for o in observations
+            for s in o.replicas
+            if s.replica == r.name
+            for v in s.sub_tick[V.GENERATION_TOKENS].values
+        ]
+        assert sum(tokens) + sum(r.step_log._tok) == pytest.approx(r.gen_tokens_total, rel=1e-12)
         # a decode-bound replica's 100 ms readings spread around the tick means (0.3-0.6 here)
         assert 0.2 < float(np.mean(values)) < 0.7
     # the queue every second: 15 samples per tick, the gateway plus the serving replicas' waiting
@@ -105,13 +116,15 @@ class _Recorder:
     notes: list[tuple[str, str]] = field(default_factory=list)
     name: str = "recorder"
     tick_s: float = 15.0
-    reads: frozenset[str] = frozenset({"bw_saturation_p95", "queue_entropy"})
+    reads: frozenset[str] = frozenset({"bw_saturation_p95", "queue_entropy", "generation_tps_adaptive"})
+    rates: list[tuple[float | None, float | None]] = field(default_factory=list)
 
     def initial_state(self) -> None:
         return None
 
     def decide(self, signals: Signals, state: None, now_s: float) -> tuple[Decision, None]:
         self.notes.append((signals.values["bw_saturation_p95"].note, signals.values["queue_entropy"].note))
+        self.rates.append((signals.get("generation_tps_adaptive"), signals.get("generation_tps")))
         return Decision(signals.fleet.spec_replicas, "hold"), None
 
 
@@ -126,4 +139,8 @@ def test_a_backtest_policy_that_reads_them_gets_600_samples_a_minute():
         assert 598.0 <= per_replica <= 600.0, note
         assert "100 ms samples" in note
     assert all(n.startswith("30 one-second sample(s)") for n in ent), ent
-    assert not math.isnan(per_replica)
+    # tokens/s over a window of 200-1000 ms against the counter rate over the last minute: a steady
+    # 15 req/s of 900-token answers generates ~13,500 tokens/s either way, give or take the burst
+    for adaptive, per_minute in policy.rates[4:12]:
+        assert adaptive is not None and per_minute is not None
+        assert 0.75 * per_minute < adaptive < 1.25 * per_minute  # measured: 0.93-1.09

@@ -9,9 +9,10 @@ executing, so ~100 % on a replica with any request in flight; the profiling
 fields ``DCGM_FI_PROF_*`` what the SMs, tensor pipes and HBM did). The
 emulator's ``/metrics`` pages are this source over a one-replica fleet.
 
-With ``sub_tick=True`` it also samples seed 004's signals at their own
+With ``sub_tick=True`` it also samples the documents' signals at their own
 resolution (:mod:`llmscale.sim.sub_tick`): each replica's
-``DCGM_FI_PROF_DRAM_ACTIVE`` per 100 ms of simulated time, in
+``DCGM_FI_PROF_DRAM_ACTIVE`` and generated tokens (the increase of
+``vllm:generation_tokens_total``) per 100 ms of simulated time, in
 ``ReplicaSample.sub_tick``, and the fleet's queue every second (the driver
 calls :meth:`SimMetricSource.sample_queue` on each whole second), in
 ``Observation.queue_per_s``. Off by default: the backtest turns it on for a
@@ -28,7 +29,7 @@ from llmscale.sim.fleet import Fleet
 from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
 from llmscale.sim.histogram import BucketHistogram
 from llmscale.sim.replica import JUMP, Replica
-from llmscale.sim.sub_tick import BW_SAMPLE_PERIOD_S, QUEUE_SAMPLE_PERIOD_S, DramBuckets
+from llmscale.sim.sub_tick import BW_SAMPLE_PERIOD_S, QUEUE_SAMPLE_PERIOD_S, StepBuckets
 from llmscale.types import FleetView, HistogramView, Observation, Phase, ReplicaSample, SubTickSeries
 
 __all__ = ["SimMetricSource"]
@@ -86,7 +87,7 @@ class SimMetricSource:
         self._queue_end_s = 0.0
         if sub_tick:
             for r in fleet.replicas:
-                r.dram_log = DramBuckets(r.created_s)
+                r.step_log = StepBuckets(r.created_s)
         self._gpu_mem = float(perf.gpu.memory_bytes)
         # DCGM_FI_DEV_FB_USED (field 252, "Used Frame Buffer in MB") and DCGM_FI_DEV_FB_FREE
         # (251, "Free Frame Buffer in MB"); dcgm-exporter: "Framebuffer memory used / free
@@ -110,10 +111,10 @@ class SimMetricSource:
             phase = r.phase
             counts[phase] += 1
             seen.add(r.name)
-            if sub_tick and r.dram_log is None:
+            if sub_tick and r.step_log is None:
                 # First seen now: its buckets start now (a replica is first seen Pending, before
                 # its first iteration, unless the tick is longer than its cold start).
-                r.dram_log = DramBuckets(now_s)
+                r.step_log = StepBuckets(now_s)
             if phase == pending:
                 # No container yet: nothing to scrape.
                 samples.append(ReplicaSample(r.name, phase, ok=False))
@@ -194,21 +195,25 @@ class SimMetricSource:
         )
 
     def _bandwidth_samples(self, r: Replica, now_s: float) -> dict[str, SubTickSeries]:
-        """The replica's 100 ms DRAM_ACTIVE samples that are final by ``now_s`` (pre: synced to now).
+        """The replica's 100 ms DRAM_ACTIVE samples and generated tokens that are final by ``now_s``
+        (pre: synced to now).
 
         Final: a decode jump still running hands over its next steps from the
         start of the step in progress (``plan_t0``), so buckets before it are
         complete; otherwise every later span starts at ``now_s`` or after.
         Worked: 201 MB in a bucket of an H100 (3.35 TB/s x 0.1 s = 335 MB) reads 0.6.
         """
-        log: DramBuckets = r.dram_log
+        log: StepBuckets = r.step_log
         horizon = r.plan_t0 if r.kind == JUMP else now_s
-        end_s, buckets = log.take(horizon)
+        end_s, buckets, tokens = log.take(horizon)
         if not buckets:
             return {}
         cap = self._bucket_bytes
         values = tuple(b / cap if b < cap else 1.0 for b in buckets)
-        return {_DRAM_ACTIVE: SubTickSeries(BW_SAMPLE_PERIOD_S, end_s, values)}
+        return {
+            _DRAM_ACTIVE: SubTickSeries(BW_SAMPLE_PERIOD_S, end_s, values),
+            _GENERATION_TOKENS: SubTickSeries(BW_SAMPLE_PERIOD_S, end_s, tuple(tokens)),
+        }
 
     def sample_queue(self, now_s: float) -> None:
         """Seed 004's q[t]: requests waiting on serving replicas plus the gateway queue at ``now_s``.

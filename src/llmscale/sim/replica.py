@@ -241,7 +241,6 @@ class Replica:
         "drain_until_idle",
         "draining",
         "dram_bytes",
-        "dram_log",
         "finishing",
         "fleet",
         "gen_tokens_total",
@@ -277,6 +276,7 @@ class Replica:
         "prompt_tokens_total",
         "requests_finished",
         "running",
+        "step_log",
         "step_token_stats",
         "sum_kv",
         "timeout_s",
@@ -360,9 +360,10 @@ class Replica:
         self.busy_s = 0.0  # SM-busy seconds (useful math at achieved peak)
         self.active_s = 0.0  # seconds an iteration was running (a kernel was resident)
         self.dram_bytes = 0.0
-        # Seed 004's 100 ms bandwidth samples (sim/sub_tick.py's DramBuckets), given each span of
-        # iterations with its bytes; None (the backtest's default) costs one test per span.
-        self.dram_log: Any = None
+        # Seed 004's 100 ms bandwidth samples and seed 000 2.4's token counts (sim/sub_tick.py's
+        # StepBuckets), given each span of iterations with its bytes and tokens; None (the
+        # backtest's default) costs one test per span.
+        self.step_log: Any = None
         self.hist_ttft = BucketHistogram(histogram_bounds["ttft"])
         self.hist_e2e = BucketHistogram(histogram_bounds["e2e"])
         self.hist_itl = BucketHistogram(histogram_bounds["itl"])
@@ -475,7 +476,12 @@ class Replica:
         if kind == JUMP:
             self._apply_decode_steps(self.plan_n)
         elif kind == MIXED:
-            self._apply_mixed(now)
+            if self.step_log is None:
+                self._apply_mixed(now)
+            else:
+                generated = self.gen_tokens_total
+                self._apply_mixed(now)
+                self.step_log.add(now, now, 0.0, float(self.gen_tokens_total - generated))
         self.kind = IDLE
         self._finish_due(now)
         if self.draining and self.outstanding == 0:
@@ -534,8 +540,8 @@ class Replica:
         nbytes = fk * self.plan_bytes_a + self.plan_bytes_b * tri
         self.dram_bytes += nbytes
         self.active_s += duration
-        if self.dram_log is not None:
-            self.dram_log.add(self.plan_t0, self.plan_t0 + duration, nbytes)
+        if self.step_log is not None:
+            self.step_log.add(self.plan_t0, self.plan_t0 + duration, nbytes, float(k * n_dec))
         self.hist_itl.observe_arithmetic(a, b, k, float(n_dec))
         self.decode_steps_by_batch[n_dec] += k
         self.gen_tokens_total += k * n_dec
@@ -731,8 +737,8 @@ class Replica:
         self.busy_s += sm_busy_s
         self.dram_bytes += dram_bytes
         self.active_s += d
-        if self.dram_log is not None:
-            self.dram_log.add(now, now + d, dram_bytes)
+        if self.step_log is not None:
+            self.step_log.add(now, now + d, dram_bytes)
         self.kind = MIXED
         self.mixed_dec = with_dec
         self.plan_a = d

@@ -1,4 +1,4 @@
-"""Seed 004's signals at their own resolution: HBM bytes per 100 ms and the queue every second.
+"""Signals at the documents' own resolution: HBM bytes and tokens per 100 ms, the queue every second.
 
 Seed 004 samples memory bandwidth with ``nvidia-smi dmon -d 100`` (every
 100 ms) and takes the P95 over 60 s, i.e. over 600 samples; the queue
@@ -6,7 +6,7 @@ entropy reads one queue length per second over 30 s. A controller observes
 every 2-180 s, so one reading per observation is 5 samples a minute at a
 15 s tick, and the "P95" of 5 is nearly their maximum.
 
-:class:`DramBuckets` gives a replica's bytes per 100 ms of simulated time
+:class:`StepBuckets` gives a replica's bytes per 100 ms of simulated time
 without stepping the simulator at 100 ms: the replica hands it each span of
 iterations it applies (``Replica._apply_decode_steps`` for a closed-form
 decode jump, ``Replica._start_mixed`` for a prefill iteration) with the
@@ -19,18 +19,25 @@ well under 1 %. A span costs one call and one add per bucket it covers (a
 17 ms step: one, a 2 s jump: 20); the replica makes no call at all when no
 log is installed, the backtest's default.
 
+The same buckets count generated tokens, for seed 000 2.4's token
+throughput over an adaptive window of 200-1000 ms: a decode jump's tokens
+(one per sequence per step) are spread over it like its bytes, and a
+prefill iteration's (its decodes' and its finished prompts' first tokens)
+land at its end, when they are emitted.
+
 A bucket is final once no later span can reach into it: the replica's
 spans start no earlier than the start of the iteration in progress
 (``plan_t0`` of a decode jump) or ``now`` (a prefill iteration's bytes are
-handed over when it starts), so :meth:`DramBuckets.take` is given that
-horizon and returns the buckets that end before it.
+handed over when it starts), so :meth:`StepBuckets.take` is given that
+horizon and returns the buckets that end before it. (A prefill iteration's
+tokens land at its end, after ``now``: they never reach a final bucket.)
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["BW_SAMPLE_PERIOD_S", "QUEUE_SAMPLE_PERIOD_S", "DramBuckets"]
+__all__ = ["BW_SAMPLE_PERIOD_S", "QUEUE_SAMPLE_PERIOD_S", "StepBuckets"]
 
 #: seed 004: ``nvidia-smi dmon -s u -d 100``, one bandwidth sample every 100 ms
 BW_SAMPLE_PERIOD_S = 0.1
@@ -40,26 +47,28 @@ QUEUE_SAMPLE_PERIOD_S = 1.0
 _EPS = 1e-9
 
 
-class DramBuckets:
-    """HBM bytes per bucket of ``period_s`` seconds, from ``start_s`` (rounded down to a bucket) on.
+class StepBuckets:
+    """HBM bytes and generated tokens per bucket of ``period_s`` seconds, from ``start_s`` (rounded
+    down to a bucket) on.
 
     Buckets are numbered from time 0: bucket ``j`` is ``[j x period, (j+1) x period)``.
     Positions are kept in bucket units (``t / period``) so that a boundary is an
     integer and a span's share of a bucket is a plain difference.
     """
 
-    __slots__ = ("_buf", "_first", "period_s")
+    __slots__ = ("_buf", "_first", "_tok", "period_s")
 
     def __init__(self, start_s: float, period_s: float = BW_SAMPLE_PERIOD_S) -> None:
         if not period_s > 0.0:
-            raise ValueError(f"DramBuckets period_s = {period_s}, must be > 0")
+            raise ValueError(f"StepBuckets period_s = {period_s}, must be > 0")
         self.period_s = period_s
         #: index of the bucket ``_buf[0]`` holds; buckets before it were taken (or predate the log)
         self._first = math.floor(start_s / period_s + _EPS)
         self._buf: list[float] = []
+        self._tok: list[float] = []
 
-    def add(self, t0_s: float, t1_s: float, nbytes: float) -> None:
-        """Spread ``nbytes`` moved over ``[t0_s, t1_s]`` evenly over the buckets it covers.
+    def add(self, t0_s: float, t1_s: float, nbytes: float, ntokens: float = 0.0) -> None:
+        """Spread ``nbytes`` moved and ``ntokens`` generated over ``[t0_s, t1_s]`` evenly over its buckets.
 
         Worked (period 0.1 s): 30 MB over [0.17, 0.22] -> 18 MB in bucket 1
         ([0.1, 0.2): 0.03 s of 0.05) and 12 MB in bucket 2. A span of zero
@@ -73,39 +82,51 @@ class DramBuckets:
         j0 = math.floor(x0)
         first = self._first
         buf = self._buf
+        tok = self._tok
         if x1 <= x0 or j0 == math.floor(x1):
             i = j0 - first
             if i < 0:
                 return
             while len(buf) <= i:
                 buf.append(0.0)
+                tok.append(0.0)
             buf[i] += nbytes
+            tok[i] += ntokens
             return
         j1 = math.floor(x1)
-        rate = nbytes / (x1 - x0)
+        span = x1 - x0
         need = j1 - first + 1
         while len(buf) < need:
             buf.append(0.0)
+            tok.append(0.0)
         for j in range(max(j0, first), j1 + 1):
             lo = x0 if j == j0 else float(j)
             hi = x1 if j == j1 else float(j + 1)
-            buf[j - first] += rate * (hi - lo)
+            share = (hi - lo) / span
+            buf[j - first] += nbytes * share
+            tok[j - first] += ntokens * share
 
-    def take(self, horizon_s: float) -> tuple[float, list[float]]:
-        """The buckets that end at or before ``horizon_s``, oldest first, and the end time of the last.
+    def take(self, horizon_s: float) -> tuple[float, list[float], list[float]]:
+        """The buckets that end at or before ``horizon_s``, oldest first: the end time of the last,
+        their bytes and their tokens.
 
-        Taken buckets are forgotten. With none to give, the list is empty and
+        Taken buckets are forgotten. With none to give, the lists are empty and
         the time is the end of the last bucket given so far.
         """
         # buckets < j_end end at or before the horizon (0.3 / 0.1 is 2.9999999999999996 in floats)
         j_end = math.floor(horizon_s / self.period_s + _EPS)
         n = j_end - self._first
         if n <= 0:
-            return self._first * self.period_s, []
+            return self._first * self.period_s, [], []
         buf = self._buf
+        tok = self._tok
         out = buf[:n]
+        out_tok = tok[:n]
         if len(out) < n:
-            out.extend([0.0] * (n - len(out)))  # no span reached them: idle buckets
+            pad = [0.0] * (n - len(out))  # no span reached them: idle buckets
+            out.extend(pad)
+            out_tok.extend(pad)
         del buf[:n]
+        del tok[:n]
         self._first = j_end
-        return j_end * self.period_s, out
+        return j_end * self.period_s, out, out_tok
