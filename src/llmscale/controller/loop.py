@@ -47,7 +47,12 @@ def fleet_state(
     slo_tpot_s: float | None = None,
     slo_ttft_per_1k_tokens_s: float = 0.0,
 ) -> str:
-    """Seed 004 3.2's fleet state machine, read off the signals (first match wins).
+    """Seed 004 3.2's fleet states, read off one tick's signals (first match wins).
+
+    A per-tick reading for the decision log of any policy, without the seed's
+    transitions (dwell times, recovery counts): ``bandwidth-entropy`` runs the
+    state machine itself (``policies/fleet_states.py``) and its state replaces
+    this reading in its records (``Decision.fleet_state``).
 
     degraded: the SLO is being missed (TTFT or inter-token P99 over target);
     graceful-shrink: replicas are draining; warmup: replicas are starting;

@@ -247,13 +247,18 @@ _PARAMS: dict[str, Param] = {
     "compensate_up": Param(False),
     "warmup_buffer_s": Param(90.0, DURATION_RANGE, unit="s"),
     "tick_s": Param(15.0, TICK_RANGE, unit="s"),
+    # section 3.2's state machine
+    "degrade_after_s": Param(60.0, DURATION_RANGE, unit="s", help="SLO missed this long -> Degraded"),
+    "recover_ticks": Param(3, "[1, 1000]", help="ticks within the SLO to leave Degraded / Saturated"),
+    "load_drop": Param(0.4, "(0, 1]", help="load this far below its peak to leave Degraded"),
 }
 
 
 @register(
     "bandwidth-entropy",
     "seed 004: bandwidth P95 > 0.85 and queue entropy > 0.72 -> +1 (+2 above 0.9/0.8); "
-    "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer",
+    "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer; 3.2's state machine blocks shrinking "
+    "while warming, saturated or degraded",
     _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPolicy:
@@ -276,6 +281,9 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPoli
             overload_entropy=float(params["entropy_up"]),
             degrade_bw=float(params["bw_severe"]),
             warmup_buffer_s=float(params["warmup_buffer_s"]),
+            degrade_after_s=float(params["degrade_after_s"]),
+            recover_periods=int(params["recover_ticks"]),
+            load_drop=float(params["load_drop"]),
         ),
     )
     if cfg.bw_down >= cfg.bw_up or cfg.entropy_down >= cfg.entropy_up:
