@@ -8,9 +8,17 @@ import pytest
 
 from llmscale.policies.fleet_states import FleetMode, MachineConfig, MachineInputs, MachineState, step
 
-CFG = MachineConfig()  # P99 2 s, 60 s, bandwidth 0.9, warning 0.85 / 0.72, 3 periods, 40 %, 90 s
+CFG = MachineConfig()  # P99 2 s, 60 s, GPUs busy 90 %, warning 0.85 / 0.72, 3 periods, 40 %, 90 s
 QUIET = MachineInputs(
-    now_s=0.0, p99_s=0.5, bw_p95=0.5, entropy=0.3, load_rps=10.0, starting=0, draining=0, queue=0.0
+    now_s=0.0,
+    p99_s=0.5,
+    bw_p95=0.5,
+    entropy=0.3,
+    busy_pct=60.0,
+    load_rps=10.0,
+    starting=0,
+    draining=0,
+    queue=0.0,
 )
 
 
@@ -59,40 +67,43 @@ def test_warmup_ends_saturated_when_the_slo_is_missed():
 
 
 def saturated_since(t0: float, **kw: object) -> MachineState:
-    st, _ = run(MachineState(), at(t0, p99_s=3.1, bw_p95=0.93, **kw))
+    st, _ = run(MachineState(), at(t0, p99_s=3.1, busy_pct=97.0, **kw))
     assert st.mode == FleetMode.SATURATED and st.violated_since_s == t0
     return st
 
 
-def test_degraded_after_60s_of_missed_slo_at_bandwidth_above_0_9():
-    # the docstring's worked example: missed since t = 100, bandwidth 0.93
+def test_degraded_after_60s_of_missed_slo_with_the_gpus_busy_over_90_percent():
+    # the docstring's worked example: missed since t = 100, GPUs busy 97 % of the time
     st = saturated_since(100.0)
-    st, _ = run(st, at(115.0, p99_s=3.1, bw_p95=0.93), at(150.0, p99_s=3.1, bw_p95=0.93))
+    st, _ = run(st, at(115.0, p99_s=3.1, busy_pct=97.0), at(150.0, p99_s=3.1, busy_pct=97.0))
     assert st.mode == FleetMode.SATURATED  # 50 s
-    st, whys = run(st, at(160.0, p99_s=3.1, bw_p95=0.93))
+    st, whys = run(st, at(160.0, p99_s=3.1, busy_pct=97.0))
     assert st.mode == FleetMode.DEGRADED
-    assert whys[-1] == "SLO missed for 60s >= 60s, bandwidth 0.93 > 0.9"
+    assert whys[-1] == "SLO missed for 60s >= 60s, GPUs busy 97% > 90%"
 
 
-def test_no_degraded_at_bandwidth_0_9():
+@pytest.mark.parametrize(
+    "busy", [pytest.param(90.0, id="busy-90-strict"), pytest.param(None, id="no-gpu-util")]
+)
+def test_no_degraded_without_busy_gpus(busy):
     st = saturated_since(100.0)
-    st, _ = run(st, at(160.0, p99_s=3.1, bw_p95=0.9), at(400.0, p99_s=3.1, bw_p95=0.9))
+    st, _ = run(st, at(160.0, p99_s=3.1, busy_pct=busy), at(400.0, p99_s=3.1, busy_pct=busy))
     assert st.mode == FleetMode.SATURATED
 
 
 def test_a_met_tick_restarts_the_60s():
     st = saturated_since(100.0)
-    st, _ = run(st, at(130.0, p99_s=1.0, bw_p95=0.93), at(145.0, p99_s=3.1, bw_p95=0.93))
+    st, _ = run(st, at(130.0, p99_s=1.0, busy_pct=97.0), at(145.0, p99_s=3.1, busy_pct=97.0))
     assert st.violated_since_s == 145.0
-    st, _ = run(st, at(200.0, p99_s=3.1, bw_p95=0.93))  # 55 s since the break
+    st, _ = run(st, at(200.0, p99_s=3.1, busy_pct=97.0))  # 55 s since the break
     assert st.mode == FleetMode.SATURATED
-    st, _ = run(st, at(205.0, p99_s=3.1, bw_p95=0.93))
+    st, _ = run(st, at(205.0, p99_s=3.1, busy_pct=97.0))
     assert st.mode == FleetMode.DEGRADED
 
 
 def test_a_tick_without_a_p99_neither_breaks_nor_ends_a_violation():
     st = saturated_since(100.0)
-    st, _ = run(st, at(130.0, p99_s=None, bw_p95=0.93), at(160.0, p99_s=3.1, bw_p95=0.93))
+    st, _ = run(st, at(130.0, p99_s=None, busy_pct=97.0), at(160.0, p99_s=3.1, busy_pct=97.0))
     assert st.mode == FleetMode.DEGRADED
 
 
@@ -112,7 +123,7 @@ def test_saturated_stays_while_the_warning_holds():
 
 def degraded(peak_rps: float) -> MachineState:
     st = saturated_since(0.0, load_rps=peak_rps)
-    st, _ = run(st, at(60.0, p99_s=3.1, bw_p95=0.93, load_rps=peak_rps))
+    st, _ = run(st, at(60.0, p99_s=3.1, busy_pct=97.0, load_rps=peak_rps))
     assert st.mode == FleetMode.DEGRADED and st.load_peak_rps == peak_rps
     return st
 

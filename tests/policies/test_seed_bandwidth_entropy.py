@@ -128,6 +128,7 @@ def slo_sig(now_s: float, bw: float, ent: float, p99_s: float | None, load_rps: 
     values = {
         **s.values,
         "ttft_p99_s": SignalValue(p99_s),
+        "gpu_util_mean": SignalValue(99.0),
         "arrival_rate_rps": SignalValue(load_rps),
         "queue_waiting": SignalValue(0.0),
     }
@@ -148,13 +149,14 @@ def test_the_state_machine_blocks_a_scale_down_while_saturated():
 
 
 def test_degraded_scales_up_on_the_slo_alone():
-    """60 s of missed SLO at bandwidth 0.95 -> Degraded: +1 though entropy 0.5 is below 0.72."""
+    """60 s of missed SLO with the GPUs busy 99 % of the time -> Degraded: +1 though bandwidth 0.6
+    and entropy 0.5 are below the trigger's 0.85 and 0.72."""
     policy = create_policy("bandwidth-entropy", CTX)
     state = policy.initial_state()
     for t in (0.0, 15.0, 30.0, 45.0):
-        d, state = policy.decide(slo_sig(t, 0.95, 0.5, 3.0), state, t)
+        d, state = policy.decide(slo_sig(t, 0.6, 0.5, 3.0), state, t)
         assert (d.rule, d.fleet_state) == ("hold", "saturated")
-    d, state = policy.decide(slo_sig(60.0, 0.95, 0.5, 3.0), state, 60.0)
+    d, state = policy.decide(slo_sig(60.0, 0.6, 0.5, 3.0), state, 60.0)
     assert (d.desired, d.rule, d.fleet_state, d.relative) == (4, "degraded-slo", "degraded", True)
     assert d.inputs["slo_missed_for_s"] == 60.0
 

@@ -6,11 +6,15 @@ triggered by an SLO deviation ("P99 latency > 2 s or success rate < 99.5%"),
 and gives two transitions with their numbers:
 
 * Saturated -> Degraded: "SLO violation持续60s且CPU>90%", the SLO missed for
-  60 s without a break while the fleet is saturated. The seed's whole point
-  is that CPU load says nothing about an LLM fleet (its title: "stop scaling
-  LLMs on CPU utilisation"), so the saturation term here is the seed's own
-  saturation signal at its "severe" level: the bandwidth P95 above 0.9
-  (chapter 1's table, "> 0.9: severe bandwidth bottleneck").
+  60 s without a break while the processor is busy more than 90 % of the
+  time. The seed's whole point is that the host CPU says nothing about an
+  LLM fleet (its title: "stop scaling LLMs on CPU utilisation"), so the
+  utilisation read here is the same kind of counter on the processor that
+  does the work: ``DCGM_FI_DEV_GPU_UTIL``, the share of time a kernel ran
+  (``gpu_util_mean``, percent). It says the misses come with a busy fleet,
+  not a cold or idle one. (The bandwidth P95 at the seed's "severe" 0.9 is
+  not it: a simulated H100 streams at most 0.89 of its peak, so a fleet
+  could never degrade.)
 * Degraded -> GracefulShrink: "连续3个采样周期SLO达标且负载下降40%": the
   SLO met on 3 consecutive sampling periods (ticks) and the load 40 % below
   its peak in Degraded. The load is the offered request rate
@@ -60,8 +64,8 @@ class MachineConfig:
     slo_p99_s: float = 2.0
     #: seed 004 3.2: Saturated -> Degraded after the SLO is missed for 60 s ...
     degrade_after_s: float = 60.0
-    #: ... with the bandwidth P95 above this (chapter 1's "severe", standing in for "CPU > 90%")
-    degrade_bw: float = 0.9
+    #: ... with the GPUs busy more than this share of the time, percent ("CPU > 90%", read on the GPU)
+    degrade_busy_pct: float = 90.0
     #: chapter 1's ``shouldScaleUp``: the overload warning
     overload_bw: float = 0.85
     overload_entropy: float = 0.72
@@ -81,6 +85,8 @@ class MachineInputs:
     p99_s: float | None
     bw_p95: float | None
     entropy: float | None
+    #: ``gpu_util_mean``: percent of time a kernel ran, mean over serving replicas
+    busy_pct: float | None
     load_rps: float | None
     starting: int
     draining: int
@@ -109,9 +115,9 @@ def _enter(st: MachineState, mode: FleetMode, now_s: float) -> MachineState:
 def step(cfg: MachineConfig, st: MachineState, x: MachineInputs) -> tuple[MachineState, str]:
     """The state after one tick's readings, and why it moved ("" when it stayed).
 
-    Worked (defaults): Saturated with P99 3.1 s since t = 100 and bandwidth
-    0.93: at t = 150 it stays (missed for 50 s), at t = 160 it moves to
-    Degraded ("SLO missed for 60 s >= 60 s, bandwidth 0.93 > 0.9").
+    Worked (defaults): Saturated with P99 3.1 s since t = 100 and the GPUs
+    busy 97 % of the time: at t = 150 it stays (missed for 50 s), at t = 160 it
+    moves to Degraded ("SLO missed for 60s >= 60s, GPUs busy 97% > 90%").
     """
     now = x.now_s
     violated = x.p99_s is not None and x.p99_s > cfg.slo_p99_s
@@ -148,17 +154,17 @@ def step(cfg: MachineConfig, st: MachineState, x: MachineInputs) -> tuple[Machin
         return _enter(st, FleetMode.IDLE, now), why
     if mode == FleetMode.SATURATED:
         missed_s = None if violated_since is None else now - violated_since
-        bw = x.bw_p95
+        busy = x.busy_pct
         if (
             missed_s is not None
             and missed_s >= cfg.degrade_after_s
-            and bw is not None
-            and bw > cfg.degrade_bw
+            and busy is not None
+            and busy > cfg.degrade_busy_pct
         ):
             st = replace(_enter(st, FleetMode.DEGRADED, now), load_peak_rps=x.load_rps)
             why = (
                 f"SLO missed for {missed_s:.0f}s >= {cfg.degrade_after_s:.0f}s, "
-                f"bandwidth {bw:.2f} > {cfg.degrade_bw:g}"
+                f"GPUs busy {busy:.0f}% > {cfg.degrade_busy_pct:g}%"
             )
             return st, why
         if streak >= cfg.recover_periods and not overload:
