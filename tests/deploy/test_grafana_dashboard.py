@@ -112,7 +112,12 @@ def test_current_replicas_are_split_by_phase() -> None:
 
 @pytest.mark.parametrize(
     "needle",
-    ["llmscale_model_drift_ratio", "llmscale_model_factor", 'signal="ghost_replicas"', 'signal="tenant_drift"'],
+    [
+        "llmscale_model_drift_ratio",
+        "llmscale_model_factor",
+        'signal="ghost_replicas"',
+        'signal="tenant_drift"',
+    ],
 )
 def test_diagnostics_are_shown(needle: str) -> None:
     """Issue 13: the diagnostics that raise alerts are on the dashboard, beside the decisions."""
