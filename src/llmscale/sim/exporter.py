@@ -161,7 +161,7 @@ class SimMetricSource:
                 _TPOT: _snapshot(memo, 3, r.hist_tpot),
                 _QUEUE_TIME: _snapshot(memo, 4, r.hist_queue),
             }
-            fine = self._bandwidth_samples(r, now_s) if sub_tick else {}
+            fine = self._sub_tick_samples(r, now_s) if sub_tick else {}
             samples.append(
                 ReplicaSample(r.name, phase, ok=True, values=values, histograms=hists, sub_tick=fine)
             )
@@ -194,7 +194,7 @@ class SimMetricSource:
             queue_per_s=queue_per_s,
         )
 
-    def _bandwidth_samples(self, r: Replica, now_s: float) -> dict[str, SubTickSeries]:
+    def _sub_tick_samples(self, r: Replica, now_s: float) -> dict[str, SubTickSeries]:
         """The replica's 100 ms DRAM_ACTIVE samples and generated tokens that are final by ``now_s``
         (pre: synced to now).
 

@@ -11,13 +11,16 @@ without stepping the simulator at 100 ms: the replica hands it each span of
 iterations it applies (``Replica._apply_decode_steps`` for a closed-form
 decode jump, ``Replica._start_mixed`` for a prefill iteration) with the
 bytes the span moved, and the bytes are spread evenly over the span's
-100 ms buckets. Spreading a decode jump evenly is exact to within the
-growth of its per-step bytes over the jump: each step re-reads the weights
-(16 GB for Llama-3-8B) plus a KV context that grows by one token per
-sequence, so over a 2 s jump of 17 ms steps the per-step bytes change by
-well under 1 %. A span costs one call and one add per bucket it covers (a
-17 ms step: one, a 2 s jump: 20); the replica makes no call at all when no
-log is installed, the backtest's default.
+100 ms buckets. Spreading a decode jump evenly assumes its bytes per
+second stay put over the jump. Its per-step bytes grow: each step re-reads
+the weights (16 GB for Llama-3-8B) and a KV context one token longer per
+sequence (128 KiB a token), so at a batch of 64 at 1,000 tokens (8.4 GB
+of KV) a 2 s jump of 17 ms steps ends ~4 % heavier than it began; but a
+decode step is bound by the bytes it streams, so its duration grows with
+them and the rate, which is what a bucket reads, changes far less. A span
+costs one call and one add per bucket it covers (a 17 ms step: one, a 2 s
+jump: 20); the replica makes no call at all when no log is installed, the
+backtest's default.
 
 The same buckets count generated tokens, for seed 000 2.4's token
 throughput over an adaptive window of 200-1000 ms: a decode jump's tokens
@@ -29,8 +32,9 @@ A bucket is final once no later span can reach into it: the replica's
 spans start no earlier than the start of the iteration in progress
 (``plan_t0`` of a decode jump) or ``now`` (a prefill iteration's bytes are
 handed over when it starts), so :meth:`StepBuckets.take` is given that
-horizon and returns the buckets that end before it. (A prefill iteration's
-tokens land at its end, after ``now``: they never reach a final bucket.)
+horizon and returns the buckets that end before it. (A prefill iteration
+in progress hands its tokens over at its end, after ``now``: into a bucket
+that is not final yet.)
 """
 
 from __future__ import annotations
