@@ -162,16 +162,12 @@ def test_degraded_scales_up_on_the_slo_alone():
 
 
 def test_the_decision_log_carries_the_machine_state():
-    from llmscale.controller.loop import ControllerState, decide_and_act
-
-    class Cluster:
-        spec_replicas = 3
-
-        def scale_to(self, n: int, now_s: float, drain_until_idle: bool = False) -> None:
-            self.spec_replicas = n
+    """The core's record takes the policy's state, not its own per-tick reading: SLO missed with
+    the queue empty reads "degraded" per tick, but the machine has only just become Saturated."""
+    from llmscale.controller.core import Controller, decide, initial_state
 
     policy = create_policy("bandwidth-entropy", CTX)
-    state = ControllerState(policy_state=policy.initial_state())
-    record, _ = decide_and_act(0.0, slo_sig(0.0, 0.3, 0.1, 2.5), policy, GuardConfig(), Cluster(), state)
+    controller = Controller(policy, GuardConfig(), CTX)
+    record, _ = decide(controller, initial_state(controller, 0.0), slo_sig(0.0, 0.3, 0.1, 2.5), 0.0)
     assert record.as_json()["fleet_state"] == "saturated"
     assert record.as_json()["rule"] == "shrink-blocked"

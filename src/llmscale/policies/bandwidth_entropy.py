@@ -62,7 +62,7 @@ from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.fleet_states import FleetMode, MachineConfig, MachineInputs, MachineState, step
 from llmscale.policies.params import DURATION_RANGE, TICK_RANGE, WINDOW_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
     "BandwidthEntropyConfig",
@@ -129,8 +129,6 @@ def fusion_weights(entropy: float) -> tuple[float, float]:
 class BandwidthEntropyPolicy:
     config: BandwidthEntropyConfig
     name: str = "bandwidth-entropy"
-    #: the signals it reads at their own resolution (``signals.catalog.SUB_TICK_SIGNALS``)
-    reads: frozenset[str] = frozenset({"bw_saturation_p95", "queue_entropy"})
 
     @property
     def tick_s(self) -> float:
@@ -177,10 +175,15 @@ class BandwidthEntropyPolicy:
             new_state = BandwidthEntropyState(history, fleet.ready, ready_rise, machine)
             missing = [n for n, v in (("bw_saturation_p95", bw), ("queue_entropy", ent)) if v is None]
             note = f"missing {', '.join(missing)}"
-            return (
-                Decision(current, "no-data", {"bw_p95": bw, "entropy": ent}, note, fleet_state=mode),
-                new_state,
+            held = Decision(
+                current,
+                "no-data",
+                {"bw_p95": bw, "entropy": ent},
+                note,
+                no_data=NoData(),
+                fleet_state=mode,
             )
+            return held, new_state
         history = (*history, (now_s, bw, ent))
         new_state = BandwidthEntropyState(history, fleet.ready, ready_rise, machine)
         bw_c = compensated([h[1] for h in history], cfg.lag_decay)
@@ -261,6 +264,16 @@ _PARAMS: dict[str, Param] = {
     "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer; 3.2's state machine blocks shrinking "
     "while warming, saturated or degraded",
     _PARAMS,
+    reads=(
+        "bw_saturation_p95",
+        "queue_entropy",
+        # section 3.2's state machine
+        "ttft_p99_s",
+        "gpu_util_mean",
+        "arrival_rate_rps",
+        "request_rate_rps",
+        "queue_waiting",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPolicy:
     cfg = BandwidthEntropyConfig(
