@@ -291,6 +291,10 @@ def run_policy(
         if t >= next_queue:
             source.sample_queue(t)
             next_queue += QUEUE_SAMPLE_PERIOD_S
+            if t < next_sample and t < next_tick:
+                # A queue sample only: the run ends (and reports progress) at the same stops as
+                # without them, so the results and the decision log's ticks are the same.
+                continue
         if t >= next_sample:
             recorder.sample(t)
             next_sample += step_s
