@@ -102,8 +102,9 @@ def _load_workload(
     duration_s: float | None,
     rate_scale: float,
     rate_shape: str = "smooth",
+    burst_share: float = 0.0,
 ) -> Any:
-    from llmscale.workloads import load_trace, make_preset, window
+    from llmscale.workloads import entropy_bursts, load_trace, make_preset, window
     from llmscale.workloads import rate_scale as scale
     from llmscale.workloads.limits import MAX_SPAN_S
     from llmscale.workloads.servegen import RATE_SHAPES
@@ -136,7 +137,47 @@ def _load_workload(
             w = scale(w, rate_scale, seed=seed)
         except ConfigError as e:
             raise ConfigError(f"--rate-scale: {e}") from e
+    check_option("--burst-share", burst_share, "[0, 1]")
+    if burst_share > 0.0:
+        w = entropy_bursts(w, seed, burst_share=burst_share)
     return w
+
+
+_BURST_SHARE_HELP = (
+    "Seed 004 4.4's high-entropy bursts: this share of the requests (0: none) regrouped into 50 ms "
+    "bursts at Poisson times (1 a second), each joining the burst nearest its own arrival."
+)
+
+
+def _fault_settings(hbm_glitch: list[str] | None, adaptive_batch: bool) -> dict[str, Any]:
+    """SimConfig's fault fields from ``--hbm-glitch`` (repeatable) and ``--adaptive-batch``."""
+    from llmscale.sim.faults import AdaptiveBatchConfig, parse_glitch
+
+    glitches = tuple(parse_glitch(g) for g in hbm_glitch or ())
+    return {"hbm_glitches": glitches, "adaptive_batch": AdaptiveBatchConfig() if adaptive_batch else None}
+
+
+_HBM_GLITCH_HELP = (
+    "HBM-bandwidth glitches (seed 004 4.4): START_S:DURATION_S[:REPLICA_SHARE[:RETAINED_SHARE]]; "
+    "every 83 ms the oldest REPLICA_SHARE (1) of the replicas keep RETAINED_SHARE (8/128) of their "
+    "memory bandwidth for 17 % of the period. Repeat for several windows."
+)
+_ADAPTIVE_BATCH_HELP = (
+    "Seed 004 4.4's adaptive batch fuse on every replica: below 16/128 of its bandwidth for more "
+    "than 3 periods of 83 ms, max_num_seqs halves (down to 32); 4 healthy periods double it back."
+)
+
+
+def _write_output(path: Path, text: str, option: str) -> None:
+    """Write an output file; a full disk or a vanished directory is an error naming the option.
+
+    The paths were checked writable before the run, but a write can still fail at the end
+    (ENOSPC: found with ``--json /dev/full``, which printed a traceback after the whole run).
+    """
+    try:
+        path.write_text(text)
+    except OSError as e:
+        raise LlmscaleError(f"{option} {path}: cannot write: {e.strerror or e}") from e
 
 
 def _engine_settings(
@@ -154,10 +195,14 @@ def _engine_settings(
 
         recorded = dict(load_profile(calibration).engine)
     default = EngineSettings()
+    # `is None`, not `or`: an explicit 0 is an error below, not a request for the default.
     out = {
-        "max_num_seqs": max_num_seqs or int(recorded.get("max_num_seqs", default.max_num_seqs)),
+        "max_num_seqs": max_num_seqs
+        if max_num_seqs is not None
+        else int(recorded.get("max_num_seqs", default.max_num_seqs)),
         "max_num_batched_tokens": max_num_batched_tokens
-        or int(recorded.get("max_num_batched_tokens", default.max_num_batched_tokens)),
+        if max_num_batched_tokens is not None
+        else int(recorded.get("max_num_batched_tokens", default.max_num_batched_tokens)),
         "chunked_prefill": bool(recorded.get("chunked_prefill", default.chunked_prefill))
         if chunked_prefill is None
         else chunked_prefill,
@@ -165,6 +210,12 @@ def _engine_settings(
     for name in ("max_num_seqs", "max_num_batched_tokens"):
         if out[name] < 1:
             raise ConfigError(f"--{name.replace('_', '-')} = {out[name]}, must be >= 1")
+    if out["chunked_prefill"] and out["max_num_batched_tokens"] < out["max_num_seqs"]:
+        # vLLM refuses to start so: every running sequence needs a token of the budget each step.
+        raise ConfigError(
+            f"--max-num-batched-tokens = {out['max_num_batched_tokens']}, must be >= --max-num-seqs "
+            f"({out['max_num_seqs']}) with chunked prefill, as vLLM requires"
+        )
     return out
 
 
@@ -253,6 +304,93 @@ def _check_backtest_options(
 ROUTERS = ("least-outstanding", "round-robin")
 
 
+def _sized_settings(
+    w: Any,
+    err: Any,
+    *,
+    model: str,
+    gpu: str,
+    tp: int,
+    min_replicas: int,
+    max_replicas: int | None,
+    initial_replicas: int | None,
+    static_replicas: int | None,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    slo_ttft_per_1k_tokens_s: float,
+    seed: int,
+    sim_options: dict[str, Any],
+    engine: dict[str, Any],
+    calibration: Path | None,
+    params: dict[str, dict[str, Any]],
+) -> Any:
+    """The BacktestSettings of workload ``w``: bounds and initial fleet sized from what one replica
+    sustains on its lengths where the options leave them open (``backtest`` and ``tune``).
+
+    ``static_replicas``: None sizes the ``static`` policy for the peak minute, 0 leaves it out.
+    """
+    from dataclasses import replace
+
+    from llmscale.backtest.runner import BacktestSettings, build_fleet
+    from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
+    from llmscale.sim.fleet import SimConfig
+
+    sim = SimConfig(seed=seed, **sim_options, **engine)
+    base = BacktestSettings(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        min_replicas=min_replicas,
+        max_replicas=min_replicas,
+        initial_replicas=min_replicas,
+        slo_ttft_s=slo_ttft_s,
+        slo_tpot_s=slo_tpot_s,
+        slo_ttft_per_1k_tokens_s=slo_ttft_per_1k_tokens_s,
+        seed=seed,
+        sim=sim,
+        calibration=None if calibration is None else str(calibration),
+    ).with_cold_start()
+
+    # Size the defaults from what one replica sustains on this workload's lengths, counting
+    # only the requests a replica admits (`sized`; the replay itself keeps every request).
+    _context_warning(w, base, err)
+    sized = _feasible_for_sizing(w, base, err)
+    need_auto = static_replicas is None or max_replicas is None or initial_replicas is None
+    summary = sized.summary()
+    if need_auto:
+        # Only the probe's performance model is needed: a fleet built for the whole workload
+        # (~15 MB of per-request arrays) must not outlive this, or every worker process and
+        # every oracle trial forked later carries a copy of its pages.
+        perf = build_fleet(sized, base, 0).perf
+        with err.status("Measuring one replica's capacity on this workload..."):
+            cap = replica_capacity_rps(
+                perf,
+                base.sim,
+                sized.input_tokens,
+                sized.output_tokens,
+                slo_ttft_s,
+                slo_tpot_s,
+                seed=seed,
+                slo_ttft_per_1k_tokens_s=slo_ttft_per_1k_tokens_s,
+            )
+        peak_need = replicas_for_rate(float(summary["peak_1min_rps"]), cap)
+        first = sized.arrival_s < min(300.0, sized.duration_s + 1.0)
+        first_rate = float(first.sum()) / min(300.0, max(sized.duration_s, 1.0))
+        err.print(
+            f"[dim]one replica sustains ~{cap:.2f} req/s within the SLO on this workload; "
+            f"peak minute needs ~{peak_need} replicas[/]"
+        )
+    if max_replicas is None:
+        max_replicas = max(64, 2 * peak_need, min_replicas)
+    if initial_replicas is None:
+        initial_replicas = min(max_replicas, max(min_replicas, replicas_for_rate(first_rate * 1.1, cap)))
+    if static_replicas is None:
+        static_replicas = peak_need
+    if static_replicas:
+        params.setdefault("static", {}).setdefault("replicas", static_replicas)
+    return replace(base, max_replicas=max_replicas, initial_replicas=initial_replicas, policy_params=params)
+
+
 BACKTEST_HELP = (
     "Replay a workload on a simulated fleet under each policy; print the comparison and write a report.\n\n"
     "With no arguments: the embedded `default` workload (an hour shaped from the Azure conversation "
@@ -309,6 +447,9 @@ def backtest(
     ] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
     rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
+    burst_share: Annotated[float, typer.Option(help=_BURST_SHARE_HELP)] = 0.0,
+    hbm_glitch: Annotated[list[str] | None, typer.Option(help=_HBM_GLITCH_HELP)] = None,
+    adaptive_batch: Annotated[bool, typer.Option(help=_ADAPTIVE_BATCH_HELP)] = False,
     slo_ttft_s: Annotated[float, typer.Option(help="SLO on time to first token (s).")] = 2.0,
     slo_tpot_s: Annotated[
         float, typer.Option(help="SLO on mean time per output token after the first (s).")
@@ -380,10 +521,8 @@ def backtest(
     from dataclasses import replace
 
     from llmscale.backtest.compare import build_document, run_backtest_seeds, seed_label
-    from llmscale.backtest.runner import BacktestSettings, build_fleet, check_policies
+    from llmscale.backtest.runner import check_policies
     from llmscale.backtest.seeds import MAX_SEEDS, add_seed_statistics
-    from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
-    from llmscale.sim.fleet import SimConfig
 
     json_to_stdout = json_out == "-"
     console = _console(stderr=json_to_stdout)
@@ -417,65 +556,32 @@ def backtest(
     names = _split_policies(policy)
     params = _load_policy_config(policy_config)
     check_option("--seeds", seeds, f"[1, {MAX_SEEDS}]", integer=True)
-    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape)
+    w = _load_workload(
+        trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape, burst_share
+    )
+    faults = _fault_settings(hbm_glitch, adaptive_batch)
 
-    engine = _engine_settings(calibration, max_num_seqs, max_num_batched_tokens, chunked_prefill)
-    sim = SimConfig(timeout_s=timeout_s, grace_s=grace_s, seed=seed, router=router, **engine)
-    base = BacktestSettings(
+    settings = _sized_settings(
+        w,
+        err,
         model=model,
         gpu=gpu,
         tp=tp,
         min_replicas=min_replicas,
-        max_replicas=min_replicas,
-        initial_replicas=min_replicas,
+        max_replicas=max_replicas,
+        initial_replicas=initial_replicas,
+        static_replicas=replicas if "static" in names else 0,
         slo_ttft_s=slo_ttft_s,
         slo_tpot_s=slo_tpot_s,
         slo_ttft_per_1k_tokens_s=slo_ttft_per_1k_tokens_s,
         seed=seed,
-        sim=sim,
-        calibration=None if calibration is None else str(calibration),
-    ).with_cold_start()
-
-    # Size the defaults from what one replica sustains on this workload's lengths, counting
-    # only the requests a replica admits (`sized`; the replay itself keeps every request).
-    _context_warning(w, base, err)
-    sized = _feasible_for_sizing(w, base, err)
-    need_auto = replicas is None or max_replicas is None or initial_replicas is None
-    summary = sized.summary()
-    if need_auto:
-        # Only the probe's performance model is needed: a fleet built for the whole workload
-        # (~15 MB of per-request arrays) must not outlive this, or every worker process and
-        # every oracle trial forked later carries a copy of its pages.
-        perf = build_fleet(sized, base, 0).perf
-        with err.status("Measuring one replica's capacity on this workload..."):
-            cap = replica_capacity_rps(
-                perf,
-                base.sim,
-                sized.input_tokens,
-                sized.output_tokens,
-                slo_ttft_s,
-                slo_tpot_s,
-                seed=seed,
-                slo_ttft_per_1k_tokens_s=slo_ttft_per_1k_tokens_s,
-            )
-        peak_need = replicas_for_rate(float(summary["peak_1min_rps"]), cap)
-        first = sized.arrival_s < min(300.0, sized.duration_s + 1.0)
-        first_rate = float(first.sum()) / min(300.0, max(sized.duration_s, 1.0))
-        err.print(
-            f"[dim]one replica sustains ~{cap:.2f} req/s within the SLO on this workload; "
-            f"peak minute needs ~{peak_need} replicas[/]"
-        )
-    if max_replicas is None:
-        max_replicas = max(64, 2 * peak_need, min_replicas)
-    if initial_replicas is None:
-        initial_replicas = min(max_replicas, max(min_replicas, replicas_for_rate(first_rate * 1.1, cap)))
-    if replicas is None:
-        replicas = peak_need
-    if "static" in names:
-        params.setdefault("static", {}).setdefault("replicas", replicas)
-    settings = replace(
-        base, max_replicas=max_replicas, initial_replicas=initial_replicas, policy_params=params
+        sim_options={"timeout_s": timeout_s, "grace_s": grace_s, "router": router},
+        engine=_engine_settings(calibration, max_num_seqs, max_num_batched_tokens, chunked_prefill),
+        calibration=calibration,
+        params=params,
     )
+    # The faults join after sizing: the defaults are sized for the fleet as it runs when healthy.
+    settings = replace(settings, sim=replace(settings.sim, **faults))
     try:
         check_policies(names, settings)
     except ConfigError as e:
@@ -513,7 +619,9 @@ def backtest(
         # workload), so the runs of one seed differ from another's only by their draws.
         seed_list = [seed + k for k in range(seeds)]
         workloads = [w] + [
-            _load_workload(trace, format, workload, s, start_s, duration_s, rate_scale, rate_shape)
+            _load_workload(
+                trace, format, workload, s, start_s, duration_s, rate_scale, rate_shape, burst_share
+            )
             for s in seed_list[1:]
         ]
         per_seed = [replace(settings, seed=s, sim=replace(settings.sim, seed=s)) for s in seed_list]
@@ -545,16 +653,256 @@ def backtest(
         if json_to_stdout:
             sys.stdout.write(text + "\n")
         else:
-            Path(json_out).write_text(text + "\n")
+            _write_output(Path(json_out), text + "\n", "--json")
             console.print(f"results: {json_out}")
     if decisions is not None:
-        decisions.write_text("".join(lines))
+        _write_output(decisions, "".join(lines), "--decisions")
         console.print(f"decision log: {decisions} ({len(lines)} ticks)")
     if report is not None:
         from llmscale.report import render_report
 
-        render_report(document(True), report)
+        try:
+            render_report(document(True), report)
+        except OSError as e:
+            raise LlmscaleError(f"--report {report}: cannot write: {e.strerror or e}") from e
         console.print(f"report: {report}")
+
+
+TUNE_HELP = (
+    "Search a policy's parameters for the fewest GPU-hours at a target SLO attainment (Optuna's TPE).\n\n"
+    "Each trial backtests the policy on every --trace / --workload (the same simulated fleet and "
+    "controller loop as `llmscale backtest`, with its options); GPU-hours add up over the traces and "
+    "attainment counts all their requests. The search space comes from the policy's declared "
+    "parameters (`llmscale policies`): x/÷4 around each positive default within its range, or "
+    "--param NAME=LO:HI. The study lives in SQLite beside --out: rerun the same command to continue "
+    "it. Writes the best trial as a --policy-config file and a page of all trials."
+)
+
+
+@app.command("tune", help=TUNE_HELP)
+def tune_cmd(
+    trace: Annotated[
+        list[Path] | None,
+        typer.Option(help="Request trace to tune on; repeat for several (any backtest format)."),
+    ] = None,
+    format: Annotated[
+        str, typer.Option("--format", help="Trace format: auto, azure, mooncake, burstgpt, servegen, csv.")
+    ] = "auto",
+    workload: Annotated[
+        list[str] | None,
+        typer.Option("--workload", help="Built-in workload preset to tune on; repeat for several."),
+    ] = None,
+    policy: Annotated[str, typer.Option(help="The policy to tune (see `llmscale policies`).")] = "slo",
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Search only these parameters (repeat or comma-separate); NAME=LO:HI sets a window "
+            "(needed for a parameter whose default is 0 or derived)."
+        ),
+    ] = None,
+    trials: Annotated[
+        int, typer.Option(help="Trials the study should have (a rerun runs only what is missing).")
+    ] = 40,
+    target_attainment: Annotated[
+        float, typer.Option(help="SLO attainment a trial must reach to count (share of all requests).")
+    ] = 0.99,
+    out: Annotated[
+        Path, typer.Option(help="Where to write the best trial as a --policy-config YAML.")
+    ] = Path("tuned.yaml"),
+    report: Annotated[
+        Path | None, typer.Option(help="HTML page of the trials (default: beside --out, <name>-trials.html).")
+    ] = None,
+    storage: Annotated[
+        str | None,
+        typer.Option(help="Optuna storage: a SQLite file or a database URL (default: <out name>.optuna.db)."),
+    ] = None,
+    study_name: Annotated[
+        str | None, typer.Option(help="Name of the study in the storage (default: the policy).")
+    ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option(help="Trials at once: local processes (default: CPU count), or Ray tasks with --ray."),
+    ] = 0,
+    ray: Annotated[
+        str | None,
+        typer.Option("--ray", help="Run trials as tasks on this existing Ray cluster (e.g. 10.0.0.5:6379)."),
+    ] = None,
+    min_replicas: Annotated[int, typer.Option(help="Lower bound for autoscaling policies.")] = 1,
+    max_replicas: Annotated[
+        int | None, typer.Option(help="Upper bound (default: max(64, 2 x the peak minute's need)).")
+    ] = None,
+    initial_replicas: Annotated[
+        int | None, typer.Option(help="Ready replicas at time 0 (default: enough for the first 5 minutes).")
+    ] = None,
+    model: Annotated[
+        str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
+    ] = "llama-3-8b",
+    gpu: Annotated[str, typer.Option(help="GPU: a100-80gb, h100-80gb, h200.")] = "h100-80gb",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")] = 1,
+    rate_scale: Annotated[
+        float, typer.Option(help="Multiply the arrival rate, keeping the trace's duration and shape.")
+    ] = 1.0,
+    start_s: Annotated[
+        float | None, typer.Option(help="Start of the window to tune on (s from the first request).")
+    ] = None,
+    duration_s: Annotated[float | None, typer.Option(help="Length of the window to tune on (s).")] = None,
+    rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
+    slo_ttft_s: Annotated[float, typer.Option(help="SLO on time to first token (s).")] = 2.0,
+    slo_tpot_s: Annotated[
+        float, typer.Option(help="SLO on mean time per output token after the first (s).")
+    ] = 0.1,
+    slo_ttft_per_1k_tokens_s: Annotated[
+        float, typer.Option(help="Length-aware TTFT SLO: this many more seconds per 1,000 prompt tokens.")
+    ] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the workloads, the simulator and the sampler.")] = 0,
+    policy_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="YAML file: policy name -> {parameter: value}; the tuned policy's entry is the base."
+        ),
+    ] = None,
+    timeout_s: Annotated[
+        float, typer.Option(help="A client gives up after this long without a first token (s).")
+    ] = 60.0,
+    grace_s: Annotated[
+        float, typer.Option(help="Grace period of a draining replica before it is killed (s).")
+    ] = 30.0,
+    router: Annotated[
+        str, typer.Option(help="How the gateway spreads requests: least-outstanding or round-robin.")
+    ] = "least-outstanding",
+    calibration: Annotated[
+        Path | None, typer.Option(help="Calibration profile from `llmscale calibrate`.")
+    ] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(help="Engine: most sequences in one batch.")] = None,
+    max_num_batched_tokens: Annotated[
+        int | None, typer.Option(help="Engine: token budget of one iteration.")
+    ] = None,
+    chunked_prefill: Annotated[
+        bool | None, typer.Option("--chunked-prefill/--no-chunked-prefill", help="Engine: chunked prefill.")
+    ] = None,
+) -> None:
+    # Help text: TUNE_HELP.
+    from llmscale.backtest.runner import check_policies
+    from llmscale.policies.base import POLICIES, policy_names
+    from llmscale.tune import (
+        TuneCase,
+        TuneSpec,
+        default_storage,
+        make_executor,
+        parse_param_options,
+        run_study,
+        search_space,
+        storage_url,
+        write_outputs,
+    )
+
+    console = _console(stderr=False)
+    err = _console(stderr=True)
+    _check_backtest_options(
+        replicas=None,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        initial_replicas=initial_replicas,
+        tp=tp,
+        slo_ttft_s=slo_ttft_s,
+        slo_tpot_s=slo_tpot_s,
+        timeout_s=timeout_s,
+        grace_s=grace_s,
+        router=router,
+        jobs=jobs,
+        slo_ttft_per_1k_tokens_s=slo_ttft_per_1k_tokens_s,
+    )
+    check_option("--trials", trials, "[1, 100000]", integer=True)
+    check_option("--target-attainment", target_attainment, "(0, 1]")
+    if policy not in policy_names():
+        raise ConfigError(f"--policy {policy!r} is not a policy; known: {', '.join(policy_names())}")
+    space = search_space(POLICIES[policy], parse_param_options(param or []))
+    check_output_path("--out", out)
+    report = report if report is not None else out.with_name(out.stem + "-trials.html")
+    check_output_path("--report", report)
+    store = storage_url(storage) if storage is not None else storage_url(str(default_storage(out)))
+    params = _load_policy_config(policy_config)
+    sources: list[tuple[str, Path | None, str | None]] = [(str(t), t, None) for t in trace or []]
+    sources += [(f"workload {p}", None, p) for p in workload or []]
+    if not sources:
+        raise ConfigError("give at least one --trace or --workload to tune on")
+    engine = _engine_settings(calibration, max_num_seqs, max_num_batched_tokens, chunked_prefill)
+    cases = []
+    for label, path, preset in sources:
+        w = _load_workload(path, format, preset, seed, start_s, duration_s, rate_scale, rate_shape)
+        settings = _sized_settings(
+            w,
+            err,
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            initial_replicas=initial_replicas,
+            static_replicas=0,
+            slo_ttft_s=slo_ttft_s,
+            slo_tpot_s=slo_tpot_s,
+            slo_ttft_per_1k_tokens_s=slo_ttft_per_1k_tokens_s,
+            seed=seed,
+            sim_options={"timeout_s": timeout_s, "grace_s": grace_s, "router": router},
+            engine=engine,
+            calibration=calibration,
+            params={k: dict(v) for k, v in params.items()},
+        )
+        check_policies([policy], settings)
+        cases.append(TuneCase(label, w, settings))
+    spec = TuneSpec(
+        policy=policy,
+        target_attainment=target_attainment,
+        trials=trials,
+        storage=store,
+        study_name=study_name or policy,
+        seed=seed,
+        base_params=params.get(policy, {}),
+    )
+    err.print(
+        f"[dim]tuning {policy} on {len(cases)} trace(s) for the fewest GPU-hours at >= "
+        f"{target_attainment:.2%} attainment; {len(space)} parameters: "
+        + ", ".join(f"{p.name} {p.describe()}" for p in space)
+        + f"; study {spec.study_name!r} in {store}[/]"
+    )
+    if jobs <= 0 and ray is None:
+        jobs = os.cpu_count() or 1
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("trials"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[best]}"),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not err.is_terminal and "LLMSCALE_PROGRESS" not in os.environ,
+    ) as bar:
+        task = bar.add_task("trials", total=trials, best="")
+        best: list[float] = []
+
+        def on_trial(record: Any, finished: int) -> None:
+            if record.feasible and record.gpu_hours is not None:
+                best.append(record.gpu_hours)
+            shown = f"best {min(best):.3f} GPU-h" if best else "no trial at the target yet"
+            bar.update(task, completed=finished, best=shown)
+
+        result = run_study(
+            spec,
+            space,
+            cases,
+            lambda: make_executor(policy, cases, jobs=jobs, ray_address=ray),
+            on_trial=on_trial,
+        )
+    try:
+        summary = write_outputs(result, out, report)
+    except OSError as e:  # checked writable at the start; a full disk can still refuse at the end
+        raise LlmscaleError(f"--out {out} / --report {report}: cannot write: {e.strerror or e}") from e
+    console.print(summary.text, markup=False, highlight=False)
+    if not summary.found:
+        raise typer.Exit(1)
 
 
 @app.command("policies")
@@ -716,6 +1064,10 @@ def emulate_cmd(
     ] = None,
     max_seconds: Annotated[float | None, typer.Option(help="Stop after this many wall seconds.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the simulator.")] = 0,
+    hbm_glitch: Annotated[
+        list[str] | None, typer.Option(help=_HBM_GLITCH_HELP + " Times from the emulator's start.")
+    ] = None,
+    adaptive_batch: Annotated[bool, typer.Option(help=_ADAPTIVE_BATCH_HELP)] = False,
     calibration: Annotated[
         Path | None,
         typer.Option(
@@ -755,9 +1107,11 @@ def emulate_cmd(
     from llmscale.emulate import EmulateConfig, serve
     from llmscale.emulate.config import admin_token
 
+    if max_seconds is not None and not (math.isfinite(max_seconds) and max_seconds > 0):
+        raise ConfigError(f"--max-seconds = {max_seconds}, must be a finite number > 0")
     if cold_start_s is not None:
-        if cold_start_s < 0:
-            raise ConfigError(f"--cold-start-s = {cold_start_s}, must be >= 0")
+        if not (math.isfinite(cold_start_s) and cold_start_s >= 0):
+            raise ConfigError(f"--cold-start-s = {cold_start_s}, must be a finite number >= 0")
         third = cold_start_s / 3.0
         pending_s = third if pending_s is None else pending_s
         loading_s = third if loading_s is None else loading_s
@@ -784,6 +1138,7 @@ def emulate_cmd(
         admin_api=admin_api,
         admin_token=admin_token(admin_token_file, what="--admin-token-file") if admin_api else None,
         admin_max_scale_up=admin_max_scale_up,
+        **_fault_settings(hbm_glitch, adaptive_batch),
     )
 
     def ready(server: Any) -> None:
@@ -818,6 +1173,7 @@ def loadgen_cmd(
     start_s: Annotated[float | None, typer.Option(help="Start of the window to replay (s).")] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
     rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
+    burst_share: Annotated[float, typer.Option(help=_BURST_SHARE_HELP)] = 0.0,
     max_requests: Annotated[int, typer.Option(help="Send at most this many requests.")] = 1000,
     max_duration_s: Annotated[float, typer.Option(help="Stop the replay after this many seconds.")] = 300.0,
     concurrency_limit: Annotated[
@@ -851,7 +1207,9 @@ def loadgen_cmd(
     check_option("--request-timeout-s", request_timeout_s, "(0, inf)")
     if json_out is not None and not json_to_stdout:
         check_output_path("--json", Path(json_out))
-    w = _load_workload(trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape)
+    w = _load_workload(
+        trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape, burst_share
+    )
     result = run_loadgen(
         w,
         target,
@@ -871,7 +1229,7 @@ def loadgen_cmd(
         if json_to_stdout:
             sys.stdout.write(text + "\n")
         else:
-            Path(json_out).write_text(text + "\n")
+            _write_output(Path(json_out), text + "\n", "--json")
             console.print(f"results: {json_out}")
     if result.records and result.ok == 0:
         first = next((r.error for r in result.records if r.error), "")
@@ -1152,6 +1510,73 @@ def diagnose_cmd(
     console.print(out)
     for u in unchecked:
         console.print(f"not checked: {u}", highlight=False)
+
+
+@app.command(
+    "tenants",
+    help=(
+        "Backtest several models sharing a pool of MIG-partitioned GPUs: each tenant's trace, model, "
+        "MIG profile, policy and quota from CONFIG (see llmscale.backtest.tenants); scale-ups are admitted "
+        "within the quota, the pool's free placements and seed 003 3.1's node checks."
+    ),
+)
+def tenants_cmd(
+    config: Annotated[Path, typer.Argument(help="YAML: pool (gpu, gpus, node, checks) and tenants.")],
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write the results as JSON to PATH ('-' for stdout).")
+    ] = None,
+    decisions: Annotated[
+        Path | None, typer.Option(help="Write one JSON line per tenant tick (with `admission`) to PATH.")
+    ] = None,
+) -> None:
+    from llmscale.backtest.tenants import format_table, load_tenants, run_tenants
+
+    if json_out not in (None, "-"):
+        check_output_path("--json", Path(json_out))
+    if decisions is not None:
+        check_output_path("--decisions", decisions)
+    spec = load_tenants(config)
+    if decisions is not None:
+        with decisions.open("w", encoding="utf-8") as out:
+            result = run_tenants(spec, decisions_out=out)
+    else:
+        result = run_tenants(spec)
+    doc = json.dumps(result.as_json(), indent=2)
+    if json_out == "-":
+        typer.echo(doc)
+        return
+    typer.echo(format_table(result))
+    if json_out is not None:
+        Path(json_out).write_text(doc + "\n", encoding="utf-8")
+
+
+@app.command(
+    "node-check",
+    help=(
+        "Seed 003 3.1's node checks, read now from Prometheus (node-exporter and cAdvisor): free memory "
+        "> 2 GiB, CPU throttling < 10%, disk IO < 70%. Exit 0 when the node may take a replica, 1 if not."
+    ),
+)
+def node_check_cmd(
+    prometheus: Annotated[str, typer.Option(help="Prometheus base URL, e.g. http://prometheus:9090.")],
+    node: Annotated[
+        str, typer.Option(help='Label selector of the node\'s series, e.g. instance="10.0.0.5:9100".')
+    ],
+    window: Annotated[str, typer.Option(help="Rate window of the counters (PromQL duration).")] = "1m",
+) -> None:
+    from urllib.parse import urlparse
+
+    from llmscale.tenancy.node_checks import check_node
+    from llmscale.tenancy.node_metrics import read_node_sample
+
+    url = urlparse(prometheus)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise ConfigError(f"--prometheus {prometheus!r}: must be an http(s) URL, e.g. http://prometheus:9090")
+    sample = read_node_sample(prometheus, node, window=window)
+    failed = check_node(sample)
+    typer.echo(json.dumps({"node": node, "readings": sample.as_json(), "failed": list(failed)}))
+    if failed:
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ The models are frozen: past the edge the controller reads them as plain values.
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from enum import StrEnum
 from pathlib import Path
@@ -473,10 +473,12 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
     specs: list[tuple[str, PolicySpec]] = [("policy", cfg.policy)]
     if cfg.shadow is not None:
         specs.append(("shadow", cfg.shadow))
-    ctx = policy_context(cfg)
     for where, spec in specs:
         if spec.name not in known:
             raise fail(f"{where}.name", f"unknown policy {spec.name!r}; known policies: {', '.join(known)}")
+    _check_step_model(cfg, specs, fail)
+    ctx = policy_context(cfg)
+    for where, spec in specs:
         try:
             create_policy(spec.name, ctx, spec.params)
         except PolicyParamError as e:
@@ -529,6 +531,36 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
             "actuator.keda.max_streams_per_peer",
             f"{keda.max_streams_per_peer}, must be <= max_streams ({keda.max_streams})",
         )
+
+
+def _check_step_model(
+    cfg: LiveConfig, specs: list[tuple[str, PolicySpec]], fail: Callable[[str, str], ConfigError]
+) -> None:
+    """The target's model must run on its GPUs when anything plans with the step-time model.
+
+    ``slo`` and the capacity-model peers price the deployment's iterations with
+    :mod:`llmscale.perf`: an unknown model or GPU, a TP the model's heads do not divide, or weights
+    that do not fit would otherwise fail every tick after the first metrics arrive (found from
+    outside: ``gpu: tpu-v5`` started and then failed each tick with a traceback). Other policies
+    read only the engine's metrics, so a model the catalogue does not know is fine for them.
+    """
+    from llmscale.policies.base import POLICIES
+
+    # The drift monitor also uses the model, but runs without it (it logs why) rather than stop.
+    users = [f"{where} {spec.name}" for where, spec in specs if POLICIES[spec.name].needs_step_model]
+    if not users:
+        return
+    t = cfg.target
+    from llmscale.perf import get_perf_model
+
+    try:
+        get_perf_model(t.model, t.gpu, t.tp, calibration=t.calibration).kv_capacity_tokens(
+            max_num_batched_tokens=t.max_num_batched_tokens, max_num_seqs=t.max_num_seqs
+        )
+    except ConfigError as e:
+        raise fail(
+            "target", f"{e} ({'; '.join(users)}: prices the replica with the step-time model of this target)"
+        ) from e
 
 
 def policy_context(cfg: LiveConfig) -> Any:

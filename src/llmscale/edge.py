@@ -40,6 +40,10 @@ def check_output_path(option: str, path: Path) -> None:
     leaves it unchanged; a new one is created and removed again.
     """
     where = f"{option} {path}"
+    if path.is_symlink():
+        # The writers follow a link (report.html.write_page), so the file it names is what counts;
+        # probing the link itself made a dangling link look like an existing file (EEXIST).
+        path = path.resolve()
     if path.is_dir():
         raise ConfigError(f"{where}: is a directory; give a file name")
     parent = path.parent

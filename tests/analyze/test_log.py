@@ -74,7 +74,9 @@ def test_live_log_keeps_the_last_line_of_a_trace_and_skips_failed_ticks(tmp_path
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        pytest.param('{"time_s": 1, "inputs": {}}\nnot json\n', r"d.jsonl:2: not JSON", id="bad-json"),
+        pytest.param(
+            '{"time_s": 1, "inputs": {}}\nnot json\n', r"d.jsonl:2, column 1: not JSON", id="bad-json"
+        ),
         pytest.param("[1, 2]\n", r"d.jsonl:1: a decision line must be a JSON object", id="not-object"),
         pytest.param(
             '{"inputs": {"a": 1}}\n', r"d.jsonl:1: field time_s \(or ts_unix\) = None", id="no-time"

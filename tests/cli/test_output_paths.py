@@ -63,3 +63,90 @@ def test_check_option(value, interval, ok):
     else:
         with pytest.raises(ConfigError, match=r"^--x = nan, must be a finite number in \(0, inf\)$"):
             check_option("--x", value, interval)
+
+
+def test_a_dangling_symlink_is_checked_as_the_file_it_names(tmp_path: Path):
+    """A link to a report not yet written is a fine output (it was refused as 'File exists')."""
+    link = tmp_path / "latest.html"
+    link.symlink_to(tmp_path / "run-1.html")
+    check_output_path("--report", link)
+    assert link.is_symlink() and not (tmp_path / "run-1.html").exists()
+
+
+def test_write_page_follows_a_symlink_and_keeps_it(tmp_path: Path):
+    from llmscale.report.html import write_page
+
+    link = tmp_path / "latest.html"
+    link.symlink_to(tmp_path / "run-1.html")
+    write_page(link, "<html>one</html>")
+    assert link.is_symlink() and (tmp_path / "run-1.html").read_text() == "<html>one</html>"
+
+
+def test_write_page_writes_a_special_file_in_place(tmp_path: Path):
+    """A FIFO (like /dev/stdout or a device) receives the page and stays what it was.
+
+    Renaming a new file over it replaced it: as root, `--report /dev/full` turned the device
+    into an HTML file. A FIFO in tmp_path stands in for a device, so a regression harms nothing.
+    """
+    import os
+    import stat
+    import threading
+
+    from llmscale.report.html import write_page
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    write_page(fifo, "<html>piped</html>")
+    reader.join(timeout=10)
+    assert got == [b"<html>piped</html>"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_write_that_fails_at_the_end_names_the_option(tmp_path: Path):
+    """`--json /dev/full` passes the early check (a writable device) and fails when written:
+    an error naming the option, not a traceback after the whole run. (JSON is written in
+    place, never renamed over the path, so the device is safe.)"""
+    import subprocess
+    import sys
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full on this machine")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llmscale.cli",
+            "backtest",
+            "--workload",
+            "flash-crowd",
+            "--duration-s",
+            "30",
+            "--policy",
+            "static",
+            "--json",
+            "/dev/full",
+            "--report",
+            str(tmp_path / "r.html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode != 0
+    assert "--json /dev/full: cannot write: No space left on device" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+
+
+def test_max_num_seqs_zero_is_an_error_not_the_default():
+    """`--max-num-seqs 0` was read as 'not given' (a falsy `or`) and ran with 256."""
+    from llmscale.cli import _engine_settings
+
+    with pytest.raises(ConfigError, match="--max-num-seqs = 0, must be >= 1"):
+        _engine_settings(None, 0, None, None)
+    with pytest.raises(ConfigError, match=r"--max-num-batched-tokens = 1, must be >= --max-num-seqs \(256\)"):
+        _engine_settings(None, None, 1, None)
+    # without chunked prefill the budget is per prompt, and vLLM's own rule is about the context
+    assert _engine_settings(None, None, 128, False)["max_num_batched_tokens"] == 128

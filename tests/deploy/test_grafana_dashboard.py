@@ -108,3 +108,17 @@ def test_controller_decisions_are_shown(needle: str) -> None:
 def test_current_replicas_are_split_by_phase() -> None:
     (q,) = [q for _, q in _queries() if "llmscale_current_replicas" in q]
     assert re.search(r"by \(phase\)", q)
+
+
+@pytest.mark.parametrize(
+    "needle",
+    [
+        "llmscale_model_drift_ratio",
+        "llmscale_model_factor",
+        'signal="ghost_replicas"',
+        'signal="tenant_drift"',
+    ],
+)
+def test_diagnostics_are_shown(needle: str) -> None:
+    """Issue 13: the diagnostics that raise alerts are on the dashboard, beside the decisions."""
+    assert any(needle in q for _, q in _queries()), needle

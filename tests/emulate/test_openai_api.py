@@ -97,3 +97,30 @@ def test_prompt_tokens_come_from_the_counter_given() -> None:
     p = parse_request({"model": "m", "prompt": "a b c"}, chat=False, served=SERVED, default_max_tokens=4,
                       count_tokens=lambda text: len(text.split()))  # fmt: skip
     assert p.input_tokens == 3  # the estimate would say ceil(5 / 4) = 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "chat", "match"),
+    [
+        ({"temperature": -5}, False, "temperature must be non-negative, got -5"),
+        ({"temperature": "hot"}, True, "temperature = 'hot': must be a number"),
+        ({"top_p": 0}, False, r"top_p must be in \(0, 1\], got 0"),
+        ({"presence_penalty": 3}, True, r"presence_penalty must be in \[-2, 2\], got 3"),
+        ({"logprobs": 5}, False, "logprobs is not emulated"),
+        ({"echo": True}, False, "echo is not emulated"),
+        ({"logprobs": True, "top_logprobs": 2}, True, "logprobs is not emulated"),
+        ({"best_of": 4}, False, "only best_of = 1 is emulated"),
+    ],
+)
+def test_sampling_settings_vllm_refuses_or_the_emulator_cannot_give(extra, chat, match) -> None:
+    """Found from outside: temperature -5 was served, logprobs 5 came back null, best_of 4 ignored."""
+    body = {"model": "m", **extra}
+    body.update({"messages": [{"role": "user", "content": "x"}]} if chat else {"prompt": "x"})
+    with pytest.raises(ApiError, match=match) as e:
+        parse_request(body, chat=chat, served=SERVED, default_max_tokens=4)
+    assert e.value.status == 400
+
+
+def test_valid_sampling_settings_are_served() -> None:
+    body = {"model": "m", "prompt": "x", "temperature": 0.7, "top_p": 0.9, "logprobs": None, "best_of": 1}
+    assert parse_request(body, chat=False, served=SERVED, default_max_tokens=4).max_tokens == 4

@@ -475,3 +475,30 @@ def test_a_length_aware_ttft_slo_reaches_the_policies(tmp_path):
     assert policy_context(load_config(_write(tmp_path, GOOD))).slo_ttft_per_1k_tokens_s == 0.0
     with pytest.raises(ConfigError, match=r"slo\.ttft_per_1k_tokens_s"):
         load_config(_write(tmp_path, _with("slo.ttft_per_1k_tokens_s", -1.0)))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("gpu", "tpu-v5", "gpu = 'tpu-v5' is unknown"),
+        ("model", "gpt-5", "model = 'gpt-5' is unknown"),
+        ("tp", 3, "tp = 3"),
+        ("model", "llama-2-70b", "needs 138 GB of weights"),  # on one H100: does not fit
+    ],
+)
+def test_a_target_the_step_model_cannot_price_is_rejected_at_start(tmp_path, field, value, words):
+    """Found from outside: `slo` with `gpu: tpu-v5` started, then failed every tick with a traceback."""
+    doc = _with(f"target.{field}", value)
+    doc["policy"] = {"name": "slo"}
+    with pytest.raises(ConfigError) as e:
+        load_config(_write(tmp_path, doc))
+    msg = str(e.value)
+    assert "llmscale.yaml: target:" in msg and words in msg and "policy slo" in msg
+
+
+def test_a_model_the_catalogue_lacks_is_fine_for_a_metrics_only_policy(tmp_path):
+    """keda-queue reads only the engine's queue: a fine-tuned model the catalogue lacks still runs."""
+    doc = _with("target.model", "mycorp/llama-3-8b-support-ft")
+    doc["policy"] = {"name": "keda-queue"}
+    cfg = load_config(_write(tmp_path, doc))
+    assert cfg.target.model == "mycorp/llama-3-8b-support-ft"

@@ -189,7 +189,7 @@ def read_decision_log(path: str | Path, *, policy: str | None = None) -> TickTab
         try:
             doc = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"{p}:{lineno}: not JSON ({e.msg} at column {e.colno})") from e
+            raise ConfigError(f"{p}:{lineno}, column {e.colno}: not JSON ({e.msg})") from e
         got = _row(p, lineno, doc)
         if got is None:
             continue

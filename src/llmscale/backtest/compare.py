@@ -270,8 +270,17 @@ def build_document(
         "seed": settings.seed,
         "policy_params": settings.policy_params,
         # step_token_stats only keeps a histogram the emulator exports: it changes no result
-        **{f"sim_{k}": (None if v == float("inf") else v) for k, v in sim.items() if k != "step_token_stats"},
+        **{
+            f"sim_{k}": (None if v == float("inf") else v)
+            for k, v in sim.items()
+            if k not in ("step_token_stats", "hbm_glitches", "adaptive_batch")
+        },
     }
+    # Faults appear only when injected, so a healthy run's document is what it was before them.
+    if sim["hbm_glitches"]:
+        config["sim_hbm_glitches"] = sim["hbm_glitches"]
+    if sim["adaptive_batch"] is not None:
+        config["sim_adaptive_batch"] = sim["adaptive_batch"]
     workload_doc: dict[str, Any] = {"name": workload.name, **workload.summary()}
     # Requests beyond the model's context: the fleet rejects them on arrival (HTTP 400).
     workload_doc["context"] = check_context(

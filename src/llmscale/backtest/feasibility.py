@@ -71,7 +71,8 @@ def _idle_engine(sim: Any) -> Any:
     """``sim`` with what an idle replica's prefill does not depend on set to one value each.
 
     Only the engine settings stay (batch limits, chunking, memory, context): the oracle's
-    fleet (no grace deadline) and the policies' then share one measurement.
+    fleet (no grace deadline) and the policies' then share one measurement. Injected faults
+    go too: feasibility is what a healthy replica can do.
     """
     return replace(
         sim,
@@ -84,6 +85,8 @@ def _idle_engine(sim: Any) -> Any:
         router="least-outstanding",
         step_noise=0.0,
         seed=0,
+        hbm_glitches=(),
+        adaptive_batch=None,
     )
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmscale.errors import ConfigError
+from llmscale.sim.faults import AdaptiveBatchConfig, HbmGlitch
 
 __all__ = ["ADMIN_TOKEN_ENV", "MIN_ADMIN_TOKEN_CHARS", "EmulateConfig", "admin_token"]
 
@@ -85,6 +87,10 @@ class EmulateConfig:
     admin_token: str | None = field(default=None, repr=False)  # a secret: kept out of reprs and logs
     #: replicas one ``/admin/scale`` call may add (a typo of 1000 for 10 must not start 1000)
     admin_max_scale_up: int = 16
+    #: HBM-bandwidth glitch windows, in simulated seconds from the start (seed 004 4.4; sim/faults.py)
+    hbm_glitches: tuple[HbmGlitch, ...] = ()
+    #: seed 004 4.4's adaptive batch fuse on every replica; None = off
+    adaptive_batch: AdaptiveBatchConfig | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.replicas <= self.max_replicas:
@@ -93,14 +99,20 @@ class EmulateConfig:
             )
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port = {self.port}, must be within [0, 65535]")
-        if self.time_scale <= 0:
-            raise ConfigError(f"time_scale = {self.time_scale}, must be > 0")
+        # `not (x > 0)` and isfinite, not `x <= 0`: NaN compares false with everything and was
+        # accepted (`--pending-s nan` started a fleet whose replicas never became ready).
+        if not (math.isfinite(self.time_scale) and self.time_scale > 0):
+            raise ConfigError(f"time_scale = {self.time_scale}, must be a finite number > 0")
         for name in ("pending_s", "loading_s", "warmup_s"):
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ConfigError(f"{name} = {value}, must be >= 0")
-        if self.grace_s < 0 or self.timeout_s <= 0:
-            raise ConfigError(f"grace_s = {self.grace_s} must be >= 0 and timeout_s = {self.timeout_s} > 0")
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name} = {value}, must be a finite number >= 0")
+        if not (math.isfinite(self.grace_s) and self.grace_s >= 0):
+            raise ConfigError(f"grace_s = {self.grace_s}, must be a finite number >= 0")
+        if not (self.timeout_s > 0):  # inf is fine: no client time-out
+            raise ConfigError(f"timeout_s = {self.timeout_s}, must be > 0")
+        if self.served_model_name is not None and not self.served_model_name.strip():
+            raise ConfigError("served_model_name is empty; omit it to serve the model's Hugging Face id")
         if self.default_max_tokens < 1 or self.max_num_seqs < 1:
             raise ConfigError(
                 f"default_max_tokens = {self.default_max_tokens} and max_num_seqs = {self.max_num_seqs} "

@@ -79,6 +79,8 @@ class ReplicaInfo:
     phase: Phase
     created_s: float
     since_s: float
+    #: the engine's batch limit now: max_num_seqs, or less while the adaptive batch fuse holds it down
+    max_num_seqs: int = 0
 
 
 def build_sim_config(cfg: EmulateConfig) -> SimConfig:
@@ -97,6 +99,8 @@ def build_sim_config(cfg: EmulateConfig) -> SimConfig:
         grace_s=cfg.grace_s,
         timeout_s=cfg.timeout_s,
         seed=cfg.seed,
+        hbm_glitches=cfg.hbm_glitches,
+        adaptive_batch=cfg.adaptive_batch,
     )
 
 
@@ -284,7 +288,10 @@ class Emulator:
         return self._replica(name)
 
     def replicas(self) -> list[ReplicaInfo]:
-        return [ReplicaInfo(r.name, r.phase, r.created_s, r.phase_since_s) for r in self.fleet.replicas]
+        return [
+            ReplicaInfo(r.name, r.phase, r.created_s, r.phase_since_s, int(r.max_seqs))
+            for r in self.fleet.replicas
+        ]
 
     @property
     def spec_replicas(self) -> int:

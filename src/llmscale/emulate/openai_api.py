@@ -11,6 +11,7 @@ A request without ``model`` is served by the served model, as vLLM serves it.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -170,6 +171,42 @@ def _stop_strings(body: dict[str, Any]) -> tuple[str, ...]:
     return tuple(stop)
 
 
+def _finite(body: dict[str, Any], key: str) -> float | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ApiError(400, f"{key} = {value!r}: must be a number", param=key)
+    return float(value)
+
+
+def _check_sampling(body: dict[str, Any], chat: bool) -> None:
+    """Sampling settings: vLLM's ranges, and a 400 for what the emulator cannot produce.
+
+    The filler text ignores sampling, which costs nothing in latency, so a valid temperature is
+    accepted; but a value vLLM refuses (temperature -5, top_p 0) is refused here too, and
+    outputs the emulator cannot give (log-probabilities, echo, best_of > 1) are a 400 rather
+    than an answer that silently lacks them (found from outside: logprobs 5 came back null).
+    """
+    temperature = _finite(body, "temperature")
+    if temperature is not None and temperature < 0:
+        raise ApiError(400, f"temperature must be non-negative, got {temperature:g}", param="temperature")
+    top_p = _finite(body, "top_p")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ApiError(400, f"top_p must be in (0, 1], got {top_p:g}", param="top_p")
+    for key in ("presence_penalty", "frequency_penalty"):
+        v = _finite(body, key)
+        if v is not None and not -2 <= v <= 2:
+            raise ApiError(400, f"{key} must be in [-2, 2], got {v:g}", param=key)
+    wants = ("logprobs", "top_logprobs") if chat else ("logprobs", "echo")
+    for key in wants:
+        if body.get(key) not in (None, False, 0):
+            raise ApiError(400, f"{key} is not emulated (the emulator's text is filler)", param=key)
+    best_of = body.get("best_of")
+    if best_of not in (None, 1):
+        raise ApiError(400, f"best_of = {best_of!r}: only best_of = 1 is emulated", param="best_of")
+
+
 def parse_request(
     body: Any,
     *,
@@ -193,6 +230,7 @@ def parse_request(
     n = body.get("n", 1)
     if n != 1:
         raise ApiError(400, f"n = {n!r}: only n = 1 is emulated", param="n")
+    _check_sampling(body, chat)
     if chat:
         input_tokens = _message_tokens(body.get("messages"), count_tokens)
         max_tokens = _positive_int(body, "max_completion_tokens", "max_tokens")

@@ -309,6 +309,7 @@ class EmulateServer:
                     "port": ports.get(r.name),
                     "created_s": round(r.created_s, 6),
                     "since_s": round(r.since_s, 6),
+                    "max_num_seqs": r.max_num_seqs,
                 }
                 for r in self.emu.replicas()
             ],

@@ -566,10 +566,18 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
 def get_gpu(name: str | GpuSpec) -> GpuSpec:
     """Return the :class:`GpuSpec` for a GPU name or alias (case-insensitive).
 
+    ``gpu:profile`` names a MIG slice (``h100-80gb:3g.40gb``, :func:`llmscale.tenancy.mig.slice_gpu_spec`).
+
     Raises :class:`~llmscale.errors.ConfigError` naming the known GPUs when unknown.
     """
     if isinstance(name, GpuSpec):
         return name
+    if ":" in name:
+        # A MIG slice, "h100-80gb:3g.40gb": the GPU's figures scaled to the slice's share.
+        from llmscale.tenancy.mig import slice_gpu_spec
+
+        parent, _, profile = name.partition(":")
+        return slice_gpu_spec(parent.strip(), profile.strip())
     spec = _GPU_KEYS.get(name.strip().lower())
     if spec is None:
         known = ", ".join(f"{g.name} (aliases: {', '.join(g.aliases)})" for g in GPUS.values())

@@ -158,6 +158,11 @@ class PerfModel:
         g = get_gpu(gpu)
         validate_tp(m, tp)
         tp = int(tp)  # numpy integers welcome
+        if tp > 1 and ":" in g.name:
+            # A MIG slice has no NVLink or PCIe peer-to-peer (`nvidia-smi mig -lgip`: P2P No).
+            raise ConfigError(
+                f"{g.name} is a MIG slice: no peer-to-peer between slices, tp must be 1 (got {tp})"
+            )
         c = load_coefficients() if coeffs is None else coeffs
         fam = c.family(g.family)
         st = c.stack(stack)
@@ -465,6 +470,8 @@ class PerfModel:
         return tokens // block_size
 
     def _tp_hint(self, gpu_memory_utilization: float, max_num_batched_tokens: int, max_num_seqs: int) -> str:
+        if ":" in self.gpu.name:
+            return "use a MIG profile with more memory, or a whole GPU (a slice serves at tp 1)"
         for tp in SUPPORTED_TP:
             if tp <= self.tp or self.model.num_heads % tp or self.model.num_kv_heads % tp:
                 continue

@@ -90,6 +90,9 @@ class PolicyInfo:
     factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]
     #: every parameter, declared once: default, range, unit, help
     params: Mapping[str, Param]
+    #: plans with the step-time model of the deployment's model on its GPUs (llmscale.perf), so a
+    #: model, GPU or TP the catalogue does not know is a configuration error, not a tick error
+    needs_step_model: bool = False
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -115,7 +118,7 @@ POLICIES: dict[str, PolicyInfo] = {}
 
 
 def register(
-    name: str, summary: str, params: Mapping[str, Param]
+    name: str, summary: str, params: Mapping[str, Param], *, needs_step_model: bool = False
 ) -> Callable[[Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]], Any]:
     """Class/function decorator adding a policy factory to :data:`POLICIES`.
 
@@ -124,7 +127,7 @@ def register(
     """
 
     def wrap(factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]) -> Any:
-        POLICIES[name] = PolicyInfo(name, summary, factory, dict(params))
+        POLICIES[name] = PolicyInfo(name, summary, factory, dict(params), needs_step_model)
         return factory
 
     return wrap

@@ -337,6 +337,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
         "tick_s": Param(15.0, TICK_RANGE, unit="s"),
         "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
     },
+    needs_step_model=True,
 )
 def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> CalibratedCapacityPolicy:
     tpot = ctx.slo_tpot_s if params["tpot_s"] is None else float(params["tpot_s"])

@@ -723,6 +723,7 @@ _SLA_PARAMS: dict[str, Param] = {
     "dynamo-sla",
     "NVIDIA Dynamo SLA planner (agg): predicted demand / engine capacity at the SLOs, every 180 s",
     _SLA_PARAMS,
+    needs_step_model=True,
 )
 def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
     predictor = str(params["load_predictor"])
@@ -771,6 +772,7 @@ _LOAD_PARAMS: dict[str, Param] = {
     "dynamo-load",
     "NVIDIA Dynamo load planner (agg): +1 when all engines miss the SLO, -1 after an N/(N-1) check",
     _LOAD_PARAMS,
+    needs_step_model=True,
 )
 def _make_load(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoLoadPolicy:
     target = str(params["optimization_target"])

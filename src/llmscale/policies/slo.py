@@ -495,6 +495,7 @@ def _timeout(param: Any, deployment: Any) -> float | None:
     "slo",
     "llmscale's default: model-based capacity x load forecast one cold start ahead, reactive on backlog/TTFT",
     _PARAMS,
+    needs_step_model=True,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
     return SloPolicy(

@@ -43,6 +43,10 @@ In llmscale's terms:
 
 The tick is 5 s (``tick_s``), the instance layer's upper grain; the
 request layer's "< 1 s" is finer than any scrape.
+
+``canScaleUp``'s node checks read the node, not the fleet's signals, so they are
+not this policy's: they run as the admission of a scale-up on a shared pool
+(:mod:`llmscale.tenancy.node_checks`, ``llmscale tenants``), whatever the policy.
 """
 
 from __future__ import annotations

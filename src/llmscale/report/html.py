@@ -974,7 +974,19 @@ def render_report(doc: Mapping[str, Any], path: str | Path) -> Path:
 
 
 def write_page(target: Path, page: str) -> Path:
-    """Write ``page`` to ``target`` atomically (a crash never leaves half a page); return ``target``."""
+    """Write ``page`` to ``target`` atomically (a crash never leaves half a page); return ``target``.
+
+    Atomic means a new file renamed over the old one, which is right only for a regular file: a
+    symlink is followed (the file it names is replaced, not the link), and a device, FIFO or
+    other special file is written in place (``--report /dev/stdout``). Renaming over those
+    replaced them (as root, ``--report /dev/full`` turned the device into an HTML file).
+    """
+    if target.is_symlink():
+        target = target.resolve()
+    if target.exists() and not target.is_file():
+        with open(target, "w", encoding="utf-8") as out:
+            out.write(page)
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:

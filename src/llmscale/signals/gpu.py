@@ -65,6 +65,7 @@ __all__ = [
     "normalized_entropy",
     "percentile_linear",
     "queue_entropy",
+    "queue_value_entropy_bits",
     "seed_composite_util",
     "sm_active_pct",
 ]
@@ -171,6 +172,28 @@ def normalized_entropy(queue: Sequence[float], eps: float = ENTROPY_EPSILON) -> 
             p = q / total
             h -= p * math.log2(p + eps)
     return min(max(h / math.log2(n), 0.0), 1.0)
+
+
+def queue_value_entropy_bits(queue: Sequence[float]) -> float | None:
+    """Seed 004 2.2's queue entropy: ``H(Q) = -sum p_i log2 p_i`` over the *values* the queue took, bits.
+
+    Where chapter 1's :func:`normalized_entropy` weighs each sample's share of the
+    total queue, section 2.2 counts how often each queue length occurs in the
+    window ("the more uniform the distribution of queue lengths, the higher the
+    entropy, the more volatile the load") and reads the bits against its table:
+    [0, 0.5) steady, [0.5, 1.8) moderate swings, [1.8, 2.5] high randomness,
+    bursts or scheduling imbalance. Worked: a steady queue (5, 5, 5, 5) -> 0 bits;
+    (0, 0, 3, 9) -> p = (1/2, 1/4, 1/4), 1.5 bits; four distinct values -> 2 bits.
+    Lengths are whole requests (rounded). None for an empty series.
+    """
+    if not queue:
+        return None
+    counts: dict[int, int] = {}
+    for q in queue:
+        k = round(q)
+        counts[k] = counts.get(k, 0) + 1
+    n = len(queue)
+    return -math.fsum(c / n * math.log2(c / n) for c in counts.values())
 
 
 def _mean(xs: list[float]) -> float:

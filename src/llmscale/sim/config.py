@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llmscale.errors import ConfigError
+from llmscale.sim.faults import AdaptiveBatchConfig, HbmGlitch
 
 __all__ = ["SimConfig"]
 
@@ -38,6 +39,10 @@ class SimConfig:
     #: cap on decode steps per jump; None = unbounded. 1 steps token by token (the benchmark's baseline)
     max_jump_steps: int | None = None
     seed: int = 0
+    #: windows of HBM-bandwidth glitches (seed 004 4.4; :mod:`llmscale.sim.faults`); () = none
+    hbm_glitches: tuple[HbmGlitch, ...] = ()
+    #: seed 004 4.4's adaptive batching fuse on every replica; None = off (vLLM's fixed max_num_seqs)
+    adaptive_batch: AdaptiveBatchConfig | None = None
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -49,5 +54,7 @@ class SimConfig:
         for name in ("pending_s", "loading_s", "warmup_s", "grace_s", "timeout_s", "step_noise"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} = {getattr(self, name)}, must be >= 0")
+        if not all(isinstance(g, HbmGlitch) for g in self.hbm_glitches):
+            raise ConfigError("hbm_glitches must be a tuple of HbmGlitch")
         if self.router not in ("least-outstanding", "round-robin"):
             raise ConfigError(f"router = {self.router!r}, must be 'least-outstanding' or 'round-robin'")

@@ -36,6 +36,7 @@ __all__ = ["Fleet", "SimConfig", "StepQueue"]
 # Kinds of lifecycle event.
 _PHASE: Final = 1
 _GRACE: Final = 2
+_FAULT: Final = 3  # an HBM-glitch edge or an adaptive-batch tick (sim/faults.py); no replica
 
 _INF: Final = math.inf
 
@@ -224,7 +225,7 @@ class Fleet:
         self._next = 0
         self.now = 0.0
         self._steps = StepQueue()
-        self._life: list[tuple[float, int, int, Replica, int]] = []  # lifecycle events
+        self._life: list[tuple[float, int, int, Replica | None, int]] = []  # lifecycle and fault events
         self._seq = 0
         self._rng = random.Random(config.seed)
         self._noise_sigma = config.step_noise
@@ -258,6 +259,21 @@ class Fleet:
         for _ in range(initial_replicas):
             self._start_replica(0.0, warm=True)
         self.spec_replicas = initial_replicas
+        #: HBM glitches and the adaptive batch fuse (seed 004 4.4); None without glitch windows (the
+        #: fuse reads only glitches, so alone it has nothing to act on)
+        self.faults: Any = None
+        if config.hbm_glitches:
+            from llmscale.sim.faults import FaultDriver
+
+            self.faults = FaultDriver(self, perf, config.hbm_glitches, config.adaptive_batch)
+            for t, tag in self.faults.initial_events():
+                self._push(t, _FAULT, None, tag)
+
+    def _fault(self, tag: int, now: float) -> None:
+        """A fault event at ``now`` (sim/faults.py); it schedules its window's next one."""
+        nxt = self.faults.on_event(tag, now)
+        if nxt is not None:
+            self._push(nxt[0], _FAULT, None, nxt[1])
 
     # ---------------------------------------------------------------- engine
 
@@ -276,7 +292,7 @@ class Fleet:
         """Forget ``r``'s iteration in flight, if any (its replica was killed or is gone)."""
         self._steps.remove(r)
 
-    def _push(self, t: float, kind: int, r: Replica, tag: int) -> None:
+    def _push(self, t: float, kind: int, r: Replica | None, tag: int) -> None:
         self._seq += 1
         heappush(self._life, (t, self._seq, kind, r, tag))
 
@@ -318,7 +334,11 @@ class Fleet:
                     if r.heap_pos >= 0 and steps.seqs[r.heap_pos] == seq:
                         steps.remove(r)
                     continue
-                t, _, kind, r, tag = heappop(life)
+                t, _, kind, ro, tag = heappop(life)
+                if ro is None:
+                    self._fault(tag, t)
+                    continue
+                r = ro
                 if kind == _PHASE:
                     if r.phase == tag:
                         self._advance_phase(r, t)

@@ -256,6 +256,11 @@ class Replica:
         "max_batched_tokens",
         "max_jump",
         "max_seqs",
+        "mix_chunks",
+        "mix_ctx",
+        "mix_dec",
+        "mix_pairs",
+        "mix_pf",
         "mixed_dec",
         "n_dec",
         "name",
@@ -314,6 +319,13 @@ class Replica:
         # is prefilled whole in a prefill-only iteration and the decodes wait for that iteration.
         self.chunked = chunked_prefill
         self.mixed_dec = False  # whether the MIXED iteration in flight also advances the decodes
+        # The MIXED iteration in flight, as priced (set_costs re-prices it when an HBM glitch edge
+        # falls inside it): prefill tokens, attention pairs, prefill sequences, decodes, decode context.
+        self.mix_pf: i64 = 0
+        self.mix_pairs = 0.0
+        self.mix_chunks: i64 = 0
+        self.mix_dec: i64 = 0
+        self.mix_ctx: i64 = 0
         #: When a list: every iteration is appended as (steps, prefill tokens, attention pairs,
         #: prefill sequences, decode sequences, decode context summed over the steps), the inputs
         #: of PerfModel.step (a jump of k decode steps is one entry). The performance fit replays
@@ -420,6 +432,57 @@ class Replica:
             self.fleet.push_step(self)
         elif kind == JUMP and self.plan_n > 1 and self.running.size < self.max_seqs:
             # Only worth cutting the jump if the newcomer could be admitted at the next step.
+            self._cut_jump(now)
+
+    def set_costs(self, costs: IterationCosts, now: float) -> None:
+        """Price the GPU's work with ``costs`` from ``now`` on (an HBM glitch starts or ends).
+
+        The iteration in flight has its remaining time stretched by the ratio of its
+        two prices (the GPU runs the rest of it at the new speed: a 14 ms glitch
+        inside a 126 ms glitched step does not cost the whole 126 ms), and a decode
+        jump ends after the step in progress so the steps after it are planned at
+        the new price. Pre: ``now`` is the fleet's time and the replica's events
+        before it have run.
+        """
+        old = self.costs
+        self.costs = costs
+        kind = self.kind
+        if kind == JUMP:
+            self._cut_jump(now)
+            if self.plan_n == 1 and self.plan_end > now:
+                s = float(self.sum_kv)
+                was = old.decode[self.n_dec]
+                new = costs.decode[self.n_dec]
+                self._stretch(now, (new.base_s + new.per_ctx_s * s) / (was.base_s + was.per_ctx_s * s))
+        elif kind == MIXED and self.plan_end > now:
+            pf = self.mix_pf
+            pairs = self.mix_pairs
+            chunks = self.mix_chunks
+            n_dec = self.mix_dec
+            ctx = self.mix_ctx
+            d_new = costs.step(pf, pairs, chunks, n_dec, ctx)[0]
+            d_old = old.step(pf, pairs, chunks, n_dec, ctx)[0]
+            if d_old > 0.0:
+                before = self.plan_a
+                self._stretch(now, d_new / d_old)
+                self.active_s += self.plan_a - before
+
+    def _stretch(self, now: float, ratio: float) -> None:
+        """The single iteration in flight ends ``ratio`` times later, counted from ``now``."""
+        self.plan_end = now + (self.plan_end - now) * ratio
+        self.plan_a = self.plan_end - self.plan_t0
+        self.fleet.push_step(self)
+
+    def set_max_seqs(self, max_seqs: i64, now: float) -> None:
+        """Run at most ``max_seqs`` sequences from the next admission on (an adaptive batch change).
+
+        Running sequences above a lowered cap finish normally; admissions wait until
+        fewer run. A raised cap with requests waiting ends a decode jump after the
+        step in progress, so the next iteration admits them. Pre: 1 <= max_seqs <=
+        the configured max_num_seqs (the per-batch tables are sized for it).
+        """
+        self.max_seqs = max_seqs
+        if self.kind == JUMP and self.plan_n > 1 and self.waiting.size and self.running.size < max_seqs:
             self._cut_jump(now)
 
     def _cut_jump(self, now: float) -> None:
@@ -720,6 +783,11 @@ class Replica:
         if trace is not None:
             trace.append((1.0, float(pf_tokens), pairs, float(n_chunks), float(n_dec), float(ctx)))
         duration_s, sm_busy_s, dram_bytes = self.costs.step(pf_tokens, pairs, n_chunks, n_dec, ctx)
+        self.mix_pf = pf_tokens
+        self.mix_pairs = pairs
+        self.mix_chunks = n_chunks
+        self.mix_dec = n_dec
+        self.mix_ctx = ctx
         d = duration_s * self.fleet.noise()
         self.busy_s += sm_busy_s
         self.dram_bytes += dram_bytes

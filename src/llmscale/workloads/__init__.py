@@ -43,7 +43,7 @@ from llmscale.workloads.synthetic import (
     with_spike,
     workload_from_rate_curve,
 )
-from llmscale.workloads.transform import rate_scale, window
+from llmscale.workloads.transform import entropy_bursts, rate_scale, window
 
 __all__ = [
     "DEFAULT_LENGTHS",
@@ -59,6 +59,7 @@ __all__ = [
     "detect_format",
     "diurnal",
     "diurnal_curve",
+    "entropy_bursts",
     "flash_crowd",
     "load_azure",
     "load_burstgpt",
