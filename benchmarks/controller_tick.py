@@ -17,7 +17,7 @@ The measuring process builds the live controller's path from a validated
 policy and its guards), then per tick: ``source.observe`` (scrape + parse),
 ``compute_signals`` over the window (``WINDOW_LEN`` observations, filled by
 untimed ticks first so every timed tick sees a steady-state window), and
-``decide_and_act`` without actuation. Observations are stamped on a controller
+the core's ``decide`` without actuation. Observations are stamped on a controller
 clock that advances ``--tick-s`` per tick (the config default, 15 s), as the
 live loop's would. Not included: the live loop's alignment with the cluster's
 replica list (one Kubernetes list call) and its own ``/metrics`` export.
@@ -354,18 +354,6 @@ class Emulators:
 # The measuring process
 
 
-class _NoCluster:
-    """decide_and_act's cluster argument; never touched with ``actuate=False``."""
-
-    spec_replicas = 0
-
-    def scale_to(self, *a: object, **k: object) -> None:
-        raise AssertionError("the benchmark does not actuate")
-
-    def replicas_view(self) -> tuple[()]:
-        return ()
-
-
 def _machine_reference() -> float:
     t0 = time.perf_counter()
     sum(range(10**7))
@@ -459,8 +447,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: float) -> int:
-    from llmscale.config import parse_config
-    from llmscale.controller.loop import WINDOW_LEN, ControllerState, decide_and_act
+    from llmscale.config import deployment_of, parse_config
+    from llmscale.controller.core import WINDOW_LEN, Controller, ControllerState, decide
     from llmscale.controller.wiring import build_source, policy_run
     from llmscale.signals.fleet import compute_signals
 
@@ -489,10 +477,9 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     )
     run = policy_run(cfg, cfg.policy)
     source: Any = build_source(cfg, None)
-    slo = (cfg.slo.ttft_s, cfg.slo.tpot_s)
+    core = Controller(run.policy, run.guards, deployment_of(cfg))
     window_len = WINDOW_LEN if args.window is None else max(1, min(args.window, WINDOW_LEN))
     state = ControllerState(policy_state=run.policy.initial_state())
-    cluster: Any = _NoCluster()
     rows: list[dict[str, float]] = []
     last_record: Any = None
     unknown: list[int] = []
@@ -516,10 +503,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             window = (*state.window, obs)[-window_len:]
             signals = compute_signals(window)
             t2 = time.perf_counter()
-            record, state = decide_and_act(
-                now_s, signals, run.policy, run.guards, cluster, replace(state, window=window),
-                slo=slo, actuate=False,
-            )  # fmt: skip
+            record, state = decide(core, replace(state, window=window), signals, now_s)
             t3, c3 = time.perf_counter(), time.process_time()
             cpu_emu = sum(emus.ask("cpu")) - cpu_emu0 if timed else 0.0
             bad = sum(1 for s in obs.replicas if not s.ok)

@@ -907,7 +907,7 @@ def tune_cmd(
 
 @app.command("policies")
 def policies_cmd() -> None:
-    """List every policy with a one-line description and its parameters."""
+    """List every policy with a one-line description, its parameters and the signals it reads."""
     from rich.console import Console
     from rich.table import Table
 
@@ -917,6 +917,7 @@ def policies_cmd() -> None:
     table.add_column("name")
     table.add_column("what it does")
     table.add_column("parameters (defaults, ranges)")
+    table.add_column("catalogue signals read")
     for name in policy_names():
         info = POLICIES[name]
         # Ranges without inner spaces, so a wrapped cell never splits "(0, inf)" over two lines.
@@ -925,7 +926,7 @@ def policies_cmd() -> None:
             + (f" {p.interval.replace(', ', ',').replace(' | ', '|')}" if p.interval else "")
             for k, p in info.params.items()
         )
-        table.add_row(name, info.summary, params)
+        table.add_row(name, info.summary, params, ", ".join(info.signals_read(info.defaults)) or "-")
     Console().print(table)
 
 

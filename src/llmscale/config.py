@@ -27,6 +27,7 @@ from pydantic import (
     field_validator,
 )
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
 
@@ -127,6 +128,10 @@ class TargetConfig(_Section):
     #: the engine's scheduler settings, as the deployed vLLM runs (V1's defaults)
     max_num_seqs: int = Field(default=256, ge=1)
     max_num_batched_tokens: int = Field(default=8192, ge=1)
+    #: the clients' time-out, seconds (a request unanswered this long is abandoned, e.g. the
+    #: gateway's or the OpenAI client's ``timeout``): ``slo`` stops counting on a backlog older
+    #: than it. None: the clients wait.
+    client_timeout_s: float | None = Field(default=None, gt=0)
 
     @field_validator("calibration")
     @classmethod
@@ -382,9 +387,12 @@ class LiveConfig(_Section):
     policy: PolicySpec
     shadow: ShadowSpec | None = None
     guards: GuardOverrides = Field(default_factory=GuardOverrides)
-    #: at least 0.1 s: each tick reads the scale, lists the pods and scrapes every replica, and a
-    #: tick of 1 ms would turn the controller into a load test of the API server
-    tick_s: float = Field(default=15.0, ge=0.1)
+    #: seconds between ticks; None (the default): the policy's own cadence, its ``tick_s``
+    #: parameter (Knative's 2 s, HPA's 15 s), as the backtest ticks it. A number overrides it for
+    #: every policy (a time-scaled run). At least 0.1 s: each tick reads the scale, lists the pods
+    #: and scrapes every replica, and a tick of 1 ms would turn the controller into a load test of
+    #: the API server
+    tick_s: float | None = Field(default=None, ge=0.1)
     mode: Mode = Mode.DRY_RUN
     actuator: ActuatorConfig = Field(default_factory=ActuatorConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
@@ -477,7 +485,7 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
         if spec.name not in known:
             raise fail(f"{where}.name", f"unknown policy {spec.name!r}; known policies: {', '.join(known)}")
     _check_step_model(cfg, specs, fail)
-    ctx = policy_context(cfg)
+    ctx = deployment_of(cfg)
     for where, spec in specs:
         try:
             create_policy(spec.name, ctx, spec.params)
@@ -563,18 +571,19 @@ def _check_step_model(
         ) from e
 
 
-def policy_context(cfg: LiveConfig) -> Any:
-    """The PolicyContext of the target: model, GPU, SLOs, bounds, published cold start."""
-    from llmscale.policies.base import PolicyContext
-
+def deployment_of(cfg: LiveConfig) -> Deployment:
+    """The target's :class:`Deployment`: model, GPU, engine settings, client time-out, SLOs, bounds
+    (from ``guards``), published cold start. The one the backtest builds is
+    :meth:`llmscale.backtest.runner.BacktestSettings.deployment`."""
     bounds = GuardConfig().merged(
         {k: v for k, v in cfg.guard_overrides().items() if k in ("min_replicas", "max_replicas")}
     )
     t = cfg.target
     cold_s = t.cold_start_s if t.cold_start_s is not None else _published_cold_start_s(t)
-    return PolicyContext(
+    return Deployment(
         min_replicas=bounds.min_replicas,
         max_replicas=bounds.max_replicas,
+        initial_replicas=bounds.min_replicas,
         slo_ttft_s=cfg.slo.ttft_s,
         slo_tpot_s=cfg.slo.tpot_s,
         slo_ttft_per_1k_tokens_s=cfg.slo.ttft_per_1k_tokens_s,
@@ -583,17 +592,13 @@ def policy_context(cfg: LiveConfig) -> Any:
         tp=t.tp,
         cold_start_s=cold_s,
         calibration=t.calibration,
-        extra={
-            "initial_replicas": bounds.min_replicas,
-            "max_num_seqs": t.max_num_seqs,
-            "max_num_batched_tokens": t.max_num_batched_tokens,
-        },
+        max_num_seqs=t.max_num_seqs,
+        max_num_batched_tokens=t.max_num_batched_tokens,
+        client_timeout_s=t.client_timeout_s,
     )
 
 
 def _published_cold_start_s(t: TargetConfig) -> float:
-    from llmscale.policies.base import PolicyContext
-
     try:
         from llmscale.perf import cold_start
 
@@ -601,5 +606,5 @@ def _published_cold_start_s(t: TargetConfig) -> float:
         cold_s = cs.pending_s + cs.loading_s + cs.warmup_s
     except ConfigError:
         # A model the catalogue does not know still runs; policies that plan ahead use 90 s.
-        cold_s = PolicyContext.cold_start_s
+        cold_s = Deployment.cold_start_s
     return float(cold_s)

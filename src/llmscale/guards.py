@@ -209,7 +209,7 @@ def apply_guards(
                 current,
                 f"{signals.unknown_replicas} serving replica(s) unscraped: load unknown, not zero",
             )
-        elif decision.rule.startswith("no-data") or decision.rule == "no-metrics":
+        elif decision.no_data is not None:
             change("hold-on-missing-data", current, "the policy had no data")
 
     # 2. Confirmation over consecutive ticks.

@@ -17,6 +17,7 @@ __all__ = [
     "FleetView",
     "Histogram",
     "HistogramView",
+    "NoData",
     "Observation",
     "Phase",
     "ReplicaSample",
@@ -191,6 +192,17 @@ class Signals:
 
 
 @dataclass(frozen=True, slots=True)
+class NoData:
+    """A decision that rests on missing data: the policy could not read ``missing`` (signal names;
+    empty when it did not say). Whatever ``desired`` it proposes, the hold-on-missing-data guard
+    never lets such a decision shrink the fleet (Knative's ``ErrNoData``): a scrape gap is
+    unknown load, not zero load.
+    """
+
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """A policy's answer: desired replicas and why, with the numbers that fired the rule."""
 
@@ -204,6 +216,8 @@ class Decision:
     #: reads it, on a scale-up: replicas already starting were asked for by earlier steps for that
     #: same load, so they cover a relative step first (``guards.py``, step 5)
     relative: bool = False
+    #: set when the policy decided without the data it needs (:class:`NoData`); None otherwise
+    no_data: NoData | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +236,7 @@ class TickRecord:
     #: None when the tick was not asked to assess it (a backtest writing no decision log)
     fleet_state: str | None = None
     #: the fleet's numbers that ``llmscale analyze`` / ``diagnose`` read, whatever the policy read
-    #: (``controller/loop.py``'s LOGGED_SIGNALS); None when not assessed, as ``fleet_state``
+    #: (``controller/core.py``'s LOGGED_SIGNALS); None when not assessed, as ``fleet_state``
     observed: Mapping[str, float | None] | None = None
 
     def as_json(self) -> dict[str, object]:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig, GuardState, apply_guards, eviction_window_s
-from llmscale.types import Decision, FleetView, Signals, SignalValue
+from llmscale.types import Decision, FleetView, NoData, Signals, SignalValue
 
 # Everything off but bounds, so each test switches on only the guard it is about.
 OFF = GuardConfig(
@@ -34,8 +34,9 @@ def sig(spec=4, ready=None, starting=0, unknown=0, **values) -> Signals:
     )
 
 
-def guard(desired, signals, cfg=OFF, state=None, now=0.0, rule="r", relative=False):
-    return apply_guards(Decision(desired, rule, relative=relative), signals, cfg, state or GuardState(), now)
+def guard(desired, signals, cfg=OFF, state=None, now=0.0, rule="r", relative=False, no_data=None):
+    decision = Decision(desired, rule, relative=relative, no_data=no_data)
+    return apply_guards(decision, signals, cfg, state or GuardState(), now)
 
 
 @pytest.mark.parametrize(
@@ -59,11 +60,26 @@ def test_hold_on_missing_data_never_shrinks_on_an_unscraped_replica():
     cfg = replace(OFF, hold_on_missing_data=True)
     out, _ = guard(1, sig(spec=4, unknown=1), cfg)
     assert (out.desired, out.guard) == (4, "hold-on-missing-data")
-    out, _ = guard(1, sig(spec=4), cfg, rule="no-data")
-    assert out.desired == 4
+    out, _ = guard(1, sig(spec=4), cfg, rule="no-data", no_data=NoData(("queue_waiting",)))
+    assert (out.desired, out.guard) == (4, "hold-on-missing-data")
     # scaling up on missing data is allowed (it can only add capacity)
     out, _ = guard(6, sig(spec=4, unknown=1), cfg)
     assert out.desired == 6
+
+
+@pytest.mark.parametrize(
+    ("rule", "no_data", "expected"),
+    [
+        pytest.param("no-data", NoData(), 4, id="typed-no-data-holds"),
+        # KEDA's ignoreNullValues proposes on a null read as 0: typed, so held whatever its rule says
+        pytest.param("no-data-null-as-zero", NoData(("queue_waiting",)), 4, id="keda-null-as-zero-holds"),
+        # the rule's spelling decides nothing: "no data" is the type, not a string prefix
+        pytest.param("no-data-lookalike", None, 1, id="a-rule-name-alone-does-not-hold"),
+    ],
+)
+def test_the_guard_holds_on_the_no_data_type_not_on_a_rule_name(rule, no_data, expected):
+    out, _ = guard(1, sig(spec=4), replace(OFF, hold_on_missing_data=True), rule=rule, no_data=no_data)
+    assert out.desired == expected
 
 
 def test_cooldowns_seed_002_120s_up_600s_down():

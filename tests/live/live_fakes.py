@@ -99,7 +99,7 @@ def controller(
     log: DecisionLog | None = None,
     store: Any = None,
     clock: ManualClock | None = None,
-    tick_s: float = 15.0,
+    tick_s: float | None = 15.0,
     primary_acts: bool | None = None,
 ) -> LiveController:
     return LiveController(

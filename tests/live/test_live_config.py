@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from llmscale.config import LiveConfig, Mode, load_config, parse_config
+from llmscale.config import LiveConfig, Mode, PolicySpec, load_config, parse_config
 from llmscale.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +50,7 @@ def _write(tmp_path: Path, doc: Any) -> Path:
 def test_good_file_loads_with_defaults(tmp_path):
     cfg = load_config(_write(tmp_path, GOOD))
     assert cfg.mode is Mode.APPLY and cfg.primary_acts
-    assert cfg.tick_s == 15.0
+    assert cfg.tick_s is None  # the policy's own cadence
     assert str(cfg.server.listen) == "127.0.0.1:9464"
     assert cfg.guard_overrides() == {"cooldown_up_s": 60.0, "max_up_step": None, "max_replicas": 10}
     assert cfg.metrics.prometheus is not None and cfg.metrics.prometheus.replica_label == "pod"
@@ -315,10 +315,10 @@ def test_cli_exits_2_with_the_message_and_no_traceback(tmp_path):
     ],
 )
 def test_policies_plan_with_the_targets_cold_start(target_extra, expected_s):
-    from llmscale.config import policy_context
+    from llmscale.config import deployment_of
 
     doc = _with("target", {**GOOD["target"], "model": "llama-3-8b", "gpu": "h100-80gb", **target_extra})
-    ctx = policy_context(parse_config(doc, source="inline"))
+    ctx = deployment_of(parse_config(doc, source="inline"))
     assert ctx.cold_start_s == pytest.approx(expected_s, abs=0.05)
 
 
@@ -464,17 +464,49 @@ def test_any_value_anywhere_is_a_config_or_a_config_error(mutations):
     policy_run(cfg, cfg.policy)
     if cfg.shadow is not None:
         policy_run(cfg, cfg.shadow, cfg.shadow.guard_overrides())
-    assert math.isfinite(cfg.tick_s) and cfg.tick_s >= 0.1
+    assert cfg.tick_s is None or (math.isfinite(cfg.tick_s) and cfg.tick_s >= 0.1)
 
 
 def test_a_length_aware_ttft_slo_reaches_the_policies(tmp_path):
-    from llmscale.config import policy_context
+    from llmscale.config import deployment_of
 
     cfg = load_config(_write(tmp_path, _with("slo.ttft_per_1k_tokens_s", 0.5)))
-    assert policy_context(cfg).slo_ttft_per_1k_tokens_s == 0.5
-    assert policy_context(load_config(_write(tmp_path, GOOD))).slo_ttft_per_1k_tokens_s == 0.0
+    assert deployment_of(cfg).slo_ttft_per_1k_tokens_s == 0.5
+    assert deployment_of(load_config(_write(tmp_path, GOOD))).slo_ttft_per_1k_tokens_s == 0.0
     with pytest.raises(ConfigError, match=r"slo\.ttft_per_1k_tokens_s"):
         load_config(_write(tmp_path, _with("slo.ttft_per_1k_tokens_s", -1.0)))
+
+
+def test_live_slo_plans_with_the_targets_engine_settings_and_client_timeout():
+    """Live ``slo`` once planned with 256 sequences and no client time-out whatever the target ran:
+    the engine settings reached it through a dict key the live side did not set. Now the target's
+    ``max_num_seqs`` and ``client_timeout_s`` reach the policy through the one Deployment."""
+    from llmscale.controller.wiring import policy_run
+
+    target = {**GOOD["target"], "max_num_seqs": 64, "max_num_batched_tokens": 4096, "client_timeout_s": 30}
+    doc = {**_with("target", target), "policy": {"name": "slo"}}
+    cfg = parse_config(doc, source="inline")
+    slo = policy_run(cfg, cfg.policy).policy.config
+    assert (slo.max_num_seqs, slo.client_timeout_s) == (64, 30.0)
+    dynamo = policy_run(cfg, PolicySpec(name="dynamo-sla")).policy
+    assert dynamo.config.max_num_batched_tokens == 4096
+
+
+def test_live_and_backtest_merge_guards_the_same_way():
+    """Bounds from the deployment, then the policy's declared guards, then the user's: one function."""
+    from llmscale.backtest.runner import BacktestSettings
+    from llmscale.controller.wiring import policy_run
+    from llmscale.deployment import guard_config
+    from llmscale.policies.base import create_policy
+
+    cfg = parse_config({**GOOD, "policy": {"name": "slo"}}, source="inline")
+    live = policy_run(cfg, cfg.policy).guards
+    settings = BacktestSettings(min_replicas=1, max_replicas=10, initial_replicas=1)
+    policy = create_policy("slo", settings.deployment())
+    backtest = guard_config(settings.deployment(), policy, cfg.guard_overrides())
+    assert live == backtest
+    assert live.stabilization_down_s == 180.0  # slo's own, over the default 0
+    assert (live.cooldown_up_s, live.max_replicas) == (60.0, 10)  # the file's, over both
 
 
 @pytest.mark.parametrize(

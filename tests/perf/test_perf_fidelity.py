@@ -23,7 +23,7 @@ def _calibration_dir(shared_data: Path) -> Path:
 
 def test_held_out_median_ape_below_15_percent(shared_data: Path) -> None:
     pytest.importorskip("numpy")
-    from llmscale.perf.fit import error_report
+    from llmscale.offline.perf_fit import error_report
 
     points = load_points(_calibration_dir(shared_data))
     held = [p for p in points if p.held_out]
@@ -53,14 +53,14 @@ def test_split_is_deterministic_and_holds_out_whole_configurations(shared_data: 
 
 
 def test_refit_reproduces_committed_coefficients(shared_data: Path) -> None:
-    """A refit lands on the committed optimum: the staged fit has one (see llmscale.perf.fit).
+    """A refit lands on the committed optimum: the staged fit has one (see llmscale.offline.perf_fit).
 
     The tolerance covers other numpy / scipy builds (last-digit differences move a
     well-conditioned optimum by far less than 0.2%), not a different basin.
     """
     pytest.importorskip("scipy")
+    from llmscale.offline.perf_fit import fit_coefficients
     from llmscale.perf.coefficients import coefficients_to_dict
-    from llmscale.perf.fit import fit_coefficients
 
     points = load_points(_calibration_dir(shared_data))
     fitted, info = fit_coefficients(points)
@@ -92,7 +92,7 @@ def test_end_to_end_latency_of_held_out_configurations(shared_data: Path) -> Non
     (Mistral-7B on H100 at batch >= 32 and long sequences runs up to 2x slower than any other 7B
     model on that GPU; no term of the model explains it).
     """
-    from llmscale.perf.e2e_fidelity import e2e_report
+    from llmscale.offline.perf_fidelity import e2e_report
 
     r = e2e_report(load_points(_calibration_dir(shared_data)), load_coefficients())
     held = r["overall"]["held_out"]["makespan"]

@@ -114,7 +114,8 @@ def test_missing_inputs_are_no_data_and_never_shrink(name, bnd, extra, n_ticks):
         now = (i + 1) * policy.tick_s
         d, state = policy.decide(blind, state, now)
         rules.append(d.rule)
-        assert d.rule.startswith("no-data") or d.rule in OBSERVING, d
+        assert d.no_data is not None or d.rule in OBSERVING, d
+        assert (d.no_data is not None) == d.rule.startswith("no-data"), d  # the type and its name agree
         if name != "keda-queue":  # KEDA reads a null query as 0 by design; its guard holds (below)
             assert d.desired >= spec, d
         out, gstate = apply_guards(d, blind, guards, gstate, now)

@@ -27,7 +27,7 @@ SEED_POLICIES = [
     "three-layer",
     "breathing",
 ]
-CTX = PolicyContext(min_replicas=1, max_replicas=64, extra={"gpu_budget": 32})
+CTX = PolicyContext(min_replicas=1, max_replicas=64, gpu_budget=32)
 NAMES = sorted(SIGNALS)
 
 values_st = st.dictionaries(
@@ -108,5 +108,5 @@ def test_every_signal_missing_holds_on_no_data(history, fleet, dt):
         for i, (f, values) in enumerate(history):
             _, state = policy.decide(signals(f, values), state, i * dt)
         d, _ = policy.decide(signals(fleet, {}, empty_pods), state, len(history) * dt)
-        assert d.rule.startswith("no-data"), (name, d.rule, d.note)
+        assert d.no_data is not None and d.rule.startswith("no-data"), (name, d.rule, d.note)
         assert d.desired == fleet.spec_replicas, name

@@ -112,14 +112,14 @@ def test_layers(signals, desired, rule):
     ],
 )
 def test_gpu_budget_from_the_context(spec, desired, rule):
-    policy = create_policy("three-layer", replace(CTX, extra={"gpu_budget": 6}))
+    policy = create_policy("three-layer", replace(CTX, gpu_budget=6))
     s = sig(FleetView(spec_replicas=spec, ready=spec), queue_per_replica=12.0)
     d, _ = policy.decide(s, None, 0.0)
     assert (d.desired, d.rule) == (desired, rule)
 
 
 def test_gpu_budget_counts_tp_gpus_per_replica_and_reaches_the_guard():
-    policy = create_policy("three-layer", replace(CTX, tp=2, extra={"gpu_budget": 12}))
+    policy = create_policy("three-layer", replace(CTX, tp=2, gpu_budget=12))
     assert dict(policy.guard_overrides) == {"gpu_budget": 12, "gpus_per_replica": 2}
     assert GuardConfig().merged(policy.guard_overrides).gpu_budget == 12
     d, _ = policy.decide(sig(queue_per_replica=12.0), None, 0.0)

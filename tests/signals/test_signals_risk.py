@@ -9,7 +9,7 @@ import pytest
 from signals_fixtures import obs, sample
 
 from llmscale.metrics.names import VLLM
-from llmscale.signals.fit_oom import OomRun, auc, evaluate, fit_oom_coefficients, label_run, log_loss
+from llmscale.offline.oom_fit import OomRun, auc, evaluate, fit_oom_coefficients, label_run, log_loss
 from llmscale.signals.risk import OOM_COEFFICIENTS, oom_features, oom_probability, oom_signals
 from llmscale.signals.window import FleetWindow
 

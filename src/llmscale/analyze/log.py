@@ -6,7 +6,7 @@ Two writers, one reader: ``llmscale backtest --decisions`` writes a tick's numbe
 scale failed after its line was written (the reader keeps the last line of each trace id, as
 that module asks). Failed ticks (``error`` set, no numbers) are skipped.
 
-A line carries the fleet's numbers under ``observed`` (``controller/loop.py``'s
+A line carries the fleet's numbers under ``observed`` (``controller/core.py``'s
 ``LOGGED_SIGNALS``: load, throughput, P99, queue entropy, bandwidth, diagnostics), and the
 numbers its policy read, whose names differ between policies: ``slo``
 logs ``arrival_rps`` and ``ttft_p99_s``, ``bandwidth-entropy`` logs ``bw_p95`` and ``entropy``,
@@ -150,7 +150,7 @@ def _row(path: Path, lineno: int, doc: Any) -> tuple[str, str | None, dict[str, 
     observed = doc.get("observed") or {}
     if not isinstance(observed, dict):
         raise ConfigError(f"{where}: field observed must be an object, got {type(observed).__name__}")
-    # the fleet's numbers every line carries (controller/loop.py's LOGGED_SIGNALS), then the policy's
+    # the fleet's numbers every line carries (controller/core.py's LOGGED_SIGNALS), then the policy's
     signals = {
         k: v
         for k, v in {**observed, **nums}.items()

@@ -2,7 +2,8 @@
 
 The clock is a ManualClock; time advances to the next controller tick or the
 next series sample, the fleet processes everything up to it, then the
-controller observes and acts — the same ``reconcile_once`` the live loop uses.
+controller core ticks (``controller/core.py``, the one the live loop drives) and this adapter
+scales the simulated fleet to its decision.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import IO, Any
 
 from llmscale.backtest.results import PolicyResult, summarize
 from llmscale.clock import ManualClock
-from llmscale.controller.loop import ControllerState, reconcile_once
+from llmscale.controller.core import Controller, initial_state, tick
+from llmscale.controller.loop import scale_if_changed
+from llmscale.deployment import Deployment, guard_config
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
-from llmscale.policies.base import Policy, PolicyContext, create_policy
+from llmscale.policies.base import Policy, create_policy
 from llmscale.policies.static import StaticPolicy
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet, SimConfig
@@ -32,7 +35,6 @@ __all__ = [
     "BacktestSettings",
     "build_fleet",
     "check_policies",
-    "guard_config_for",
     "run_policy",
     "series_step_for",
 ]
@@ -92,11 +94,13 @@ class BacktestSettings:
             self, sim=replace(self.sim, pending_s=cs.pending_s, loading_s=cs.loading_s, warmup_s=cs.warmup_s)
         )
 
-    def context(self) -> PolicyContext:
+    def deployment(self) -> Deployment:
+        """The deployment every policy of this backtest plans with (engine settings: the simulator's)."""
         s = self.sim
-        return PolicyContext(
+        return Deployment(
             min_replicas=self.min_replicas,
             max_replicas=self.max_replicas,
+            initial_replicas=self.initial_replicas,
             slo_ttft_s=self.slo_ttft_s,
             slo_tpot_s=self.slo_tpot_s,
             slo_ttft_per_1k_tokens_s=self.slo_ttft_per_1k_tokens_s,
@@ -105,19 +109,10 @@ class BacktestSettings:
             tp=self.tp,
             cold_start_s=s.pending_s + s.loading_s + s.warmup_s,
             calibration=self.calibration,
-            extra={
-                "initial_replicas": self.initial_replicas,
-                "max_num_seqs": s.max_num_seqs,
-                "max_num_batched_tokens": s.max_num_batched_tokens,
-                "client_timeout_s": s.timeout_s,
-            },
+            max_num_seqs=s.max_num_seqs,
+            max_num_batched_tokens=s.max_num_batched_tokens,
+            client_timeout_s=s.timeout_s,
         )
-
-
-def guard_config_for(policy: Policy[Any], settings: BacktestSettings, user: dict[str, Any]) -> GuardConfig:
-    """Defaults, then what the policy declares it needs, then the user's overrides (``guards:`` in YAML)."""
-    base = GuardConfig(settings.min_replicas, settings.max_replicas, gpus_per_replica=settings.tp)
-    return base.merged(getattr(policy, "guard_overrides", {}) or {}).merged(user)
 
 
 def check_policies(names: Sequence[str], settings: BacktestSettings) -> None:
@@ -131,8 +126,9 @@ def check_policies(names: Sequence[str], settings: BacktestSettings) -> None:
         params = dict(settings.policy_params.get(name) or {})
         guard_params = params.pop("guards", None) or {}
         try:
-            policy = create_policy(name, settings.context(), params)
-            guards = guard_config_for(policy, settings, guard_params)
+            deployment = settings.deployment()
+            policy = create_policy(name, deployment, params)
+            guards = guard_config(deployment, policy, guard_params)
             fleet_max = policy.replicas if isinstance(policy, StaticPolicy) else guards.max_replicas
             if fleet_max > MAX_REPLICAS:
                 which = "replicas" if isinstance(policy, StaticPolicy) else "guards.max_replicas"
@@ -254,10 +250,11 @@ def run_policy(
     wall0 = time.perf_counter()
     params = dict(settings.policy_params.get(policy_name) or {})
     guard_params = params.pop("guards", None) or {}
+    deployment = settings.deployment()
     if policy is None:
-        policy = create_policy(policy_name, settings.context(), params)
+        policy = create_policy(policy_name, deployment, params)
     initial = settings.initial_replicas
-    guards = guard_config_for(policy, settings, guard_params)
+    guards = guard_config(deployment, policy, guard_params)
     if isinstance(policy, StaticPolicy):
         # A fixed fleet is the user's explicit choice, warm from the start; bounds are for autoscalers.
         initial = policy.replicas
@@ -265,11 +262,13 @@ def run_policy(
     fleet = build_fleet(workload, settings, initial)
     source = SimMetricSource(fleet)
     clock = ManualClock()
-    state = ControllerState(policy_state=policy.initial_state())
+    controller = Controller(policy, guards, deployment, assess=decisions_out is not None)
+    # The core schedules its ticks (every policy.tick_s, the first one tick in); this loop only
+    # fulfils them and interleaves the report's samples.
+    state = initial_state(controller, first_tick_s=controller.cadence_s)
     step_s = series_step_for(workload.duration_s)
     recorder = SeriesRecorder(fleet, step_s)
-    tick_s = float(policy.tick_s)
-    next_tick = tick_s
+    next_tick = state.next_tick_s
     next_sample = step_s
     last_arrival = float(workload.arrival_s[-1]) if workload.num_requests else 0.0
     horizon = last_arrival + settings.drain_horizon_s
@@ -281,19 +280,12 @@ def run_policy(
             recorder.sample(t)
             next_sample += step_s
         if t >= next_tick:
-            record, state = reconcile_once(
-                clock.now_s(),
-                source,
-                policy,
-                guards,
-                fleet,
-                state,
-                slo=(settings.slo_ttft_s, settings.slo_tpot_s, settings.slo_ttft_per_1k_tokens_s),
-                assess=decisions_out is not None,
-            )
+            now_s = clock.now_s()
+            record, state, next_tick = tick(controller, state, source.observe(now_s))
+            if scale_if_changed(fleet, record.final, guards, now_s):
+                record = replace(record, applied=True)
             if decisions_out is not None:
                 decisions_out.write(json.dumps(record.as_json()) + "\n")
-            next_tick += tick_s
         if progress is not None:
             progress(t)
         if fleet.arrivals_done and fleet.unresolved == 0:

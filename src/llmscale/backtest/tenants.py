@@ -4,7 +4,7 @@ Seed 003 4.2 ("quota-aware scaling of GPU instances shared by tenants, on MIG")
 with 3.1's resource-layer admission. Each tenant is its own service: its
 trace, its model on one MIG profile, its policy and guards, its quota of
 instances of that profile. Every tenant runs the ordinary controller loop
-(:func:`~llmscale.controller.loop.reconcile_once`, deciding without actuating);
+(the controller core, :func:`~llmscale.controller.core.tick`, which decides without actuating);
 between the guards and the actuator sits the pool's admission
 (:func:`llmscale.tenancy.pool.admit`): a scale-up goes only as far as the
 tenant's quota, a free placement of its profile in the pool and a node that
@@ -49,8 +49,9 @@ from typing import IO, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmscale.backtest.results import PolicyResult, summarize
-from llmscale.backtest.runner import BacktestSettings, SeriesRecorder, guard_config_for, series_step_for
-from llmscale.controller.loop import ControllerState, reconcile_once
+from llmscale.backtest.runner import BacktestSettings, SeriesRecorder, series_step_for
+from llmscale.controller.core import Controller, ControllerState, initial_state, tick
+from llmscale.deployment import guard_config
 from llmscale.errors import ConfigError
 from llmscale.policies.base import create_policy
 from llmscale.sim.config import SimConfig
@@ -354,12 +355,9 @@ class _Run:
     spec: TenantSpec
     fleet: Fleet
     source: SimMetricSource
-    policy: Any
-    guards: Any
+    controller: Controller
     state: ControllerState
     recorder: SeriesRecorder
-    next_tick: float
-    tick_s: float
     placements: dict[str, Placement] = field(default_factory=dict)
     held_ticks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_LIMITS, 0))
     held_replicas: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_LIMITS, 0))
@@ -380,19 +378,19 @@ def run_tenants(spec: TenantsSpec, *, decisions_out: IO[str] | None = None) -> T
         s = t.settings
         params = dict(s.policy_params.get(t.policy) or {})
         guard_params = params.pop("guards", None) or {}
-        policy = create_policy(t.policy, s.context(), params)
-        guards = guard_config_for(policy, s, guard_params)
+        deployment = s.deployment()
+        policy = create_policy(t.policy, deployment, params)
+        guards = guard_config(deployment, policy, guard_params)
         fleet = build_fleet(t.workload, s, s.initial_replicas)
+        controller = Controller(policy, guards, deployment, assess=decisions_out is not None)
         run = _Run(
             t,
             fleet,
             SimMetricSource(fleet),
-            policy,
-            guards,
-            ControllerState(policy_state=policy.initial_state()),
+            controller,
+            # each tenant on its own policy's cadence, the first tick one cadence in
+            initial_state(controller, first_tick_s=controller.cadence_s),
             SeriesRecorder(fleet, step_s),
-            float(policy.tick_s),
-            float(policy.tick_s),
         )
         profile = pool.profile(t.profile)
         for rep in fleet.replicas:  # the initial replicas take their slices first, in file order
@@ -413,7 +411,7 @@ def run_tenants(spec: TenantsSpec, *, decisions_out: IO[str] | None = None) -> T
     max_used = sum(8 - g.free_memory_slices for g in pool.gpus)
     now = 0.0
     while True:
-        now = min(min(r.next_tick for r in runs), next_sample)
+        now = min(min(r.state.next_tick_s for r in runs), next_sample)
         for r in runs:
             r.fleet.run_until(now)
         if now >= next_sample:
@@ -421,12 +419,11 @@ def run_tenants(spec: TenantsSpec, *, decisions_out: IO[str] | None = None) -> T
                 r.recorder.sample(now)
             next_sample += step_s
         _release_gone(pool, runs)
-        due = [r for r in runs if r.next_tick <= now]
+        due = [r for r in runs if r.state.next_tick_s <= now]
         if due:
             failures = _node_failures(spec, pool, runs, now)
             for r in due:
                 _tick(r, pool, failures, now, decisions_out)
-                r.next_tick += r.tick_s
             max_used = max(max_used, sum(8 - g.free_memory_slices for g in pool.gpus))
         if all(r.fleet.arrivals_done and r.fleet.unresolved == 0 for r in runs) or now > horizon:
             break
@@ -497,18 +494,7 @@ def _node_failures(
 def _tick(
     r: _Run, pool: MigPool, failures: dict[int, tuple[str, ...]], now: float, out: IO[str] | None
 ) -> None:
-    s = r.spec.settings
-    record, r.state = reconcile_once(
-        now,
-        r.source,
-        r.policy,
-        r.guards,
-        r.fleet,
-        r.state,
-        slo=(s.slo_ttft_s, s.slo_tpot_s, s.slo_ttft_per_1k_tokens_s),
-        actuate=False,
-        assess=out is not None,
-    )
+    record, r.state, _ = tick(r.controller, r.state, r.source.observe(now))
     fleet = r.fleet
     desired = record.final
     active = sum(1 for rep in fleet.replicas if rep.phase < Phase.DRAINING)
@@ -532,7 +518,7 @@ def _tick(
             r.held_replicas[adm.held_by] += adm.requested - adm.admitted
     applied = target != fleet.spec_replicas
     if applied:
-        fleet.scale_to(target, now, drain_until_idle=r.guards.drain_aware)
+        fleet.scale_to(target, now, drain_until_idle=r.controller.guards.drain_aware)
     if adm is not None and adm.placements:
         new = [rep.name for rep in fleet.replicas if rep.name not in r.placements]
         if len(new) != len(adm.placements):  # a broken invariant, not a user error

@@ -1,8 +1,10 @@
-"""The live controller: the backtest's tick, driven by wall time against real components.
+"""The live controller: the controller core (``controller/core.py``) driven by wall time.
 
-Each tick runs the backtest's path (:func:`observe_signals`, then :func:`decide_and_act`
-from ``controller/loop.py``) with ``now_s`` given as an argument, so a test drives ticks
-with explicit times. Around it the live loop adds what a real fleet needs:
+Each tick runs the core the backtest runs (:func:`~llmscale.controller.core.observe`, then
+:func:`~llmscale.controller.core.decide`) with ``now_s`` given as an argument, so a test drives
+ticks with explicit times, and :meth:`LiveController.run` sleeps until the next tick the core
+scheduled: every policy's own ``tick_s`` (Knative's 2 s, HPA's 15 s), unless the configuration's
+``tick_s`` overrides it. Around the core the live loop adds what a real fleet needs:
 
 - the cluster is the authority on which replicas exist (:class:`ClusterAlignedSource`):
   a replica the metric source missed is *unknown*, never absent or idle;
@@ -40,8 +42,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from llmscale.clock import Clock, WallClock
 from llmscale.cluster.base import Cluster
 from llmscale.config import Mode
+from llmscale.controller.core import Controller, ControllerState, decide, next_tick_after, observe
 from llmscale.controller.decision_log import DecisionLog, DecisionLogError, LogEntry, new_trace_id
-from llmscale.controller.loop import ControllerState, decide_and_act, observe_signals
 from llmscale.controller.persist import (
     StateFormatError,
     StateStore,
@@ -50,6 +52,7 @@ from llmscale.controller.persist import (
     state_to_dict,
 )
 from llmscale.controller.server import ACTUATION_REASONS, ControllerMetrics
+from llmscale.deployment import Deployment
 from llmscale.errors import ActuationError, ConfigError, LlmscaleError
 from llmscale.guards import GuardConfig, GuardState
 from llmscale.metrics.source import MetricSource
@@ -186,20 +189,23 @@ class LiveController:
         mode: Mode,
         target: str,
         metrics: ControllerMetrics,
-        tick_s: float,
         clock: Clock,
+        tick_s: float | None = None,
         shadow: PolicyRun | None = None,
         primary_acts: bool | None = None,
         decision_log: DecisionLog | None = None,
         store: StateStore | None = None,
-        slo: tuple[float, float] | tuple[float, float, float] | None = None,
+        deployment: Deployment | None = None,
         timer: Clock | None = None,
         config_name: str | None = None,
         drift: DriftMonitor | None = None,
         elector: Elector | None = None,
     ) -> None:
-        """``clock``: the controller's time line (epoch seconds live, so saved state survives a
-        restart). ``timer``: what tick durations are measured with (monotonic by default).
+        """``tick_s``: seconds between ticks, overriding the primary policy's own ``tick_s`` (None:
+        the policy's cadence; the shadow policy decides at the primary's ticks). ``deployment``:
+        whose SLOs each record's fleet state is judged by (None: none). ``clock``: the controller's
+        time line (epoch seconds live, so saved state survives a restart). ``timer``: what tick
+        durations are measured with (monotonic by default).
         ``primary_acts``: whether the primary's decision scales the target (default: in apply and
         shadow modes; config's ``shadow.primary: dry-run`` turns it off). ``config_name``: the
         config file, named in start-up errors about its settings. ``drift``: the model-drift
@@ -218,13 +224,14 @@ class LiveController:
             raise ConfigError("dry-run never scales: primary_acts must be False")
         self.target = target
         self.metrics = metrics
-        self.tick_s = tick_s
         self.clock = clock
         self._timer = timer or WallClock()
         self.decision_log = decision_log
         self.store = store
-        self.slo = slo
-        self.state = ControllerState(policy_state=primary.policy.initial_state())
+        self.deployment = deployment
+        self._tick_override_s = tick_s
+        # The first tick is due at once; the core schedules the rest.
+        self.state = ControllerState(policy_state=primary.policy.initial_state(), next_tick_s=clock.now_s())
         self.shadow_state = ControllerState(policy_state=shadow.policy.initial_state()) if shadow else None
         self.last_decision: Mapping[str, Any] | None = None
         self.last_tick_s: float | None = None
@@ -241,6 +248,15 @@ class LiveController:
         self._was_leading = elector is None
         self._started = False
         self._errors_seen = 0
+
+    @property
+    def tick_s(self) -> float:
+        """Seconds between ticks: the primary policy's cadence, or the configuration's override."""
+        return self._core(self.primary).cadence_s
+
+    def _core(self, run: PolicyRun) -> Controller:
+        """What the core ticks for ``run``; a shadow policy decides at the primary's ticks."""
+        return Controller(run.policy, run.guards, self.deployment, tick_s=self._tick_override_s)
 
     # -- start ------------------------------------------------------------------------------
 
@@ -315,6 +331,9 @@ class LiveController:
             self.metrics.tick_errors.inc()
             log.exception("tick at %.3f failed; the loop goes on", now_s)
             self._record_failure(now_s, t0, trace_id, self.last_failure)
+            # A failed tick still keeps the cadence: the next one is one interval later, not at once.
+            due = next_tick_after(self.state.next_tick_s, self.tick_s, now_s)
+            self.state = replace(self.state, next_tick_s=due)
             return None
         finally:
             self.metrics.tick_duration.observe(max(0.0, self._timer.now_s() - t0))
@@ -339,16 +358,14 @@ class LiveController:
             self.state = replace(self.state, guard_state=GuardState())
             self._load_state()
         self._was_leading = leading
-        window, signals = observe_signals(now_s, self.source, self.state.window)
+        before = self.state
+        observed, signals = observe(before, self.source.observe(now_s))
+        window = observed.window
         if self.drift is not None:
             signals = self.drift.tick(now_s, window, signals)
         obs = window[-1]
-        before = self.state
         run = self.primary
-        record, state = decide_and_act(
-            now_s, signals, run.policy, run.guards, self.cluster, replace(before, window=window),
-            slo=self.slo, actuate=False,
-        )  # fmt: skip
+        record, state = decide(self._core(run), observed, signals, now_s)
         outage = _total_outage(obs)
         if outage:
             log.warning(
@@ -387,11 +404,9 @@ class LiveController:
         shadow_record = None
         shadow_state = self.shadow_state
         if self.shadow is not None and shadow_state is not None:
-            sr = self.shadow
-            shadow_record, shadow_state = decide_and_act(
-                now_s, signals, sr.policy, sr.guards, self.cluster, replace(shadow_state, window=window),
-                slo=self.slo, actuate=False,
-            )  # fmt: skip
+            shadow_record, shadow_state = decide(
+                self._core(self.shadow), replace(shadow_state, window=window), signals, now_s
+            )
 
         entry = LogEntry(
             record=record,
@@ -560,23 +575,22 @@ class LiveController:
         return last is not None and self.clock.now_s() - last < 3.0 * self.tick_s
 
     def run(self, stop: threading.Event, *, max_ticks: int | None = None) -> int:
-        """Tick every ``tick_s`` until ``stop`` is set or ``max_ticks`` ticks ran; returns ticks run.
+        """Tick when the core says the next tick is due, until ``stop`` is set or ``max_ticks``
+        ticks ran; returns ticks run.
 
         A tick that overruns its interval starts the next one at once, without trying to catch
-        up on the missed ones (a burst of ticks would only repeat the same observation).
+        up on the missed ones (:func:`~llmscale.controller.core.next_tick_after`: a burst of
+        ticks would only repeat the same observation).
         """
         n = 0
-        next_s = self.clock.now_s()
         while not stop.is_set():
+            delay = self.state.next_tick_s - self.clock.now_s()
+            if delay > 0 and stop.wait(delay):
+                break
             self.tick(self.clock.now_s())
             n += 1
             if max_ticks is not None and n >= max_ticks:
                 break
-            next_s += self.tick_s
-            delay = next_s - self.clock.now_s()
-            if delay < 0:
-                next_s, delay = self.clock.now_s(), 0.0
-            stop.wait(delay)
         return n
 
 

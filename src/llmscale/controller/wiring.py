@@ -15,13 +15,13 @@ from typing import Any
 
 from llmscale.clock import Clock, UnixClock
 from llmscale.cluster.base import Cluster
-from llmscale.config import LiveConfig, PolicySpec, policy_context
+from llmscale.config import LiveConfig, PolicySpec, deployment_of
 from llmscale.controller.decision_log import DecisionLog, policy_version
 from llmscale.controller.live import LiveController, PolicyRun
 from llmscale.controller.persist import StateStore
 from llmscale.controller.server import ControllerMetrics, ControllerServer
+from llmscale.deployment import guard_config
 from llmscale.errors import ConfigError
-from llmscale.guards import GuardConfig
 from llmscale.metrics.source import MetricSource
 
 __all__ = [
@@ -58,19 +58,13 @@ def _close_all(closers: list[Callable[[], None]]) -> None:
 
 
 def policy_run(cfg: LiveConfig, spec: PolicySpec, extra_guards: dict[str, Any] | None = None) -> PolicyRun:
-    """The policy with its guards: defaults, then what the policy declares, then the file's.
-
-    The same order as the backtest's ``guard_config_for``, so a policy behaves alike in both.
-    """
+    """The policy with its guards, merged as the backtest merges them (:func:`guard_config`)."""
     from llmscale.policies.base import create_policy
 
-    policy = create_policy(spec.name, policy_context(cfg), spec.params)
+    deployment = deployment_of(cfg)
+    policy = create_policy(spec.name, deployment, spec.params)
     user = {**cfg.guard_overrides(), **(extra_guards or {})}
-    guards = (
-        GuardConfig(gpus_per_replica=cfg.target.tp)
-        .merged(getattr(policy, "guard_overrides", {}) or {})
-        .merged(user)
-    )
+    guards = guard_config(deployment, policy, user)
     return PolicyRun(policy, guards, policy_version(spec.name, spec.params, user))
 
 
@@ -311,7 +305,7 @@ def build_drift(cfg: LiveConfig, runs: list[PolicyRun], registry: Any) -> tuple[
         return None, runs
     if not d.adapt:
         return monitor, runs
-    ctx = policy_context(cfg)
+    ctx = deployment_of(cfg)
     specs = [cfg.policy] + ([cfg.shadow] if cfg.shadow is not None else [])
     adjustable: list[AdjustablePolicy] = []
     for spec in specs:
@@ -361,7 +355,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
             clock=clock,
             decision_log=decisions,
             store=store,
-            slo=(cfg.slo.ttft_s, cfg.slo.tpot_s, cfg.slo.ttft_per_1k_tokens_s),
+            deployment=deployment_of(cfg),
             drift=drift,
             config_name=config_name,
             elector=elector,

@@ -61,7 +61,7 @@ from llmscale.policies.params import (
     WINDOW_RANGE,
     Param,
 )
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["ApaConfig", "ApaPolicy", "ApaState", "apa_replicas"]
 
@@ -135,7 +135,9 @@ class ApaPolicy:
         value_now = signals.get(cfg.metric)
         if value_now is None or not math.isfinite(value_now):
             held = clamp(current, cfg.min_replicas, cfg.max_replicas)
-            return Decision(held, "no-data", {}, f"{cfg.metric} unavailable (FailedComputeScale)"), state
+            return Decision(
+                held, "no-data", {}, f"{cfg.metric} unavailable (FailedComputeScale)", no_data=NoData()
+            ), state
 
         samples = (*(s for s in state.samples if now_s - s[0] < cfg.window_s), (now_s, value_now))
         value = sum(v for _, v in samples) / len(samples)

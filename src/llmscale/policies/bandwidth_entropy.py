@@ -50,7 +50,7 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import DURATION_RANGE, TICK_RANGE, WINDOW_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
     "BandwidthEntropyConfig",
@@ -143,7 +143,9 @@ class BandwidthEntropyPolicy:
             new_state = BandwidthEntropyState(history, fleet.ready, ready_rise)
             missing = [n for n, v in (("bw_saturation_p95", bw), ("queue_entropy", ent)) if v is None]
             note = f"missing {', '.join(missing)}"
-            return Decision(current, "no-data", {"bw_p95": bw, "entropy": ent}, note), new_state
+            return Decision(
+                current, "no-data", {"bw_p95": bw, "entropy": ent}, note, no_data=NoData()
+            ), new_state
         history = (*history, (now_s, bw, ent))
         new_state = BandwidthEntropyState(history, fleet.ready, ready_rise)
         bw_c = compensated([h[1] for h in history], cfg.lag_decay)
@@ -202,6 +204,7 @@ _PARAMS: dict[str, Param] = {
     "seed 004: bandwidth P95 > 0.85 and queue entropy > 0.72 -> +1 (+2 above 0.9/0.8); "
     "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer",
     _PARAMS,
+    reads=("bw_saturation_p95", "queue_entropy"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPolicy:
     cfg = BandwidthEntropyConfig(

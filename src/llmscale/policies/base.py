@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.policies.params import Param, PolicyParamError, check_param
 from llmscale.types import Decision, Signals
 
-if TYPE_CHECKING:
-    from llmscale.perf.profile import FactorScale
-
 __all__ = [
     "POLICIES",
+    "Deployment",
     "Param",
     "Policy",
     "PolicyContext",
@@ -60,27 +59,9 @@ class Policy(Protocol[S]):
         ...
 
 
-@dataclass(frozen=True)
-class PolicyContext:
-    """What a policy may know about the deployment besides signals (model, GPU, SLOs, bounds)."""
-
-    min_replicas: int = 1
-    max_replicas: int = 100
-    slo_ttft_s: float = 2.0
-    slo_tpot_s: float = 0.1
-    #: length-aware TTFT SLO: seconds more per 1,000 prompt tokens (0: one target for every request)
-    slo_ttft_per_1k_tokens_s: float = 0.0
-    model: str = "llama-3-8b"
-    gpu: str = "h100-80gb"
-    tp: int = 1
-    #: cold start of a new replica, seconds (pending + loading + warmup)
-    cold_start_s: float = 90.0
-    #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
-    calibration: str | None = None
-    #: multipliers on the profile's factors from the live controller's online drift adjustment
-    #: (``drift.adapt``; :mod:`llmscale.perf.drift`), or None: the profile as written
-    perf_scale: FactorScale | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+#: A policy factory's view of the deployment: the one frozen :class:`~llmscale.deployment.Deployment`
+#: (model, GPU, TP, engine settings, client time-out, SLOs, bounds), under the name factories use.
+PolicyContext = Deployment
 
 
 @dataclass(frozen=True)
@@ -93,6 +74,22 @@ class PolicyInfo:
     #: plans with the step-time model of the deployment's model on its GPUs (llmscale.perf), so a
     #: model, GPU or TP the catalogue does not know is a configuration error, not a tick error
     needs_step_model: bool = False
+    #: the catalogue signals the policy reads by name (:data:`llmscale.signals.catalog.SIGNALS`);
+    #: the ones a parameter names (``queue_signal: ...``) are added when it is built
+    reads: tuple[str, ...] = ()
+
+    def signals_read(self, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """The signals a policy built with ``params`` (merged over the defaults) reads, in order."""
+        from llmscale.signals.catalog import SIGNALS
+
+        def chooses_a_signal(key: str) -> bool:  # aibrix-apa's ``metric``: kv_usage_mean | queue_per_replica
+            p = self.params.get(key)
+            return p is not None and bool(p.choices) and all(c in SIGNALS for c in p.choices)
+
+        named = (
+            v for k, v in params.items() if (names_a_signal(k) or chooses_a_signal(k)) and isinstance(v, str)
+        )
+        return tuple(dict.fromkeys((*self.reads, *named)))
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -118,16 +115,24 @@ POLICIES: dict[str, PolicyInfo] = {}
 
 
 def register(
-    name: str, summary: str, params: Mapping[str, Param], *, needs_step_model: bool = False
+    name: str,
+    summary: str,
+    params: Mapping[str, Param],
+    *,
+    needs_step_model: bool = False,
+    reads: tuple[str, ...] = (),
 ) -> Callable[[Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]], Any]:
     """Class/function decorator adding a policy factory to :data:`POLICIES`.
 
     ``params`` declares every parameter (see :class:`~llmscale.policies.params.Param`); the
     factory receives them merged over their defaults, each already checked against its range.
+    ``reads`` declares the catalogue signals the policy reads by name; each is checked against
+    the catalogue when the policy is built (``tests/policies/test_declared_reads.py`` checks that
+    a policy module reads no signal by name that its policies do not declare).
     """
 
     def wrap(factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]) -> Any:
-        POLICIES[name] = PolicyInfo(name, summary, factory, dict(params), needs_step_model)
+        POLICIES[name] = PolicyInfo(name, summary, factory, dict(params), needs_step_model, tuple(reads))
         return factory
 
     return wrap
@@ -159,6 +164,21 @@ def _check_signal_name(policy: str, key: str, value: Any) -> None:
             )
 
 
+def _check_reads(info: PolicyInfo) -> None:
+    """Every signal the policy declares it reads is one the catalogue has: a name it does not would
+    read as "no data" at every tick, and the fleet would never scale."""
+    from llmscale.signals.catalog import SIGNALS
+
+    unknown = [s for s in info.reads if s not in SIGNALS]
+    if unknown:
+        close = {u: difflib.get_close_matches(u, SIGNALS, n=1) for u in unknown}
+        hints = "".join(f"; did you mean {c[0]!r} for {u!r}?" for u, c in close.items() if c)
+        raise ConfigError(
+            f"policy {info.name!r} reads {', '.join(map(repr, unknown))}: not in the signal catalogue "
+            f"(src/llmscale/signals/catalog.py){hints}"
+        )
+
+
 def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | None = None) -> Policy[Any]:
     """Build a registered policy; unknown names or parameters, wrong types, out-of-range values and
     signal names the catalogue does not have raise ConfigError naming them
@@ -171,6 +191,7 @@ def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | Non
     merged = info.check_params(params or {})
     for key, value in merged.items():
         _check_signal_name(name, key, value)
+    _check_reads(info)
     try:
         return info.factory(ctx, merged)
     except (TypeError, ValueError, ArithmeticError) as e:

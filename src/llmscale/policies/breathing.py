@@ -96,7 +96,7 @@ from llmscale.policies.params import (
     WINDOW_RANGE,
     Param,
 )
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["BreathingConfig", "BreathingPolicy", "BreathingState", "rhythm_blocks_scale_in"]
 
@@ -221,7 +221,9 @@ class BreathingPolicy:
         }
         if queue is None:
             new_state = BreathingState(None, None, last_phase, last_phase_t, omega)
-            return Decision(current, "no-data", inputs, f"missing {cfg.queue_signal}"), new_state
+            return Decision(
+                current, "no-data", inputs, f"missing {cfg.queue_signal}", no_data=NoData((cfg.queue_signal,))
+            ), new_state
 
         if signals.fleet.active == 0 and waiting is not None and waiting > 0.0:
             new_state = BreathingState(None, None, last_phase, last_phase_t, omega)
@@ -313,6 +315,16 @@ _PARAMS: dict[str, Param] = {
     "seed 003 ch.1 + 2.5: P99 > 2 s or queue > 10 for 30 s -> up now (early on z > 3); "
     "GPU < 30% and no new requests for 2 min -> -1, unless the load's rhythm is about to rise",
     _PARAMS,
+    reads=(
+        "queue_waiting",
+        "running",
+        "request_rate_rps",
+        "gpu_util_mean",
+        "load_zscore",
+        "rhythm_amplitude_ratio",
+        "rhythm_decay",
+        "rhythm_phase",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BreathingPolicy:
     horizon = params["horizon_s"]

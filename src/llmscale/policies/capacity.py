@@ -32,7 +32,7 @@ the decode steps, keeps TPOT within ``ctx.slo_tpot_s``::
          + (B / D) x [mixed step with one prompt of P tokens - the same step without it]  <= slo_tpot
 
 (B / D requests finish, and as many start, per decode step in steady state),
-capped by ``max_num_seqs`` (``ctx.extra``, vLLM's default 256) and by the KV
+capped by ``max_num_seqs`` (the deployment's, vLLM's default 256) and by the KV
 cache (capacity tokens / (P + D/2)).
 
 The active requests cannot be divided by ``B`` as they are: how many requests
@@ -79,7 +79,7 @@ from llmscale.policies.params import (
     WINDOW_RANGE,
     Param,
 )
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
     "CalibratedCapacityPolicy",
@@ -170,7 +170,7 @@ class CapacityPolicy:
         current = signals.fleet.spec_replicas
         inp, state, why = _read(signals, state)
         if inp is None:
-            return Decision(current, "no-data", {}, why), state
+            return Decision(current, "no-data", {}, why, no_data=NoData()), state
         seq = inp.prompt + inp.decode
         tps, per_gpu = seed_tps(cfg, seq)
         gpus = max(1, math.ceil(inp.active / max(per_gpu, 1)))
@@ -269,7 +269,7 @@ class CalibratedCapacityPolicy:
         current = signals.fleet.spec_replicas
         inp, state, why = _read(signals, state)
         if inp is None:
-            return Decision(current, "no-data", {}, why), state
+            return Decision(current, "no-data", {}, why, no_data=NoData()), state
         rate = signals.get("request_rate_rps")
         if inp.active == 0.0 and not rate:
             return Decision(1, "idle", {"active_requests": 0.0}, "nothing running or waiting"), state
@@ -313,6 +313,7 @@ class CalibratedCapacityPolicy:
         "tick_s": Param(15.0, TICK_RANGE, unit="s"),
         "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
     },
+    reads=("running", "queue_waiting", "prompt_len_mean_tokens", "decode_steps_mean"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
     cfg = CapacityConfig(
@@ -338,11 +339,12 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
         "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
     },
     needs_step_model=True,
+    reads=("running", "queue_waiting", "prompt_len_mean_tokens", "decode_steps_mean", "request_rate_rps"),
 )
 def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> CalibratedCapacityPolicy:
     tpot = ctx.slo_tpot_s if params["tpot_s"] is None else float(params["tpot_s"])
     seqs = params["max_num_seqs"]
-    max_seqs = int(ctx.extra.get("max_num_seqs", 256) if seqs is None else seqs)
+    max_seqs = int(ctx.max_num_seqs if seqs is None else seqs)
     fraction = float(params["target_fraction"])
     tick = float(params["tick_s"])
     stab = float(params["down_stabilization_s"])

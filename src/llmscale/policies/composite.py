@@ -59,7 +59,7 @@ from typing import Any
 
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["CompositeConfig", "CompositePolicy", "composite_score"]
 
@@ -156,7 +156,9 @@ class CompositePolicy:
                 )
                 if v is None
             ]
-            return Decision(current, "no-data", inputs, f"missing {', '.join(missing)}"), None
+            return Decision(
+                current, "no-data", inputs, f"missing {', '.join(missing)}", no_data=NoData(tuple(missing))
+            ), None
 
         score, p, d, g = composite_score(cfg, prompt, decode, growth)
         inputs.update(
@@ -205,6 +207,13 @@ _PARAMS: dict[str, Param] = {
     "seed 000 3.1: 0.3 prompt + 0.4 decode + 0.3 KV growth > 85% for 3 periods -> +1; "
     "KV shrinking and prompts < 128 tokens -> halve",
     _PARAMS,
+    reads=(
+        "queue_per_replica",
+        "kv_usage_mean",
+        "kv_growth_pct_per_step",
+        "prompt_len_mean_tokens",
+        "decode_steps_mean",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CompositePolicy:
     cfg = CompositeConfig(

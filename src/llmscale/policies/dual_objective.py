@@ -42,7 +42,7 @@ from typing import Any
 
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["DualObjectiveConfig", "DualObjectivePolicy"]
 
@@ -82,7 +82,9 @@ class DualObjectivePolicy:
         inputs: dict[str, float | None] = {"p95_s": p95, "oom_risk": risk}
         if p95 is None or risk is None:
             missing = [n for n, v in ((cfg.latency_signal, p95), ("oom_risk", risk)) if v is None]
-            return Decision(current, "no-data", inputs, f"missing {', '.join(missing)}"), None
+            return Decision(
+                current, "no-data", inputs, f"missing {', '.join(missing)}", no_data=NoData(tuple(missing))
+            ), None
         lat = p95 / cfg.p95_threshold_s
         oom = risk / cfg.oom_threshold
         pressure = cfg.w_latency * lat + cfg.w_oom * oom
@@ -126,6 +128,7 @@ _PARAMS: dict[str, Param] = {
     "dual-objective",
     "seed 003 3.2: TTFT P95 > 200 ms AND OOM risk > 0.35 -> +1; 0.6/0.4-weighted pressure < 0.5 -> -1",
     _PARAMS,
+    reads=("queue_waiting", "running", "oom_risk"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> DualObjectivePolicy:
     cfg = DualObjectiveConfig(

@@ -62,7 +62,7 @@ KV -- answered by the model the simulator itself runs.
 SLOs are llmscale's (``slo_ttft_s``, ``slo_tpot_s`` as the ITL target) instead of
 Dynamo's ``--ttft 500 ms`` / ``--itl 50 ms``; ``max_num_batched_tokens`` 8192 and
 ``max_num_seqs`` 256 are vLLM's defaults (or the simulator's, from
-``PolicyContext.extra``). ``min_endpoint`` is ``max(1, min_replicas)``.
+the ``Deployment``). ``min_endpoint`` is ``max(1, min_replicas)``.
 
 Deviations: Dynamo's default load predictor is ARIMA (pmdarima) and Prophet
 is offered; both need heavy libraries and are not reproduced (``constant`` is
@@ -96,7 +96,7 @@ from llmscale.metrics.names import VLLM
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_positive, clamp
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
     "AggCapacity",
@@ -451,7 +451,9 @@ class DynamoSlaPolicy:
         # The interval closes: one data point per predictor, then plan the next interval.
         interval_s = now_s - start
         if not observed:
-            decision = Decision(held, "no-data", {}, "no request rate observed in the interval")
+            decision = Decision(
+                held, "no-data", {}, "no request rate observed in the interval", no_data=NoData()
+            )
             return decision, DynamoSlaState(now_s, (), state.num_req, state.isl, state.osl, state.planned)
         mean_rate = sum(r for r, _, _ in observed) / len(observed)
         num_req_hist = add_point(state.num_req, mean_rate * interval_s)
@@ -471,7 +473,9 @@ class DynamoSlaPolicy:
             "demand_rps": demand_rps,
         }
         if next_isl is None or next_osl is None or next_isl <= 0 or next_osl <= 0:
-            return Decision(held, "no-data-request-shape", inputs, "no mean ISL/OSL observed yet"), next_state
+            return Decision(
+                held, "no-data-request-shape", inputs, "no mean ISL/OSL observed yet", no_data=NoData()
+            ), next_state
         cap = agg_engine_capacity(
             self.perf,
             next_isl,
@@ -511,7 +515,10 @@ class DynamoSlaPolicy:
         )
         rule = budget_rule or rule
         desired = clamp(desired, cfg.min_replicas, cfg.max_replicas)
-        return Decision(desired, rule, inputs), replace(next_state, planned=desired)
+        # Held for want of a profile (wanted = current: the cap cannot change it), unless the GPU
+        # budget decided instead.
+        no_data = NoData(("profile",)) if cap.engine_rps <= 0.0 and not budget_rule else None
+        return Decision(desired, rule, inputs, no_data=no_data), replace(next_state, planned=desired)
 
 
 # -- dynamo-load ------------------------------------------------------------------------------------
@@ -578,18 +585,22 @@ class DynamoLoadPolicy:
             note = f"{n} ready of {fleet.spec_replicas} desired: observing only"
             return Decision(held, "scaling-in-progress", {"ready": float(n)}, note), None
         if signals.unknown_replicas > 0 or n == 0:
-            return Decision(held, "no-data", {"ready": float(n)}, "an engine's metrics are unknown"), None
+            return Decision(
+                held, "no-data", {"ready": float(n)}, "an engine's metrics are unknown", no_data=NoData()
+            ), None
         isl = signals.get("prompt_len_mean_tokens") or DEFAULT_ISL_TOKENS
         osl = signals.get("decode_steps_mean") or DEFAULT_OSL_TOKENS
         engines: list[_Engine] = []
         for pod, m in sorted(signals.per_replica.items()):
             kv, waiting, running = m.get(KV_METRIC), m.get(WAITING_METRIC), m.get(RUNNING_METRIC)
             if kv is None or waiting is None or running is None:
-                return Decision(held, "no-data", {}, f"{pod} reports no KV / queue / running"), None
+                return Decision(
+                    held, "no-data", {}, f"{pod} reports no KV / queue / running", no_data=NoData()
+                ), None
             engines.append(_Engine(kv * cfg.max_kv_tokens, waiting * isl, round(running)))
         if len(engines) != n:
             note = f"{len(engines)} engines report metrics, {n} are ready"
-            return Decision(held, "no-data-worker-count-mismatch", {}, note), None
+            return Decision(held, "no-data-worker-count-mismatch", {}, note, no_data=NoData()), None
 
         if cfg.optimization_target in EASY_KV_THRESHOLDS:
             desired, rule, inputs = self._easy(engines, n)
@@ -696,8 +707,8 @@ def _perf_for(ctx: PolicyContext) -> tuple[StepModel, int | None]:
     perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
     try:
         kv_tokens: int | None = perf.kv_capacity_tokens(
-            max_num_batched_tokens=int(ctx.extra.get("max_num_batched_tokens", 8192)),
-            max_num_seqs=int(ctx.extra.get("max_num_seqs", 256)),
+            max_num_batched_tokens=ctx.max_num_batched_tokens,
+            max_num_seqs=ctx.max_num_seqs,
         )
     except ConfigError:
         kv_tokens = None
@@ -724,6 +735,7 @@ _SLA_PARAMS: dict[str, Param] = {
     "NVIDIA Dynamo SLA planner (agg): predicted demand / engine capacity at the SLOs, every 180 s",
     _SLA_PARAMS,
     needs_step_model=True,
+    reads=("arrival_rate_rps", "request_rate_rps", "prompt_len_mean_tokens", "decode_steps_mean"),
 )
 def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
     predictor = str(params["load_predictor"])
@@ -742,8 +754,8 @@ def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
         kalman_r=float(params["kalman_r"]),
         ttft_sla_s=ctx.slo_ttft_s,
         itl_sla_s=ctx.slo_tpot_s,
-        max_num_batched_tokens=int(ctx.extra.get("max_num_batched_tokens", 8192)),
-        max_num_seqs=int(ctx.extra.get("max_num_seqs", 256)),
+        max_num_batched_tokens=ctx.max_num_batched_tokens,
+        max_num_seqs=ctx.max_num_seqs,
         max_kv_tokens=kv_tokens,
         gpus_per_engine=ctx.tp,
         max_gpu_budget=int(params["max_gpu_budget"]),
@@ -773,6 +785,7 @@ _LOAD_PARAMS: dict[str, Param] = {
     "NVIDIA Dynamo load planner (agg): +1 when all engines miss the SLO, -1 after an N/(N-1) check",
     _LOAD_PARAMS,
     needs_step_model=True,
+    reads=("prompt_len_mean_tokens", "decode_steps_mean", "prompt_tps"),
 )
 def _make_load(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoLoadPolicy:
     target = str(params["optimization_target"])
@@ -786,7 +799,7 @@ def _make_load(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoLoadPolic
         sensitivity=sensitivity_pct / 100.0,
         ttft_sla_s=ctx.slo_ttft_s,
         itl_sla_s=ctx.slo_tpot_s,
-        max_num_batched_tokens=int(ctx.extra.get("max_num_batched_tokens", 8192)),
+        max_num_batched_tokens=ctx.max_num_batched_tokens,
         max_kv_tokens=kv_tokens,
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,

@@ -68,7 +68,7 @@ from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.hpa import hpa_replicas_for_metric
 from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, TICK_RANGE, Param
 from llmscale.signals.gpu import seed_composite_util
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["EffectiveVramPolicy", "GpuMemCopyPolicy", "HpaTarget", "hpa_decision", "pod_values"]
 
@@ -101,7 +101,7 @@ def hpa_decision(signals: Signals, values: Mapping[str, float | None], t: HpaTar
         "pods_with_sample": float(len(present)),
     }
     if not present:
-        return Decision(current, "no-data", inputs, f"no pod reports {metric}")
+        return Decision(current, "no-data", inputs, f"no pod reports {metric}", no_data=NoData())
     desired, ratio, rule = hpa_replicas_for_metric(values, t.target, t.tolerance, current)
     desired = max(0, desired)  # a negative sample (a broken exporter) must not propose negative replicas
     inputs["usage_ratio"] = ratio
@@ -187,6 +187,7 @@ _HPA_COMMON: dict[str, Param] = {
     "seed 000 ch.1: HPA on max(SM_ACTIVE %, MEM_COPY_UTIL) per pod, target 35%",
     # Under 1% the usage ratio (mean / target) of a busy pod overflows for denormal targets.
     {"target_pct": Param(35.0, "[1, 100]", unit="%"), **_HPA_COMMON},
+    reads=("gpu_composite_util",),
 )
 def _make_mem_copy(ctx: PolicyContext, params: Mapping[str, Any]) -> GpuMemCopyPolicy:
     return GpuMemCopyPolicy(_target("gpu-mem-copy", params, "target_pct"))
@@ -196,6 +197,7 @@ def _make_mem_copy(ctx: PolicyContext, params: Mapping[str, Any]) -> GpuMemCopyP
     "effective-vram",
     "seed 000 3.3: HPA on 0.4 used/total + 0.3 bw/bw_max + 0.3 l2_miss/0.8, target 0.85",
     {"target": Param(0.85, AMOUNT_RANGE), **_HPA_COMMON},
+    reads=("effective_vram",),
 )
 def _make_effective_vram(ctx: PolicyContext, params: Mapping[str, Any]) -> EffectiveVramPolicy:
     return EffectiveVramPolicy(_target("effective-vram", params, "target"))

@@ -44,7 +44,7 @@ from llmscale.metrics.names import DCGM
 from llmscale.policies._hpa_behavior import HpaBehavior, HpaState, apply_hpa_behavior
 from llmscale.policies.base import PolicyContext, PolicyParamError, register
 from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, TICK_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["HpaConfig", "HpaPolicy", "HpaState", "hpa_replicas_for_metric"]
 
@@ -140,6 +140,9 @@ class HpaPolicy:
                 "raw_recommendation": float(raw),
                 "pods_counted": float(len(values)),
             },
+            # no pod reported the metric: the HPA holds its scale (``no-metrics``), and the
+            # controller's guard never lets a stabilised recommendation shrink the fleet on it
+            no_data=None if present else NoData((cfg.metric,)),
         )
         return decision, next_state
 

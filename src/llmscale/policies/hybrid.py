@@ -99,7 +99,7 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import COUNT_MAX, DURATION_RANGE, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
     "HybridConfig",
@@ -142,6 +142,8 @@ class HybridVerdict:
     rule: str
     inputs: Mapping[str, float | None]
     note: str = ""
+    #: the rules could not read their inputs (a step of 0)
+    no_data: NoData | None = None
 
 
 def hybrid_verdict(cfg: HybridConfig, signals: Signals) -> HybridVerdict:
@@ -169,7 +171,11 @@ def hybrid_verdict(cfg: HybridConfig, signals: Signals) -> HybridVerdict:
     missing = [n for n, v in ((cfg.queue_signal, queue), ("gpu_util_mean", gpu)) if v is None]
     if queue is None or gpu is None:
         return HybridVerdict(
-            0, "no-data", inputs, f"missing {', '.join(missing)}: the seed makes no decision"
+            0,
+            "no-data",
+            inputs,
+            f"missing {', '.join(missing)}: the seed makes no decision",
+            no_data=NoData(tuple(missing)),
         )
     if queue > cfg.queue_critical:
         inputs["threshold"] = cfg.queue_critical
@@ -206,7 +212,8 @@ def hybrid_verdict(cfg: HybridConfig, signals: Signals) -> HybridVerdict:
         warns.append(f"GPU {gpu:.0f}% > critical {cfg.gpu_critical_pct:g}%")
     note = "; ".join(warns)
     if not p99_known:
-        return HybridVerdict(0, "no-data-p99", inputs, f"{cfg.p99_signal} undefined with requests in flight")
+        note = f"{cfg.p99_signal} undefined with requests in flight"
+        return HybridVerdict(0, "no-data-p99", inputs, note, no_data=NoData((cfg.p99_signal,)))
     return HybridVerdict(0, "hold", inputs, note)
 
 
@@ -234,7 +241,8 @@ class HybridPolicy:
 
     def decide(self, signals: Signals, state: None, now_s: float) -> tuple[Decision, None]:
         v = hybrid_verdict(self.config, signals)
-        return Decision(signals.fleet.spec_replicas + v.step, v.rule, v.inputs, v.note, relative=True), None
+        current = signals.fleet.spec_replicas
+        return Decision(current + v.step, v.rule, v.inputs, v.note, relative=True, no_data=v.no_data), None
 
 
 # -- hybrid-predictive -----------------------------------------------------------------
@@ -326,7 +334,7 @@ class HybridPredictivePolicy:
             cap *= 0.5 ** ((now_s - cap_t) / pc.capacity_half_life_s)
             cap_t = now_s
         queue = signals.get(cfg.queue_signal)
-        no_data = v.rule.startswith("no-data")
+        no_data = v.no_data is not None
         healthy = v.step <= 0 and not no_data and queue is not None and queue <= cfg.queue_warn
         if healthy and rate is not None and rate > 0.0 and working >= 1.0:
             observed = rate / working
@@ -352,7 +360,9 @@ class HybridPredictivePolicy:
             }
         )
         if no_data or rate is None:
-            return Decision(current + v.step, v.rule, inputs, v.note, relative=True), new_state
+            return Decision(
+                current + v.step, v.rule, inputs, v.note, relative=True, no_data=v.no_data
+            ), new_state
         # Predictive scale-up, not where the reactive rules find the fleet idle (their scale-down zone).
         ahead = (
             forecast is not None
@@ -365,7 +375,7 @@ class HybridPredictivePolicy:
         if v.step < 0 and needed is not None and needed > current + v.step:
             note = f"forecast needs {needed} replica(s): {v.rule} overruled"
             return Decision(current, "predictive-hold", inputs, note), new_state
-        return Decision(current + v.step, v.rule, inputs, v.note, relative=True), new_state
+        return Decision(current + v.step, v.rule, inputs, v.note, relative=True, no_data=v.no_data), new_state
 
 
 # -- registry ----------------------------------------------------------------------------
@@ -436,6 +446,7 @@ def _config(ctx: PolicyContext, p: Mapping[str, Any]) -> HybridConfig:
     "seed 002 3.2: queue > 50, or P99 > 5 s with GPU > 85% -> +1; GPU < 30%, queue 0, P99 < 2 s -> -1; "
     "cooldowns 120 s up / 600 s down",
     _PARAMS,
+    reads=("gpu_util_mean", "running"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPolicy:
     return HybridPolicy(_config(ctx, params))
@@ -445,6 +456,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPolicy:
     "hybrid-predictive",
     "seed 002 5.1: Holt forecast of the request rate one cold start ahead, reactive hybrid as the fallback",
     _PREDICTIVE_PARAMS,
+    reads=("gpu_util_mean", "running", "request_rate_rps", "serving_replicas", "ghost_replicas"),
 )
 def _make_predictive(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPredictivePolicy:
     horizon = params["horizon_s"]

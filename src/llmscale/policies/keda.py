@@ -61,7 +61,7 @@ from llmscale.policies._hpa_behavior import (
 )
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, NONNEG_RANGE, TICK_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["KedaConfig", "KedaPolicy", "KedaState", "external_average_value_replicas"]
 
@@ -166,7 +166,11 @@ class KedaPolicy:
             note = f"{cfg.signal} is null: read as 0 (ignoreNullValues); the KEDA rule was {rule!r}"
             rule = "no-data-null-as-zero"
         desired = clamp(desired, cfg.min_replicas, cfg.max_replicas)
-        return Decision(desired, rule, inputs, note), KedaState(hpa=hpa_state, last_active_s=last_active)
+        # KEDA reads the null as 0 and proposes on it; the decision still rests on missing data,
+        # so the controller's guard holds the scale-down it would make.
+        no_data = NoData((cfg.signal,)) if null else None
+        decision = Decision(desired, rule, inputs, note, no_data=no_data)
+        return decision, KedaState(hpa=hpa_state, last_active_s=last_active)
 
 
 _PARAMS: dict[str, Param] = {

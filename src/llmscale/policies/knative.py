@@ -63,7 +63,7 @@ from llmscale.policies.params import (
     TICK_RANGE,
     Param,
 )
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["KpaConfig", "KpaPolicy", "KpaState"]
 
@@ -134,7 +134,9 @@ class KpaPolicy:
         if running is None or waiting is None:
             held = clamp(fleet.spec_replicas, cfg.min_replicas, cfg.max_replicas)
             missing = "running" if running is None else "queue_waiting"
-            return Decision(held, "no-data", {"ready": float(fleet.ready)}, f"{missing} unavailable"), state
+            return Decision(
+                held, "no-data", {"ready": float(fleet.ready)}, f"{missing} unavailable", no_data=NoData()
+            ), state
 
         concurrency = running + waiting
         kept = tuple(s for s in state.samples if now_s - s[0] < cfg.stable_window_s)
@@ -236,6 +238,7 @@ _PARAMS: dict[str, Param] = {
     "knative-kpa",
     "Knative KPA on in-flight requests per pod (target 70): 60 s stable / 6 s panic windows",
     _PARAMS,
+    reads=("queue_waiting", "running"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> KpaPolicy:
     cfg = KpaConfig(

@@ -76,7 +76,7 @@ from llmscale.policies.params import (
     WINDOW_RANGE,
     Param,
 )
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
     "DELAY_EPS_S",
@@ -259,7 +259,7 @@ class RayServePolicy:
         sampled, missing = self._sample(signals, state, now_s)
         if missing is not None:
             held = clamp(target, cfg.min_replicas, cfg.max_replicas)
-            return Decision(held, "no-data", {}, f"{missing} unavailable"), state
+            return Decision(held, "no-data", {}, f"{missing} unavailable", no_data=NoData()), state
         total = time_weighted_mean(sampled.pushed, now_s)
         desired, rule, direction, since = decide_replicas(
             cfg, total, running_replicas, target, state.direction, state.run_since_s, now_s
@@ -299,6 +299,7 @@ _PARAMS: dict[str, Param] = {
     "Ray Serve 2.60 default policy: 30 s time-weighted mean of ongoing requests / 2 per replica, "
     "up after 30 s, down after 600 s",
     _PARAMS,
+    reads=("queue_waiting", "running"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> RayServePolicy:
     smoothing = float(params["smoothing_factor"])

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
 from llmscale.signals.histograms import LATENCY_WINDOW_S
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
@@ -342,7 +342,9 @@ class SloPolicy:
         queue = signals.get("queue_waiting")
         running = signals.get("running")
         if served is None or queue is None or running is None:
-            return Decision(current, "no-data", {"request_rate_rps": served, "queue_waiting": queue}), state
+            return Decision(
+                current, "no-data", {"request_rate_rps": served, "queue_waiting": queue}, no_data=NoData()
+            ), state
 
         # Arrival rate = served rate + growth of the requests in the system.
         in_system = queue + running
@@ -493,9 +495,21 @@ def _timeout(param: Any, deployment: Any) -> float | None:
 
 @register(
     "slo",
-    "llmscale's default: model-based capacity x load forecast one cold start ahead, reactive on backlog/TTFT",
+    "llmscale's default: model-based capacity (TTFT and TPOT tails) x load forecast one cold start ahead, "
+    "reactive on backlog/TTFT/TPOT",
     _PARAMS,
     needs_step_model=True,
+    reads=(
+        "request_rate_rps",
+        "queue_waiting",
+        "queue_per_replica",
+        "running",
+        "ttft_p99_s",
+        "tpot_p99_s",
+        "itl_p99_s",
+        "prompt_len_mean_tokens",
+        "decode_steps_mean",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
     return SloPolicy(
@@ -511,7 +525,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             trend_ticks=int(params["trend_ticks"]),
             max_trend_growth=float(params["max_trend_growth"]),
             queue_shrink_holds=bool(params["queue_shrink_holds"]),
-            client_timeout_s=_timeout(params.get("client_timeout_s"), ctx.extra.get("client_timeout_s")),
+            client_timeout_s=_timeout(params.get("client_timeout_s"), ctx.client_timeout_s),
             burst_z=float(params["burst_z"]),
             drain_s=float(params["drain_s"]),
             queue_per_replica=float(params["queue_per_replica"]),
@@ -520,8 +534,8 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             model=ctx.model,
             gpu=ctx.gpu,
             tp=ctx.tp,
-            max_num_seqs=int(ctx.extra.get("max_num_seqs", 256)),
-            max_num_batched_tokens=int(ctx.extra.get("max_num_batched_tokens", 8192)),
+            max_num_seqs=ctx.max_num_seqs,
+            max_num_batched_tokens=ctx.max_num_batched_tokens,
             miss_budget=float(params["miss_budget"]),
             tail_reacts_above=float(params["tail_reacts_above"]),
             calibration=ctx.calibration,

@@ -35,5 +35,5 @@ _PARAMS = {
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> StaticPolicy:
     n = params["replicas"]
     if n is None:
-        n = ctx.extra.get("initial_replicas", ctx.min_replicas)
+        n = ctx.initial_replicas
     return StaticPolicy(replicas=int(n))

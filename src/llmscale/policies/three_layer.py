@@ -33,7 +33,7 @@ In llmscale's terms:
   is unscraped (the fleet is in transition: its signals describe a fleet
   that is about to change).
 * **Resource layer** (admission). Scale-out: the GPU budget
-  (``ctx.extra["gpu_budget"]`` or the ``gpu_budget`` parameter, GPUs for the
+  (the deployment's ``gpu_budget`` or the ``gpu_budget`` parameter, GPUs for the
   whole target, ``ctx.tp`` per replica) caps the replicas (``resource-gpu-budget``);
   the budget is also handed to the guard (``guard_overrides``). Scale-in:
   the survivors' KV headroom, KV usage x N / (N - 1) < 0.8 (seed 002 5.4's
@@ -59,7 +59,7 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["ThreeLayerConfig", "ThreeLayerPolicy"]
 
@@ -118,7 +118,9 @@ class ThreeLayerPolicy:
             "starting": float(fleet.starting),
         }
         if queue is None or qpr is None:
-            return Decision(current, "no-data", inputs, "request layer: no queue or latency signal"), None
+            return Decision(
+                current, "no-data", inputs, "request layer: no queue or latency signal", no_data=NoData()
+            ), None
 
         # 1. Request layer: the trigger.
         if fleet.active == 0 and queue > 0.0:
@@ -197,11 +199,21 @@ _PARAMS: dict[str, Param] = {
     "seed 003 3.1: request layer (TTFT SLO, queue 5/replica) triggers, instance layer checks readiness, "
     "resource layer admits (GPU budget, KV headroom)",
     _PARAMS,
+    reads=(
+        "queue_waiting",
+        "queue_per_replica",
+        "running",
+        "ttft_p95_s",
+        "ttft_p99_s",
+        "kv_usage_mean",
+        "preemptions_per_s",
+        "request_rate_rps",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ThreeLayerPolicy:
     budget = params["gpu_budget"]
     if budget is None:
-        budget = ctx.extra.get("gpu_budget")
+        budget = ctx.gpu_budget
     slo = params["ttft_slo_s"]
     cfg = ThreeLayerConfig(
         ttft_slo_s=ctx.slo_ttft_s if slo is None else float(slo),

@@ -55,7 +55,7 @@ from llmscale.metrics.names import VLLM
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import AMOUNT_RANGE, TICK_RANGE, WINDOW_RANGE, Param
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["SaturationAnalysis", "WvaConfig", "WvaPolicy", "WvaState", "analyze_saturation"]
 
@@ -168,7 +168,9 @@ class WvaPolicy:
                 f"{signals.unknown_replicas} unscraped replica(s); pods without KV/queue metrics: "
                 f"{', '.join(missing) or '-'} (WVA would read them as 0)"
             )
-            return Decision(held, "no-data", {"missing_pods": float(len(missing))}, note), next_state
+            return Decision(
+                held, "no-data", {"missing_pods": float(len(missing))}, note, no_data=NoData()
+            ), next_state
         pods_now = {p for _, p, _, _ in fresh}
         if len(pods_now) != spec:
             note = f"{len(pods_now)} pods report metrics, {spec} desired: scaling blocked"

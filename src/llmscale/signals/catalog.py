@@ -4,7 +4,7 @@
 None`` when the signal cannot be computed (no data, stale, or undefined, e.g.
 a percentile over a window with no requests). Percent-valued signals say so;
 ratios are 0..1; "x" is a multiple (observed / predicted, 1 = as modelled).
-Windows are over the controller's recent observations (``controller.loop.WINDOW_LEN`` ticks).
+Windows are over the controller's recent observations (``controller.core.WINDOW_LEN`` ticks).
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ pool is exhausted; it preempts and recomputes, which is the "OOM" that costs
 latency; seed 003's trigger pairs it with P95 latency at p > 0.35.)
 
 The seed fits its model on JVM/eBPF telemetry (AUC 0.927); these coefficients
-are fitted on simulated runs by :mod:`llmscale.signals.fit_oom`, label = the
+are fitted on simulated runs by :mod:`llmscale.offline.oom_fit`, label = the
 replica preempts in the next 60 s. Regenerate with::
 
-    .venv/bin/python -m llmscale.signals.fit_oom
+    .venv/bin/python -m llmscale.offline.oom_fit
 
 and paste the printed constants below.
 """
@@ -29,8 +29,8 @@ from llmscale.types import SignalValue
 
 __all__ = ["OOM_COEFFICIENTS", "OomFeatures", "oom_features", "oom_probability", "oom_signals"]
 
-# Fitted by `.venv/bin/python -m llmscale.signals.fit_oom` (8 scenarios x 2 seeds, Llama-3-8B on
-# H100, llmscale.perf; see fit_oom.py). Train (seed 1): 6960 replica-ticks, 1551 preempting within
+# Fitted by `.venv/bin/python -m llmscale.offline.oom_fit` (8 scenarios x 2 seeds, Llama-3-8B on
+# H100, llmscale.perf; see offline/oom_fit.py). Train (seed 1): 6960 replica-ticks, 1551 preempting within
 # 60 s; AUC 0.970, log-loss 0.171 nats (base rate 0.531). Held out (seed 2): 6960 rows, 1562
 # positives; AUC 0.973, log-loss 0.162 (base rate 0.533). Reading: a full pool (kv 0.99) with
 # no slope and no preemption yet is a coin flip (p = 0.51); 0.9 preemptions/s on top makes it

@@ -16,6 +16,7 @@ else the cluster's CPUs (each trial is one single-threaded simulation and asks R
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -135,7 +136,7 @@ class RayExecutor:
         self._ray = ray
         try:
             # Only a cluster that is already running: tune never starts one behind the user's back.
-            ray.init(address=address, log_to_driver=False, logging_level="warning")
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ConfigError(f"--ray {address}: cannot connect to a Ray cluster there: {e}") from e
         self._policy = policy
@@ -143,7 +144,7 @@ class RayExecutor:
         self._cases_ref = ray.put(tuple(cases))
         # max_retries=0: a trial that raised is a failed trial, not one to run again.
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_evaluate_remote)
-        cpus = int(ray.cluster_resources().get("CPU", 1))
+        cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
         self.slots = jobs if jobs else max(1, cpus)
         self._refs: dict[Any, int] = {}
 

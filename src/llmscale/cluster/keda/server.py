@@ -11,7 +11,7 @@ publishes its decision here, and a ScaledObject with a trigger of type ``externa
           metricName: llmscale-desired-replicas   # optional; this is the default
 
 * :class:`KedaScaler` holds one ScaledObject's decision and implements the ``Cluster`` protocol, so
-  ``reconcile_once`` actuates through it exactly as through Kubernetes or the simulator.
+  the controller's adapters actuate through it exactly as through Kubernetes or the simulator.
 * :class:`ExternalScalerServicer` answers KEDA from those holders, keyed by the ScaledObject's
   namespace and name (what KEDA sends in ``ScaledObjectRef``; not the Deployment's name).
 * :func:`serve` starts a gRPC server on ``address`` (default ``127.0.0.1:0``, a free loopback port).
@@ -21,7 +21,7 @@ sends nothing yet, so KEDA keeps the current replicas (or, if the ScaledObject s
 goes to ``fallback.replicas`` after ``failureThreshold`` failed polls). A missing decision is never
 reported as 0, which would let KEDA scale a serving fleet to zero.
 
-``reconcile_once`` calls ``scale_to`` only when the decision differs from ``spec_replicas``; before
+The controller calls ``scale_to`` only when the decision differs from ``spec_replicas``; before
 the first decision that is ``initial_replicas``, so a first decision equal to it publishes nothing.
 Callers that want KEDA to hear every decision call ``scale_to`` on every tick: it is a memory write,
 and only a change of activity wakes the streams.

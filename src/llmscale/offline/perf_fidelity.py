@@ -45,7 +45,7 @@ def _summary(errs: Sequence[float]) -> dict[str, Any]:
 
 def e2e_report(points: Sequence[CalPoint], coeffs: PerfCoefficients) -> dict[str, Any]:
     """Errors of the Argonne end-to-end points, held-out configurations apart from fitted ones."""
-    from llmscale.perf.fit import predict
+    from llmscale.offline.perf_fit import predict
 
     pts = [p for p in points if p.source in ("argonne_e2e", "argonne_ttft")]
     preds = predict(pts, coeffs)

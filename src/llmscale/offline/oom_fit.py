@@ -2,7 +2,7 @@
 
 Regenerate the coefficients (about 4 minutes on 2 cores)::
 
-    .venv/bin/python -m llmscale.signals.fit_oom
+    .venv/bin/python -m llmscale.offline.oom_fit
 
 What it does:
 
@@ -54,7 +54,7 @@ __all__ = [
 
 TICK_S = 15.0
 HORIZON_S = 60.0
-WINDOW_LEN = 20  # the controller's (llmscale.controller.loop.WINDOW_LEN)
+WINDOW_LEN = 20  # the controller's (llmscale.controller.core.WINDOW_LEN)
 RIDGE = 1e-3
 
 

@@ -1,0 +1,65 @@
+"""What a policy may know about the deployment it scales, besides signals: one frozen value.
+
+The backtest builds it from its settings (:meth:`llmscale.backtest.runner.BacktestSettings.deployment`),
+``llmscale run`` from its configuration (:func:`llmscale.config.deployment_of`); every policy factory
+and the guard merge read it, so a policy plans alike in both. It replaced a ``PolicyContext`` whose
+engine settings travelled in a dict of magic keys (three in the backtest, one live: live ``slo``
+planned with 256 sequences and no client time-out whatever the target ran).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from llmscale.guards import GuardConfig
+
+if TYPE_CHECKING:
+    from llmscale.perf.profile import FactorScale
+
+__all__ = ["Deployment", "guard_config"]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Model, GPU, TP, engine settings, client time-out, SLOs and bounds of one scaled target.
+
+    Defaults are vLLM V1's scheduler defaults on Llama-3-8B / H100 with the backtest's SLOs.
+    """
+
+    min_replicas: int = 1
+    max_replicas: int = 100
+    #: replicas at the start (the backtest's warm fleet; live: ``min_replicas``); ``static``'s default
+    initial_replicas: int = 1
+    slo_ttft_s: float = 2.0
+    slo_tpot_s: float = 0.1
+    #: length-aware TTFT SLO: seconds more per 1,000 prompt tokens (0: one target for every request)
+    slo_ttft_per_1k_tokens_s: float = 0.0
+    model: str = "llama-3-8b"
+    gpu: str = "h100-80gb"
+    tp: int = 1
+    #: cold start of a new replica, seconds (pending + loading + warmup)
+    cold_start_s: float = 90.0
+    #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
+    calibration: str | None = None
+    #: multipliers on the profile's factors from the live controller's online drift adjustment
+    #: (``drift.adapt``; :mod:`llmscale.perf.drift`), or None: the profile as written
+    perf_scale: FactorScale | None = None
+    #: the engine's scheduler settings (vLLM's ``--max-num-seqs``, ``--max-num-batched-tokens``)
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    #: the clients' time-out, seconds: a request still unanswered after it is abandoned (None: never)
+    client_timeout_s: float | None = None
+    #: GPUs the whole target may use (None: unlimited); ``three-layer``'s resource layer
+    gpu_budget: int | None = None
+
+
+def guard_config(deployment: Deployment, policy: Any, user: Mapping[str, Any] | None = None) -> GuardConfig:
+    """The one place guard settings are merged: the deployment's bounds and GPUs per replica, then
+    what ``policy`` declares it needs (its ``guard_overrides``), then the user's (``guards:``).
+
+    Raises ConfigError for an unknown guard name or an invalid combination.
+    """
+    base = GuardConfig(deployment.min_replicas, deployment.max_replicas, gpus_per_replica=deployment.tp)
+    return base.merged(getattr(policy, "guard_overrides", {}) or {}).merged(user or {})
