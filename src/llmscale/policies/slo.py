@@ -29,6 +29,11 @@ Three parts, each answering a failure of the policies users run today:
    nothing beyond the arrival rate, a queue already shrinking adds nothing,
    and a step in load is not extrapolated as a trend past ``max_trend_growth``.
 
+A standby pool (:mod:`llmscale.policies.standby`) keeps sleeping replicas
+beside the fleet for crowds that outrun a cold start, sized from the bursts
+observed and kept only while the misses it prevents pay for its GPU-hours
+(none on the default preset: see the README); scale-ups wake them first.
+
 Shrinking is left to the guards, all on: the highest proposal of the last
 ``stabilization_down_s`` wins, the KV headroom check, and drain-aware
 removal (cordoned replicas leave only when idle, and come back on a
@@ -45,7 +50,8 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
+from llmscale.policies.params import COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
+from llmscale.policies.standby import StandbyConfig, StandbyState, standby_pool
 from llmscale.signals.histograms import LATENCY_WINDOW_S
 from llmscale.types import Decision, NoData, Signals
 
@@ -116,6 +122,8 @@ class SloConfig:
     #: used until the fleet has reported request lengths
     default_prompt_tokens: float = 1000.0
     default_output_tokens: float = 200.0
+    #: the standby pool of sleeping replicas (policies/standby.py)
+    standby: StandbyConfig = field(default_factory=StandbyConfig)
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,7 @@ class SloState:
     #: ready replicas at the last tick, and when that count last rose
     last_ready: int | None = None
     ready_rose_t: float | None = None
+    standby: StandbyState = field(default_factory=StandbyState)
 
 
 @lru_cache(maxsize=256)
@@ -425,10 +434,24 @@ class SloPolicy:
                 desired = need
                 rule = "backlog" if backlog else ("ttft-over-slo" if slow else "tpot-over-slo")
         desired = max(c.min_replicas, min(c.max_replicas, desired))
+        standby_state = state.standby
+        standby_inputs: dict[str, float | None] = {}
+        if c.standby.enabled:
+            _, standby_state, standby_inputs = standby_pool(
+                # The excess over the level before this tick's arrivals moved it (alpha 0.4 would
+                # hide 40% of a step in the level it is measured against).
+                c.standby,
+                state.standby,
+                now_s,
+                arrivals,
+                level if state.level_rps is None else state.level_rps,
+                cap * c.target_utilization,
+            )
         decision = Decision(
             desired,
             rule,
             {
+                **standby_inputs,
                 "arrival_rps": round(arrivals, 4),
                 "level_rps": round(level, 4),
                 "trend_rps_per_s": round(trend, 5),
@@ -456,6 +479,7 @@ class SloPolicy:
             last_queue=queue,
             last_ready=signals.fleet.ready,
             ready_rose_t=ready_rose_t,
+            standby=standby_state,
         )
         return decision, new_state
 
@@ -484,6 +508,17 @@ _PARAMS: dict[str, Param] = {
         0.5, "[0, 1]", help="latency tails add replicas only above this share of planned capacity"
     ),
     "tick_s": Param(15.0, TICK_RANGE, unit="s"),
+    # The pool's default is in the README (the attainment / GPU-hours curve over pool sizes).
+    "standby_replicas": Param(
+        None,
+        f"[0, {COUNT_MAX}]",
+        kind=int,
+        help="sleeping replicas kept for flash crowds (null: sized from observed bursts when worth it)",
+    ),
+    "standby_memory_s": Param(3600.0, WINDOW_RANGE, unit="s", help="how long an observed burst counts"),
+    "standby_gpu_s_per_miss": Param(
+        1.0, NONNEG_RANGE, unit="GPU-s", help="what one prevented SLO miss is worth (standby: null)"
+    ),
 }
 
 
@@ -540,5 +575,14 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             tail_reacts_above=float(params["tail_reacts_above"]),
             calibration=ctx.calibration,
             perf_scale=ctx.perf_scale,
+            standby=StandbyConfig(
+                replicas=None if params["standby_replicas"] is None else int(params["standby_replicas"]),
+                memory_s=float(params["standby_memory_s"]),
+                gpu_s_per_miss=float(params["standby_gpu_s_per_miss"]),
+                cold_start_s=ctx.cold_start_s,
+                wake_s=ctx.wake_s,
+                gpus_per_replica=ctx.tp,
+                max_replicas=ctx.max_replicas,
+            ),
         )
     )
