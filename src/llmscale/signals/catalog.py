@@ -9,7 +9,17 @@ Windows are over the controller's recent observations (``controller.core.WINDOW_
 
 from __future__ import annotations
 
-__all__ = ["SIGNALS"]
+__all__ = ["SIGNALS", "SUB_TICK_SIGNALS"]
+
+#: Signals the documents define at a finer resolution than any controller tick: seed 004's bandwidth
+#: P95 over 600 samples 100 ms apart and queue entropy over 30 one-second queue lengths, seed 000
+#: 2.4's token throughput over a 200-1000 ms window set by the last 5 one-second throughputs. A
+#: source may carry those samples (``ReplicaSample.sub_tick``, ``Observation.queue_per_s``); the
+#: simulator takes them only for a policy that lists one of these in its ``reads`` (or for a
+#: decision log).
+SUB_TICK_SIGNALS: frozenset[str] = frozenset(
+    {"bw_saturation_p95", "queue_entropy", "throughput_window_ms", "generation_tps_adaptive"}
+)
 
 #: name -> (unit, meaning)
 SIGNALS: dict[str, tuple[str, str]] = {
@@ -46,6 +56,10 @@ SIGNALS: dict[str, tuple[str, str]] = {
     "prompt_tps": ("tokens/s", "prompt tokens per second"),
     "generation_tps": ("tokens/s", "generated tokens per second"),
     "throughput_window_ms": ("ms", "adaptive throughput window of seed 000 2.4"),
+    "generation_tps_adaptive": (
+        "tokens/s",
+        "generated tokens per second over seed 000 2.4's adaptive window (from 100 ms token counts)",
+    ),
     # GPU
     "gpu_util_mean": ("%", "DCGM_FI_DEV_GPU_UTIL mean over serving replicas: time with work in flight"),
     "sm_active_mean": ("ratio", "DCGM_FI_PROF_SM_ACTIVE mean: share of SM cycles holding a warp"),

@@ -185,7 +185,10 @@ _GROUPS: tuple[tuple[Callable[[SignalValues], Mapping[str, SignalValue]], tuple[
             "decode_steps_mean",
         ),
     ),
-    (lambda v: step_rate_signals(v.window), ("request_rate_std_rps", "throughput_window_ms")),
+    (
+        lambda v: step_rate_signals(v.window),
+        ("request_rate_std_rps", "throughput_window_ms", "generation_tps_adaptive"),
+    ),
     (lambda v: kv_usage_signals(v.window), ("kv_usage_mean", "kv_usage_max")),
     (lambda v: {"kv_growth_pct_per_step": kv_growth_signal(v.window)}, ("kv_growth_pct_per_step",)),
     (
