@@ -37,6 +37,10 @@ SIGNALS: dict[str, tuple[str, str]] = {
     "e2e_p99_s": ("s", "P99 end-to-end latency over the window"),
     "itl_p95_s": ("s", "P95 inter-token latency over the window"),
     "itl_p99_s": ("s", "P99 inter-token latency over the window"),
+    # per request: (last token - first token) / (output tokens - 1), what a TPOT SLO judges; one
+    # prefill chunk stretches a single gap (ITL) but a request's TPOT only by its share of gaps
+    "tpot_p95_s": ("s", "P95 of per-request time per output token over the window"),
+    "tpot_p99_s": ("s", "P99 of per-request time per output token over the window"),
     "queue_time_p95_s": ("s", "P95 time requests waited before their first scheduling"),
     # KV cache and request shape
     "kv_usage_mean": ("ratio", "mean KV-cache usage over serving replicas"),

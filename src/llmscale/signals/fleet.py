@@ -169,6 +169,7 @@ _GROUPS: tuple[tuple[Callable[[SignalValues], Mapping[str, SignalValue]], tuple[
             ("ttft", ("ttft_p95_s", "ttft_p99_s")),
             ("e2e", ("e2e_p95_s", "e2e_p99_s")),
             ("itl", ("itl_p95_s", "itl_p99_s")),
+            ("tpot", ("tpot_p95_s", "tpot_p99_s")),
             ("queue_time", ("queue_time_p95_s",)),
         )
     ),
@@ -225,9 +226,9 @@ _GROUP_OF: dict[str, Callable[[SignalValues], Mapping[str, SignalValue]]] = {
 _QUEUE_NAMES = _GROUPS[0][1]
 #: every other name, in the order an eager computation inserts them
 _ORDER_AFTER_QUEUES: tuple[str, ...] = (
-    *(n for _, names in _GROUPS[1:5] for n in names),
+    *(n for _, names in _GROUPS[1:6] for n in names),  # the five latency families
     *RATE_SIGNALS,
-    *(n for _, names in _GROUPS[7:] for n in names),
+    *(n for _, names in _GROUPS[8:] for n in names),
 )
 
 
