@@ -84,7 +84,7 @@ def _page_formatter() -> Any:
     """
     from prometheus_client.utils import floatToGoString as fmt
 
-    from llmscale.emulate.metrics import _COUNTERS, _HELP, _le
+    from llmscale.emulate.metrics import _COUNTERS, _HELP, DERIVED, _le
 
     def labelstr(pairs: tuple[tuple[str, str], ...]) -> str:
         return ",".join(f'{k}="{v}"' for k, v in sorted(pairs))
@@ -101,7 +101,9 @@ def _page_formatter() -> Any:
         dcgm = labelstr(collector._dcgm_labels)
         out: list[str] = []
         add = out.append
-        for name, value in sample.values.items():
+        # The replica's own bandwidth P95 over 60 s, as collect() adds it (seed 004's signal).
+        values = {**sample.values, DERIVED.DRAM_ACTIVE_P95_60S: collector._bw_p95(sample, obs.time_s)}
+        for name, value in values.items():
             is_dcgm = name.startswith("DCGM_")
             doc = _HELP.get(name, f"{name} (DCGM field)" if is_dcgm else name)
             kind = "counter" if name in _COUNTERS else "gauge"
