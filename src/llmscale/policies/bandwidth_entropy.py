@@ -49,7 +49,15 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import DURATION_RANGE, TICK_RANGE, WINDOW_RANGE, Param
+from llmscale.policies.params import (
+    DURATION_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
@@ -63,18 +71,18 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BandwidthEntropyConfig:
-    bw_up: float = 0.85
-    entropy_up: float = 0.72
-    bw_severe: float = 0.9
-    entropy_severe: float = 0.8
-    bw_down: float = 0.4
-    entropy_down: float = 0.25
-    hold_down_s: float = 300.0
-    lag_decay: float = 0.8
-    lag_window_s: float = 300.0
-    compensate_up: bool = False
-    warmup_buffer_s: float = 90.0
-    tick_s: float = 15.0
+    bw_up: float = param(0.85, "[0, 1]")
+    entropy_up: float = param(0.72, "[0, 1]")
+    bw_severe: float = param(0.9, "[0, 1]")
+    entropy_severe: float = param(0.8, "[0, 1]")
+    bw_down: float = param(0.4, "[0, 1]")
+    entropy_down: float = param(0.25, "[0, 1]")
+    hold_down_s: float = param(300.0, DURATION_RANGE, unit="s")
+    lag_decay: float = param(0.8, "(0, 1]")
+    lag_window_s: float = param(300.0, WINDOW_RANGE, unit="s")
+    compensate_up: bool = param(False)
+    warmup_buffer_s: float = param(90.0, DURATION_RANGE, unit="s")
+    tick_s: float = param(15.0, TICK_RANGE, unit="s")
 
 
 @dataclass(frozen=True)
@@ -183,20 +191,7 @@ class BandwidthEntropyPolicy:
 
 
 # Bandwidth is a share of the HBM peak and the queue entropy is normalised: both read 0 to 1.
-_PARAMS: dict[str, Param] = {
-    "bw_up": Param(0.85, "[0, 1]"),
-    "entropy_up": Param(0.72, "[0, 1]"),
-    "bw_severe": Param(0.9, "[0, 1]"),
-    "entropy_severe": Param(0.8, "[0, 1]"),
-    "bw_down": Param(0.4, "[0, 1]"),
-    "entropy_down": Param(0.25, "[0, 1]"),
-    "hold_down_s": Param(300.0, DURATION_RANGE, unit="s"),
-    "lag_decay": Param(0.8, "(0, 1]"),
-    "lag_window_s": Param(300.0, WINDOW_RANGE, unit="s"),
-    "compensate_up": Param(False),
-    "warmup_buffer_s": Param(90.0, DURATION_RANGE, unit="s"),
-    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-}
+_PARAMS: dict[str, Param] = params_of(BandwidthEntropyConfig)
 
 
 @register(
@@ -207,19 +202,9 @@ _PARAMS: dict[str, Param] = {
     reads=("bw_saturation_p95", "queue_entropy"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPolicy:
-    cfg = BandwidthEntropyConfig(
-        bw_up=float(params["bw_up"]),
-        entropy_up=float(params["entropy_up"]),
-        bw_severe=float(params["bw_severe"]),
-        entropy_severe=float(params["entropy_severe"]),
-        bw_down=float(params["bw_down"]),
-        entropy_down=float(params["entropy_down"]),
-        hold_down_s=float(params["hold_down_s"]),
-        lag_decay=float(params["lag_decay"]),
-        lag_window_s=float(params["lag_window_s"]),
-        compensate_up=bool(params["compensate_up"]),
-        warmup_buffer_s=float(params["warmup_buffer_s"]),
-        tick_s=float(params["tick_s"]),
+    cfg = config_from(
+        BandwidthEntropyConfig,
+        params,
     )
     if cfg.bw_down >= cfg.bw_up or cfg.entropy_down >= cfg.entropy_up:
         raise ConfigError(
