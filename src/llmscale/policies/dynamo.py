@@ -92,7 +92,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
 
 from llmscale.errors import ConfigError
-from llmscale.metrics.names import VLLM
+from llmscale.metrics.names import VllmMetric
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_positive, clamp
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import (
@@ -121,9 +121,9 @@ __all__ = [
     "kalman_forecast",
 ]
 
-KV_METRIC: str = VLLM.kv_usage or "vllm:kv_cache_usage_perc"
-WAITING_METRIC: str = VLLM.waiting or "vllm:num_requests_waiting"
-RUNNING_METRIC: str = VLLM.running or "vllm:num_requests_running"
+KV_METRIC: str = VllmMetric.KV_USAGE
+WAITING_METRIC: str = VllmMetric.WAITING
+RUNNING_METRIC: str = VllmMetric.RUNNING
 
 #: Dynamo's ``defaults.py`` request shape, used until the fleet has finished a request.
 DEFAULT_ISL_TOKENS = 3000.0

@@ -51,7 +51,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from llmscale.metrics.names import VLLM
+from llmscale.metrics.names import VllmMetric
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import (
@@ -67,8 +67,8 @@ from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["SaturationAnalysis", "WvaConfig", "WvaPolicy", "WvaState", "analyze_saturation"]
 
-KV_METRIC: str = VLLM.kv_usage or "vllm:kv_cache_usage_perc"
-WAITING_METRIC: str = VLLM.waiting or "vllm:num_requests_waiting"
+KV_METRIC: str = VllmMetric.KV_USAGE
+WAITING_METRIC: str = VllmMetric.WAITING
 
 #: ``MinNonSaturatedReplicasForScaleDown``
 MIN_NON_SATURATED_FOR_SCALE_DOWN = 2
