@@ -255,6 +255,56 @@ def _feasible_for_sizing(w: Any, settings: Any, err: Any) -> Any:
     return feasible_only(w, settings)
 
 
+def _with_start_tiers(
+    base: Any,
+    cold_start_s: float | None,
+    warm_node_start_s: float | None,
+    wake_s: float | None,
+    node_keep_s: float,
+) -> Any:
+    """``base`` with the start tiers the user gave: a tier's total keeps the catalogue's split."""
+    from dataclasses import replace
+
+    check_option("--node-keep-s", node_keep_s, "[0, 604800]")
+    sim = replace(base.sim, node_keep_s=node_keep_s)
+    for option, value in (("--cold-start-s", cold_start_s), ("--warm-node-start-s", warm_node_start_s)):
+        check_option(option, value, "[0, 86400]")
+    check_option("--wake-s", wake_s, "[0, 86400]")
+    if cold_start_s is not None:
+        total = sim.pending_s + sim.loading_s + sim.warmup_s
+        f = cold_start_s / total if total > 0 else 0.0
+        sim = replace(
+            sim, pending_s=sim.pending_s * f, loading_s=sim.loading_s * f, warmup_s=sim.warmup_s * f
+        )
+    if warm_node_start_s is not None:
+        total = sim.warm_node_pending_s + sim.warm_node_loading_s + sim.warm_node_warmup_s
+        f = warm_node_start_s / total if total > 0 else 0.0
+        sim = replace(
+            sim,
+            warm_node_pending_s=sim.warm_node_pending_s * f,
+            warm_node_loading_s=sim.warm_node_loading_s * f,
+            warm_node_warmup_s=sim.warm_node_warmup_s * f,
+        )
+    if wake_s is not None:
+        sim = replace(sim, wake_s=wake_s)
+    return replace(base, sim=sim)
+
+
+def _standby_sizes(text: str | None) -> list[int]:
+    """``--standby-curve 0,4,8`` as integers, each in [0, 10000]."""
+    if text is None:
+        return []
+    sizes = []
+    for part in text.split(","):
+        try:
+            k = int(part.strip())
+        except ValueError:
+            raise ConfigError(f"--standby-curve {text!r}: {part.strip()!r} is not an integer") from None
+        check_option("--standby-curve", k, "[0, 10000]", integer=True)
+        sizes.append(k)
+    return sizes
+
+
 def _check_backtest_options(
     *,
     replicas: int | None,
@@ -516,6 +566,32 @@ def backtest(
             help="Engine: split prompts into chunks that share iterations with decodes (vLLM V1: on).",
         ),
     ] = None,
+    cold_start_s: Annotated[
+        float | None,
+        typer.Option(help="Cold start tier: total start of a new replica, s (default from the catalogue)."),
+    ] = None,
+    warm_node_start_s: Annotated[
+        float | None,
+        typer.Option(help="Warm-node tier: start on a kept node with image and weights cached, s."),
+    ] = None,
+    wake_s: Annotated[
+        float | None,
+        typer.Option(help="Sleeping tier: waking a replica from vLLM level-1 sleep, s."),
+    ] = None,
+    node_keep_s: Annotated[
+        float, typer.Option(help="A node outlives its replica this long (warm-node starts), s; 0: never.")
+    ] = 0.0,
+    standby_replicas: Annotated[
+        int | None,
+        typer.Option(help="slo's standby pool of sleeping replicas (its standby_replicas parameter)."),
+    ] = None,
+    standby_curve: Annotated[
+        str | None,
+        typer.Option(
+            help="Also run slo with each of these pool sizes (e.g. 0,4,8,16): the report's attainment / "
+            "GPU-hours curve and the JSON's standby_curve."
+        ),
+    ] = None,
 ) -> None:
     # Help text: BACKTEST_HELP (typer keeps a docstring's line breaks).
     from dataclasses import replace
@@ -580,6 +656,12 @@ def backtest(
         calibration=calibration,
         params=params,
     )
+    curve_sizes = _standby_sizes(standby_curve)
+    settings = _with_start_tiers(settings, cold_start_s, warm_node_start_s, wake_s, node_keep_s)
+    if standby_replicas is not None:
+        check_option("--standby-replicas", standby_replicas, "[0, 1000000]", integer=True)
+        params.setdefault("slo", {})["standby_replicas"] = standby_replicas
+        settings = replace(settings, policy_params=params)
     # The faults join after sizing: the defaults are sized for the fleet as it runs when healthy.
     settings = replace(settings, sim=replace(settings.sim, **faults))
     try:
@@ -640,8 +722,17 @@ def backtest(
     # each row with its statistics over all seeds.
     results, oracle_result, lines = runs[0]
 
+    curve = None
+    if curve_sizes:
+        from llmscale.backtest.standby_curve import standby_curve as run_curve
+
+        with err.status("Running slo over the standby pool sizes..."):
+            curve = run_curve(w, settings, curve_sizes)
+
     def document(with_series: bool) -> dict[str, Any]:
         doc = build_document(w, settings, results, oracle_result, with_series=with_series)
+        if curve is not None:
+            doc["standby_curve"] = curve
         return add_seed_statistics(doc, seed_list, runs) if seeds > 1 else doc
 
     doc = document(False)

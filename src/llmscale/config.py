@@ -381,6 +381,34 @@ class ShadowSpec(PolicySpec):
         return model.model_dump(exclude_unset=True)
 
 
+class NodeChecksConfig(_Section):
+    """Seed 003 3.1's node checks before a scale-up (``controller/admission.py``)."""
+
+    #: Prometheus that scrapes node-exporter and cAdvisor (default: metrics.prometheus.url)
+    prometheus_url: HttpUrl | None = None
+    #: the nodes a new replica may land on, each a label-selector body, e.g. 'instance="10.0.0.5:9100"'
+    nodes: list[str] = Field(min_length=1)
+    #: the range the throttling and disk rates are taken over
+    window: str = Field(default="1m", pattern=r"^[1-9][0-9]*(ms|s|m|h)$")
+    timeout_s: float = Field(default=5.0, gt=0)
+    #: the seed's limits: free memory above, throttled share and disk busy share below
+    min_free_memory_bytes: float = Field(default=2048 * 1024 * 1024, ge=0)
+    max_cpu_throttled_ratio: float = Field(default=0.1, gt=0, le=1)
+    max_disk_io_util: float = Field(default=0.7, gt=0, le=1)
+
+    @field_validator("nodes")
+    @classmethod
+    def _selectors(cls, v: list[str]) -> list[str]:
+        for node in v:
+            if not node.strip() or "{" in node or "}" in node:
+                raise ValueError(f'{node!r}: give a label-selector body, e.g. instance="10.0.0.5:9100"')
+        return v
+
+
+class AdmissionConfig(_Section):
+    node_checks: NodeChecksConfig | None = None
+
+
 class LiveConfig(_Section):
     target: TargetConfig
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
@@ -401,6 +429,8 @@ class LiveConfig(_Section):
     slo: SloConfig = Field(default_factory=SloConfig)
     drift: DriftConfig = Field(default_factory=DriftConfig)
     leader_election: LeaderElectionConfig = Field(default_factory=LeaderElectionConfig)
+    #: checks a scale-up must pass besides the policy and the guards (seed 003 3.1's resource layer)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
 
     def guard_overrides(self) -> dict[str, Any]:
         """The guard settings the file sets (an explicit ``null`` switches a limit off)."""
@@ -495,6 +525,12 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
             raise fail(f"{where}.params", str(e)) from e
     if cfg.mode is Mode.SHADOW and cfg.shadow is None:
         raise fail("shadow", "required when mode is shadow (the second policy: name, params)")
+    nc = cfg.admission.node_checks
+    if nc is not None and nc.prometheus_url is None and cfg.metrics.prometheus is None:
+        raise fail(
+            "admission.node_checks.prometheus_url",
+            "required unless metrics.prometheus.url is set (the Prometheus that scrapes node-exporter)",
+        )
     if cfg.metrics.source == "prometheus" and cfg.metrics.prometheus is None:
         raise fail("metrics.prometheus", "required when metrics.source is prometheus (at least url)")
     scrape = cfg.metrics.scrape

@@ -41,6 +41,9 @@ class Deployment:
     tp: int = 1
     #: cold start of a new replica, seconds (pending + loading + warmup)
     cold_start_s: float = 90.0
+    #: waking a replica from vLLM level-1 sleep, seconds (a standby pool's start tier;
+    #: :func:`llmscale.perf.start_tiers`: 1.6 s for Llama-3-8B on an H100)
+    wake_s: float = 2.0
     #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
     calibration: str | None = None
     #: multipliers on the profile's factors from the live controller's online drift adjustment

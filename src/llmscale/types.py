@@ -37,6 +37,9 @@ class Phase(enum.IntEnum):
     READY = 3
     DRAINING = 4  # no new requests; finishes in-flight work or is killed at the grace deadline
     GONE = 5
+    #: vLLM level-1 sleep (standby pool): weights in host memory, GPU still held and charged;
+    #: neither capacity nor on the way until woken
+    SLEEPING = 6
 
     @property
     def label(self) -> str:

@@ -358,6 +358,8 @@ def test_every_float_setting_must_be_finite(tmp_path, path, bad):
     doc = _with(path, bad)
     if path.startswith("shadow."):
         doc["shadow"]["name"] = "static"  # a shadow section needs its policy
+    if path.startswith("admission.node_checks."):
+        doc["admission"]["node_checks"]["nodes"] = ['instance="10.0.0.5:9100"']  # and this its nodes
     with pytest.raises(ConfigError) as err:
         load_config(_write(tmp_path, doc))
     assert str(err.value).startswith(f"llmscale.yaml: {path}: Input should be a finite number"), err.value
@@ -534,3 +536,32 @@ def test_a_model_the_catalogue_lacks_is_fine_for_a_metrics_only_policy(tmp_path)
     doc["policy"] = {"name": "keda-queue"}
     cfg = load_config(_write(tmp_path, doc))
     assert cfg.target.model == "mycorp/llama-3-8b-support-ft"
+
+
+@pytest.mark.parametrize(
+    ("section", "match"),
+    [
+        ({"nodes": []}, "admission.node_checks.nodes: List should have at least 1 item"),
+        ({"nodes": ['{instance="a"}']}, "give a label-selector body"),
+        ({"nodes": ['instance="a"'], "window": "5 minutes"}, "admission.node_checks.window"),
+        ({"nodes": ['instance="a"'], "max_disk_io_util": 1.5}, "admission.node_checks.max_disk_io_util"),
+    ],
+)
+def test_node_checks_settings_are_checked(tmp_path, section, match):
+    doc = _with("admission", {"node_checks": section})
+    with pytest.raises(ConfigError, match=match):
+        load_config(_write(tmp_path, doc))
+
+
+def test_node_checks_need_a_prometheus(tmp_path):
+    doc = _with("admission", {"node_checks": {"nodes": ['instance="a"']}})
+    doc["metrics"] = {
+        "source": "scrape",
+        "scrape": {"static_targets": [{"name": "r0", "url": "http://127.0.0.1:1/metrics"}]},
+    }
+    with pytest.raises(
+        ConfigError, match=r"admission\.node_checks\.prometheus_url: required unless metrics\.prometheus\.url"
+    ):
+        load_config(_write(tmp_path, doc))
+    ok = load_config(_write(tmp_path, _with("admission", {"node_checks": {"nodes": ['instance="a"']}})))
+    assert ok.admission.node_checks is not None and ok.admission.node_checks.max_cpu_throttled_ratio == 0.1

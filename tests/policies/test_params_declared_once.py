@@ -24,16 +24,17 @@ from llmscale.policies.params import PARAM_METADATA_KEY, Param, config_from, par
 POLICY_MODULES = sorted(Path(policies_pkg.__file__).parent.glob("*.py"))
 
 
-def _config_dataclasses(policy: object) -> list[object]:
-    """The policy and the dataclass values it keeps (its config, a nested ``behavior``, ...)."""
-    found: list[object] = []
-    todo = [policy]
+def _config_dataclasses(policy: object) -> list[tuple[str, object]]:
+    """(the attribute holding it, or "", the dataclass value) for the policy and every dataclass it
+    keeps: its config, a nested ``behavior`` or ``standby``, ..."""
+    found: list[tuple[str, object]] = []
+    todo: list[tuple[str, object]] = [("", policy)]
     while todo:
-        value = todo.pop()
-        seen = any(value is f for f in found)
+        attr, value = todo.pop()
+        seen = any(value is v for _, v in found)
         if dataclasses.is_dataclass(value) and not isinstance(value, type) and not seen:
-            found.append(value)
-            todo.extend(getattr(value, f.name) for f in dataclasses.fields(value))
+            found.append((attr, value))
+            todo.extend((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
     return found
 
 
@@ -42,23 +43,28 @@ def test_a_config_field_named_like_a_parameter_holds_that_very_declaration(name)
     info = POLICIES[name]
     policy = create_policy(name, PolicyContext())
     checked = []
-    for config in _config_dataclasses(policy):
+    for attr, config in _config_dataclasses(policy):
         for f in dataclasses.fields(config):
-            declared = info.params.get(f.name)
-            if declared is None or f.default is dataclasses.MISSING:
+            # A nested config's parameters are registered under its attribute's name (slo's
+            # ``standby_memory_s`` is ``config.standby.memory_s``) or under their own.
+            key = next((k for k in (f.name, f"{attr}_{f.name}") if k in info.params), None)
+            if key is None or f.default is dataclasses.MISSING:
                 continue  # not a parameter, or a field without a default of its own
-            if declared.default is None:
+            declared = info.params[key]
+            if declared.default is None and f.metadata.get(PARAM_METADATA_KEY) is not declared:
                 # "Taken from the deployment (or from another parameter) when built": the field's
                 # own default is the value without a deployment, a different fact.
                 continue
             assert f.metadata.get(PARAM_METADATA_KEY) is declared, (
                 f"{name}: {type(config).__name__}.{f.name} writes its default apart from the "
-                f"declaration; give the field `= param(...)` and register params_of(...)"
+                f"declaration of {key}; give the field `= param(...)` and register params_of(...)"
             )
             assert f.default == declared.default
-            checked.append(f.name)
+            checked.append(key)
     if name != "static":  # its one parameter, replicas, defaults to the deployment's initial replicas
         assert checked, f"{name}: no config field carries a declaration"
+    if name == "slo":  # the nested standby pool's, under their prefix
+        assert {"standby_replicas", "standby_memory_s", "standby_gpu_s_per_miss"} <= set(checked)
 
 
 def _literal_defaults_and_declared_names(tree: ast.Module) -> tuple[set[str], set[str]]:
@@ -189,3 +195,14 @@ def test_config_from(params, rest, expect):
 
     built = config_from(Config, params, **rest)
     assert (built.window_s, built.mode, built.floor) == expect
+
+
+def test_a_nested_config_is_registered_and_built_under_its_prefix():
+    @dataclasses.dataclass(frozen=True)
+    class Pool:
+        memory_s: float = param(3600.0, "(0, 604800]", unit="s")
+        wake_s: float = 2.0  # the deployment's
+
+    assert list(params_of(Pool, prefix="pool_")) == ["pool_memory_s"]
+    built = config_from(Pool, {"pool_memory_s": 60.0, "memory_s": 5.0}, prefix="pool_", wake_s=1.0)
+    assert (built.memory_s, built.wake_s) == (60.0, 1.0)

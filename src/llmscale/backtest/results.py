@@ -45,6 +45,7 @@ SUMMARY_KEYS = (
     "mean_gpu_util",
     "mean_sm_active",
     "makespan_s",
+    "starts",
     "wall_s",
 )
 
@@ -207,6 +208,8 @@ def summarize(
         "mean_gpu_util": None if mean_util is None else round(mean_util, 4),
         "mean_sm_active": None if mean_sm is None else round(mean_sm, 4),
         "makespan_s": round(last_finish - first_arrival, 3),
+        # starts into service after the initial fleet, by tier (cold / warm_node / sleeping)
+        "starts": fleet.starts_by_tier(),
         "wall_s": round(wall_s, 3),
     }
     minute_t, minute_p99 = per_minute_p99_ttft(

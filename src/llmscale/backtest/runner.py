@@ -22,6 +22,7 @@ from llmscale.controller.loop import scale_if_changed
 from llmscale.deployment import Deployment, guard_config
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
+from llmscale.perf.cold_start import START_TIERS
 from llmscale.policies.base import Policy, create_policy
 from llmscale.policies.static import StaticPolicy
 from llmscale.sim.exporter import SimMetricSource
@@ -86,12 +87,29 @@ class BacktestSettings:
             )
 
     def with_cold_start(self) -> BacktestSettings:
-        """Fill the lifecycle durations from the performance catalogue's published cold starts."""
-        from llmscale.perf import cold_start
+        """Fill the lifecycle durations from the performance catalogue's published cold starts.
+
+        A start on a node the cluster has is :func:`~llmscale.perf.cold_start` (Llama-3-8B on an
+        H100: 108 s); the warm-node and sleeping tiers come from
+        :func:`~llmscale.perf.start_tiers` (53 s and 1.6 s).
+        """
+        from llmscale.perf import cold_start, start_tiers
 
         cs = cold_start(self.model, self.gpu, self.tp)
+        tiers = start_tiers(self.model, self.gpu, self.tp)
+        warm = tiers.warm_node
         return replace(
-            self, sim=replace(self.sim, pending_s=cs.pending_s, loading_s=cs.loading_s, warmup_s=cs.warmup_s)
+            self,
+            sim=replace(
+                self.sim,
+                pending_s=cs.pending_s,
+                loading_s=cs.loading_s,
+                warmup_s=cs.warmup_s,
+                warm_node_pending_s=warm.pending_s,
+                warm_node_loading_s=warm.loading_s,
+                warm_node_warmup_s=warm.warmup_s,
+                wake_s=tiers.sleeping.total_s,
+            ),
         )
 
     def deployment(self) -> Deployment:
@@ -109,6 +127,7 @@ class BacktestSettings:
             tp=self.tp,
             cold_start_s=s.pending_s + s.loading_s + s.warmup_s,
             calibration=self.calibration,
+            wake_s=s.wake_s,
             max_num_seqs=s.max_num_seqs,
             max_num_batched_tokens=s.max_num_batched_tokens,
             client_timeout_s=s.timeout_s,
@@ -183,6 +202,7 @@ class SeriesRecorder:
                 "replicas_warmup",
                 "replicas_ready",
                 "replicas_draining",
+                "replicas_sleeping",
                 "desired_replicas",
                 "gpu_util",
                 "sm_active",
@@ -220,6 +240,7 @@ class SeriesRecorder:
         c["replicas_warmup"].append(counts[Phase.WARMUP])
         c["replicas_ready"].append(counts[Phase.READY])
         c["replicas_draining"].append(counts[Phase.DRAINING])
+        c["replicas_sleeping"].append(len(fleet.sleeping))
         c["desired_replicas"].append(fleet.spec_replicas)
         if dt > 0 and serving:
             p_busy, p_active, p_dram = self._prev
@@ -272,6 +293,7 @@ def run_policy(
     next_sample = step_s
     last_arrival = float(workload.arrival_s[-1]) if workload.num_requests else 0.0
     horizon = last_arrival + settings.drain_horizon_s
+    logged = 0  # starts already written to the decision log
     while True:
         t = min(next_tick, next_sample)
         fleet.run_until(t)
@@ -284,8 +306,18 @@ def run_policy(
             record, state, next_tick = tick(controller, state, source.observe(now_s))
             if scale_if_changed(fleet, record.final, guards, now_s):
                 record = replace(record, applied=True)
+            standby = record.proposed.inputs.get("standby_replicas")
+            if standby is not None:
+                # The policy's standby pool (policies/standby.py): sleeping replicas it keeps beside
+                # the desired ones. Not a guarded count: it adds no serving capacity.
+                fleet.set_standby(int(standby), now_s)
             if decisions_out is not None:
-                decisions_out.write(json.dumps(record.as_json()) + "\n")
+                line = record.as_json()
+                if len(fleet.start_log) > logged:
+                    # Which tier each start since the last tick took (START_TIERS' names).
+                    line["starts"] = [[round(t, 3), START_TIERS[k]] for t, k in fleet.start_log[logged:]]
+                    logged = len(fleet.start_log)
+                decisions_out.write(json.dumps(line) + "\n")
         if progress is not None:
             progress(t)
         if fleet.arrivals_done and fleet.unresolved == 0:

@@ -96,6 +96,9 @@ class LogEntry:
     leader: bool | None = None
     lease_term: int | None = None
     identity: str | None = None
+    #: the node layer's answer when this tick wanted to scale up and node checks are configured
+    #: (``controller/admission.py``): ``held_by`` "node" or None, and each node's readings
+    admission: Mapping[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
         r = self.record
@@ -144,6 +147,8 @@ class LogEntry:
             doc["tick_duration_s"] = round(self.tick_duration_s, 6)
         if self.drift is not None:
             doc["drift"] = dict(self.drift)
+        if self.admission is not None:
+            doc["admission"] = dict(self.admission)
         if self.leader is not None:
             doc["leader"] = self.leader
             doc["lease_term"] = self.lease_term

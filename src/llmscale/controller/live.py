@@ -63,6 +63,7 @@ __all__ = ["ClusterAlignedSource", "Elector", "LiveController", "PolicyRun", "ac
 
 
 if TYPE_CHECKING:
+    from llmscale.controller.admission import NodeAdmission
     from llmscale.controller.drift import DriftMonitor
 
 
@@ -200,6 +201,7 @@ class LiveController:
         config_name: str | None = None,
         drift: DriftMonitor | None = None,
         elector: Elector | None = None,
+        admission: NodeAdmission | None = None,
     ) -> None:
         """``tick_s``: seconds between ticks, overriding the primary policy's own ``tick_s`` (None:
         the policy's cadence; the shadow policy decides at the primary's ticks). ``deployment``:
@@ -211,6 +213,8 @@ class LiveController:
         config file, named in start-up errors about its settings. ``drift``: the model-drift
         hook (``controller/drift.py``), run on each tick's signals before the policies.
         ``elector``: leader election (``cluster/leader.py``); only the leader acts and saves state.
+        ``admission``: seed 003 3.1's node checks (``controller/admission.py``): a scale-up no node
+        can take is held at the current spec.
         """
         if mode is Mode.SHADOW and shadow is None:
             raise ConfigError("mode shadow needs a shadow policy")
@@ -243,6 +247,7 @@ class LiveController:
         self.config_name = config_name
         self.drift = drift
         self.elector = elector
+        self.admission = admission
         #: whether this replica led at its previous tick: a standby that becomes the leader
         #: reloads the saved state first, so it honours the cooldowns its predecessor started
         self._was_leading = elector is None
@@ -383,6 +388,24 @@ class LiveController:
                 )
                 state = replace(state, guard_state=before.guard_state)
 
+        admitted = None
+        if self.admission is not None and record.final > obs.fleet.spec_replicas:
+            admitted = self.admission.check()
+            if admitted.held:
+                log.warning(
+                    "holding %s at %d: no node passes the node checks (%s)",
+                    self.target, obs.fleet.spec_replicas,
+                    "; ".join(f"{n}: {', '.join(v['failed'])}" for n, v in admitted.nodes.items()),
+                )  # fmt: skip
+                record = replace(
+                    record,
+                    final=obs.fleet.spec_replicas,
+                    guard="node-check",
+                    guard_note=_join(record.guard_note, "no node can take a replica (seed 003 3.1)"),
+                )
+                # No scale happens: no cooldown starts; the next tick asks the nodes again.
+                state = replace(state, guard_state=before.guard_state)
+
         current = self.cluster.spec_replicas
         # A KEDA scaler serves nothing until its first decision is published, even one that
         # equals the starting spec (KEDA would see UNAVAILABLE and the ScaledObject its fallback).
@@ -420,6 +443,7 @@ class LiveController:
             shadow_version=self.shadow.version if self.shadow else None,
             tick_duration_s=max(0.0, self._timer.now_s() - t0),
             drift=self.drift.last.as_json() if self.drift is not None and self.drift.last else None,
+            admission=admitted.as_json() if admitted is not None else None,
             **self._lease_fields(leading),
         )
         saved = before.guard_state, self.last_decision

@@ -318,6 +318,24 @@ def build_drift(cfg: LiveConfig, runs: list[PolicyRun], registry: Any) -> tuple[
     return monitor, [replace(run, policy=p) for run, p in zip(runs, adjustable, strict=True)]
 
 
+def build_admission(cfg: LiveConfig) -> Any:
+    """Seed 003 3.1's node checks before a scale-up, when configured (``controller/admission.py``)."""
+    nc = cfg.admission.node_checks
+    if nc is None:
+        return None
+    from llmscale.controller.admission import NodeAdmission
+    from llmscale.tenancy.node_checks import NodeThresholds
+
+    url = nc.prometheus_url
+    if url is None:
+        assert cfg.metrics.prometheus is not None  # config.py requires one or the other
+        url = cfg.metrics.prometheus.url
+    limits = NodeThresholds(nc.min_free_memory_bytes, nc.max_cpu_throttled_ratio, nc.max_disk_io_util)
+    return NodeAdmission.from_prometheus(
+        url, nc.nodes, window=nc.window, timeout_s=nc.timeout_s, limits=limits
+    )
+
+
 def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: str | None = None) -> Runtime:
     """Every part of ``llmscale run``, connected; the server is built, not started.
 
@@ -359,6 +377,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
             drift=drift,
             config_name=config_name,
             elector=elector,
+            admission=build_admission(cfg),
         )
     except BaseException:
         _close_all(closers)

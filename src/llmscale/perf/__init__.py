@@ -10,7 +10,7 @@ first use.
 from __future__ import annotations
 
 from llmscale.perf.catalogue import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu, get_model
-from llmscale.perf.cold_start import ColdStart, cold_start
+from llmscale.perf.cold_start import ColdStart, StartTiers, cold_start, start_tiers
 from llmscale.perf.step_time import DecodeAffine, PerfModel, StepCost, get_perf_model
 
 __all__ = [
@@ -21,9 +21,11 @@ __all__ = [
     "GpuSpec",
     "ModelSpec",
     "PerfModel",
+    "StartTiers",
     "StepCost",
     "cold_start",
     "get_gpu",
     "get_model",
     "get_perf_model",
+    "start_tiers",
 ]

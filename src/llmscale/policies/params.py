@@ -213,20 +213,26 @@ def param(
     return field(default=default, metadata={PARAM_METADATA_KEY: declared})
 
 
-def params_of(config: type) -> dict[str, Param]:
+def params_of(config: type, *, prefix: str = "") -> dict[str, Param]:
     """The parameters declared on ``config``'s fields with :func:`param`, in field order
-    (fields without a declaration, e.g. the deployment's ``min_replicas``, are left out)."""
+    (fields without a declaration, e.g. the deployment's ``min_replicas``, are left out).
+
+    ``prefix`` names them for a config nested in a policy's: slo registers ``StandbyConfig``'s
+    ``memory_s`` as ``standby_memory_s`` (``params_of(StandbyConfig, prefix="standby_")``).
+    """
     return {
-        f.name: f.metadata[PARAM_METADATA_KEY]
+        prefix + f.name: f.metadata[PARAM_METADATA_KEY]
         for f in dataclasses.fields(config)
         if PARAM_METADATA_KEY in f.metadata
     }
 
 
-def config_from(config: type[C], params: Mapping[str, Any], /, **rest: Any) -> C:
-    """``config`` built from the checked ``params`` that are its declared fields, and ``rest``: the
-    fields the deployment gives (``min_replicas=ctx.min_replicas``) and values the factory derives,
-    which win over a parameter of the same name (``client_timeout_s`` from the deployment when the
-    parameter is null). Parameters that are no field of ``config`` are the factory's to use."""
+def config_from(config: type[C], params: Mapping[str, Any], /, *, prefix: str = "", **rest: Any) -> C:
+    """``config`` built from the checked ``params`` that are its declared fields (named with
+    ``prefix``, as :func:`params_of` registered them), and ``rest``: the fields the deployment gives
+    (``min_replicas=ctx.min_replicas``) and values the factory derives, which win over a parameter
+    of the same name (``client_timeout_s`` from the deployment when the parameter is null).
+    Parameters that are no field of ``config`` are the factory's to use."""
     own = params_of(config)
-    return config(**{k: v for k, v in params.items() if k in own and k not in rest}, **rest)
+    values = {k: params[prefix + k] for k in own if prefix + k in params and k not in rest}
+    return config(**values, **rest)

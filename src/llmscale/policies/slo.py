@@ -24,6 +24,11 @@ Three parts, each answering a failure of the policies users run today:
    nothing beyond the arrival rate, a queue already shrinking adds nothing,
    and a step in load is not extrapolated as a trend past ``max_trend_growth``.
 
+A standby pool (:mod:`llmscale.policies.standby`) keeps sleeping replicas
+beside the fleet for crowds that outrun a cold start, sized from the bursts
+observed and kept only while the misses it prevents pay for its GPU-hours
+(none on the default preset: see the README); scale-ups wake them first.
+
 Shrinking is left to the guards, all on: the highest proposal of the last
 ``stabilization_down_s`` wins, the KV headroom check, and drain-aware
 removal (cordoned replicas leave only when idle, and come back on a
@@ -49,6 +54,7 @@ from llmscale.policies.params import (
     param,
     params_of,
 )
+from llmscale.policies.standby import StandbyConfig, StandbyState, standby_pool
 from llmscale.types import Decision, NoData, Signals
 
 if TYPE_CHECKING:
@@ -105,6 +111,8 @@ class SloConfig:
     #: used until the fleet has reported request lengths
     default_prompt_tokens: float = 1000.0
     default_output_tokens: float = 200.0
+    #: the standby pool of sleeping replicas (policies/standby.py)
+    standby: StandbyConfig = field(default_factory=StandbyConfig)
 
 
 @dataclass(frozen=True)
@@ -117,6 +125,7 @@ class SloState:
     prompt_tokens: float | None = None
     output_tokens: float | None = None
     last_queue: float | None = None
+    standby: StandbyState = field(default_factory=StandbyState)
 
 
 @lru_cache(maxsize=256)
@@ -319,10 +328,24 @@ class SloPolicy:
                 desired = need
                 rule = "backlog" if backlog else "ttft-over-slo"
         desired = max(c.min_replicas, min(c.max_replicas, desired))
+        standby_state = state.standby
+        standby_inputs: dict[str, float | None] = {}
+        if c.standby.enabled:
+            _, standby_state, standby_inputs = standby_pool(
+                # The excess over the level before this tick's arrivals moved it (alpha 0.4 would
+                # hide 40% of a step in the level it is measured against).
+                c.standby,
+                state.standby,
+                now_s,
+                arrivals,
+                level if state.level_rps is None else state.level_rps,
+                cap * c.target_utilization,
+            )
         decision = Decision(
             desired,
             rule,
             {
+                **standby_inputs,
                 "arrival_rps": round(arrivals, 4),
                 "level_rps": round(level, 4),
                 "trend_rps_per_s": round(trend, 5),
@@ -345,16 +368,20 @@ class SloPolicy:
             prompt_tokens=prompt,
             output_tokens=output,
             last_queue=queue,
+            standby=standby_state,
         )
         return decision, new_state
 
 
-#: the dataclass's declared fields, and the clients' time-out, whose default is the deployment's
+#: the dataclass's declared fields, the clients' time-out (whose default is the deployment's) and
+#: the standby pool's, under ``standby_`` (the pool's default is in the README: the attainment /
+#: GPU-hours curve over pool sizes)
 _PARAMS: dict[str, Param] = {
     **params_of(SloConfig),
     "client_timeout_s": Param(
         None, WINDOW_RANGE, kind=float, unit="s", help="clients' time-out (default: the deployment's)"
     ),
+    **params_of(StandbyConfig, prefix="standby_"),
 }
 
 
@@ -397,5 +424,14 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             max_num_seqs=ctx.max_num_seqs,
             calibration=ctx.calibration,
             perf_scale=ctx.perf_scale,
+            standby=config_from(
+                StandbyConfig,
+                params,
+                prefix="standby_",
+                cold_start_s=ctx.cold_start_s,
+                wake_s=ctx.wake_s,
+                gpus_per_replica=ctx.tp,
+                max_replicas=ctx.max_replicas,
+            ),
         )
     )

@@ -16,6 +16,8 @@ oracle included when it has one):
 * ``chart-util``: 4 per P (HBM bandwidth, SM active, GPU utilisation, KV-cache usage);
 * ``chart-pareto``: 1 per policy with both GPU-hours and attainment, +1 for the oracle, +1 for the
   Pareto frontier (when at least one policy has a point).
+* ``chart-standby`` (after the others, only when the document has a ``standby_curve``): 1, slo's
+  attainment against GPU-hours over standby pool sizes (:mod:`llmscale.report.standby`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from llmscale.report._common import (
     slo_text,
 )
 from llmscale.report.context import context_summary
+from llmscale.report.standby import CHART_STANDBY, STANDBY_CAPTION, STANDBY_TITLE, fig_standby_curve
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -131,6 +134,7 @@ _CAPTIONS: dict[str, str] = {
         "GPU-hours accumulated over the trace (every replica that exists is paid for, ready or not). "
         "The slope is the fleet size."
     ),
+    CHART_STANDBY: STANDBY_CAPTION,
 }
 #: Caption sentences that only make sense when the document has an oracle.
 _ORACLE_CAPTIONS: dict[str, str] = {
@@ -144,6 +148,7 @@ _TITLES: dict[str, str] = {
     CHART_TTFT: "Per-minute P99 TTFT vs. SLO",
     CHART_UTIL: "GPU utilization, SM activity and HBM bandwidth (DCGM)",
     CHART_GPU_HOURS: "Cumulative GPU-hours",
+    CHART_STANDBY: STANDBY_TITLE,
 }
 
 
@@ -695,6 +700,11 @@ def build_figures(doc: Mapping[str, Any]) -> dict[str, go.Figure]:
         CHART_GPU_HOURS: _fig_lines(data, tax, "gpu_hours_cum", "GPU-hours (cumulative)", "%{y:.4g} GPU-h"),
     }
     assert tuple(figures) == CHART_IDS
+    curve = doc.get("standby_curve")
+    if isinstance(curve, list) and curve:
+        fig = fig_standby_curve(curve)
+        _style(fig, 460)
+        figures[CHART_STANDBY] = fig
     return figures
 
 

@@ -31,6 +31,16 @@ class SimConfig:
     pending_s: float = 60.0
     loading_s: float = 20.0
     warmup_s: float = 10.0
+    #: the warm-node start tier (image and weights cached on a kept node; perf.start_tiers)
+    warm_node_pending_s: float = 5.0
+    warm_node_loading_s: float = 20.0
+    warm_node_warmup_s: float = 10.0
+    #: how long a node outlives its replica, keeping image and weights (0: it goes with it, every
+    #: start is cold). Kubernetes' cluster-autoscaler removes a node unneeded for 10 minutes
+    #: (--scale-down-unneeded-time, default 10m): 600 s models a cluster-autoscaled node pool
+    node_keep_s: float = 0.0
+    #: waking a replica from vLLM level-1 sleep (the standby pool's start tier; perf.start_tiers)
+    wake_s: float = 2.0
     grace_s: float = 30.0  # Kubernetes' default terminationGracePeriodSeconds
     timeout_s: float = 60.0  # a client gives up after this long without a first token
     max_queue: int | None = None  # gateway queue bound while no replica is ready; None = unbounded
@@ -51,7 +61,19 @@ class SimConfig:
             raise ConfigError(f"max_num_batched_tokens = {self.max_num_batched_tokens}, must be >= 1")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ConfigError(f"gpu_memory_utilization = {self.gpu_memory_utilization}, must be in (0, 1]")
-        for name in ("pending_s", "loading_s", "warmup_s", "grace_s", "timeout_s", "step_noise"):
+        for name in (
+            "pending_s",
+            "loading_s",
+            "warmup_s",
+            "warm_node_pending_s",
+            "warm_node_loading_s",
+            "warm_node_warmup_s",
+            "node_keep_s",
+            "wake_s",
+            "grace_s",
+            "timeout_s",
+            "step_noise",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} = {getattr(self, name)}, must be >= 0")
         if not all(isinstance(g, HbmGlitch) for g in self.hbm_glitches):

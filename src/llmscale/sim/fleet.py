@@ -10,6 +10,13 @@ of each replica's iteration in flight sits in a :class:`StepQueue` keyed
 entry instead of leaving a stale one behind, and nothing is allocated per
 event. Lifecycle transitions (rare) are ``(time_s, seq, kind, replica, tag)``
 tuples on a second heap.
+
+Starts come in tiers (:data:`llmscale.perf.cold_start.START_TIERS`): a replica
+woken from the standby pool (vLLM level-1 sleep) serves after ``wake_s``; one
+placed on a node kept from an earlier replica (``node_keep_s``) skips the node
+and the image pull; any other start is cold. Sleeping replicas, and replicas
+starting in order to sleep, are outside ``replicas``: the controller sees
+neither as capacity, but their GPUs are charged from creation until gone.
 """
 
 from __future__ import annotations
@@ -37,6 +44,11 @@ __all__ = ["Fleet", "SimConfig", "StepQueue"]
 _PHASE: Final = 1
 _GRACE: Final = 2
 _FAULT: Final = 3  # an HBM-glitch edge or an adaptive-batch tick (sim/faults.py); no replica
+
+# Start tiers (indices into llmscale.perf.cold_start.START_TIERS).
+COLD: Final = 0
+WARM_NODE: Final = 1
+WOKEN: Final = 2
 
 _INF: Final = math.inf
 
@@ -255,6 +267,20 @@ class Fleet:
         #: (drain started, killed at, requests killed) for every replica killed at its grace deadline
         self.kill_log: list[tuple[float, float, int]] = []
         self._gone_spans: list[tuple[float, float]] = []  # (created_s, gone_s) of replicas gone
+        # Phase durations (pending, loading, warmup) per start tier.
+        self._tier_phases: list[tuple[float, float, float]] = [
+            (config.pending_s, config.loading_s, config.warmup_s),
+            (config.warm_node_pending_s, config.warm_node_loading_s, config.warm_node_warmup_s),
+            (0.0, config.wake_s, 0.0),
+        ]
+        #: the standby pool asked for (set_standby): replicas kept asleep, GPU held
+        self.standby_target = 0
+        self.sleeping: list[Replica] = []  # asleep, oldest first
+        self.standby_starting: list[Replica] = []  # starting, to sleep once ready
+        self._free_nodes: list[float] = []  # when each kept node is released (node_keep_s)
+        #: (time_s, tier) of every start into service after the initial fleet (tier: START_TIERS
+        #: index); a replica started for the pool is logged when it is woken or taken into service
+        self.start_log: list[tuple[float, int]] = []
 
         for _ in range(initial_replicas):
             self._start_replica(0.0, warm=True)
@@ -436,12 +462,22 @@ class Fleet:
         self.last_resolved_s = self.now
 
     def on_drained(self, replica: Replica, now: float) -> None:
-        self._gone(replica, now)
+        self._retire(replica, now)
 
     # ------------------------------------------------------------- lifecycle
 
-    def _start_replica(self, now: float, *, warm: bool) -> Replica:
+    def _start_replica(self, now: float, *, warm: bool, standby: bool = False) -> Replica:
         cfg = self.config
+        tier = COLD
+        if not warm:
+            # A node kept from a replica gone within node_keep_s has the image and the weights.
+            nodes = [t for t in self._free_nodes if t > now]
+            if nodes:
+                nodes.pop(0)
+                tier = WARM_NODE
+            self._free_nodes = nodes
+            if not standby:
+                self.start_log.append((now, tier))
         self._names += 1
         r = Replica(
             f"replica-{self._names}",
@@ -458,26 +494,71 @@ class Fleet:
             chunked_prefill=cfg.chunked_prefill,
             step_token_stats=cfg.step_token_stats,
         )
-        self.replicas.append(r)
+        r.start_tier = tier
+        if standby:
+            self.standby_starting.append(r)
+        else:
+            self.replicas.append(r)
         if warm:
             self.ready.append(r)
         else:
-            self._push(now + cfg.pending_s, _PHASE, r, Phase.PENDING)
+            self._push(now + self._tier_phases[tier][0], _PHASE, r, Phase.PENDING)
         return r
 
     def _advance_phase(self, r: Replica, now: float) -> None:
-        cfg = self.config
+        phases = self._tier_phases[r.start_tier]
         r.phase_since_s = now
         if r.phase == Phase.PENDING:
             r.phase = Phase.LOADING
-            self._push(now + cfg.loading_s, _PHASE, r, Phase.LOADING)
+            self._push(now + phases[1], _PHASE, r, Phase.LOADING)
         elif r.phase == Phase.LOADING:
             r.phase = Phase.WARMUP
-            self._push(now + cfg.warmup_s, _PHASE, r, Phase.WARMUP)
+            self._push(now + phases[2], _PHASE, r, Phase.WARMUP)
         elif r.phase == Phase.WARMUP:
+            if r in self.standby_starting:
+                # Started for the pool: vLLM is put to sleep as soon as it serves.
+                self.standby_starting.remove(r)
+                self._sleep(r, now)
+                return
             r.phase = Phase.READY
             self.ready.append(r)
             self._flush_gateway(now)
+
+    def _sleep(self, r: Replica, now: float) -> None:
+        """Put idle ``r`` into level-1 sleep: out of service, its GPU still held."""
+        r.phase = Phase.SLEEPING
+        r.phase_since_s = now
+        self.sleeping.append(r)
+
+    def _wake(self, r: Replica, now: float) -> None:
+        """Wake sleeping ``r``: it serves after ``wake_s`` (booked as loading)."""
+        self.sleeping.remove(r)
+        r.start_tier = WOKEN
+        r.phase = Phase.LOADING
+        r.phase_since_s = now
+        r.drain_until_idle = False
+        self.replicas.append(r)
+        self.start_log.append((now, WOKEN))
+        self._push(now + self._tier_phases[WOKEN][1], _PHASE, r, Phase.LOADING)
+
+    def _retire(self, r: Replica, now: float) -> None:
+        """An idle replica leaves service: to the standby pool while it is short, else gone.
+
+        A replica still starting for the pool gives its place to this one, which is ready now.
+        """
+        short = len(self.sleeping) + len(self.standby_starting) < self.standby_target
+        if not short and self.standby_starting and len(self.sleeping) < self.standby_target:
+            self._gone(self.standby_starting[-1], now)
+            short = True
+        if short:
+            r.sync(now)
+            self.cancel_step(r)
+            self.replicas.remove(r)
+            if r in self.ready:
+                self.ready.remove(r)
+            self._sleep(r, now)
+        else:
+            self._gone(r, now)
 
     def _drain(self, r: Replica, now: float, *, until_idle: bool = False) -> None:
         self.ready.remove(r)
@@ -486,7 +567,7 @@ class Fleet:
         r.drain_until_idle = until_idle
         r.drain_epoch += 1
         if r.outstanding == 0 and not r.busy:
-            self._gone(r, now)
+            self._retire(r, now)
         elif not until_idle:
             self._push(now + self.config.grace_s, _GRACE, r, r.drain_epoch)
 
@@ -500,13 +581,20 @@ class Fleet:
 
     def _gone(self, r: Replica, now: float) -> None:
         r.sync(now)
+        if r.phase == Phase.SLEEPING:
+            self.sleeping.remove(r)
+        elif r in self.standby_starting:
+            self.standby_starting.remove(r)
+        else:
+            self.cancel_step(r)
+            self.replicas.remove(r)
+            if r in self.ready:
+                self.ready.remove(r)
         r.phase = Phase.GONE
         r.phase_since_s = now
         r.gone_s = now
-        self.cancel_step(r)
-        self.replicas.remove(r)
-        if r in self.ready:
-            self.ready.remove(r)
+        if self.config.node_keep_s > 0:
+            self._free_nodes.append(now + self.config.node_keep_s)
         self._gone_spans.append((r.created_s, now))
         g = self._gone_counters
         g[0] += r.busy_s
@@ -546,6 +634,17 @@ class Fleet:
                 r.drain_until_idle = False
                 self.ready.append(r)
                 missing -= 1
+            if not warm:
+                # The standby pool next: sleeping replicas wake in seconds, then those still
+                # starting for the pool join as capacity on the way.
+                while missing and self.sleeping:
+                    self._wake(self.sleeping[0], now)
+                    missing -= 1
+                while missing and self.standby_starting:
+                    r = self.standby_starting.pop(0)
+                    self.replicas.append(r)
+                    self.start_log.append((now, r.start_tier))
+                    missing -= 1
             for _ in range(missing):
                 self._start_replica(now, warm=warm)
             if self.gateway:
@@ -560,6 +659,34 @@ class Fleet:
                 for r in sorted(self.ready, key=_by_outstanding)[:surplus]:
                     self._drain(r, now, until_idle=drain_until_idle)
 
+    def set_standby(self, n: int, now: float) -> None:
+        """Keep ``n`` replicas in vLLM level-1 sleep (the standby pool); pre: n >= 0.
+
+        A surplus goes at once (replicas still starting for the pool first,
+        newest first). A shortfall is filled by replicas that leave service
+        (a drain that reaches idle puts its replica to sleep instead of
+        removing it), so replicas draining now count towards the pool; the
+        rest start now (in their tier) and fall asleep once ready.
+        """
+        if n < 0:
+            raise ConfigError(f"set_standby({n}): replicas must be >= 0")
+        self.standby_target = n
+        while len(self.sleeping) + len(self.standby_starting) > n:
+            pool = self.standby_starting if self.standby_starting else self.sleeping
+            self._gone(pool[-1], now)
+        draining = sum(1 for r in self.replicas if r.phase == Phase.DRAINING)
+        for _ in range(n - len(self.sleeping) - len(self.standby_starting) - draining):
+            self._start_replica(now, warm=False, standby=True)
+
+    def starts_by_tier(self) -> dict[str, int]:
+        """Starts after the initial fleet, by tier (START_TIERS' names)."""
+        from llmscale.perf.cold_start import START_TIERS
+
+        counts = dict.fromkeys(START_TIERS, 0)
+        for _, tier in self.start_log:
+            counts[START_TIERS[tier]] += 1
+        return counts
+
     # ------------------------------------------------------------ accounting
 
     def sync_all(self, now: float) -> None:
@@ -572,8 +699,10 @@ class Fleet:
         total = 0.0
         for created, gone in self._gone_spans:
             total += max(0.0, min(gone, now) - created)
-        for r in self.replicas:
-            total += max(0.0, now - r.created_s)
+        for group in (self.replicas, self.sleeping, self.standby_starting):
+            # A sleeping replica still holds its GPU (level-1 sleep frees memory, not the device).
+            for r in group:
+                total += max(0.0, now - r.created_s)
         return total * self.gpus_per_replica + self.prepaid_gpu_s
 
     def counter_totals(self) -> tuple[float, float, float]:

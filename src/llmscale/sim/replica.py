@@ -281,6 +281,7 @@ class Replica:
         "prompt_tokens_total",
         "requests_finished",
         "running",
+        "start_tier",
         "step_token_stats",
         "sum_kv",
         "timeout_s",
@@ -338,6 +339,8 @@ class Replica:
         self.gone_s = -1.0
         self.drain_until_idle = False
         self.drain_epoch = 0
+        #: index into START_TIERS of how this replica started (0 cold, 1 warm node, 2 woken)
+        self.start_tier: i64 = 0
 
         self.waiting = ReqList()
         self.prefill = PrefillQueue()  # running requests with prompt tokens left, in admission order
