@@ -24,6 +24,7 @@ __all__ = [
     "ReplicaView",
     "SignalValue",
     "Signals",
+    "SubTickSeries",
     "TickRecord",
 ]
 
@@ -136,6 +137,26 @@ class Histogram:
 
 
 @dataclass(frozen=True, slots=True)
+class SubTickSeries:
+    """A series sampled at a fixed period between two observations, oldest first.
+
+    ``values[i]`` covers the period ending at ``end_s - (len(values) - 1 - i) x
+    period_s``: a gauge's reading over it, or a counter's increase in it. Seed 004 samples memory
+    bandwidth every 100 ms and the queue every second, finer than any
+    controller tick: a 15 s tick carries 150 bandwidth samples per replica here.
+    """
+
+    period_s: float
+    end_s: float
+    values: tuple[float, ...]
+
+    def ends_s(self) -> list[float]:
+        """The end time of each value's period, oldest first (0.1 s period ending at 2.0: ..., 1.9, 2.0)."""
+        n = len(self.values)
+        return [self.end_s - (n - 1 - i) * self.period_s for i in range(n)]
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicaSample:
     """One replica's metrics at one scrape, under the exporters' own metric names.
 
@@ -148,6 +169,11 @@ class ReplicaSample:
     ok: bool
     values: Mapping[str, float] = field(default_factory=dict)
     histograms: Mapping[str, HistogramView] = field(default_factory=dict)
+    #: series sampled finer than the observations (exporter name -> the samples since the
+    #: previous observation), when the source has them: the simulator's 100 ms
+    #: ``DCGM_FI_PROF_DRAM_ACTIVE`` readings and ``vllm:generation_tokens_total`` increases
+    #: (``sim/sub_tick.py``)
+    sub_tick: Mapping[str, SubTickSeries] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +189,9 @@ class Observation:
     #: rejected or timed out alike), when the source can see one; Dynamo's frontend counts the same
     #: as ``dynamo_frontend_requests_started_total``
     arrivals_total: int | None = None
+    #: the fleet's waiting queue (serving replicas plus the gateway) sampled every second since the
+    #: previous observation, when the source has it (seed 004's per-second q[t]; ``sim/sub_tick.py``)
+    queue_per_s: SubTickSeries | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +250,9 @@ class Decision:
     relative: bool = False
     #: set when the policy decided without the data it needs (:class:`NoData`); None otherwise
     no_data: NoData | None = None
+    #: the policy's own fleet state, when it keeps one (``bandwidth-entropy``: seed 004 3.2's
+    #: state machine); the decision log's ``fleet_state`` is then this, not the per-tick reading
+    fleet_state: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import EmulateProcess, start_emulate, stop_emulate
 from llmscale.emulate import EmulateConfig
-from llmscale.metrics.names import DCGM
+from llmscale.metrics.names import DCGM, DERIVED
 from llmscale.metrics.names import VllmMetric as V
 from llmscale.perf import get_perf_model
 from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
@@ -108,3 +108,34 @@ def test_idle_then_streaming_replica_reads_like_the_simulator(emulate: EmulatePr
         assert busy[name] == pytest.approx(value, rel=0.05), name
     # what the replica did: streamed weights (SMs waiting on HBM), little math, while "busy"
     assert busy[DCGM.TENSOR_ACTIVE] < 0.01 < busy[DCGM.SM_ACTIVE] < busy[DCGM.GPU_UTIL] / 100.0
+
+
+LONG_TOKENS, P95_SCRAPE_AT = 1500, 1400
+
+
+def test_the_page_carries_seed_004s_bandwidth_p95_of_100ms_samples(emulate: EmulateProcess) -> None:
+    """``llmscale:dram_active_p95_60s``: the P95 over the last 60 s of 100 ms DRAM_ACTIVE samples.
+
+    One sequence decoding back to back from token 1 to 1,400 (~11 s of the replica's time at
+    ~8 ms a step) fills 110 of the 600 samples of the minute with that step's reading (0.57
+    at a 2,000-token context on an H100), so the P95 (position 569 of 600, among the busiest
+    30) is that reading; a mean over the minute would be ~0.1, a scrape-long average anything
+    between. The simulator's offline prediction for the step is the reference, as above.
+    """
+    (url,) = emulate.replica_urls.values()
+    c = openai.OpenAI(base_url=emulate.base_url + "/v1", api_key="not-needed", max_retries=0, timeout=60.0)
+    with httpx.Client(timeout=10.0) as http:
+        stream = c.completions.create(
+            model=MODEL, prompt=" ".join(["tok"] * PROMPT_TOKENS), max_tokens=LONG_TOKENS, stream=True
+        )
+        tokens = 0
+        page: dict[str, float] = {}
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].text:
+                tokens += 1
+                if tokens == P95_SCRAPE_AT:
+                    page = scrape(http, url)
+        assert tokens == LONG_TOKENS
+    p95 = page[DERIVED.DRAM_ACTIVE_P95_60S]
+    expect = predicted(PROMPT_TOKENS + P95_SCRAPE_AT // 2)[DCGM.DRAM_ACTIVE]
+    assert p95 == pytest.approx(expect, rel=0.05)

@@ -20,6 +20,7 @@ import yaml
 from test_live_run_emulate import AUTH, TOKEN, _run
 
 from llmscale.emulate import EmulateConfig, EmulatorThread
+from llmscale.tenancy.node_checks import check_node
 from llmscale.tenancy.node_metrics import read_node_sample
 from support.page_server import PageServer, page_server  # noqa: F401  (fixture)
 from support.prometheus_server import PrometheusServer, TargetGroup, prometheus_server  # noqa: F401
@@ -80,16 +81,17 @@ def emulate() -> Iterator[EmulatorThread]:
         fleet.stop()
 
 
-def _wait_reading(prom: PrometheusServer, want: Callable[[float], bool]) -> None:
-    """Until the node's disk rate over the check's 5 s window reads as wanted (bounded)."""
+def _wait_reading(prom: PrometheusServer, want: Callable[[tuple[str, ...]], bool]) -> None:
+    """Until the node's checks over the 5 s window fail as wanted (bounded): every reading, not one
+    of them, since the throttling and disk rates cross their limits at different moments."""
     deadline = time.monotonic() + 40.0
-    disk = None
+    failed: tuple[str, ...] = ()
     while time.monotonic() < deadline:
-        disk = read_node_sample(prom.url, 'node="n1"', window="5s").disk_io_util
-        if disk is not None and want(disk):
+        failed = check_node(read_node_sample(prom.url, 'node="n1"', window="5s"))
+        if want(failed):
             return
         time.sleep(0.25)
-    pytest.fail(f"the node's disk rate never read as wanted (last {disk})\n{prom.log_tail()}")
+    pytest.fail(f"the node's checks never read as wanted (last {failed})\n{prom.log_tail()}")
 
 
 def _config(tmp_path: Path, base_url: str, prom_url: str) -> Path:
@@ -131,7 +133,7 @@ def test_a_scale_up_no_node_can_take_is_held_and_says_why(
     )
     cfg = _config(tmp_path, emulate.base_url, prom.url)
     with NodePage(page_server) as node:
-        _wait_reading(prom, lambda d: d > 0.8)
+        _wait_reading(prom, lambda f: [x.split()[0] for x in f] == ["cpu_throttled", "disk_io"])
         proc = _run("--config", str(cfg), "--max-ticks", "2")
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
@@ -143,7 +145,7 @@ def test_a_scale_up_no_node_can_take_is_held_and_says_why(
         assert [f.split()[0] for f in failed] == ["cpu_throttled", "disk_io"], failed
 
         node.state = CALM
-        _wait_reading(prom, lambda d: d < 0.5)
+        _wait_reading(prom, lambda f: f == ())
         proc = _run("--config", str(cfg), "--max-ticks", "1")
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err

@@ -121,3 +121,53 @@ def test_compensate_up_smooths_the_scale_up_too():
         d, state = policy.decide(sig(15.0 * i, 0.5, 0.5), state, 15.0 * i)
     d, state = policy.decide(sig(60.0, 0.95, 0.9), state, 60.0)
     assert d.rule == "hold"
+
+
+def slo_sig(now_s: float, bw: float, ent: float, p99_s: float | None, load_rps: float = 50.0) -> Signals:
+    s = sig(now_s, bw, ent)
+    values = {
+        **s.values,
+        "ttft_p99_s": SignalValue(p99_s),
+        "gpu_util_mean": SignalValue(99.0),
+        "arrival_rate_rps": SignalValue(load_rps),
+        "queue_waiting": SignalValue(0.0),
+    }
+    return replace(s, values=values)
+
+
+def test_the_state_machine_blocks_a_scale_down_while_saturated():
+    """Seed 004 3.2: SLO missed (P99 2.5 s > 2 s) -> Saturated; low bandwidth and entropy do not shrink it."""
+    policy = create_policy("bandwidth-entropy", CTX)
+    d, state = policy.decide(slo_sig(0.0, 0.3, 0.1, 2.5), policy.initial_state(), 0.0)
+    assert (d.desired, d.rule, d.fleet_state) == (3, "shrink-blocked", "saturated")
+    # SLO met on 3 ticks: back to Idle, and the same low readings now propose -1
+    for t in (15.0, 30.0):
+        d, state = policy.decide(slo_sig(t, 0.3, 0.1, 1.0), state, t)
+        assert d.fleet_state == "saturated"
+    d, state = policy.decide(slo_sig(45.0, 0.3, 0.1, 1.0), state, 45.0)
+    assert (d.desired, d.rule, d.fleet_state) == (2, "bandwidth-and-entropy-low", "idle")
+
+
+def test_degraded_scales_up_on_the_slo_alone():
+    """60 s of missed SLO with the GPUs busy 99 % of the time -> Degraded: +1 though bandwidth 0.6
+    and entropy 0.5 are below the trigger's 0.85 and 0.72."""
+    policy = create_policy("bandwidth-entropy", CTX)
+    state = policy.initial_state()
+    for t in (0.0, 15.0, 30.0, 45.0):
+        d, state = policy.decide(slo_sig(t, 0.6, 0.5, 3.0), state, t)
+        assert (d.rule, d.fleet_state) == ("hold", "saturated")
+    d, state = policy.decide(slo_sig(60.0, 0.6, 0.5, 3.0), state, 60.0)
+    assert (d.desired, d.rule, d.fleet_state, d.relative) == (4, "degraded-slo", "degraded", True)
+    assert d.inputs["slo_missed_for_s"] == 60.0
+
+
+def test_the_decision_log_carries_the_machine_state():
+    """The core's record takes the policy's state, not its own per-tick reading: SLO missed with
+    the queue empty reads "degraded" per tick, but the machine has only just become Saturated."""
+    from llmscale.controller.core import Controller, decide, initial_state
+
+    policy = create_policy("bandwidth-entropy", CTX)
+    controller = Controller(policy, GuardConfig(), CTX)
+    record, _ = decide(controller, initial_state(controller, 0.0), slo_sig(0.0, 0.3, 0.1, 2.5), 0.0)
+    assert record.as_json()["fleet_state"] == "saturated"
+    assert record.as_json()["rule"] == "shrink-blocked"

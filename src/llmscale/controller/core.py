@@ -155,7 +155,7 @@ def decide(
         guard=outcome.guard,
         guard_note=outcome.note,
         applied=False,
-        fleet_state=fleet_state(signals, *slo) if assess else None,
+        fleet_state=(decision.fleet_state or fleet_state(signals, *slo)) if assess else None,
         observed={name: signals.get(name) for name in LOGGED_SIGNALS} if assess else None,
     )
     return record, ControllerState(
@@ -185,7 +185,12 @@ def fleet_state(
     slo_tpot_s: float | None = None,
     slo_ttft_per_1k_tokens_s: float = 0.0,
 ) -> str:
-    """Seed 004 3.2's fleet state machine, read off the signals (first match wins).
+    """Seed 004 3.2's fleet states, read off one tick's signals (first match wins).
+
+    A per-tick reading for the decision log of any policy, without the seed's
+    transitions (dwell times, recovery counts): ``bandwidth-entropy`` runs the
+    state machine itself (``policies/fleet_states.py``) and its state replaces
+    this reading in its records (``Decision.fleet_state``).
 
     degraded: the SLO is being missed (TTFT or inter-token P99 over target);
     graceful-shrink: replicas are draining; warmup: replicas are starting;

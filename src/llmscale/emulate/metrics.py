@@ -31,13 +31,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from llmscale.emulate.request_stats import FINISHED_REASONS, RequestStats
+from llmscale.metrics.names import DCGM, DERIVED
 from llmscale.metrics.names import VllmMetric as V
+from llmscale.signals.gpu import BW_WINDOW_S, percentile_linear
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet
 from llmscale.sim.gpu_counters import DCGM_HELP
 from llmscale.sim.histogram import BucketHistogram
 from llmscale.sim.replica import Replica
-from llmscale.types import ReplicaView
+from llmscale.types import ReplicaSample, ReplicaView
 
 __all__ = ["CacheConfigInfo", "ReplicaCollector", "render_metrics"]
 
@@ -64,6 +66,7 @@ _HELP = {
     V.ITERATION_TOKENS: "Histogram of number of tokens per engine_step.",
     V.CACHE_CONFIG_INFO: "Information of the LLMEngine CacheConfig",
     **DCGM_HELP,  # dcgm-exporter's help strings, next to the formulas that produce the values
+    DERIVED.DRAM_ACTIVE_P95_60S: "P95 of DCGM_FI_PROF_DRAM_ACTIVE sampled every 100 ms over the last 60 s.",
 }
 
 
@@ -145,7 +148,11 @@ class ReplicaCollector(Collector):
         cache_info: CacheConfigInfo | None = None,
     ) -> None:
         view = cast(Fleet, _OneReplicaFleet(fleet, replica))  # duck-typed: only the attributes read
-        self._source = SimMetricSource(view)
+        # sub_tick: the replica's HBM bytes per 100 ms of its own (simulated) time, from every
+        # span of iterations it runs, for the 60 s P95 gauge below
+        self._source = SimMetricSource(view, sub_tick=True)
+        #: the last 60 s of 100 ms DRAM_ACTIVE samples, (end time, value), oldest first
+        self._bw: deque[tuple[float, float]] = deque()
         self._replica = replica
         self._stats = stats
         self._cache_info = cache_info
@@ -169,7 +176,8 @@ class ReplicaCollector(Collector):
         if not obs.replicas or not obs.replicas[0].ok:
             return  # Pending: no container, nothing to expose
         sample = obs.replicas[0]
-        for name, value in sample.values.items():
+        values = {**sample.values, DERIVED.DRAM_ACTIVE_P95_60S: self._bw_p95(sample, obs.time_s)}
+        for name, value in values.items():
             dcgm = name.startswith("DCGM_")
             labels = self._dcgm_labels if dcgm else self._vllm_labels
             keys = [k for k, _ in labels]
@@ -188,6 +196,24 @@ class ReplicaCollector(Collector):
             h.add_metric([v for _, v in self._vllm_labels], buckets, hist.sum)
             yield h
         yield from self.engine_families()
+
+    def _bw_p95(self, sample: ReplicaSample, now_s: float) -> float:
+        """Seed 004's bandwidth saturation of this replica: the P95 of its 100 ms samples in 60 s.
+
+        The samples come from the simulated replica's own iterations, not from a
+        timer: the emulator's clock is the simulator's, so 100 ms of it hold the
+        bytes of exactly the iterations that ran in them, however late the scrape.
+        A replica up for less than 60 s has fewer samples (10 a second so far).
+        Worked: 570 samples at 0.5 and 30 at 0.95 -> 0.5225 (numpy's linear rule).
+        """
+        bw = self._bw
+        series = sample.sub_tick.get(DCGM.DRAM_ACTIVE)
+        if series is not None:
+            bw.extend(zip(series.ends_s(), series.values, strict=True))
+        cut = now_s - BW_WINDOW_S
+        while bw and bw[0][0] <= cut:
+            bw.popleft()
+        return percentile_linear([v for _, v in bw], 0.95) if bw else 0.0
 
     def engine_families(self) -> Iterator[Metric]:
         """The families the backtest's source does not compute (see the module docstring).

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "DCGM",
+    "DERIVED",
     "HISTOGRAM_BOUNDS",
     "ITERATION_TOKENS_BUCKETS",
     "SIM",
@@ -201,6 +202,18 @@ class DCGM:
     SM_OCCUPANCY = "DCGM_FI_PROF_SM_OCCUPANCY"  # ratio 0-1
     DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"  # ratio 0-1
     TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"  # ratio 0-1
+
+
+class DERIVED:
+    """Windowed statistics of an exporter's series, computed where its fine samples are.
+
+    ``DRAM_ACTIVE_P95_60S``: seed 004's bandwidth saturation of one replica, the P95 of
+    ``DCGM_FI_PROF_DRAM_ACTIVE`` sampled every 100 ms over the last 60 s (600 samples). The
+    emulator's pages export it; live, Prometheus computes it from a 100 ms scrape of
+    dcgm-exporter run with ``-c 100`` (README, "Seed 004's signals at their own resolution").
+    """
+
+    DRAM_ACTIVE_P95_60S = "llmscale:dram_active_p95_60s"  # ratio 0-1
 
 
 class SIM:

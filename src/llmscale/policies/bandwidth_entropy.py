@@ -34,6 +34,17 @@ entropy 0.2; [0.3, 0.7) "jitter": 0.5 / 0.5; [0.7, 1] "burst": 0.2 / 0.8)
 gives ``fused_score`` in the decision's inputs, for the log; the seed's
 decision functions do not use it, and neither does this policy.
 
+Section 3.2's state machine (:mod:`llmscale.policies.fleet_states`: Idle,
+WarmUp, Saturated, Degraded, GracefulShrink, with the seed's transitions) is
+stepped on every tick and its state is the tick's ``fleet_state`` in the
+decision log. It is what the seed attaches it to, the scaling decision:
+
+* no scale-down while the fleet warms up, is saturated or is degraded
+  (rule ``shrink-blocked``: the seed's loop shrinks only on its way out of
+  Degraded, "SLO met 3 periods running and load down 40%", or from Idle);
+* in Degraded, a missed SLO scales up by 1 even without the bandwidth x
+  entropy trigger (rule ``degraded-slo``), the seed's SLO-driven trigger.
+
 Note the entropy as llmscale computes it (:func:`llmscale.signals.gpu.normalized_entropy`):
 a queue that is non-empty and even over the window scores near 1, a lone
 burst near 0 and an empty queue 0, so "entropy > 0.72" reads "requests have
@@ -44,11 +55,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.fleet_states import FleetMode, MachineConfig, MachineInputs, MachineState, step
 from llmscale.policies.params import (
     DURATION_RANGE,
     TICK_RANGE,
@@ -83,6 +95,17 @@ class BandwidthEntropyConfig:
     compensate_up: bool = param(False)
     warmup_buffer_s: float = param(90.0, DURATION_RANGE, unit="s")
     tick_s: float = param(15.0, TICK_RANGE, unit="s")
+    #: section 3.2's state machine (its SLO is the deployment's TTFT target)
+    machine: MachineConfig = field(default_factory=lambda: _machine_at_the_declared_thresholds())
+
+
+def _machine_at_the_declared_thresholds() -> MachineConfig:
+    """The machine of a config built without the factory: warned at the declared bw_up and
+    entropy_up, buffered by the declared warmup_buffer_s (the factory passes the values given)."""
+    c = BandwidthEntropyConfig
+    return MachineConfig(
+        overload_bw=c.bw_up, overload_entropy=c.entropy_up, warmup_buffer_s=c.warmup_buffer_s
+    )
 
 
 @dataclass(frozen=True)
@@ -91,6 +114,7 @@ class BandwidthEntropyState:
     history: tuple[tuple[float, float, float], ...] = ()
     prev_ready: int | None = None
     last_ready_rise_s: float | None = None
+    machine: MachineState = field(default_factory=MachineState)
 
 
 def compensated(samples: Sequence[float], decay: float) -> float:
@@ -146,16 +170,39 @@ class BandwidthEntropyPolicy:
             ready_rise = now_s
         bw = signals.get("bw_saturation_p95")
         ent = signals.get("queue_entropy")
+        load = signals.get("arrival_rate_rps")
+        machine, moved = step(
+            cfg.machine,
+            state.machine,
+            MachineInputs(
+                now_s=now_s,
+                p99_s=signals.get("ttft_p99_s"),
+                bw_p95=bw,
+                entropy=ent,
+                busy_pct=signals.get("gpu_util_mean"),
+                load_rps=load if load is not None else signals.get("request_rate_rps"),
+                starting=fleet.starting,
+                draining=fleet.draining,
+                queue=signals.get("queue_waiting"),
+            ),
+        )
+        mode = machine.mode
         history = tuple(h for h in state.history if now_s - h[0] < cfg.lag_window_s)
         if bw is None or ent is None:
-            new_state = BandwidthEntropyState(history, fleet.ready, ready_rise)
+            new_state = BandwidthEntropyState(history, fleet.ready, ready_rise, machine)
             missing = [n for n, v in (("bw_saturation_p95", bw), ("queue_entropy", ent)) if v is None]
             note = f"missing {', '.join(missing)}"
-            return Decision(
-                current, "no-data", {"bw_p95": bw, "entropy": ent}, note, no_data=NoData()
-            ), new_state
+            held = Decision(
+                current,
+                "no-data",
+                {"bw_p95": bw, "entropy": ent},
+                note,
+                no_data=NoData(),
+                fleet_state=mode,
+            )
+            return held, new_state
         history = (*history, (now_s, bw, ent))
-        new_state = BandwidthEntropyState(history, fleet.ready, ready_rise)
+        new_state = BandwidthEntropyState(history, fleet.ready, ready_rise, machine)
         bw_c = compensated([h[1] for h in history], cfg.lag_decay)
         ent_c = compensated([h[2] for h in history], cfg.lag_decay)
         w_bw, w_ent = fusion_weights(ent)
@@ -166,7 +213,18 @@ class BandwidthEntropyPolicy:
             "entropy_compensated": ent_c,
             "fused_score": w_bw * bw + w_ent * ent,
             "samples": float(len(history)),
+            "slo_met_ticks": float(machine.met_streak),
         }
+        if machine.violated_since_s is not None:
+            inputs["slo_missed_for_s"] = now_s - machine.violated_since_s
+        if machine.load_peak_rps is not None:
+            inputs["degraded_load_peak_rps"] = machine.load_peak_rps
+        state_note = f"state {mode}" + (f" ({moved})" if moved else "")
+
+        def decision(desired: int, rule: str, note: str, relative: bool = False) -> Decision:
+            full = f"{note}; {state_note}" if note else state_note
+            return Decision(desired, rule, inputs, full, relative=relative, fleet_state=mode)
+
         up_bw, up_ent = (bw_c, ent_c) if cfg.compensate_up else (bw, ent)
         if up_bw > cfg.bw_up and up_ent > cfg.entropy_up:
             since = None if ready_rise is None else now_s - ready_rise
@@ -175,36 +233,62 @@ class BandwidthEntropyPolicy:
                 note = (
                     f"a replica became ready {since:.0f}s ago (< {cfg.warmup_buffer_s:.0f}s warm-up buffer)"
                 )
-                return Decision(current, "warmup-buffer", inputs, note), new_state
+                return decision(current, "warmup-buffer", note), new_state
             severe = up_bw > cfg.bw_severe and up_ent > cfg.entropy_severe
-            step = 2 if severe else 1
+            n_up = 2 if severe else 1
             rule = "severe-bandwidth-entropy" if severe else "bandwidth-and-entropy-high"
             note = f"bandwidth {up_bw:.2f} > {cfg.bw_up:g} and entropy {up_ent:.2f} > {cfg.entropy_up:g}"
-            return Decision(current + step, rule, inputs, note, relative=True), new_state
+            return decision(current + n_up, rule, note, relative=True), new_state
+        if mode == FleetMode.DEGRADED and machine.violated_since_s is not None:
+            note = f"degraded: SLO missed for {now_s - machine.violated_since_s:.0f}s"
+            return decision(current + 1, "degraded-slo", note, relative=True), new_state
         if bw_c < cfg.bw_down and ent_c < cfg.entropy_down and current > 0:
+            if mode in (FleetMode.WARMUP, FleetMode.SATURATED, FleetMode.DEGRADED):
+                note = f"bandwidth and entropy are low, but the fleet is {mode}: no scale-down"
+                return decision(current, "shrink-blocked", note), new_state
             note = (
                 f"compensated bandwidth {bw_c:.2f} < {cfg.bw_down:g} and entropy {ent_c:.2f} < "
                 f"{cfg.entropy_down:g} (held {cfg.hold_down_s:.0f}s by the guard)"
             )
-            return Decision(current - 1, "bandwidth-and-entropy-low", inputs, note), new_state
-        return Decision(current, "hold", inputs), new_state
+            return decision(current - 1, "bandwidth-and-entropy-low", note), new_state
+        return decision(current, "hold", ""), new_state
 
 
 # Bandwidth is a share of the HBM peak and the queue entropy is normalised: both read 0 to 1.
-_PARAMS: dict[str, Param] = params_of(BandwidthEntropyConfig)
+#: the thresholds and timings, and section 3.2's state machine's own (its overload warning and
+#: warm-up buffer are the thresholds above: the factory passes them)
+_PARAMS: dict[str, Param] = {**params_of(BandwidthEntropyConfig), **params_of(MachineConfig)}
 
 
 @register(
     "bandwidth-entropy",
     "seed 004: bandwidth P95 > 0.85 and queue entropy > 0.72 -> +1 (+2 above 0.9/0.8); "
-    "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer",
+    "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer; 3.2's state machine blocks shrinking "
+    "while warming, saturated or degraded",
     _PARAMS,
-    reads=("bw_saturation_p95", "queue_entropy"),
+    reads=(
+        "bw_saturation_p95",
+        "queue_entropy",
+        # section 3.2's state machine
+        "ttft_p99_s",
+        "gpu_util_mean",
+        "arrival_rate_rps",
+        "request_rate_rps",
+        "queue_waiting",
+    ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPolicy:
     cfg = config_from(
         BandwidthEntropyConfig,
         params,
+        machine=config_from(
+            MachineConfig,
+            params,
+            slo_p99_s=ctx.slo_ttft_s,
+            overload_bw=float(params["bw_up"]),
+            overload_entropy=float(params["entropy_up"]),
+            warmup_buffer_s=float(params["warmup_buffer_s"]),
+        ),
     )
     if cfg.bw_down >= cfg.bw_up or cfg.entropy_down >= cfg.entropy_up:
         raise ConfigError(

@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["GROUPS", "SIGNALS", "Signal"]
+__all__ = ["GROUPS", "SIGNALS", "SUB_TICK_SIGNALS", "Signal"]
+
+#: Signals the documents define at a finer resolution than any controller tick: seed 004's bandwidth
+#: P95 over 600 samples 100 ms apart and queue entropy over 30 one-second queue lengths, seed 000
+#: 2.4's token throughput over a 200-1000 ms window set by the last 5 one-second throughputs. A
+#: source may carry those samples (``ReplicaSample.sub_tick``, ``Observation.queue_per_s``); the
+#: simulator takes them only for a policy that lists one of these in its ``reads`` (or for a
+#: decision log).
+SUB_TICK_SIGNALS: frozenset[str] = frozenset(
+    {"bw_saturation_p95", "queue_entropy", "throughput_window_ms", "generation_tps_adaptive"}
+)
 
 
 class Signal(NamedTuple):
@@ -70,6 +80,11 @@ SIGNALS: dict[str, Signal] = {
         "tokens", "mean generated tokens per finished request in the window", "counter_rates"
     ),
     "throughput_window_ms": Signal("ms", "adaptive throughput window of seed 000 2.4", "step_rates"),
+    "generation_tps_adaptive": Signal(
+        "tokens/s",
+        "generated tokens per second over seed 000 2.4's adaptive window (from 100 ms token counts)",
+        "step_rates",
+    ),
     # KV cache
     "kv_usage_mean": Signal("ratio", "mean KV-cache usage over serving replicas", "kv_usage"),
     "kv_usage_max": Signal("ratio", "highest KV-cache usage of a serving replica", "kv_usage"),

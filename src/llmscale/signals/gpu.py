@@ -35,10 +35,17 @@ the simulator produces them, :mod:`llmscale.sim.gpu_counters`):
   summing to a 0..1 ratio.
 * ``bw_saturation_p95`` (seed 004): the 95th percentile of each serving
   replica's bandwidth ratio over the last 60 s, then the mean over replicas.
-  The seed samples every 100 ms (600 samples a minute); the window holds one
-  sample per observation (5 at a 15 s tick), so the P95 interpolates between
-  the two largest (numpy's default "linear" rule) and is closer to a max.
-* ``queue_entropy`` (seed 004): see :func:`normalized_entropy`.
+  The seed samples every 100 ms (600 samples a minute). A source that has
+  those samples hands them over in ``ReplicaSample.sub_tick`` (the
+  simulator, :mod:`llmscale.sim.sub_tick`), and the P95 is of them. Without
+  them the window holds one sample per observation (5 at a 15 s tick), so
+  the P95 interpolates between the two largest (numpy's default "linear"
+  rule) and is closer to a max; the signal's note says which it used. A
+  replica whose page carries ``llmscale:dram_active_p95_60s`` (the emulator's,
+  or Prometheus' ``quantile_over_time`` over a 100 ms scrape) gives that P95.
+* ``queue_entropy`` (seed 004): see :func:`normalized_entropy`; over the
+  per-second queue lengths of ``Observation.queue_per_s`` when the source
+  has them (30 in 30 s, the seed's), else one per observation.
 """
 
 from __future__ import annotations
@@ -46,9 +53,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from llmscale.metrics.names import DCGM, SIM
+from llmscale.metrics.names import DCGM, DERIVED, SIM
 from llmscale.signals.window import FleetWindow, start_index
-from llmscale.types import Phase, SignalValue
+from llmscale.types import Phase, SignalValue, SubTickSeries
 
 __all__ = [
     "BW_WINDOW_S",
@@ -62,6 +69,7 @@ __all__ = [
     "fb_used_ratio",
     "gpu_gauge_signals",
     "gpu_signals",
+    "in_window",
     "normalized_entropy",
     "percentile_linear",
     "queue_entropy",
@@ -262,21 +270,45 @@ def gpu_gauge_signals(fw: FleetWindow) -> dict[str, SignalValue]:
     return values
 
 
+def in_window(series: SubTickSeries, cut_s: float) -> tuple[float, ...]:
+    """The values of ``series`` whose period ends after ``cut_s``.
+
+    Worked: 0.1 s samples ending at 59.8, 59.9, 60.0 and a cut at 59.85 -> the last two.
+    """
+    n = len(series.values)
+    keep = math.ceil((series.end_s - cut_s) / series.period_s - 1e-6)
+    if keep >= n:
+        return series.values
+    return series.values[n - keep :] if keep > 0 else ()
+
+
 def bw_saturation_p95(fw: FleetWindow, window_s: float = BW_WINDOW_S) -> SignalValue:
-    """Seed 004: mean over serving replicas of each one's P95 bandwidth ratio over ``window_s``."""
+    """Seed 004: mean over serving replicas of each one's P95 bandwidth ratio over ``window_s``.
+
+    A replica's P95 is of its 100 ms samples while serving when the source
+    has them (600 in 60 s), else of one sample per observation.
+    """
     start = start_index(fw, window_s)
     spans = fw.spans(start)
+    cut_s = fw.now_s - window_s
     ready = Phase.READY
     dram, copy = DCGM.DRAM_ACTIVE, DCGM.MEM_COPY_UTIL
+    p95_name = DERIVED.DRAM_ACTIVE_P95_60S
     p95s: list[float] = []
     samples = 0
+    fine_replicas = 0
+    gauges = 0
     for s_now in fw.known:
         span = spans.get(s_now.replica)
         if span is None:
             continue
-        xs = []
+        xs: list[float] = []
+        fine: list[float] = []
         for s in span.samples:
             if s.phase == ready:
+                series = s.sub_tick.get(dram)
+                if series is not None:
+                    fine.extend(in_window(series, cut_s))
                 vals = s.values
                 v = vals.get(dram)
                 if v is None:
@@ -285,26 +317,50 @@ def bw_saturation_p95(fw: FleetWindow, window_s: float = BW_WINDOW_S) -> SignalV
                         continue
                     v = pct / 100.0
                 xs.append(v)
+        if fine:
+            xs = fine
+            fine_replicas += 1
+        elif s_now.phase == ready and (windowed := s_now.values.get(p95_name)) is not None:
+            # the exporter's (or Prometheus') own P95 of the 100 ms samples: taken as it is
+            p95s.append(min(max(windowed, 0.0), 1.0))
+            gauges += 1
+            continue
         if xs:
             samples += len(xs)
             # clamping is monotone, so clamping the percentile equals the percentile of clamped samples
             p95s.append(min(max(percentile_linear(xs, 0.95), 0.0), 1.0))
     if not p95s:
         return SignalValue(None, "no serving replica reports memory bandwidth")
-    per = samples / len(p95s)
+    if gauges == len(p95s):
+        return SignalValue(_mean(p95s), f"{gauges} replica(s), each its exporter's {p95_name}")
+    per = samples / (len(p95s) - gauges)
+    how = "100 ms samples" if fine_replicas == len(p95s) - gauges else "sample(s)"
+    also = f" ({gauges} by their {p95_name})" if gauges else ""
     return SignalValue(
-        _mean(p95s), f"{len(p95s)} replica(s), {per:.1f} sample(s) each in {window_s:.0f} s (seed: 600)"
+        _mean(p95s), f"{len(p95s)} replica(s){also}, {per:.1f} {how} each in {window_s:.0f} s (seed: 600)"
     )
 
 
 def queue_entropy(fw: FleetWindow, window_s: float = ENTROPY_WINDOW_S) -> SignalValue:
-    """Seed 004: normalised entropy of the fleet's waiting queue over the observations in ``window_s``.
+    """Seed 004: normalised entropy of the fleet's waiting queue over ``window_s``.
 
-    One sample per observation (3 at a 15 s tick, where the seed has 30
-    one-second samples), each the waiting requests on serving replicas
-    (extrapolated over unknown ones) plus the gateway queue.
+    Over the per-second queue lengths the source sampled (``queue_per_s``:
+    30 in 30 s, the seed's q[t]) when the newest observation carries them;
+    else one sample per observation (3 at a 15 s tick), each the waiting
+    requests on serving replicas (extrapolated over unknown ones) plus the
+    gateway queue.
     """
     start = start_index(fw, window_s)
+    obs = fw.observations
+    if obs[-1].queue_per_s is not None:
+        cut_s = fw.now_s - window_s
+        per_s: list[float] = []
+        for o in obs[start:]:
+            if o.queue_per_s is not None:
+                per_s.extend(in_window(o.queue_per_s, cut_s))
+        h = normalized_entropy(per_s)
+        if h is not None:
+            return SignalValue(h, f"{len(per_s)} one-second sample(s) in {window_s:.0f} s (seed: 30)")
     series = [q for t in fw.totals[start:] if (q := t.queue()) is not None]
     h = normalized_entropy(series)
     if h is None:

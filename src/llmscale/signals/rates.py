@@ -61,17 +61,22 @@ __all__ = [
     "THROUGHPUT_HISTORY_STEPS",
     "CounterRates",
     "StepRates",
+    "adaptive_throughput_signals",
     "adaptive_window_ms",
     "counter_rate_signals",
     "counter_rates",
+    "fleet_tokens_per_bucket",
     "population_std",
     "rate_signals",
     "step_rate_signals",
     "step_rates",
+    "step_window_ms",
 ]
 
 #: seed 000 2.4: the adaptive window looks at the last 5 throughput samples
 THROUGHPUT_HISTORY_STEPS = 5
+#: seed 000 2.4: those samples are one second apart ("history: the last 5 one-second samples")
+THROUGHPUT_SAMPLE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,22 +415,104 @@ def counter_rate_signals(
     return values, r
 
 
-def step_rate_signals(fw: FleetWindow) -> dict[str, SignalValue]:
-    """The spread of the per-step request rate and the adaptive throughput window (:func:`step_rates`)."""
-    per_step = step_rates(fw)
-    steps = per_step.generation_tps[-THROUGHPUT_HISTORY_STEPS:]
+def fleet_tokens_per_bucket(fw: FleetWindow, span_s: float) -> tuple[float, list[float]] | None:
+    """The fleet's generated tokens per sub-tick period over the last ``span_s``, oldest first, and
+    the period; None when the newest observation carries no per-replica token counts.
+
+    Every replica's buckets lie on one grid (bucket ``j`` is ``[j x period, (j+1) x period)``), so
+    the fleet's bucket is the sum of the replicas' (draining ones too: their tokens are throughput).
+    A replica's newest buckets lag by the step it is running, so the fleet's series ends at the
+    oldest of the replicas' newest ends: a bucket some replica has not handed over yet is not summed.
+    """
+    obs = fw.observations
+    newest_ends: list[int] = []
+    period = 0.0
+    for s in obs[-1].replicas:
+        series = s.sub_tick.get(GENERATION_TOKENS[0])
+        if series is not None and series.values:
+            period = series.period_s
+            newest_ends.append(round(series.end_s / period))
+    if not newest_ends:
+        return None
+    end = min(newest_ends)
+    first = end - math.ceil(span_s / period - 1e-9)
+    totals: dict[int, float] = {}
+    start = max(0, start_index(fw, span_s) - 1)  # the observation before holds the span's start
+    for o in obs[start:]:
+        for s in o.replicas:
+            series = s.sub_tick.get(GENERATION_TOKENS[0])
+            if series is None:
+                continue
+            j_last = round(series.end_s / series.period_s)
+            n = len(series.values)
+            for i, v in enumerate(series.values):
+                j = j_last - (n - 1 - i)
+                if first < j <= end:
+                    totals[j] = totals.get(j, 0.0) + v
+    if not totals:
+        return None
+    lo = min(totals)
+    return period, [totals.get(j, 0.0) for j in range(lo, end + 1)]
+
+
+def adaptive_throughput_signals(fw: FleetWindow) -> dict[str, SignalValue]:
+    """Seed 000 2.4 at its own resolution: the window from the last 5 one-second throughputs, and
+    the fleet's generated tokens per second over that window.
+
+    From 100 ms token counts (``ReplicaSample.sub_tick``): the last 50 buckets make 5 one-second
+    throughputs; their standard deviation sets the window (:func:`adaptive_window_ms`), rounded
+    to whole buckets; ``generation_tps_adaptive`` is the tokens of the window's last buckets over
+    its length. Worked: seconds of 1000, 1000, 1000, 1000, 1100 tokens -> std 40 tokens/s ->
+    int(1000 / 1.8) = 555 ms -> 6 buckets; 660 tokens in them -> 1100 tokens/s. A source without
+    the counts gives the window from the per-tick throughputs (:func:`step_rate_signals`) and no
+    windowed throughput.
+    """
+    history_s = THROUGHPUT_HISTORY_STEPS * THROUGHPUT_SAMPLE_S
+    got = fleet_tokens_per_bucket(fw, history_s)
+    if got is None:
+        return {
+            "generation_tps_adaptive": SignalValue(None, "needs 100 ms token counts (sub-tick samples)"),
+            "throughput_window_ms": step_window_ms(fw),
+        }
+    period, buckets = got
+    per_sample = round(THROUGHPUT_SAMPLE_S / period)
+    n_samples = len(buckets) // per_sample
+    if n_samples < 2:
+        missing = SignalValue(None, f"needs 2 one-second token counts, has {len(buckets)} x {period:g} s")
+        return {"generation_tps_adaptive": missing, "throughput_window_ms": missing}
+    tail = buckets[len(buckets) - n_samples * per_sample :]
+    tps = [sum(tail[k * per_sample : (k + 1) * per_sample]) / THROUGHPUT_SAMPLE_S for k in range(n_samples)]
+    window_ms = adaptive_window_ms(population_std(tps))
+    n = max(1, round(window_ms / 1000.0 / period))
+    rate = sum(buckets[-n:]) / (n * period)
+    return {
+        "throughput_window_ms": SignalValue(
+            window_ms, f"std of the last {n_samples} one-second generation throughputs (seed: 5)"
+        ),
+        "generation_tps_adaptive": SignalValue(rate, f"over the last {n * period * 1000:.0f} ms"),
+    }
+
+
+def step_window_ms(fw: FleetWindow) -> SignalValue:
+    """The adaptive window from the per-step generation throughputs (one per observation, not per second)."""
+    steps = step_rates(fw).generation_tps[-THROUGHPUT_HISTORY_STEPS:]
     if len(steps) >= 2:
-        window_ms = SignalValue(
+        return SignalValue(
             adaptive_window_ms(population_std(steps)),
             f"std of the last {len(steps)} per-step generation tokens/s (seed: 5 one-second samples)",
         )
-    else:
-        window_ms = SignalValue(None, "needs generation-token throughput of 2 steps or more")
+    return SignalValue(None, "needs generation-token throughput of 2 steps or more")
+
+
+def step_rate_signals(fw: FleetWindow) -> dict[str, SignalValue]:
+    """The spread of the per-step request rate (:func:`step_rates`) and seed 000 2.4's adaptive
+    throughput window with the throughput over it (:func:`adaptive_throughput_signals`)."""
+    per_step = step_rates(fw)
     return {
         "request_rate_std_rps": SignalValue(
             population_std(per_step.requests_rps), f"over {len(per_step.requests_rps)} step(s)"
         )
         if len(per_step.requests_rps) >= 2
         else SignalValue(None, "needs the request rate of 2 steps or more"),
-        "throughput_window_ms": window_ms,
+        **adaptive_throughput_signals(fw),
     }

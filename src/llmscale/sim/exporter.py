@@ -8,6 +8,15 @@ defines it to mean (``DCGM_FI_DEV_GPU_UTIL`` the share of time with a kernel
 executing, so ~100 % on a replica with any request in flight; the profiling
 fields ``DCGM_FI_PROF_*`` what the SMs, tensor pipes and HBM did). The
 emulator's ``/metrics`` pages are this source over a one-replica fleet.
+
+With ``sub_tick=True`` it also samples the documents' signals at their own
+resolution (:mod:`llmscale.sim.sub_tick`): each replica's
+``DCGM_FI_PROF_DRAM_ACTIVE`` and generated tokens (the increase of
+``vllm:generation_tokens_total``) per 100 ms of simulated time, in
+``ReplicaSample.sub_tick``, and the fleet's queue every second (the driver
+calls :meth:`SimMetricSource.sample_queue` on each whole second), in
+``Observation.queue_per_s``. Off by default: the backtest turns it on for a
+policy that reads those signals, or when it writes a decision log.
 """
 
 from __future__ import annotations
@@ -19,8 +28,9 @@ from llmscale.metrics.names import VllmMetric as V
 from llmscale.sim.fleet import Fleet
 from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
 from llmscale.sim.histogram import BucketHistogram
-from llmscale.sim.replica import Replica
-from llmscale.types import FleetView, HistogramView, Observation, Phase, ReplicaSample
+from llmscale.sim.replica import JUMP, Replica
+from llmscale.sim.sub_tick import BW_SAMPLE_PERIOD_S, QUEUE_SAMPLE_PERIOD_S, StepBuckets
+from llmscale.types import FleetView, HistogramView, Observation, Phase, ReplicaSample, SubTickSeries
 
 __all__ = ["SimMetricSource"]
 
@@ -65,10 +75,19 @@ def _snapshot(memo: _Scraped, k: int, h: BucketHistogram) -> HistogramView:
 class SimMetricSource:
     """Observe a :class:`Fleet` at simulated time ``now_s``; never raises on missing data."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, *, sub_tick: bool = False) -> None:
         self.fleet = fleet
         perf: Any = fleet.perf
         self._spec = GpuCounterSpec.from_perf(perf)
+        self.sub_tick = sub_tick
+        #: bytes that keep the HBM interface busy for a whole 100 ms sample (H100: 335 MB)
+        self._bucket_bytes = self._spec.hbm_bytes_s * BW_SAMPLE_PERIOD_S
+        #: the queue samples taken since the last observation, and the time of the newest
+        self._queue: list[float] = []
+        self._queue_end_s = 0.0
+        if sub_tick:
+            for r in fleet.replicas:
+                r.step_log = StepBuckets(r.created_s)
         self._gpu_mem = float(perf.gpu.memory_bytes)
         # DCGM_FI_DEV_FB_USED (field 252, "Used Frame Buffer in MB") and DCGM_FI_DEV_FB_FREE
         # (251, "Free Frame Buffer in MB"); dcgm-exporter: "Framebuffer memory used / free
@@ -87,10 +106,15 @@ class SimMetricSource:
         seen = set()
         counts = [0] * len(Phase)
         pending = Phase.PENDING
+        sub_tick = self.sub_tick
         for r in fleet.replicas:
             phase = r.phase
             counts[phase] += 1
             seen.add(r.name)
+            if sub_tick and r.step_log is None:
+                # First seen now: its buckets start now (a replica is first seen Pending, before
+                # its first iteration, unless the tick is longer than its cold start).
+                r.step_log = StepBuckets(now_s)
             if phase == pending:
                 # No container yet: nothing to scrape.
                 samples.append(ReplicaSample(r.name, phase, ok=False))
@@ -137,7 +161,10 @@ class SimMetricSource:
                 _TPOT: _snapshot(memo, 3, r.hist_tpot),
                 _QUEUE_TIME: _snapshot(memo, 4, r.hist_queue),
             }
-            samples.append(ReplicaSample(r.name, phase, ok=True, values=values, histograms=hists))
+            fine = self._sub_tick_samples(r, now_s) if sub_tick else {}
+            samples.append(
+                ReplicaSample(r.name, phase, ok=True, values=values, histograms=hists, sub_tick=fine)
+            )
         for name in list(last):
             if name not in seen:
                 del last[name]
@@ -154,13 +181,58 @@ class SimMetricSource:
         # arrivals so far, read without touching the fleet's hot path. A one-replica view (the
         # emulator's per-replica pages) has no such count: the offered load is the gateway's.
         outcomes = getattr(fleet, "counts", None)
+        queue_per_s = None
+        if self._queue:
+            queue_per_s = SubTickSeries(QUEUE_SAMPLE_PERIOD_S, self._queue_end_s, tuple(self._queue))
+            self._queue = []
         return Observation(
             time_s=now_s,
             fleet=fleet_view,
             replicas=tuple(samples),
             gateway_queue=len(fleet.gateway),
             arrivals_total=None if outcomes is None else int(sum(outcomes)) + fleet.unresolved,
+            queue_per_s=queue_per_s,
         )
+
+    def _sub_tick_samples(self, r: Replica, now_s: float) -> dict[str, SubTickSeries]:
+        """The replica's 100 ms DRAM_ACTIVE samples and generated tokens that are final by ``now_s``
+        (pre: synced to now).
+
+        Final: a decode jump still running hands over its next steps from the
+        start of the step in progress (``plan_t0``), so buckets before it are
+        complete; otherwise every later span starts at ``now_s`` or after.
+        Worked: 201 MB in a bucket of an H100 (3.35 TB/s x 0.1 s = 335 MB) reads 0.6.
+        """
+        log: StepBuckets = r.step_log
+        horizon = r.plan_t0 if r.kind == JUMP else now_s
+        end_s, buckets, tokens = log.take(horizon)
+        if not buckets:
+            return {}
+        cap = self._bucket_bytes
+        values = tuple(b / cap if b < cap else 1.0 for b in buckets)
+        return {
+            _DRAM_ACTIVE: SubTickSeries(BW_SAMPLE_PERIOD_S, end_s, values),
+            _GENERATION_TOKENS: SubTickSeries(BW_SAMPLE_PERIOD_S, end_s, tuple(tokens)),
+        }
+
+    def sample_queue(self, now_s: float) -> None:
+        """Seed 004's q[t]: requests waiting on serving replicas plus the gateway queue at ``now_s``.
+
+        The driver calls it once a second of simulated time, after running the
+        fleet to ``now_s``; the next :meth:`observe` hands the samples over. A
+        replica's waiting list is exact at any instant between its iterations
+        (admissions happen at iteration boundaries) except for heads whose
+        client gave up during a decode jump, dropped at its next sync: a
+        60 s time-out inside a jump of a few seconds, rare and at most one tick late.
+        """
+        fleet = self.fleet
+        ready = Phase.READY
+        q = len(fleet.gateway)
+        for r in fleet.replicas:
+            if r.phase == ready:
+                q += r.num_waiting
+        self._queue.append(float(q))
+        self._queue_end_s = now_s
 
 
 # The exporter names, bound once (module constants, not class attribute lookups per replica per tick).

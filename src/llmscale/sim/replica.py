@@ -282,6 +282,7 @@ class Replica:
         "requests_finished",
         "running",
         "start_tier",
+        "step_log",
         "step_token_stats",
         "sum_kv",
         "timeout_s",
@@ -374,6 +375,10 @@ class Replica:
         self.busy_s = 0.0  # SM-busy seconds (useful math at achieved peak)
         self.active_s = 0.0  # seconds an iteration was running (a kernel was resident)
         self.dram_bytes = 0.0
+        # Seed 004's 100 ms bandwidth samples and seed 000 2.4's token counts (sim/sub_tick.py's
+        # StepBuckets), given each span of iterations with its bytes and tokens; None (the
+        # backtest's default) costs one test per span.
+        self.step_log: Any = None
         self.hist_ttft = BucketHistogram(histogram_bounds["ttft"])
         self.hist_e2e = BucketHistogram(histogram_bounds["e2e"])
         self.hist_itl = BucketHistogram(histogram_bounds["itl"])
@@ -537,7 +542,12 @@ class Replica:
         if kind == JUMP:
             self._apply_decode_steps(self.plan_n)
         elif kind == MIXED:
-            self._apply_mixed(now)
+            if self.step_log is None:
+                self._apply_mixed(now)
+            else:
+                generated = self.gen_tokens_total
+                self._apply_mixed(now)
+                self.step_log.add(now, now, 0.0, float(self.gen_tokens_total - generated))
         self.kind = IDLE
         self._finish_due(now)
         if self.draining and self.outstanding == 0:
@@ -593,8 +603,11 @@ class Replica:
         self.blocks_used += new_blocks
         tri = float(k * (k - 1)) * 0.5
         self.busy_s += fk * self.plan_busy_a + self.plan_busy_b * tri
-        self.dram_bytes += fk * self.plan_bytes_a + self.plan_bytes_b * tri
+        nbytes = fk * self.plan_bytes_a + self.plan_bytes_b * tri
+        self.dram_bytes += nbytes
         self.active_s += duration
+        if self.step_log is not None:
+            self.step_log.add(self.plan_t0, self.plan_t0 + duration, nbytes, float(k * n_dec))
         self.hist_itl.observe_arithmetic(a, b, k, float(n_dec))
         self.decode_steps_by_batch[n_dec] += k
         self.gen_tokens_total += k * n_dec
@@ -795,6 +808,8 @@ class Replica:
         self.busy_s += sm_busy_s
         self.dram_bytes += dram_bytes
         self.active_s += d
+        if self.step_log is not None:
+            self.step_log.add(now, now + d, dram_bytes)
         self.kind = MIXED
         self.mixed_dec = with_dec
         self.plan_a = d
