@@ -17,18 +17,32 @@ each 10-minute window's count kept; ``step``: constant per window, as before the
 
     .venv/bin/python benchmarks/policies.py [--jobs 2] [--trace azure-x20] [--policy slo,static] \
         [--rate-shape smooth|step]
+
+``--matrix`` runs the workload matrix instead (:mod:`llmscale.workloads.matrix`: chat, code,
+reasoning and long-context mixes on ramps, step changes and flash crowds, 20 simulated minutes
+each) on three deployments — an 8B model on one H100 and on one A100, a 70B model on four H100s
+— with the default policy set (``slo``, ``static`` and the peers) and the oracle, and checks the
+acceptance of the generalisation issue per cell: ``slo`` reaches min(99%, oracle - 0.5 points)
+at <= 1.3x the oracle's GPU-hours, no policy dominates it and it kills nothing on scale-down.
+Each cell's peak rate is 6 replicas' worth of the capacity probe on its mix, so every cell has a
+fleet of a few replicas. ``--quick`` runs the H100 8B deployment only.
+
+    .venv/bin/python benchmarks/policies.py --matrix [--quick] [--deploy h100-8b] [--cell code/step]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data" / "traces"
+#: the shared traces: ../shared/data beside the checkout, or $LLMSCALE_SHARED_DATA (a git worktree
+#: elsewhere)
+DATA = Path(os.environ.get("LLMSCALE_SHARED_DATA", REPO.parent / "shared" / "data")) / "traces"
 
 TRACES = {
     "azure-x20": {"path": "azure_llm_2023_conv.csv", "fmt": "azure", "rate_scale": 20.0},
@@ -86,6 +100,149 @@ def settings_for(w):  # type: ignore[no-untyped-def]
     )
 
 
+#: the matrix's deployments: (model, GPU, TP). The 8B model is Llama-3.1-8B (128k context) so
+#: that the long-context mix fits; the 70B one Llama-3.1-70B on four H100s.
+DEPLOYMENTS = {
+    "h100-8b": ("llama-3.1-8b", "h100-80gb", 1),
+    "a100-8b": ("llama-3.1-8b", "a100-80gb", 1),
+    "h100x4-70b": ("llama-3.1-70b", "h100-80gb", 4),
+}
+#: replicas' worth of the probe's capacity at a cell's peak
+MATRIX_PEAK_REPLICAS = 6
+#: default policy set of `llmscale backtest` (ours, the peers, the static baseline)
+MATRIX_POLICIES = (
+    "slo",
+    "static",
+    "hpa-gpu-util",
+    "keda-queue",
+    "knative-kpa",
+    "aibrix-apa",
+    "ray-serve",
+    "dynamo-sla",
+    "wva-saturation",
+)
+
+
+def matrix_cell(deploy: str, cell, seed: int = 0):  # type: ignore[no-untyped-def]
+    """(workload, settings, probe capacity req/s, peak replicas) of one matrix cell."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from llmscale.backtest.feasibility import feasible_only
+    from llmscale.backtest.runner import BacktestSettings
+    from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
+    from llmscale.perf import get_perf_model
+    from llmscale.workloads.matrix import cell_workload, mix_lengths
+    from llmscale.workloads.model import Workload
+
+    model, gpu, tp = DEPLOYMENTS[deploy]
+    base = BacktestSettings(model=model, gpu=gpu, tp=tp, slo_ttft_s=2.0, slo_tpot_s=0.1).with_cold_start()
+    perf = get_perf_model(model, gpu, tp)
+    # The probe on 3,000 of the mix's (feasible) requests: what one replica holds at 99%.
+    inp, out = mix_lengths(cell.mix, DATA).sample(3000, np.random.default_rng(seed))
+    sample = Workload.from_arrays("probe", np.arange(inp.size, dtype=np.float64), inp, out, {})
+    sample = feasible_only(sample, base)
+    cap = replica_capacity_rps(perf, base.sim, sample.input_tokens, sample.output_tokens, 2.0, 0.1)
+    w = cell_workload(cell, MATRIX_PEAK_REPLICAS * cap, DATA, seed=seed)
+    peak = replicas_for_rate(float(w.summary()["peak_1min_rps"]), cap)
+    first = float((w.arrival_s < 120.0).sum()) / 120.0
+    settings = replace(
+        base,
+        min_replicas=1,
+        max_replicas=max(32, 3 * peak),
+        initial_replicas=replicas_for_rate(first * 1.1, cap),
+        policy_params={"static": {"replicas": peak}},
+    )
+    return w, settings, cap, peak
+
+
+def judge_cell(rows: list[dict]) -> tuple[bool, str]:  # type: ignore[type-arg]
+    """The issue's acceptance in one cell: (met, one line saying why)."""
+    by = {r["policy"]: r for r in rows}
+    slo, oracle = by["slo"], by["oracle"]
+    o_att, o_gpu = float(oracle["slo_attainment"]), float(oracle["gpu_hours"])
+    need = min(0.99, o_att - 0.005)
+    ok_att = slo["slo_attainment"] >= need
+    ok_cost = slo["gpu_hours"] <= 1.3 * o_gpu
+    dominators = [
+        r["policy"]
+        for r in rows
+        if r["policy"] not in ("slo", "oracle")
+        and r["slo_attainment"] >= slo["slo_attainment"]
+        and r["gpu_hours"] <= slo["gpu_hours"]
+        and (r["slo_attainment"] > slo["slo_attainment"] or r["gpu_hours"] < slo["gpu_hours"])
+    ]
+    killed = int(slo["killed_by_scale_down"])
+    met = ok_att and ok_cost and not dominators and killed == 0
+    why = (
+        f"attainment {100 * slo['slo_attainment']:.2f}% "
+        f"(need {100 * need:.2f}%: {'yes' if ok_att else 'NO'}), "
+        f"GPU-hours {slo['gpu_hours'] / o_gpu:.2f}x oracle ({'yes' if ok_cost else 'NO'}), "
+        f"dominated by {', '.join(dominators) or 'none'}, killed {killed}"
+    )
+    return met, why
+
+
+def run_matrix(args: argparse.Namespace) -> int:
+    from llmscale.backtest.compare import run_backtest
+    from llmscale.workloads.matrix import CELLS
+
+    deploys = args.deploy or (["h100-8b"] if args.quick else list(DEPLOYMENTS))
+    cells = [c for c in CELLS if not args.cell or c.name in args.cell]
+    policies = args.policy.split(",") if args.policy else list(MATRIX_POLICIES)
+    if "slo" not in policies:
+        policies.insert(0, "slo")
+    summary: list[tuple[str, str, dict, dict, bool, str]] = []  # type: ignore[type-arg]
+    everything: dict[str, list[dict]] = {}  # type: ignore[type-arg]
+    t_all = time.perf_counter()
+    for deploy in deploys:
+        for cell in cells:
+            t0 = time.perf_counter()
+            w, settings, cap, peak = matrix_cell(deploy, cell)
+            results, oracle, _ = run_backtest(w, policies, settings, include_oracle=True, jobs=args.jobs)
+            assert oracle is not None
+            rows = [r.summary for r in results] + [oracle.summary]
+            o_gpu = float(oracle.summary["gpu_hours"])
+            print(
+                f"\n{deploy} {cell.name}: {w.num_requests:,} requests over {w.duration_s / 60:.0f} min; "
+                f"probe ~{cap:.2f} req/s per replica; peak minute needs {peak}; "
+                f"wall {time.perf_counter() - t0:.0f} s"
+            )
+            header = f"{'policy':<22}{'SLO attain.':>12}{'GPU-hours':>11}{'x oracle':>10}"
+            print(f"{header}{'TPOT p99':>10}{'killed':>8}")
+            for row in sorted(rows, key=lambda r: -float(r["slo_attainment"] or 0)):
+                print(
+                    f"{row['policy']:<22}{100 * row['slo_attainment']:>11.2f}%{row['gpu_hours']:>11.3f}"
+                    f"{row['gpu_hours'] / o_gpu:>10.2f}{row['tpot_p99_s'] or float('nan'):>10.3f}"
+                    f"{row['killed_by_scale_down']:>8}"
+                )
+            met, why = judge_cell(rows)
+            print(f"slo: {why}")
+            by = {r["policy"]: r for r in rows}
+            summary.append((deploy, cell.name, by["slo"], by["oracle"], met, why))
+            everything[f"{deploy} {cell.name}"] = rows
+    print(f"\nmatrix ({time.perf_counter() - t_all:.0f} s)")
+    print(
+        f"{'deployment':<12}{'cell':<22}{'slo att.':>10}{'oracle att.':>12}"
+        f"{'slo GPU-h':>11}{'oracle GPU-h':>13}{'x oracle':>10}  met"
+    )
+    for deploy, name, slo, oracle, met, _ in summary:
+        print(
+            f"{deploy:<12}{name:<22}{100 * slo['slo_attainment']:>9.2f}%"
+            f"{100 * oracle['slo_attainment']:>11.2f}%"
+            f"{slo['gpu_hours']:>11.3f}{oracle['gpu_hours']:>13.3f}"
+            f"{slo['gpu_hours'] / oracle['gpu_hours']:>10.2f}  {'yes' if met else 'NO'}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(everything, indent=2))
+    failed = [f"{d} {n}" for d, n, _, _, met, _ in summary if not met]
+    if failed:
+        print(f"\nacceptance NOT met in {len(failed)} of {len(summary)} cells: {', '.join(failed)}")
+        return 1
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=2)
@@ -98,10 +255,16 @@ def main() -> int:
         choices=("smooth", "step"),
         help="ServeGen traces: rate continuous between window centres (smooth) or constant per window",
     )
+    ap.add_argument("--matrix", action="store_true", help="run the workload matrix (see the docstring)")
+    ap.add_argument("--quick", action="store_true", help="matrix: the H100 8B deployment only")
+    ap.add_argument("--deploy", action="append", choices=sorted(DEPLOYMENTS), help="matrix: these only")
+    ap.add_argument("--cell", action="append", help="matrix: these cells only (mix/shape)")
     args = ap.parse_args()
     if not DATA.is_dir():
         print(f"needs {DATA} (../shared/data beside the checkout)", file=sys.stderr)
         return 2
+    if args.matrix:
+        return run_matrix(args)
 
     from llmscale.backtest.compare import run_backtest
     from llmscale.policies.base import policy_names

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import llmscale.backtest.oracle as oracle_module
 from llmscale.backtest.compare import build_document, run_backtest, schedule
 from llmscale.backtest.oracle import OracleSettings, _next_query, _search, _smallest_meeting, run_oracle
+from llmscale.backtest.oracle_judge import Judge
 from llmscale.backtest.runner import BacktestSettings, build_fleet
 from llmscale.sim.fleet import SimConfig
 from llmscale.workloads import flash_crowd
@@ -138,14 +139,17 @@ def test_early_stops_happen_and_bracket_the_exact_attainment():
     w = flash_crowd(10.0, 300.0, spike_start_s=100.0, spike_duration_s=50.0, multiplier=4.0, seed=3)
     s = replace(_settings(), sim=replace(_settings().sim, grace_s=float("inf")))
     target = OracleSettings().target
+    judge = Judge.build(w, s, target)
     i1 = int((w.arrival_s < 60.0).sum())
     stopped = 0
     for n in range(1, 9):
         outcomes = []
-        for check_s in (2.0, float("inf")):
+        for to_the_end in (False, True):
             fleet = build_fleet(w, s, 0)
             oracle_module._scale(fleet, n, 0.0, 35.0)
-            outcomes.append(oracle_module._run_trial(fleet, 0.0, 90.0, 0, i1, s, target, check_s))
+            outcomes.append(
+                oracle_module._run_trial(fleet, 0.0, 0, i1, judge, target, cap_s=90.0, exact=to_the_end)
+            )
         (early, kind), (exact, exact_kind) = outcomes
         assert exact_kind == 0
         assert (early >= target) == (exact >= target), n

@@ -185,7 +185,8 @@ def test_run_reports_drift_and_adapts_toward_the_engine(workdir, procs):
 
     # B's slo plans with the adjusted model: its capacity per replica is closer to the engine's
     # true one (the profile emulate runs) than the unadjusted model's, at the same request shape
-    from llmscale.policies.slo import _bucket, replica_capacity_rps
+    from llmscale.perf.replica_tails import tail_capacity_rps
+    from llmscale.policies.slo import _bucket, _fleet_bucket
 
     s = back_line["signals"]
     shape = (
@@ -194,12 +195,14 @@ def test_run_reports_drift_and_adapts_toward_the_engine(workdir, procs):
         1,
         _bucket(s["prompt_tokens"]),
         _bucket(s["output_tokens"]),
-        SLO_TPOT_S,
         SLO_TTFT_S,
+        SLO_TPOT_S,
         256,
+        8192,
     )
-    true_cap = replica_capacity_rps(*shape, str(profile))
-    model_cap = replica_capacity_rps(*shape)
+    fleet = _fleet_bucket(int(s["planned_replicas"]))
+    true_cap = tail_capacity_rps(*shape, str(profile), replicas=fleet)
+    model_cap = tail_capacity_rps(*shape, replicas=fleet)
     planned = s["capacity_rps_per_replica"]
     assert abs(math.log(planned / true_cap)) < abs(math.log(model_cap / true_cap)), (
         planned,

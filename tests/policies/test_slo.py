@@ -74,24 +74,27 @@ def test_missing_inputs_hold(values, rule):
 
 def test_steady_rate_plans_rate_over_capacity():
     policy = SloPolicy(CFG)
-    cap = policy.capacity(1155.0, 211.0)
     state = SloState()
     for k in range(10):
         d, state = policy.decide(sig(10, **steady(60.0)), state, 15.0 * (k + 1))
     assert d.rule == "forecast"
-    # each replica planned at target_utilization (0.95) of its capacity
-    assert d.desired == math.ceil(60.0 / (cap * CFG.target_utilization))
+    # The fewest replicas each planned at target_utilization (0.95) of its capacity within a
+    # fleet of that size (a replica of a larger fleet holds a little more).
+    n = d.desired
+    u = CFG.target_utilization
+    assert n * policy.capacity(1155.0, 211.0, 2.0, n) * u >= 60.0
+    assert (n - 1) * policy.capacity(1155.0, 211.0, 2.0, n - 1) * u < 60.0
+    assert n <= math.ceil(60.0 / (policy.capacity(1155.0, 211.0) * u))
 
 
 def test_backlog_adds_what_drains_it_over_a_cold_start():
     policy = SloPolicy(CFG)
-    cap = policy.capacity(1155.0, 211.0)
     _, state = policy.decide(sig(10, **steady(60.0)), SloState(), 15.0)
     d, _ = policy.decide(sig(10, **steady(60.0, queue=500.0)), state, 30.0)
     assert d.rule == "backlog"
     # arrivals include the queue's growth over the tick: 60 + 500/15
     arrivals = 60.0 + 500.0 / 15.0
-    assert d.desired == math.ceil((arrivals + 500.0 / 108.0) / (cap * CFG.target_utilization))
+    assert d.desired == policy.replicas_for(arrivals + 500.0 / 108.0, 1155.0, 211.0, 2.0)
 
 
 def test_rising_trend_is_planned_one_cold_start_ahead():
@@ -124,11 +127,10 @@ def test_a_queue_the_clients_abandon_before_a_cold_start_is_not_sized_for():
     # replica asked for now serves, so only the arrival rate (with the queue's growth) is planned.
     cfg = SloConfig(min_replicas=1, max_replicas=64, cold_start_s=108.0, client_timeout_s=60.0)
     policy = SloPolicy(cfg)
-    cap = policy.capacity(1155.0, 211.0)
     _, state = policy.decide(sig(10, **steady(60.0)), SloState(), 15.0)
     d, _ = policy.decide(sig(10, **steady(60.0, queue=500.0)), state, 30.0)
     assert d.rule == "backlog"
-    assert d.desired == math.ceil((60.0 + 500.0 / 15.0) / (cap * cfg.target_utilization))
+    assert d.desired == policy.replicas_for(60.0 + 500.0 / 15.0, 1155.0, 211.0, 2.0)
 
 
 def test_ttft_over_the_slo_adds_nothing_while_the_queue_shrinks():
@@ -157,3 +159,58 @@ def test_a_length_aware_ttft_slo_is_judged_at_the_mean_prompt(per_1k_s, rule):
     _, state = policy.decide(sig(30, **steady(60.0, queue=100.0, ttft=2.3)), SloState(), 15.0)
     d, _ = policy.decide(sig(30, **steady(60.0, queue=110.0, ttft=2.3)), state, 30.0)
     assert d.rule == rule
+
+
+def code_load(rate: float, tpot: float | None, *, itl: float | None = None) -> dict[str, float | None]:
+    """A code-completion fleet's signals: 2k-token prompts, 30-token answers, nothing queued."""
+    return {
+        "request_rate_rps": rate,
+        "queue_waiting": 0.0,
+        "running": 50.0,
+        "prompt_len_mean_tokens": 2000.0,
+        "decode_steps_mean": 30.0,
+        "ttft_p99_s": 0.4,
+        "tpot_p99_s": tpot,
+        "itl_p99_s": itl,
+    }
+
+
+CODE_CFG = SloConfig(min_replicas=1, max_replicas=64, cold_start_s=108.0, model="llama-3.1-8b")
+
+
+@pytest.mark.parametrize(
+    ("share", "tpot", "itl", "rule"),
+    [
+        pytest.param(0.9, 0.15, None, "tpot-over-slo", id="loaded-fleet-tpot-tail-adds-one"),
+        pytest.param(0.9, 0.08, None, "forecast", id="tail-within-target"),
+        # A fleet at a fifth of its capacity: the model puts misses far under budget, so a tail
+        # there is not one that more replicas shorten (a lone huge prompt, the engine itself).
+        pytest.param(0.2, 0.15, None, "forecast", id="light-load-tail-is-not-load"),
+        # No per-request TPOT histogram (vLLM V0, TGI's names): the inter-token P99 stands in.
+        pytest.param(0.9, None, 0.15, "tpot-over-slo", id="itl-when-no-tpot-histogram"),
+    ],
+)
+def test_a_tpot_tail_over_the_slo_adds_a_replica_when_load_drives_it(share, tpot, itl, rule):
+    policy = SloPolicy(CODE_CFG)
+    fleet = 8
+    rate = share * fleet * policy.capacity(2000.0, 30.0, 2.0, fleet)
+    state = SloState()
+    for k in range(3):
+        d, state = policy.decide(sig(fleet, **code_load(rate, tpot, itl=itl)), state, 15.0 * (k + 1))
+    assert d.rule == rule, d
+    if rule == "tpot-over-slo":
+        assert d.desired == fleet + 1
+
+
+def test_a_tpot_tail_is_read_again_only_a_window_after_replicas_became_ready():
+    # The P99 covers the last 60 s: replicas that just became ready have not yet cut the tail it
+    # holds, so it adds nothing until a whole window has passed on the larger fleet.
+    policy = SloPolicy(CODE_CFG)
+    rate = 0.9 * 8 * policy.capacity(2000.0, 30.0, 2.0, 8)
+    _, state = policy.decide(sig(8, **code_load(rate, 0.15)), SloState(), 15.0)
+    d, state = policy.decide(sig(9, **code_load(rate, 0.15)), state, 30.0)  # one more became ready
+    assert d.rule == "forecast"
+    d, state = policy.decide(sig(9, **code_load(rate, 0.15)), state, 75.0)  # 45 s later: still held
+    assert d.rule == "forecast"
+    d, _ = policy.decide(sig(9, **code_load(rate, 0.15)), state, 90.0)  # a whole window later
+    assert (d.rule, d.desired) == ("tpot-over-slo", 10)

@@ -54,6 +54,7 @@ def _replica(name, k, *, waiting=2.0, running=10.0, kv=0.5, phase=Phase.READY):
         VLLM.ttft: hist((5 * k, 9 * k, 10 * k, 10 * k)),
         VLLM.e2e: hist((0, 0, 10 * k, 10 * k)),
         VLLM.itl: hist((900 * k, 1000 * k, 1000 * k, 1000 * k)),
+        VLLM.tpot: hist((8 * k, 10 * k, 10 * k, 10 * k)),
         VLLM.queue_time: hist((10 * k, 10 * k, 10 * k, 10 * k)),
     }
     return sample(name, values, hists, phase=phase)

@@ -1,60 +1,74 @@
-"""The oracle: the fewest replicas per control interval that meet the SLO, knowing the future.
+"""The oracle: the cheapest replica schedule it can find that meets the SLO, knowing the future.
 
-For each control interval in turn, the oracle snapshots the simulated fleet at
-the interval's start and searches (with the simulator itself) for the smallest
-replica count under which the requests *arriving in that interval* meet the
-SLO at the target rate. It then commits that count and moves on. Replicas it
-adds are Ready at the interval's start because it launched them one cold start
-earlier — and it pays for that: every added replica is charged
-``cold_start_s x GPUs`` on top of its simulated life. Scale-downs drain with
-no grace deadline (knowing the future, it never kills a generation).
+Knowing every arrival, the oracle may choose any replica schedule (one count
+per control interval, replicas provisioned a cold start ahead and charged for
+it, scale-downs that drain), and its GPU-hours are what the policies are
+measured against. It searches for a cheap schedule with the simulator itself
+as the judge, in three steps, each a search of its own:
 
-Greedy interval by interval, this is a lower bound on GPU-hours for the SLO in
-the sense practitioners use it (what perfect foresight would have spent), not
-a proven global optimum: a policy may beat it by a little where holding
-capacity a bit longer avoids a second cold start.
+1. **Interval by interval** (greedy): for each interval in turn, from the
+   fleet as the chosen counts so far leave it, the fewest replicas under which
+   the interval's feasible requests meet the target, followed ``tail_s`` (30 s)
+   after the interval: completed within the SLO, or still generating on pace to
+   meet it (a 1,500-token answer runs longer than that).
+   This is quick and close on smooth load, but it judges an interval alone: a
+   count just enough for one minute can leave a backlog the next minutes pay
+   for, and on coarse replicas (a 70B TP4 replica is 4 GPUs) every interval
+   rounds its 99% up.
+2. **Constant fleets** cheaper than that schedule: the fewest replicas that,
+   held for the whole trace, meet the target (a bisection on full runs, each
+   given up once its misses exceed the budget).
+3. **Whole-trace descent** (:func:`~llmscale.backtest.oracle_schedule.descend`)
+   from the cheaper of the two: sweeps that lower single intervals while the
+   whole run's misses stay within *one* budget for the run (1% of the
+   feasible requests), a lowering kept only if the sweep's full run meets the
+   target and spends fewer GPU-seconds.
 
-Cost. The search queries the same replica counts in the same order as
-always (:func:`_smallest_meeting`); two things make a query cheaper without
-changing any answer:
+What it is held to (:mod:`~llmscale.backtest.oracle_judge`): the feasible
+requests only (no count is bought for requests no fleet can serve), each met
+or missed as the policies' results score it. Every schedule it reports was
+run in full on the simulator: its attainment and GPU-hours are the
+simulator's, not an estimate. It is the cheapest schedule its search found,
+not a proven optimum; the property test
+``tests/backtest/test_oracle_lower_bound.py`` checks that no policy (or
+static fleet) reaches min(99%, its attainment) with fewer GPU-hours on
+long-output, long-prompt, bursty and coarse-replica workloads.
 
-* a trial stops as soon as its verdict is certain (:class:`_Verdict`): once
-  the requests that can no longer meet the SLO make the target unreachable
-  (an under-provisioned trial usually shows it within seconds), or once the
-  requests already served within the SLO reach it whatever the rest do. The
-  simulation up to the stop is the one a full trial runs (``run_until`` in
-  steps processes the same events), so the verdict is the full trial's. Only
-  without a decision log: the log records each trial's exact attainment, so
-  with one every trial runs to its end (and the log is what it always was);
-* while a core is free (``spare_workers``: the other backtest jobs are done),
-  the next count the search will likely query runs alongside the current one,
-  guessed from the interval's request count against what the previous count
-  served; a guess not needed is discarded, and the trials counted and logged
-  are the queried ones, so the document does not depend on the timing.
+Cost. The greedy step forks one trial per count it queries (~150 on the
+default preset); a trial stops as soon as its verdict is certain
+(:class:`_Verdict`), and while a core is free (``spare_workers``) the count
+the search will likely query next runs alongside. The constant step runs
+a few full runs (log2 of the counts below the greedy schedule's mean), each
+given up once the budget is certainly spent; the descent at most
+``descent_runs`` full runs and their trials. Each step is a share of the
+progress bar (40%, 10%, 50%), and ``wall_s`` in the result is the whole search.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import signal
-import struct
 import time
-import traceback
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, replace
 from typing import IO
 
 import numpy as np
 
-from llmscale.backtest.results import PolicyResult, slo_met, summarize
-from llmscale.backtest.runner import BacktestSettings, SeriesRecorder, build_fleet, series_step_for
-from llmscale.errors import LlmscaleError
+from llmscale.backtest.oracle_judge import Judge
+from llmscale.backtest.oracle_schedule import (
+    DescentSettings,
+    Grid,
+    ScheduleRun,
+    Scored,
+    descend,
+    run_schedule,
+    scale,
+)
+from llmscale.backtest.oracle_trials import Outcome, Trials, reap
+from llmscale.backtest.results import PolicyResult
+from llmscale.backtest.runner import BacktestSettings
 from llmscale.sim.fleet import Fleet
-from llmscale.sim.request import Req, Status
-from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
 __all__ = ["OracleSettings", "run_oracle"]
@@ -63,109 +77,25 @@ __all__ = ["OracleSettings", "run_oracle"]
 @dataclass(frozen=True)
 class OracleSettings:
     interval_s: float = 60.0
-    #: share of an interval's servable requests that must meet the SLO
+    #: share of the feasible requests that must meet the SLO (one budget for the whole run)
     target: float = 0.99
-    #: how long after an interval's end its requests are followed to judge them: TTFT is settled
-    #: within seconds; a request still generating then is judged on its first token
+    #: how long after an interval's end the greedy step follows its requests: a request still
+    #: generating then counts as meeting the SLO if it is on pace to (:meth:`Judge.on_track`)
     tail_s: float = 30.0
+    #: full runs of the whole-trace descent at most (0: the cheaper of the greedy and constant
+    #: schedules as they are)
+    descent_runs: int = 4
 
-
-#: a trial's outcome: its attainment and whether that is exact (0), an upper bound (-1: the trial
-#: stopped once it could no longer reach the target) or a lower bound (+1: it stopped once it had)
-Outcome = tuple[float, int]
 
 #: simulated seconds between two looks at a trial's verdict (:class:`_Verdict`): a look costs
 #: ~0.2 ms, 2 s of a 10-replica fleet ~5 ms (shared 2-core VM)
 _CHECK_S = 2.0
 
+#: shares of the progress bar: greedy step, constant fleets, descent
+_PHASES = (0.4, 0.1, 0.5)
 
-class _Trials:
-    """Trial runs of one interval, each in a forked copy of this process; the parent's fleet is untouched.
-
-    A fork is the snapshot: the child sees the fleet exactly as it is, changes
-    only its own copy-on-write pages and sends back its :data:`Outcome`. This
-    is faster than deep-copying a fleet with thousands of requests in flight,
-    and it works for the mypyc-compiled simulator classes, which cannot be
-    copied. Several trials may run at once (one core each).
-    """
-
-    def __init__(self, fleet: Fleet, run: Callable[[Fleet, int], Outcome], exiting: list[int]) -> None:
-        if not hasattr(os, "fork"):
-            raise LlmscaleError("the oracle searches with forked trial runs, which needs a POSIX system")
-        self._fleet = fleet
-        self._run = run
-        #: replica count -> (child pid, read end of its pipe)
-        self._running: dict[int, tuple[int, int]] = {}
-        #: children that answered and are exiting (shared from interval to interval): see :func:`reap`
-        self._exiting = exiting
-        self.done: dict[int, Outcome] = {}
-
-    def start(self, n: int) -> None:
-        """Start the trial of ``n`` replicas unless it ran or runs already."""
-        if n in self.done or n in self._running:
-            return
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the trial
-            code = 1
-            try:
-                os.close(read_fd)
-                for _, other_fd in self._running.values():
-                    os.close(other_fd)  # the siblings' pipes are the parent's
-                value, kind = self._run(self._fleet, n)
-                os.write(write_fd, struct.pack("<dd", value, float(kind)))
-                # Closed now, the parent reads its end-of-file before this process's memory is
-                # torn down (tens of ms for a large fleet here), which it need not wait for.
-                os.close(write_fd)
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                os._exit(code)
-        os.close(write_fd)
-        self._running[n] = (pid, read_fd)
-
-    def outcome(self, n: int) -> Outcome:
-        """The outcome of ``n`` replicas: started now if it is not running, then waited for."""
-        if n not in self.done:
-            self.start(n)
-            pid, read_fd = self._running.pop(n)
-            try:
-                data = b""
-                while chunk := os.read(read_fd, 64):
-                    data += chunk
-            finally:
-                os.close(read_fd)
-            if len(data) != 16:
-                _, status = os.waitpid(pid, 0)
-                raise LlmscaleError(
-                    f"an oracle trial run failed (exit status {status}); its traceback is above"
-                )
-            # A child that wrote its outcome has nothing left to do but exit: reaped later.
-            self._exiting.append(pid)
-            value, kind = struct.unpack("<dd", data)
-            self.done[n] = (value, int(kind))
-        return self.done[n]
-
-    def cancel(self) -> None:
-        """Stop the trials still running (guesses the search did not need)."""
-        for pid, read_fd in self._running.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(read_fd)
-        self._running.clear()
-        reap(self._exiting, block=False)
-
-
-def reap(pids: list[int], *, block: bool) -> None:
-    """Wait for the children in ``pids`` that have exited (all of them with ``block``); drop them."""
-    left = []
-    for pid in pids:
-        done, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
-        if done == 0:
-            left.append(pid)
-    pids[:] = left
+#: kept for callers of the previous name
+_scale = scale
 
 
 def run_oracle(
@@ -178,52 +108,178 @@ def run_oracle(
     spare_workers: Callable[[], int] | None = None,
 ) -> PolicyResult:
     """The oracle's run. ``spare_workers()``: how many more processes may run now (cores left idle
-    by the other jobs), for guessed trials run ahead of the search; None: none."""
+    by the other jobs), for guessed trials run ahead of the greedy search; None: none.
+    ``progress`` gets a simulated time that runs once over the workload for all three steps."""
     oracle = oracle or OracleSettings()
     wall0 = time.perf_counter()
     cold_start_s = settings.sim.pending_s + settings.sim.loading_s + settings.sim.warmup_s
-    sim = replace(settings.sim, grace_s=math.inf)
-    settings = replace(settings, sim=sim)
-    fleet = build_fleet(workload, settings, 0)
-    step_s = series_step_for(workload.duration_s)
-    recorder = SeriesRecorder(fleet, step_s)
+    settings = replace(settings, sim=replace(settings.sim, grace_s=math.inf))
+    grid = Grid.of(workload, oracle.interval_s)
+    judge = Judge.build(workload, settings, oracle.target)
+    lo = max(1, settings.min_replicas)
+    hi = max(lo, settings.max_replicas)
+    span_s = max(float(workload.duration_s), 1.0)
+
+    def phase_progress(p: int) -> Callable[[float], None]:
+        done = sum(_PHASES[:p])
+
+        def report(fraction: float) -> None:
+            if progress is not None:
+                progress(span_s * (done + _PHASES[p] * min(max(fraction, 0.0), 1.0)))
+
+        return report
+
+    greedy, greedy_trials = _greedy(
+        workload,
+        settings,
+        oracle,
+        grid,
+        judge,
+        cold_start_s,
+        lo,
+        hi,
+        exact=decisions_out is not None,
+        progress=phase_progress(0),
+        spare_workers=spare_workers,
+    )
+    constant, constant_runs = _cheapest_constant(
+        workload, settings, grid, judge, cold_start_s, lo, hi, greedy, progress=phase_progress(1)
+    )
+    candidates = [c for c in (greedy, constant) if c is not None]
+    allowed = judge.allowed_misses
+    meeting = [c for c in candidates if c.misses <= allowed]
+    if meeting:
+        start = min(meeting, key=lambda c: c.gpu_s)
+    else:
+        # No schedule met the target (not even the largest constant fleet): hold the descent
+        # to the fewest misses found instead, so that it still only trades nothing for GPU-hours.
+        start = min(candidates, key=lambda c: (c.misses, c.gpu_s))
+        allowed = start.misses
+    best, stats = descend(
+        start,
+        workload,
+        settings,
+        grid,
+        cold_start_s,
+        judge,
+        allowed,
+        lo,
+        descent=DescentSettings(max_runs=oracle.descent_runs),
+        progress=phase_progress(2),
+    )
+    if decisions_out is not None:
+        _write_decisions(decisions_out, workload, grid, oracle, best, greedy, greedy_trials)
+    result = best.result
+    summary = result.summary
+    summary["wall_s"] = round(time.perf_counter() - wall0, 3)
+    summary["oracle_interval_s"] = oracle.interval_s
+    summary["oracle_target"] = oracle.target
+    summary["oracle_trials"] = sum(len(t) for t in greedy_trials) + stats.trials
+    summary["oracle_search"] = {
+        "allowed_misses": allowed,
+        "misses": best.misses,
+        "greedy_gpu_hours": round(greedy.gpu_s / 3600.0, 5),
+        "greedy_misses": greedy.misses,
+        "constant_replicas": None if constant is None else constant.schedule[0],
+        "constant_runs": constant_runs,
+        "start": "greedy" if start is greedy else "constant",
+        "descent_runs": stats.runs,
+        "descent_runs_kept": stats.kept,
+        "descent_trials": stats.trials,
+        "intervals_lowered": stats.lowered,
+        # the replica count of each interval (the last: after the last arrival's interval)
+        "schedule": list(best.schedule),
+    }
+    return result
+
+
+def _write_decisions(
+    out: IO[str],
+    workload: Workload,
+    grid: Grid,
+    oracle: OracleSettings,
+    best: Scored,
+    greedy: Scored,
+    greedy_trials: Sequence[dict[int, float]],
+) -> None:
+    """One line per interval: the count run, the greedy step's count and its trials' attainments."""
     arrivals = workload.arrival_s
-    last_arrival = float(arrivals[-1]) if arrivals.size else 0.0
-    num_intervals = int(last_arrival // oracle.interval_s) + 1
-    lo_bound = max(1, settings.min_replicas)
-    hi_bound = settings.max_replicas
-    n_prev = settings.initial_replicas
+    for k, n in enumerate(best.schedule):
+        t0 = grid.start_s(k)
+        i0, i1 = (int(i) for i in np.searchsorted(arrivals, [t0, t0 + grid.interval_s], side="left"))
+        trials = greedy_trials[k] if k < len(greedy_trials) else {}
+        row = {
+            "time_s": t0,
+            "policy": "oracle",
+            "desired": n,
+            "rule": "whole-trace-search",
+            "inputs": {
+                "requests": i1 - i0,
+                "target": oracle.target,
+                "greedy": greedy.schedule[k],
+                "trials": {str(m): round(a, 4) for m, a in sorted(trials.items())},
+            },
+        }
+        out.write(json.dumps(row) + "\n")
+
+
+def _greedy(
+    workload: Workload,
+    settings: BacktestSettings,
+    oracle: OracleSettings,
+    grid: Grid,
+    judge: Judge,
+    cold_start_s: float,
+    lo: int,
+    hi: int,
+    *,
+    exact: bool,
+    progress: Callable[[float], None],
+    spare_workers: Callable[[], int] | None,
+) -> tuple[Scored, list[dict[int, float]]]:
+    """Step 1: interval by interval, the fewest replicas meeting the target on the interval's requests.
+
+    Returns the schedule's full run and, per interval, the attainment of each count tried.
+    ``exact``: every trial runs until its requests are resolved or to its cap (the decision log
+    records exact attainments), instead of stopping once its verdict is certain; the answers are
+    the same.
+    """
+    arrivals = workload.arrival_s
+    run = ScheduleRun(workload, settings, grid, cold_start_s)
+    n_prev = max(lo, min(hi, settings.initial_replicas))
     #: requests per replica the previous interval's answer served: the guess of the next answer
     per_replica: float | None = None
-    next_sample = step_s
-    trials_total = 0
-    # The decision log records each trial's attainment, which a trial stopped early does not know
-    # (only that it is above or below the target): with a log, every trial runs to its end.
-    check_s = _CHECK_S if decisions_out is None else math.inf
+    schedule: list[int] = []
+    tried: list[dict[int, float]] = []
     exiting: list[int] = []
     # Trials that answered exit on their own; every one is waited for, also when the search fails.
     try:
-        for k in range(num_intervals):
-            t0 = k * oracle.interval_s
-            t1 = t0 + oracle.interval_s
+        for k in range(grid.num_intervals):
+            t0 = grid.start_s(k)
+            t1 = grid.start_s(k + 1)
             i0, i1 = (int(i) for i in np.searchsorted(arrivals, [t0, t1], side="left"))
 
-            def run(
-                trial: Fleet, n: int, t0: float = t0, t1: float = t1, i0: int = i0, i1: int = i1
-            ) -> Outcome:
-                _scale(trial, n, t0, cold_start_s)
-                return _run_trial(trial, t0, t1 + oracle.tail_s, i0, i1, settings, oracle.target, check_s)
+            def trial(fleet: Fleet, n: int, t0: float = t0, i0: int = i0, i1: int = i1) -> Outcome:
+                scale(fleet, n, t0, cold_start_s)
+                return _run_trial(
+                    fleet,
+                    t0,
+                    i0,
+                    i1,
+                    judge,
+                    oracle.target,
+                    cap_s=oracle.interval_s + oracle.tail_s,
+                    exact=exact,
+                )
 
-            trials = _Trials(fleet, run, exiting)
+            trials = Trials(run.fleet, trial, exiting)
             queried: list[int] = []
-            if i1 == i0:
-                n = lo_bound
+            if not judge.feasible[i0:i1].any():
+                n = lo
             else:
                 guess = None if per_replica is None else (i1 - i0) / per_replica
                 try:
-                    n = _search_with(
-                        trials, queried, n_prev, lo_bound, hi_bound, oracle.target, guess, spare_workers
-                    )
+                    n = _search_with(trials, queried, n_prev, lo, hi, oracle.target, guess, spare_workers)
                 finally:
                     trials.cancel()
                 # n replicas met the SLO and n - 1 (usually) did not: a replica's capacity lies between
@@ -231,179 +287,157 @@ def run_oracle(
                 # default preset's searches runs 66 guesses it needs and 17 it does not (with
                 # requests / n: 48 and 34; always guessing "met": 63 and 65).
                 per_replica = (i1 - i0) / (n - 0.5)
-            trials_total += len(set(queried))
-            _scale(fleet, n, t0, cold_start_s)
-            if decisions_out is not None:
-                decisions_out.write(
-                    json.dumps(
-                        {
-                            "time_s": t0,
-                            "policy": "oracle",
-                            "desired": n,
-                            "rule": "smallest-meeting-slo",
-                            "inputs": {
-                                "requests": i1 - i0,
-                                "target": oracle.target,
-                                "trials": {str(m): round(trials.done[m][0], 4) for m in sorted(set(queried))},
-                            },
-                        }
-                    )
-                    + "\n"
-                )
+            tried.append({m: trials.done[m][0] for m in set(queried)})
+            schedule.append(n)
+            run.step(k, n)
             n_prev = n
-            while next_sample <= t1:
-                fleet.run_until(next_sample)
-                recorder.sample(next_sample)
-                next_sample += step_s
-            fleet.run_until(t1)
-            if progress is not None:
-                progress(t1)
+            progress(float(k + 1) / (grid.num_intervals + 1))
     finally:
         reap(exiting, block=True)
-    # After the last interval: let in-flight work finish at the last count.
-    horizon = last_arrival + settings.drain_horizon_s
-    t = fleet.now
-    while fleet.unresolved > 0 and t <= horizon:
-        t = next_sample
-        fleet.run_until(t)
-        recorder.sample(t)
-        next_sample += step_s
-    fleet.finish(fleet.now)
-    end_s = max(fleet.last_resolved_s, last_arrival)
-    result = summarize(
-        "oracle",
-        workload,
-        fleet,
-        recorder.cols,
-        settings,
-        end_s=end_s,
-        wall_s=time.perf_counter() - wall0,
-    )
-    result.summary["oracle_interval_s"] = oracle.interval_s
-    result.summary["oracle_target"] = oracle.target
-    result.summary["oracle_trials"] = trials_total
-    return result
+    # After the last interval: in-flight work finishes at the last count.
+    schedule.append(schedule[-1] if schedule else lo)
+    run.step(grid.num_intervals, schedule[-1])
+    progress(1.0)
+    return run.result(judge, schedule), tried
 
 
-def _scale(fleet: Fleet, n: int, now: float, cold_start_s: float) -> None:
-    active = sum(1 for r in fleet.replicas if r.phase < Phase.DRAINING)
-    if n > active and now > 0.0:
-        fleet.prepaid_gpu_s += (n - active) * cold_start_s * fleet.gpus_per_replica
-    fleet.scale_to(n, now, warm=True)
+def _cheapest_constant(
+    workload: Workload,
+    settings: BacktestSettings,
+    grid: Grid,
+    judge: Judge,
+    cold_start_s: float,
+    lo: int,
+    hi: int,
+    greedy: Scored,
+    *,
+    progress: Callable[[float], None],
+) -> tuple[Scored | None, int]:
+    """Step 2: the fewest replicas that, held throughout, meet the target; (its run, full runs made).
 
+    Only counts cheaper than the greedy schedule are tried when that one meets the target: a
+    constant ``n`` costs at least ``n x GPUs x last arrival``. When no count meets it, the
+    largest count's run is returned (the fewest misses any fleet here reaches, for the fallback
+    target of :func:`run_oracle`), if the greedy schedule missed too.
+    """
+    allowed = judge.allowed_misses
+    arrivals = workload.arrival_s
+    last_arrival = float(arrivals[-1]) if arrivals.size else 0.0
+    greedy_meets = greedy.misses <= allowed
+    if greedy_meets:
+        gpus = settings.tp
+        top = min(hi, int(greedy.gpu_s // (gpus * last_arrival))) if last_arrival > 0 else lo
+    else:
+        top = hi
+    runs = 0
+    size = len(greedy.schedule)
 
-def _interval_attainment(trial: Fleet, i0: int, i1: int, settings: BacktestSettings) -> float:
-    status = np.frombuffer(bytes(trial.status[i0:i1]), dtype=np.uint8)
-    ttft = np.asarray(trial.ttft_s[i0:i1], dtype=np.float64)
-    tpot = np.asarray(trial.tpot_s[i0:i1], dtype=np.float64)
-    servable = status != Status.REJECTED
-    if not servable.any():
-        return 1.0
-    met = slo_met(status, ttft, tpot, settings.slo_ttft_s, settings.slo_tpot_s)
-    # Still generating at the end of the tail but with a timely first token: judged on TTFT.
-    in_flight = (status == Status.IN_FLIGHT) & (np.nan_to_num(ttft, nan=math.inf) <= settings.slo_ttft_s)
-    return float((met | in_flight).sum()) / float(servable.sum())
+    def meets(n: int) -> Scored | None:
+        nonlocal runs
+        runs += 1
+        scored = run_schedule(workload, settings, grid, cold_start_s, [n] * size, judge, give_up_over=allowed)
+        return scored if scored is not None and scored.misses <= allowed else None
+
+    if top < lo:
+        progress(1.0)
+        return None, runs
+    best = meets(top)
+    progress(0.25)
+    if best is None:
+        progress(1.0)
+        if greedy_meets:
+            return None, runs
+        runs += 1
+        return run_schedule(workload, settings, grid, cold_start_s, [top] * size, judge), runs
+    bad = lo - 1
+    good = top
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        scored = meets(mid)
+        if scored is not None:
+            good, best = mid, scored
+        else:
+            bad = mid
+        progress(0.25 + 0.75 * (1.0 - (good - bad) / max(1.0, top - lo + 1.0)))
+    progress(1.0)
+    return best, runs
 
 
 def _run_trial(
     trial: Fleet,
     t0: float,
-    end_s: float,
     i0: int,
     i1: int,
-    settings: BacktestSettings,
+    judge: Judge,
     target: float,
-    check_s: float,
+    *,
+    cap_s: float,
+    exact: bool = False,
 ) -> Outcome:
-    """Simulate ``trial`` to ``end_s`` and judge requests ``i0:i1``, stopping once the verdict is certain.
+    """Simulate ``trial`` from ``t0`` and judge the feasible requests ``i0:i1`` (:class:`_Verdict`).
 
-    Every ``check_s`` simulated seconds (inf: never) a :class:`_Verdict` looks; the
-    simulation up to a stop is the full run's (``run_until`` in steps
-    processes the same events in the same order), so the verdict is the full
-    run's. Run to the end, the outcome is :func:`_interval_attainment`, exact.
+    Every :data:`_CHECK_S` simulated seconds a :class:`_Verdict` looks. The
+    trial ends once every request ``i0:i1`` is resolved (the outcome is then
+    exact), once its verdict is certain (unless ``exact``; the simulation up to
+    that stop is the full run's, ``run_until`` in steps processing the same
+    events, so the verdict is the full run's), or at ``t0 + cap_s``.
     """
-    verdict = _Verdict(trial, i0, i1, settings, target)
+    verdict = _Verdict(trial, i0, i1, judge, target)
+    end_s = t0 + cap_s
     t = t0
-    while t < end_s:
-        t = min(t + check_s, end_s)
+    while True:
+        t = min(t + _CHECK_S, end_s)
         trial.run_until(t)
-        if t < end_s:
-            early = verdict.at(t)
-            if early is not None:
-                return early
-    return _interval_attainment(trial, i0, i1, settings), 0
+        outcome = verdict.at(t, final=t >= end_s, exact=exact)
+        if outcome is not None:
+            return outcome
 
 
 class _Verdict:
-    """Whether requests ``i0:i1`` of a trial are sure to miss or to meet ``target`` at its end.
+    """Whether the feasible requests ``i0:i1`` of a trial are sure to miss or to meet ``target``.
 
-    With ``S`` the servable requests at the end, ``M`` those that will count as
-    meeting the SLO (:func:`_interval_attainment`), and at a time ``now``:
-    ``S_up`` = all minus those rejected so far (rejection happens on arrival,
-    so ``S <= S_up``), ``missed`` = those resolved without meeting it plus
-    those still queued without a first token ``slo_ttft_s`` after arriving
-    (their TTFT can only be later; unresolved at the end they count as missed
-    too), ``met`` = those completed within the SLO (final). Then
-    ``M <= S - missed`` and ``M >= met``, and since (S - missed) / S grows with S:
+    With ``S`` the feasible requests, ``M`` those that will meet the SLO, and at a
+    time ``now``: ``missed`` = those resolved without meeting it plus those still
+    queued without a first token past their TTFT target (their TTFT can only be
+    later), ``met`` = those completed within the SLO (final). Then
+    ``M <= S - missed`` and ``M >= met``:
 
-    * ``(S_up - missed) / S_up < target`` -> the attainment is below target;
-    * ``met / S_up >= target`` -> it reaches target.
+    * ``(S - missed) / S < target`` -> the attainment is below target;
+    * ``met / S >= target`` -> it reaches target.
 
     Float division rounds monotonically, so the float comparisons imply the
     full run's own. E.g. 2,000 requests and target 0.99: 21 sure misses end
     the trial as failed (1,979 / 2,000 = 0.9895, logged as "at most").
-
-    A look counts the interval's resolved requests in the simulator
-    (:meth:`Fleet.tally`, native): a Python loop over the newly resolved ones
-    took ~1 ms a look, about 40% of a trial's time.
     """
 
-    def __init__(self, trial: Fleet, i0: int, i1: int, settings: BacktestSettings, target: float) -> None:
-        self.trial, self.i0, self.i1, self.target = trial, i0, i1, target
-        self.slo_ttft_s, self.slo_tpot_s = settings.slo_ttft_s, settings.slo_tpot_s
+    def __init__(self, trial: Fleet, i0: int, i1: int, judge: Judge, target: float) -> None:
+        self.trial, self.i0, self.i1, self.judge, self.target = trial, i0, i1, judge, target
+        self.feasible = judge.feasible[i0:i1]
+        self.count = int(self.feasible.sum())
 
-    def at(self, now: float) -> Outcome | None:
-        trial, i0, i1 = self.trial, self.i0, self.i1
-        rejected, met, missed = trial.tally(i0, i1, self.slo_ttft_s, self.slo_tpot_s)
-        servable_max = (i1 - i0) - rejected
-        if servable_max <= 0:
-            return 1.0, 0  # every request rejected: nothing to serve, as _interval_attainment says
-        missed += _late_without_first_token(trial, i0, i1, now - self.slo_ttft_s)
-        upper = float(servable_max - missed) / float(servable_max)
+    def at(self, now: float, *, final: bool = False, exact: bool = False) -> Outcome | None:
+        count, feasible = self.count, self.feasible
+        if count == 0:
+            return 1.0, 0
+        resolved, met = self.judge.outcomes(self.trial, self.i0, self.i1)
+        met_n = int(np.count_nonzero(met & feasible))
+        open_ = ~resolved & feasible
+        if not open_.any():
+            return met_n / count, 0
+        if final:
+            # Still generating at the cap: met if on pace to meet it (a long answer need not end).
+            return (met_n + self.judge.on_track(self.trial, self.i0, self.i1, now)) / count, 0
+        if exact:
+            return None
+        missed = int(np.count_nonzero(resolved & ~met & feasible))
+        missed += self.judge.late_without_first_token(self.trial, self.i0, self.i1, now)
+        upper = float(count - missed) / float(count)
         if upper < self.target:
             return upper, -1
-        lower = float(met) / float(servable_max)
+        lower = float(met_n) / float(count)
         if lower >= self.target:
             return lower, 1
         return None
-
-
-def _late_without_first_token(trial: Fleet, i0: int, i1: int, arrived_before_s: float) -> int:
-    """Requests ``i0:i1`` with no first token yet that arrived before ``arrived_before_s``.
-
-    An unresolved request without a first token is in the gateway queue, in a
-    replica's waiting queue, or running with prompt tokens left (its
-    replica's prefill queue, a subset of its running requests; the first
-    token comes with the last prompt token). The three are disjoint, so none
-    is counted twice. A request preempted after its first token is not one.
-    """
-    late = 0
-    queued: list[Iterable[Req]] = [trial.gateway]
-    for r in trial.replicas:
-        queued.append(r.waiting.items())
-        # The prefill queue is linked through pf_next and has no iterator; between two
-        # run_until calls it is whole (a replica detaches it only inside an iteration's end).
-        prefilling = []
-        req = r.prefill.first
-        while req is not None:
-            prefilling.append(req)
-            req = req.pf_next
-        queued.append(prefilling)
-    for queue in queued:
-        for req in queue:
-            if req.first_token_s < 0.0 and req.arrival_s < arrived_before_s and i0 <= req.idx < i1:
-                late += 1
-    return late
 
 
 def _search(start: int, lo: int, hi: int) -> Generator[int, bool, int]:
@@ -494,7 +528,7 @@ def _smallest_meeting(
 
 
 def _search_with(
-    trials: _Trials,
+    trials: Trials,
     queried: list[int],
     start: int,
     lo: int,

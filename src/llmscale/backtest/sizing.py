@@ -6,9 +6,11 @@ Poisson stream with the workload's own request lengths (bootstrapped) against
 one replica and bisects on the rate until 99% of requests meet the SLO.
 
 Feed it feasible requests only (:func:`llmscale.backtest.feasibility.infeasible_mask`): a
-request whose prefill alone on an idle replica exceeds its TTFT target misses at any rate, and
-if more than 1% of them were infeasible the bisection would find no rate at all and size the
-fleet from them (``tests/backtest/test_feasibility.py``).
+request whose prefill alone on an idle replica exceeds its TTFT target misses at any rate. If
+more than 1% of what it is fed misses even on a nearly idle replica, no rate meets the target;
+the probe then measures against the attainment the replica reaches nearly idle (less the same
+one-point margin) instead of reporting its floor, from which a fleet of peak / 0.001 replicas
+would be sized (``tests/backtest/test_feasibility.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ __all__ = ["replica_capacity_rps", "replicas_for_rate"]
 
 _PROBE_S = 240.0
 _WARM_S = 30.0
+#: the slowest rate the bisection probes (1 / 2**7 req/s: seven halvings of [0, 1]), and the least
+#: capacity it reports
+_FLOOR_RPS = 1.0 / 128.0
+#: the fastest rate probed: above it the replica is taken to keep up with anything (10,000 req/s)
+_MAX_RPS = 1e4
 
 
 def _attainment(
@@ -82,18 +89,40 @@ def replica_capacity_rps(
     inp = np.asarray(input_tokens, dtype=np.int64)
     out = np.asarray(output_tokens, dtype=np.int64)
     slo = (slo_ttft_s, slo_tpot_s, slo_ttft_per_1k_tokens_s)
-    lo, hi = 0.0, 1.0
-    while _attainment(perf, sim, hi, inp, out, slo, seed) >= target:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e4:
-            return hi
-    for _ in range(7):
-        mid = 0.5 * (lo + hi)
-        if _attainment(perf, sim, mid, inp, out, slo, seed) >= target:
-            lo = mid
-        else:
-            hi = mid
-    return max(lo, 1e-3)
+
+    def highest(goal: float) -> float:
+        """The highest rate meeting ``goal``: doubling from 1 req/s, then seven halvings."""
+
+        def meets(rate: float) -> bool:
+            return _attainment(perf, sim, rate, inp, out, slo, seed) >= goal
+
+        lo, hi = 0.0, 1.0
+        while meets(hi):
+            lo, hi = hi, hi * 2.0
+            if hi > _MAX_RPS:
+                return hi
+        for _ in range(7):
+            mid = 0.5 * (lo + hi)
+            if meets(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    capacity = highest(target)
+    if capacity == 0.0:
+        # Not even the slowest rate probed met the target: more than 1 - target of these requests
+        # miss however idle the replica is (fed infeasible requests, or a TPOT target one stream
+        # cannot meet). Sized from that, the fleet would be peak / 0.001 replicas (a 200 req/s
+        # peak: 200,000). Measure against what the replica reaches nearly idle instead, less the
+        # same margin: e.g. 80% met at 1/128 req/s -> the highest rate keeping 79%.
+        goal = _attainment(perf, sim, _FLOOR_RPS, inp, out, slo, seed) - (1.0 - target)
+        if goal <= 0.0:
+            # Next to nothing is met even idle: the SLO, not the load, decides every outcome,
+            # and no rate is too much (probing up to 10,000 req/s would simulate millions).
+            return _MAX_RPS
+        capacity = highest(goal)
+    return max(capacity, _FLOOR_RPS)
 
 
 def replicas_for_rate(rate_rps: float, capacity_rps: float) -> int:

@@ -2,13 +2,17 @@
 
 Three parts, each answering a failure of the policies users run today:
 
-1. **Capacity from the calibrated execution-time model.** How many requests
-   per second one replica serves within the SLO depends on the request mix:
-   the policy reads the observed mean prompt and output lengths and asks
-   :func:`replica_capacity_rps` — a steady-state model of a vLLM replica
-   built on ``llmscale.perf`` (decode step time at the batch Little's law
-   implies, slowed by the share of time prefills take, bounded by
-   ``max_num_seqs`` and the KV cache). GPU utilisation never enters it.
+1. **Capacity from the calibrated execution-time model, on every SLO dimension.** How many
+   requests per second one replica serves within the SLO depends on the request mix: the
+   policy reads the observed mean prompt and output lengths and asks
+   :func:`llmscale.perf.replica_tails.tail_capacity_rps` for the highest rate at which at most
+   ``miss_budget`` of requests miss TTFT *or* per-request TPOT. It predicts their
+   distributions, not their means: a decode step that shares an iteration with another
+   request's prefill chunk lasts longer, and a code completion (2k-token prompt, 30 output
+   tokens) that meets a few of them misses its TPOT while the mean TPOT is far inside the SLO
+   (planning on the mean gave 2.2x the capacity one replica holds on that shape). GPU
+   utilisation never enters it. (:func:`replica_capacity_rps`, the mean-TPOT model, stays for
+   the callers that size from it.)
 2. **A forecast one cold start ahead.** A replica asked for now serves in
    ``cold_start_s``; the policy smooths the arrival rate (served rate plus
    the change of requests in the system), fits its trend over the last
@@ -16,7 +20,8 @@ Three parts, each answering a failure of the policies users run today:
    ``now + cold_start_s`` (rising trends only) plus ``burst_z`` times the
    recent spread of the raw rate around the smoothed one.
 3. **A reactive path for what the forecast missed.** A backlog (queue
-   beyond what the fleet drains in ``drain_s``) or a TTFT P99 above the SLO
+   beyond what the fleet drains in ``drain_s``), a TTFT P99 above the SLO or a per-request
+   TPOT P99 above it (inter-token P99 where the engine exports no per-request histogram)
    adds the replicas that clear it; a flash crowd is met at the next tick,
    not after a stabilisation window. What the reactive path sizes for is what
    will still be there when new replicas are: a queue the clients abandon
@@ -55,6 +60,7 @@ from llmscale.policies.params import (
     params_of,
 )
 from llmscale.policies.standby import StandbyConfig, StandbyState, standby_pool
+from llmscale.signals.histograms import LATENCY_WINDOW_S
 from llmscale.types import Decision, NoData, Signals
 
 if TYPE_CHECKING:
@@ -80,6 +86,7 @@ class SloConfig:
     #: is 0.0): below 1% the plan would be over 100x the fleet the SLO needs anyway.
     target_utilization: float = param(0.95, "[0.01, 1]", help="share of one replica's SLO capacity planned")
     alpha: float = param(0.4, "(0, 1]", help="smoothing of the arrival rate per tick")
+    shape_alpha: float = param(0.2, "(0, 1]", help="smoothing of the mean prompt and output lengths per tick")
     #: 0 would keep every level ever seen (history[-0:] is the whole history)
     trend_ticks: int = param(8, "[1, 10000]", help="ticks the trend is fitted over")
     #: the extrapolated trend adds at most this share of the level: a step in load looks like a
@@ -104,6 +111,20 @@ class SloConfig:
     gpu: str = "h100-80gb"
     tp: int = 1
     max_num_seqs: int = 256
+    #: the engine's token budget per iteration (chunk size of prefills sharing decode steps)
+    max_num_batched_tokens: int = 8192
+    #: share of requests the capacity model lets miss TTFT or TPOT at one replica's capacity (the
+    #: backtest's capacity probe holds 99% of requests within the SLO: 0.01)
+    miss_budget: float = param(
+        0.01, "(0, 0.5]", help="share of requests one replica may miss at its planned capacity"
+    )
+    #: a latency tail over its target is answered with replicas only when the fleet carries at
+    #: least this share of its planned capacity: below it the model predicts misses far under the
+    #: budget, so the tail comes from what more replicas do not change (one long prompt, the
+    #: engine itself) and adding replicas for it would not stop
+    tail_reacts_above: float = param(
+        0.5, "[0, 1]", help="latency tails add replicas only above this share of planned capacity"
+    )
     #: a calibration profile (``llmscale calibrate``) scaling the step-time model, or None
     calibration: str | None = None
     #: the live controller's online adjustment of the profile's factors (``drift.adapt``), or None
@@ -125,6 +146,9 @@ class SloState:
     prompt_tokens: float | None = None
     output_tokens: float | None = None
     last_queue: float | None = None
+    #: ready replicas at the last tick, and when that count last rose
+    last_ready: int | None = None
+    ready_rose_t: float | None = None
     standby: StandbyState = field(default_factory=StandbyState)
 
 
@@ -227,6 +251,26 @@ def _spread(residuals: list[float]) -> float:
     return math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else 0.0
 
 
+def _smooth(observed: float | None, previous: float | None, alpha: float) -> float | None:
+    """EWMA step: the previous value moved ``alpha`` of the way to the observed one (either may be None)."""
+    if observed is None or previous is None:
+        return observed if observed is not None else previous
+    return previous + alpha * (observed - previous)
+
+
+def _fleet_bucket(n: int) -> int:
+    """Round a fleet size down to one of few sizes (each up to 8, then ~20% steps) for the cache.
+
+    Down: a replica of a larger fleet holds more, so the smaller size is the cautious side.
+    """
+    if n <= 8:
+        return max(1, n)
+    b = 8
+    while round(b * 1.2) <= n:
+        b = round(b * 1.2)
+    return b
+
+
 def _bucket(x: float) -> int:
     """Round a token count to ~5% log buckets so the capacity cache stays small."""
     if x <= 1:
@@ -254,20 +298,61 @@ class SloPolicy:
     def initial_state(self) -> SloState:
         return SloState()
 
-    def capacity(self, prompt_tokens: float, output_tokens: float) -> float:
+    def capacity(
+        self,
+        prompt_tokens: float,
+        output_tokens: float,
+        ttft_target_s: float | None = None,
+        replicas: int = 1,
+    ) -> float:
+        """Requests/s each of ``replicas`` replicas holds with at most ``miss_budget`` missing TTFT
+        or TPOT (cached per length bucket and fleet-size bucket)."""
+        from llmscale.perf.replica_tails import tail_capacity_rps
+
         c = self.config
-        return replica_capacity_rps(
+        return tail_capacity_rps(
             c.model,
             c.gpu,
             c.tp,
             _bucket(prompt_tokens),
             _bucket(output_tokens),
+            c.slo_ttft_s if ttft_target_s is None else round(ttft_target_s, 2),
             c.slo_tpot_s,
-            c.slo_ttft_s,
             c.max_num_seqs,
+            c.max_num_batched_tokens,
             c.calibration,
             c.perf_scale,
+            c.miss_budget,
+            replicas=_fleet_bucket(replicas),
         )
+
+    def replicas_for(
+        self, rate_rps: float, prompt_tokens: float, output_tokens: float, ttft_target_s: float
+    ) -> int:
+        """The fewest replicas whose capacity, at ``target_utilization``, carries ``rate_rps``.
+
+        A replica's capacity grows with the fleet it is part of (the router deals arrivals out
+        evenly, so fewer prefills meet one request's decode steps: a code-completion mix on
+        Llama-3.1-8B / H100 holds 6.3 req/s on one replica, 8.1 on each of six), so the count is
+        searched: n x capacity(n) rises with n.
+        """
+        u = self.config.target_utilization
+
+        def carries(n: int) -> bool:
+            return rate_rps <= n * self.capacity(prompt_tokens, output_tokens, ttft_target_s, n) * u + 1e-9
+
+        hi = max(
+            1,
+            math.ceil(rate_rps / (self.capacity(prompt_tokens, output_tokens, ttft_target_s, 1) * u) - 1e-9),
+        )
+        lo = 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if carries(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def decide(self, signals: Signals, state: SloState, now_s: float) -> tuple[Decision, SloState]:
         c = self.config
@@ -294,10 +379,20 @@ class SloPolicy:
         growth = min(max(0.0, trend) * c.cold_start_s, c.max_trend_growth * level)
         forecast = level + growth + c.burst_z * spread
 
-        prompt = signals.get("prompt_len_mean_tokens") or state.prompt_tokens or c.default_prompt_tokens
-        output = signals.get("decode_steps_mean") or state.output_tokens or c.default_output_tokens
-        cap = self.capacity(prompt, output)
-        planned = math.ceil(forecast / (cap * c.target_utilization) - 1e-9)
+        # The request shape, smoothed over ticks: a window's mean of a few dozen long-context
+        # prompts (CV ~1.2) strays by +-25% from tick to tick (Mooncake's: 10k to 19k tokens at
+        # 0.45 req/s), and the capacity of such a mix moves 10x over that range.
+        prompt = _smooth(signals.get("prompt_len_mean_tokens"), state.prompt_tokens, c.shape_alpha)
+        output = _smooth(signals.get("decode_steps_mean"), state.output_tokens, c.shape_alpha)
+        prompt = prompt or c.default_prompt_tokens
+        output = output or c.default_output_tokens
+        # A length-aware SLO gives each request its own TTFT target; the P99 of a histogram has
+        # no length, so it is held to the target of the mean prompt (e.g. 2 s + 0.5 s per 1k
+        # tokens at a 1,155-token mean: 2.58 s). Long prompts' own targets are higher, short
+        # ones' lower: a P99 led by long prompts reads slow a little early.
+        ttft_target_s = c.slo_ttft_s + c.slo_ttft_per_1k_tokens_s * prompt / 1000.0
+        planned = self.replicas_for(forecast, prompt, output, ttft_target_s)
+        cap = self.capacity(prompt, output, ttft_target_s, planned)
         rule = "forecast"
         desired = planned
 
@@ -305,28 +400,49 @@ class SloPolicy:
         serving = max(1, signals.fleet.ready)
         ttft_p99 = signals.get("ttft_p99_s")
         backlog = queue > c.queue_per_replica * serving
-        # A length-aware SLO gives each request its own TTFT target; the P99 of a histogram has
-        # no length, so it is held to the target of the mean prompt (e.g. 2 s + 0.5 s per 1k
-        # tokens at a 1,155-token mean: 2.58 s). Long prompts' own targets are higher, short
-        # ones' lower: a P99 led by long prompts reads slow a little early.
-        ttft_target_s = c.slo_ttft_s + c.slo_ttft_per_1k_tokens_s * prompt / 1000.0
         slow = ttft_p99 is not None and ttft_p99 > ttft_target_s
         # TTFT over the SLO with nothing waiting and capacity on its way is the window's memory of
         # a burst already handled: not a reason to add more.
         # Likewise a queue already shrinking is being served by the replicas that arrived.
         shrinking = state.last_queue is not None and queue < state.last_queue
         slow = slow and queue > 0 and signals.fleet.starting == 0 and not (c.queue_shrink_holds and shrinking)
-        if backlog or slow:
+        # The per-request TPOT P99 (vLLM's request_time_per_output_token histogram), or the
+        # inter-token P99 where the engine exports no per-request one (vLLM V0, whose every gap
+        # is one sample: read against the same target it is stricter than the SLO).
+        tpot_p99 = signals.get("tpot_p99_s")
+        tpot_signal = "tpot_p99_s"
+        if tpot_p99 is None:
+            tpot_p99, tpot_signal = signals.get("itl_p99_s"), "itl_p99_s"
+        # A TPOT tail is load-driven only while the fleet carries a good share of its capacity:
+        # the model puts the miss share at a small fraction of the budget below that, and
+        # replicas added for a tail they cannot shorten would be added without end. (A TTFT tail
+        # counts only with requests waiting, which is load by itself.)
+        loaded = arrivals >= c.tail_reacts_above * cap * serving
+        # The P99 covers the last latency window (60 s): after replicas became ready it still
+        # holds the tail they have since cut, so it is read again only once a whole window has
+        # passed on the larger fleet.
+        ready_rose_t = state.ready_rose_t
+        if state.last_ready is not None and signals.fleet.ready > state.last_ready:
+            ready_rose_t = now_s
+        settled = ready_rose_t is None or now_s - ready_rose_t >= LATENCY_WINDOW_S
+        tpot_slow = (
+            tpot_p99 is not None
+            and tpot_p99 > c.slo_tpot_s
+            and loaded
+            and settled
+            and signals.fleet.starting == 0
+        )
+        if backlog or slow or tpot_slow:
             # Replicas asked for now serve after a cold start: drain the backlog over at least that.
             drain_s = max(c.drain_s, c.cold_start_s)
             outlives = c.client_timeout_s is None or c.client_timeout_s > c.cold_start_s
             drain_rps = queue / drain_s if outlives else 0.0
-            need = math.ceil((arrivals + drain_rps) / (cap * c.target_utilization) - 1e-9)
-            if slow and not backlog:
+            need = self.replicas_for(arrivals + drain_rps, prompt, output, ttft_target_s)
+            if (slow or tpot_slow) and not backlog:
                 need = max(need, current + 1)
             if need > desired:
                 desired = need
-                rule = "backlog" if backlog else "ttft-over-slo"
+                rule = "backlog" if backlog else ("ttft-over-slo" if slow else "tpot-over-slo")
         desired = max(c.min_replicas, min(c.max_replicas, desired))
         standby_state = state.standby
         standby_inputs: dict[str, float | None] = {}
@@ -352,12 +468,15 @@ class SloPolicy:
                 "spread_rps": round(spread, 4),
                 "forecast_rps": round(forecast, 4),
                 "capacity_rps_per_replica": round(cap, 4),
+                # the fleet size the capacity is of (a replica of a larger fleet holds more)
+                "planned_replicas": planned,
                 # Replicas are planned at this fraction of capacity: the margin off the cliff.
                 "target_utilization": c.target_utilization,
                 "prompt_tokens": round(prompt, 1),
                 "output_tokens": round(output, 1),
                 "queue_waiting": queue,
                 "ttft_p99_s": ttft_p99,
+                tpot_signal: tpot_p99,
             },
         )
         new_state = SloState(
@@ -368,6 +487,8 @@ class SloPolicy:
             prompt_tokens=prompt,
             output_tokens=output,
             last_queue=queue,
+            last_ready=signals.fleet.ready,
+            ready_rose_t=ready_rose_t,
             standby=standby_state,
         )
         return decision, new_state
@@ -393,7 +514,8 @@ def _timeout(param: Any, deployment: Any) -> float | None:
 
 @register(
     "slo",
-    "llmscale's default: model-based capacity x load forecast one cold start ahead, reactive on backlog/TTFT",
+    "llmscale's default: model-based capacity (TTFT and TPOT tails) x load forecast one cold start ahead, "
+    "reactive on backlog/TTFT/TPOT",
     _PARAMS,
     needs_step_model=True,
     reads=(
@@ -402,6 +524,8 @@ def _timeout(param: Any, deployment: Any) -> float | None:
         "queue_per_replica",
         "running",
         "ttft_p99_s",
+        "tpot_p99_s",
+        "itl_p99_s",
         "prompt_len_mean_tokens",
         "decode_steps_mean",
     ),
@@ -422,6 +546,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             gpu=ctx.gpu,
             tp=ctx.tp,
             max_num_seqs=ctx.max_num_seqs,
+            max_num_batched_tokens=ctx.max_num_batched_tokens,
             calibration=ctx.calibration,
             perf_scale=ctx.perf_scale,
             standby=config_from(

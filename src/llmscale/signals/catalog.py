@@ -59,6 +59,10 @@ SIGNALS: dict[str, Signal] = {
     "e2e_p99_s": Signal("s", "P99 end-to-end latency over the window", "e2e"),
     "itl_p95_s": Signal("s", "P95 inter-token latency over the window", "itl"),
     "itl_p99_s": Signal("s", "P99 inter-token latency over the window", "itl"),
+    # per request: (last token - first token) / (output tokens - 1), what a TPOT SLO judges; one
+    # prefill chunk stretches a single gap (ITL) but a request's TPOT only by its share of gaps
+    "tpot_p95_s": Signal("s", "P95 of per-request time per output token over the window", "tpot"),
+    "tpot_p99_s": Signal("s", "P99 of per-request time per output token over the window", "tpot"),
     "queue_time_p95_s": Signal("s", "P95 time requests waited before their first scheduling", "queue_time"),
     # rates and request shape: counter increases over the window, and the per-tick spread
     "request_rate_rps": Signal(

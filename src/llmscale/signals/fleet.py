@@ -152,7 +152,7 @@ def _ttft_with_steps(v: SignalValues) -> dict[str, SignalValue]:
 #: fills them. A group is computed as a whole: the names in it share their work.
 _COMPUTE: dict[str, Callable[[SignalValues], Mapping[str, SignalValue]]] = {
     "queues": lambda v: queue_signals(v.window),
-    **{family: _family(family) for family in ("ttft", "e2e", "itl", "queue_time")},
+    **{family: _family(family) for family in ("ttft", "e2e", "itl", "tpot", "queue_time")},
     "counter_rates": lambda v: counter_rate_signals(v.window)[0],
     "step_rates": lambda v: step_rate_signals(v.window),
     "kv_usage": lambda v: kv_usage_signals(v.window),

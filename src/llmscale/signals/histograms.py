@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import add, sub
 
-from llmscale.signals.window import E2E, ITL, QUEUE_TIME, TTFT, FleetWindow, start_index
+from llmscale.signals.window import E2E, ITL, QUEUE_TIME, TPOT, TTFT, FleetWindow, start_index
 from llmscale.types import HistogramView, ReplicaSample, SignalValue
 
 __all__ = [
@@ -305,6 +305,7 @@ LATENCY_FAMILIES: dict[str, tuple[tuple[str, ...], str, tuple[float, ...]]] = {
     "ttft": (TTFT, "TTFT", (0.95, 0.99)),
     "e2e": (E2E, "E2E", (0.95, 0.99)),
     "itl": (ITL, "ITL", (0.95, 0.99)),
+    "tpot": (TPOT, "TPOT", (0.95, 0.99)),
     "queue_time": (QUEUE_TIME, "queue-time", (0.95,)),
 }
 
@@ -326,7 +327,7 @@ def family_values(family: str, hist: WindowHistogram | None) -> dict[str, Signal
 def latency_signals(
     fw: FleetWindow, window_s: float = LATENCY_WINDOW_S
 ) -> tuple[dict[str, SignalValue], WindowHistogram | None]:
-    """P95/P99 of TTFT, E2E and ITL, P95 of queue time; also the TTFT window with its steps.
+    """P95/P99 of TTFT, E2E, ITL and per-request TPOT, P95 of queue time; also the TTFT window with its steps.
 
     The TTFT histogram is returned (with per-step increases) for the decayed
     predictor of :mod:`llmscale.signals.predictors`, so it is built once.
@@ -334,6 +335,7 @@ def latency_signals(
     ttft = window_histogram(fw, TTFT, window_s, per_step=True)
     e2e = window_histogram(fw, E2E, window_s)
     itl = window_histogram(fw, ITL, window_s)
+    tpot = window_histogram(fw, TPOT, window_s)
     queue = window_histogram(fw, QUEUE_TIME, window_s)
     values = {
         "ttft_p95_s": _percentile(ttft, 0.95, "TTFT"),
@@ -342,6 +344,8 @@ def latency_signals(
         "e2e_p99_s": _percentile(e2e, 0.99, "E2E"),
         "itl_p95_s": _percentile(itl, 0.95, "ITL"),
         "itl_p99_s": _percentile(itl, 0.99, "ITL"),
+        "tpot_p95_s": _percentile(tpot, 0.95, "TPOT"),
+        "tpot_p99_s": _percentile(tpot, 0.99, "TPOT"),
         "queue_time_p95_s": _percentile(queue, 0.95, "queue-time"),
     }
     return values, ttft

@@ -83,6 +83,7 @@ GENERATION_TOKENS = candidates("generation_tokens")
 TTFT = candidates("ttft")
 E2E = candidates("e2e")
 ITL = candidates("itl")
+TPOT = candidates("tpot")
 QUEUE_TIME = candidates("queue_time")
 
 

@@ -1,0 +1,416 @@
+"""The share of one replica's requests that miss TTFT or TPOT at an arrival rate: tails, not means.
+
+A capacity planned on *mean* TPOT fails where the tail is the limit. With chunked prefill (vLLM
+V1's default) a decode step that carries another request's prefill chunk lasts longer: for
+Llama-3-8B on one H100 a decode step of ~40 sequences takes ~21 ms, the same step with a
+2,048-token prompt chunk ~90 ms. A code completion with a 2k-token prompt and 30 output tokens
+decodes in ~30 steps, so a few prefills arriving while it decodes set its TPOT, and at a rate
+whose *mean* TPOT is well inside 0.1 s a large share of requests miss it (the capacity the mean
+gives was 2.0-2.4x what one simulated replica holds at 99% attainment on that shape).
+
+The model, per replica at rate ``lam`` of a fleet fed a Poisson stream, for lognormal prompt
+and output lengths of given means and coefficients of variation (the policy sees only the
+means; a CV of 1 is the default):
+
+* **Prefill work of a prompt** of ``p`` tokens: what its chunks add to the decode steps they
+  share, ``s(p) = sum over chunks of step(chunk, B decodes) - step(B decodes)`` from the
+  step-time model (:mod:`llmscale.perf.step_time`), chunks of ``budget - B`` tokens.
+* **Decode batch** by Little's law: ``B = lam x O x ITL``, the mean inter-token time
+  ``ITL = d0(B) / (1 - lam x E[s])`` (a share ``lam x E[s]`` of engine time goes to prefill).
+* **TPOT of a request with ``g = n - 1`` gaps** (``n`` output tokens) is ``d0 + S / g``, ``S``
+  the prefill work of the prompts that arrive while it decodes: a compound Poisson sum. It
+  misses its target ``T`` when that work exceeds ``g x (T - d0)``. The prompts that can share
+  its steps are those arriving over its ``g + 1`` steps at the mean pace (one more: prompts that
+  came during its own prefill are served in its first decode step) and over the *stretch* by
+  which prefills make it late, ``g x (T - ITL)`` when it just misses. A replica alone receives
+  the stretch's arrivals like any others; in a fleet of ``k`` replicas behind vLLM's
+  least-outstanding-requests routing, a replica slowed by prefills finishes no request, holds
+  more outstanding than the others and is passed over: it receives ~1/k of the stretch's
+  arrivals. The tail ``P(S > x)`` is computed on a grid with one FFT per output-length quantile
+  (the inverse transform of ``exp(mu (phi - 1))``), or as a normal tail past 60 arrivals. Short
+  outputs carry the tail: one 2k-token prompt adds ~50 ms to a 5-gap request's 5 x 10 ms on
+  Llama-3.1-8B / H100, and two make it miss 0.1 s.
+  Checked on the simulator (code completions, prompts mean 2,000 / p99 8,000 tokens, outputs
+  30 / 150, Llama-3.1-8B on H100s): one replica at 8 and 10 req/s misses TPOT for 2.6% and
+  5.5% of requests, the model says 2.4% and 5.7%; six replicas at 10 and 12 req/s each miss
+  0.4% and 2.0%, the model 0.3% and 0.8%; two at 9, 1.2% (model 0.7%). Where it errs the other
+  way: Llama-3.1-70B on four H100s, one replica at 1.5 req/s, 0.4% measured, 2.6% modelled (the
+  model assumes prompt CV 1; this mix's is 0.8, and a 70B model's long prefills weigh more).
+* **TTFT** is the wait for the prefill work queued ahead (an M/G/1 queue whose service is a
+  prompt's share of saturated prefill iterations; its waiting time tail taken as
+  ``P(W > x) = rho exp(-rho x / E[W])``, exact for exponential service) plus the residual of the
+  iteration under way plus the prompt's own chunks. Prompts whose own prefill on an idle replica
+  already exceeds the target are *infeasible* (no fleet helps them; the backtest counts them
+  apart), so they do not count against the budget.
+
+The capacity is the highest rate whose miss share stays within ``miss_budget`` (1%: 99%
+attainment, what the backtest's probe measures). It is a pure function of its inputs; the
+policy caches it per request-shape bucket (:func:`tail_capacity_rps`), so re-planning every tick
+costs a dictionary look-up. ``tests/perf/test_replica_tails.py`` compares it with the probe
+(one simulated replica) on chat and code-completion shapes, and the miss shares with a
+simulated fleet.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from statistics import NormalDist
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from llmscale.perf.profile import FactorScale
+    from llmscale.perf.step_time import PerfModel
+
+__all__ = ["OperatingPoint", "TailModel", "tail_capacity_rps"]
+
+_NORMAL = NormalDist()
+#: equal-mass bins at whose midpoints the length distributions are taken
+_BINS = 24
+_MID_Q = tuple((i + 0.5) / _BINS for i in range(_BINS))
+#: grid points of the compound Poisson FFT (the threshold sits at half the grid)
+_GRID = 2048
+
+
+def _lognormal_quantiles(mean: float, cv: float, cap: float) -> np.ndarray:
+    """Midpoints of ``_BINS`` equal-mass bins of a lognormal with this mean and CV, in [1, cap]."""
+    sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
+    mu = math.log(max(mean, 1.0)) - sigma * sigma / 2.0
+    z = np.array([_NORMAL.inv_cdf(q) for q in _MID_Q])
+    return np.clip(np.exp(mu + sigma * z), 1.0, max(1.0, cap))
+
+
+@dataclass(frozen=True, slots=True)
+class OperatingPoint:
+    """What the model predicts for one replica at one arrival rate (shares are of all requests)."""
+
+    rate_rps: float
+    batch: float
+    decode_step_s: float
+    #: share of engine time spent on prefill chunks
+    prefill_share: float
+    mean_itl_s: float
+    tpot_miss: float
+    ttft_miss: float
+    #: share whose own prefill on an idle replica exceeds the TTFT target (no fleet helps)
+    infeasible: float
+    #: queues grow without bound, or the batch exceeds max_num_seqs or the KV cache
+    saturated: bool
+
+    @property
+    def miss(self) -> float:
+        """Share of *feasible* requests missing TTFT or TPOT (1 when saturated)."""
+        if self.saturated:
+            return 1.0
+        feasible = max(1e-12, 1.0 - self.infeasible)
+        return min(1.0, (self.tpot_miss + self.ttft_miss) / feasible)
+
+
+class TailModel:
+    """Per-request TTFT/TPOT miss shares of one replica of ``perf`` under vLLM's scheduler limits."""
+
+    def __init__(
+        self,
+        perf: PerfModel,
+        *,
+        max_num_seqs: int = 256,
+        max_num_batched_tokens: int = 8192,
+        max_model_len: int | None = None,
+    ) -> None:
+        self.perf = perf
+        self.max_num_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens
+        self.kv_tokens = 0.9 * perf.kv_capacity_blocks(0.9, 16) * 16
+        self.max_len = float(max_model_len or perf.model.max_context_tokens)
+        #: replicas of the fleet behind the router (set per operating point)
+        self._k = 1
+        self._prefill_memo: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray, float]] = {}
+
+    # -- step-time pieces ---------------------------------------------------------------
+    def _d0(self, b: float, ctx: float) -> float:
+        """Decode-only step of ``b`` sequences of mean context ``ctx`` (linear between integers)."""
+        lo = max(1, int(b))
+        a_lo = self.perf.decode_affine(lo)
+        d_lo = a_lo.base_s + a_lo.per_ctx_s * lo * ctx
+        if b <= lo:
+            return float(d_lo)
+        a_hi = self.perf.decode_affine(lo + 1)
+        d_hi = a_hi.base_s + a_hi.per_ctx_s * (lo + 1) * ctx
+        return float(d_lo + (d_hi - d_lo) * (b - lo))
+
+    def _prefill(self, prompts: np.ndarray, b: float, ctx: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Per prompt length: (work added to shared steps s, own wall time of its chunks), chunk size.
+
+        ``own`` is the time from its first chunk's start to its last chunk's end when it is the
+        only prompt in flight: one iteration (``d0`` + the chunk's extra) per chunk. Memoised per
+        (lengths, whole batch, context): a capacity search revisits the same batches.
+        """
+        bi = max(0, round(b))
+        key = (prompts.tobytes(), bi, round(ctx))
+        hit = self._prefill_memo.get(key)
+        if hit is None:
+            hit = self._prefill_at(prompts, bi, ctx)
+            self._prefill_memo[key] = hit
+        return hit
+
+    def _prefill_at(self, prompts: np.ndarray, bi: int, ctx: float) -> tuple[np.ndarray, np.ndarray, float]:
+        b = float(bi)
+        chunk = max(256, self.budget - bi)
+        ctx_tokens = int(bi * ctx)
+        d0 = self._d0(b, ctx) if bi else 0.0
+        work = np.empty(prompts.size)
+        own = np.empty(prompts.size)
+        for i, p in enumerate(prompts):
+            left, done, extra, iters = round(p), 0, 0.0, 0
+            while left > 0:
+                c = min(left, chunk)
+                step = self.perf.step(c, c * (done + (c + 1) / 2.0), 1, bi, ctx_tokens).duration_s
+                extra += max(1e-6, step - d0)
+                done += c
+                left -= c
+                iters += 1
+            work[i] = extra
+            own[i] = iters * d0 + extra
+        return work, own, float(chunk)
+
+    # -- the operating point --------------------------------------------------------------
+    def at(
+        self,
+        rate_rps: float,
+        prompt_tokens: float,
+        output_tokens: float,
+        slo_ttft_s: float,
+        slo_tpot_s: float,
+        *,
+        prompt_cv: float = 1.0,
+        output_cv: float = 1.0,
+        replicas: int = 1,
+    ) -> OperatingPoint:
+        """The operating point at ``rate_rps`` per replica of a fleet of ``replicas`` (module docstring)."""
+        lam = max(1e-9, rate_rps)
+        self._k = max(1, replicas)
+        prompts = _lognormal_quantiles(prompt_tokens, prompt_cv, self.max_len)
+        outputs = np.maximum(1.0, np.round(_lognormal_quantiles(output_tokens, output_cv, self.max_len)))
+        o_mean = float(outputs.mean())
+        ctx = float(prompts.mean() + o_mean / 2.0)
+        # Idle prefill (no decodes): which prompts no fleet serves within the TTFT target.
+        _, own_idle, _ = self._prefill(prompts, 0.0, ctx)
+        feasible = own_idle <= slo_ttft_s
+        infeasible = 1.0 - float(feasible.mean())
+
+        def saturated(b: float) -> OperatingPoint:
+            return OperatingPoint(lam, b, self._d0(min(b, self.max_num_seqs), ctx), 1.0, math.inf,
+                                  1.0, 1.0, infeasible, True)  # fmt: skip
+
+        # Little's law for the decode batch, with the prefill share stretching every step.
+        b = max(1.0, lam * o_mean * self._d0(1.0, ctx))
+        work = own = np.zeros(0)
+        chunk = float(self.budget)
+        rho = 0.0
+        for _ in range(40):
+            if b > self.max_num_seqs or b * ctx > self.kv_tokens:
+                return saturated(b)
+            work, own, chunk = self._prefill(prompts, b, ctx)
+            rho = lam * float(work.mean())
+            if rho >= 0.98:
+                return saturated(b)
+            itl = self._d0(b, ctx) / (1.0 - rho)
+            new_b = max(1.0, lam * o_mean * itl)
+            if abs(new_b - b) <= 0.005 * b:
+                b = new_b
+                break
+            b = 0.5 * (b + new_b)
+        if b > self.max_num_seqs or b * ctx > self.kv_tokens:
+            return saturated(b)
+        d0 = self._d0(b, ctx)
+        itl = d0 / (1.0 - rho)
+
+        tpot_miss = self._tpot_miss(lam, work, outputs, d0, itl, slo_tpot_s)
+
+        # TTFT: M/G/1 wait for the prefill queued ahead, service = a prompt's share of saturated
+        # iterations (full chunks of `chunk` tokens next to the decodes).
+        full_step = d0 + float(self.perf.step(int(chunk), chunk * (chunk + 1) / 2.0, 1, round(b),
+                                              int(round(b) * ctx)).duration_s - d0)  # fmt: skip
+        service = np.where(prompts <= chunk, prompts / chunk * full_step, own)
+        rho_pf = lam * float(service.mean())
+        if rho_pf >= 0.98:
+            return saturated(b)
+        # The router sends a prompt to the replica with the fewest outstanding requests, so it
+        # waits only when every replica is busy: an M/G/k queue over the fleet's prefill work.
+        # Erlang's C gives the chance of waiting (rho for one replica, 0.07 for eight at
+        # rho 0.3); the wait, when there is one, is exponential with the M/G/k mean
+        # E[S] (1 + cs^2) / 2 / (k (1 - rho)) (Lee and Longton's approximation).
+        k = self._k
+        m_s = float(service.mean())
+        cs2 = float(np.var(service)) / max(1e-18, m_s * m_s)
+        p_any = _erlang_c(k, rho_pf)
+        mean_wait = p_any * m_s * (1.0 + cs2) / 2.0 / (k * (1.0 - rho_pf))
+        # The iteration under way when a prompt arrives (mean residual of a step ~ one ITL).
+        slack = slo_ttft_s - own - itl
+        if mean_wait > 0.0:
+            p_wait = p_any * np.exp(-p_any * np.maximum(slack, 0.0) / mean_wait)
+        else:
+            p_wait = np.zeros_like(slack)
+        p_wait = np.where(slack <= 0.0, 1.0, p_wait)
+        ttft_miss = float(np.mean(np.where(feasible, p_wait, 0.0)))
+        return OperatingPoint(lam, b, d0, rho, itl, tpot_miss, ttft_miss, infeasible, False)
+
+    def _tpot_miss(
+        self,
+        lam: float,
+        work: np.ndarray,
+        outputs: np.ndarray,
+        d0: float,
+        itl: float,
+        target_s: float,
+    ) -> float:
+        """Share of requests whose TPOT exceeds ``target_s`` (compound Poisson tails, one FFT each)."""
+        gaps = outputs - 1.0
+        has_tpot = gaps >= 1.0
+        if not has_tpot.any():
+            return 0.0
+        g = gaps[has_tpot]
+        if d0 >= target_s:
+            return float(has_tpot.mean())
+        threshold = g * (target_s - d0)
+        k = self._k
+        # Prompts that share the request's decode steps arrive while it decodes: over its g steps
+        # at the mean pace (g x ITL, plus one step for those that came during its own prefill),
+        # and over the stretch by which prefills make it late, g x (target - ITL) when it just
+        # misses. One replica alone receives the stretch's arrivals like any others; in a fleet
+        # behind a least-outstanding-requests router, a replica slowed by prefills finishes no
+        # request and so holds more outstanding than the others, and new requests go to them:
+        # it receives about its 1/k share of the fleet's choices (k replicas).
+        window = (g + 1.0) * itl + g * max(0.0, target_s - itl) / k
+        mu = lam * window  # expected prompts arriving in the window
+        m1, m2 = float(work.mean()), float(np.mean(work * work))
+        # Mean and standard deviation of the work arriving in the window (compound Poisson).
+        mean_s = mu * m1
+        sd_s = np.sqrt(mu * m2)
+        miss = np.zeros(g.size)
+        # Rows whose threshold lies many deviations beyond the mean miss with no mass to speak of.
+        live = threshold < mean_s + 10.0 * sd_s + float(work.max())
+        # Many arrivals: the sum is close to normal (its skew ~ 1 / sqrt(count)).
+        many = live & (mu > 60.0)
+        if many.any():
+            z = (threshold[many] - mean_s[many]) / np.maximum(sd_s[many], 1e-12)
+            miss[many] = 0.5 * np.array([math.erfc(v / math.sqrt(2.0)) for v in z])
+        few = live & ~many
+        if few.any():
+            miss[few] = self._compound_tail(work, mu[few], threshold[few])
+        miss_given_gaps = np.clip(miss, 0.0, 1.0)
+        return float(miss_given_gaps.sum() / outputs.size)
+
+    def _compound_tail(self, work: np.ndarray, mu: np.ndarray, threshold: np.ndarray) -> np.ndarray:
+        """P(sum of the work of N arrivals > threshold) per row, N Poisson of mean ``mu``.
+
+        Exact on a grid: one FFT per row, ``exp(mu (phi - 1))`` with ``phi`` the transform of one
+        prompt's work.
+        """
+        m1, m2 = float(work.mean()), float(np.mean(work * work))
+        # The grid spans twice the threshold, or far enough past the mean that the mass the FFT
+        # wraps around (beyond the grid) is negligible.
+        span = np.maximum(2.0 * threshold, mu * m1 + 12.0 * np.sqrt(mu * m2) + float(work.max()))
+        h = span / _GRID
+        idx = np.minimum(np.rint(work[None, :] / h[:, None]).astype(np.int64), _GRID - 1)
+        pmf = np.zeros((mu.size, _GRID))
+        rows = np.repeat(np.arange(mu.size), work.size)
+        np.add.at(pmf, (rows, idx.ravel()), 1.0 / work.size)
+        phi = np.fft.rfft(pmf, axis=1)
+        total = np.exp(mu[:, None] * (phi - 1.0))  # compound Poisson: E[phi^N], N ~ Poisson(mu)
+        dist = np.clip(np.fft.irfft(total, n=_GRID, axis=1), 0.0, None)
+        cdf = np.cumsum(dist, axis=1)
+        cdf /= cdf[:, -1:]
+        cut = np.minimum(np.floor(threshold / h).astype(np.int64), _GRID - 1)
+        below = cdf[np.arange(mu.size), cut]
+        out: np.ndarray = np.clip(1.0 - below, 0.0, 1.0)
+        return out
+
+    # -- capacity -------------------------------------------------------------------------
+    def capacity_rps(
+        self,
+        prompt_tokens: float,
+        output_tokens: float,
+        slo_ttft_s: float,
+        slo_tpot_s: float,
+        *,
+        miss_budget: float = 0.01,
+        prompt_cv: float = 1.0,
+        output_cv: float = 1.0,
+        replicas: int = 1,
+    ) -> float:
+        """Highest rate per replica (req/s) of a fleet of ``replicas`` fed a Poisson stream whose
+        feasible requests miss the SLO at most ``miss_budget``."""
+
+        def ok(lam: float) -> bool:
+            op = self.at(lam, prompt_tokens, output_tokens, slo_ttft_s, slo_tpot_s,
+                         prompt_cv=prompt_cv, output_cv=output_cv, replicas=replicas)  # fmt: skip
+            return op.miss <= miss_budget
+
+        lo, hi = 0.0, 0.25
+        while ok(hi):
+            lo, hi = hi, hi * 2.0
+            if hi > 1e5:
+                return hi
+        # 1% of the rate is finer than any tick's estimate of it.
+        while hi - lo > 0.01 * hi:
+            mid = 0.5 * (lo + hi)
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
+        return max(lo, 1e-3)
+
+
+@lru_cache(maxsize=1024)
+def tail_capacity_rps(
+    model: str,
+    gpu: str,
+    tp: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = 8192,
+    calibration: str | None = None,
+    scale: FactorScale | None = None,
+    miss_budget: float = 0.01,
+    prompt_cv: float = 1.0,
+    output_cv: float = 1.0,
+    replicas: int = 1,
+) -> float:
+    """:meth:`TailModel.capacity_rps` for a deployment, memoised (callers bucket the lengths)."""
+    from llmscale.perf import get_perf_model
+
+    perf = get_perf_model(model, gpu, tp, calibration=calibration, scale=scale)
+    return _model(perf, max_num_seqs, max_num_batched_tokens).capacity_rps(
+        prompt_tokens,
+        output_tokens,
+        slo_ttft_s,
+        slo_tpot_s,
+        miss_budget=miss_budget,
+        prompt_cv=prompt_cv,
+        output_cv=output_cv,
+        replicas=replicas,
+    )
+
+
+def _erlang_c(servers: int, rho: float) -> float:
+    """Erlang's C: the chance that an arrival waits in an M/M/``servers`` queue at utilisation ``rho``.
+
+    Through Erlang's B recursion (stable for any size): ``B_j = a B_(j-1) / (j + a B_(j-1))``
+    with offered load ``a = servers x rho``, then ``C = B / (1 - rho (1 - B))``. One server: rho.
+    """
+    a = servers * rho
+    b = 1.0
+    for j in range(1, servers + 1):
+        b = a * b / (j + a * b)
+    return b / (1.0 - rho * (1.0 - b))
+
+
+def _model(perf: Any, max_num_seqs: int, max_num_batched_tokens: int) -> TailModel:
+    return TailModel(perf, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
