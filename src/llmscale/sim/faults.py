@@ -27,7 +27,7 @@ bandwidth (:func:`degraded_perf`), so only the memory terms of the step-time mod
 stream) slow down, and the compute, kernel-launch and CPU terms do not. A
 memory-bound decode step of Llama-3-8B on an H100 at half the bandwidth takes
 1.76x as long, a compute-bound 4,096-token prefill 1.03x
-(``tests/sim/test_faults.py``).
+(``tests/sim/test_hbm_glitch_faults.py``).
 
 What the seed leaves open, chosen here and named in the parameters:
 
