@@ -8,7 +8,9 @@ import pytest
 
 from llmscale.policies.fleet_states import FleetMode, MachineConfig, MachineInputs, MachineState, step
 
-CFG = MachineConfig()  # P99 2 s, 60 s, GPUs busy 90 %, warning 0.85 / 0.72, 3 periods, 40 %, 90 s
+#: P99 2 s, 60 s, GPUs busy 90 %, warning 0.85 / 0.72 (bandwidth-entropy's bw_up / entropy_up), 3
+#: periods, 40 %, 90 s (its warmup_buffer_s)
+CFG = MachineConfig(overload_bw=0.85, overload_entropy=0.72, warmup_buffer_s=90.0)
 QUIET = MachineInputs(
     now_s=0.0,
     p99_s=0.5,

@@ -161,7 +161,7 @@ SLA_CFG = DynamoSlaConfig(
     itl_sla_s=0.05,
     max_kv_tokens=None,
     max_gpu_budget=-1,
-    max_adjustment=100,
+    max_throughput_scaling_replicas=100,
     min_replicas=1,
     max_replicas=64,
 )
@@ -246,8 +246,22 @@ def plan(cfg: DynamoSlaConfig, spec: int, rate: float, **kw) -> tuple[int, str]:
     ("cfg", "spec", "rate", "kw", "expected"),
     [
         pytest.param(SLA_CFG, 2, 10.0, {}, (15, "throughput"), id="uncapped"),
-        pytest.param(replace(SLA_CFG, max_adjustment=8), 2, 10.0, {}, (10, "throughput-capped"), id="up-8"),
-        pytest.param(replace(SLA_CFG, max_adjustment=8), 20, 1.0, {}, (12, "throughput-capped"), id="down-8"),
+        pytest.param(
+            replace(SLA_CFG, max_throughput_scaling_replicas=8),
+            2,
+            10.0,
+            {},
+            (10, "throughput-capped"),
+            id="up-8",
+        ),
+        pytest.param(
+            replace(SLA_CFG, max_throughput_scaling_replicas=8),
+            20,
+            1.0,
+            {},
+            (12, "throughput-capped"),
+            id="down-8",
+        ),
         pytest.param(replace(SLA_CFG, max_gpu_budget=8), 2, 10.0, {}, (8, "gpu-budget"), id="budget-8"),
         pytest.param(
             replace(SLA_CFG, max_gpu_budget=8, gpus_per_engine=2),

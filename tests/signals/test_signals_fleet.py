@@ -12,13 +12,14 @@ from signals_fixtures import hist, obs, sample, synthetic_fleet, vllm_values
 import llmscale.signals.fleet as fleet_module
 from llmscale.metrics.names import DCGM, VLLM
 from llmscale.signals import SIGNALS, compute_signals
+from llmscale.signals.catalog import GROUPS
 from llmscale.signals.diagnostics import diagnostic_signals
 from llmscale.signals.gpu import gpu_signals
 from llmscale.signals.histograms import latency_signals
 from llmscale.signals.kv import kv_signals
 from llmscale.signals.predictors import predictor_signals
 from llmscale.signals.queues import queue_signals
-from llmscale.signals.rates import rate_signals
+from llmscale.signals.rates import RATE_SIGNALS, rate_signals
 from llmscale.signals.rhythm import rhythm_signals
 from llmscale.signals.risk import oom_signals
 from llmscale.signals.window import FleetWindow
@@ -198,7 +199,7 @@ def test_a_failed_scrape_never_lowers_load_signals(replicas, data):
 @given(st.lists(replica_st, min_size=1, max_size=6), st.integers(1, 8))
 def test_ranges_hold_for_random_fleets(replicas, ticks):
     s = compute_signals(_fleet_window(replicas, ticks=ticks))
-    for name, (unit, _) in SIGNALS.items():
+    for name, (unit, _, _) in SIGNALS.items():
         v = s.get(name)
         if v is None:
             continue
@@ -285,10 +286,31 @@ def test_lazy_values_equal_eager(window):
         assert compute_signals(window).values[name] == eager[name], name
 
 
-def test_every_catalogue_name_belongs_to_one_group():
-    grouped = [n for _, names in fleet_module._GROUPS for n in names]
-    assert sorted(grouped) == sorted(SIGNALS)
+def test_every_catalogue_group_has_the_function_that_fills_it():
+    assert set(fleet_module._COMPUTE) == set(GROUPS)
     assert set(fleet_module._QUEUE_NAMES) | set(fleet_module._ORDER_AFTER_QUEUES) == set(SIGNALS)
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+@pytest.mark.parametrize(
+    "window",
+    [
+        pytest.param(_restarting_window(), id="restart-drain-failure"),
+        pytest.param([obs(0.0, sample("p", phase=Phase.PENDING, ok=False), gateway=3)], id="nothing-serving"),
+    ],
+)
+def test_each_group_fills_exactly_the_names_the_catalogue_gives_it(window, group):
+    # The catalogue is the one list of names: a group's function filling a name the catalogue puts
+    # elsewhere (or none) would make a read of that name compute the wrong group.
+    values = fleet_module.SignalValues(FleetWindow.build(window))
+    assert set(fleet_module._COMPUTE[group](values)) == set(GROUPS[group])
+
+
+def test_the_rate_group_order_is_the_catalogue_order():
+    assert tuple(n for n in SIGNALS if SIGNALS[n].group in ("counter_rates", "step_rates")) == RATE_SIGNALS
+    assert list(rate_signals(FleetWindow.build(synthetic_fleet(replicas=2, observations=4)))[0]) == list(
+        RATE_SIGNALS
+    )
 
 
 def test_previous_window_totals_are_reused_and_equal():

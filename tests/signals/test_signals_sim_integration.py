@@ -76,7 +76,7 @@ def test_every_catalogue_name_every_tick_in_range(run):
         phases_seen.update(r.phase for r in obs.replicas)
         assert s.get("serving_replicas") == obs.fleet.ready
         assert s.unknown_replicas == 0
-        for name, (unit, _) in SIGNALS.items():
+        for name, (unit, _, _) in SIGNALS.items():
             v = s.values[name]
             if v.value is None:
                 assert v.note, f"{name} invalid without a note at t={obs.time_s}"

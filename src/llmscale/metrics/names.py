@@ -21,6 +21,7 @@ __all__ = [
     "TGI",
     "TRITON",
     "VLLM",
+    "VLLM_HISTOGRAMS",
     "VLLM_OLD",
     "Names",
     "VllmMetric",
@@ -70,7 +71,10 @@ def vllm_1_2_5_buckets(max_value: int) -> tuple[int, ...]:
 
 
 class VllmMetric:
-    """vLLM's metric names as plain strings (the exporter writes all of them)."""
+    """vLLM's metric names as plain strings (the exporter writes all of them): the one place each
+    is spelt. :data:`VLLM` and :data:`VLLM_OLD` pick from them, policies and the emulator name them
+    through this class (``tests/metrics/test_metric_names_once.py`` checks that no other module
+    of ``src/llmscale`` spells one)."""
 
     RUNNING = "vllm:num_requests_running"
     WAITING = "vllm:num_requests_waiting"
@@ -112,32 +116,47 @@ class Names:
 
 #: vLLM V1, current names (0.11+).
 VLLM = Names(
-    running="vllm:num_requests_running",
-    waiting="vllm:num_requests_waiting",
-    kv_usage="vllm:kv_cache_usage_perc",
-    preemptions="vllm:num_preemptions_total",
-    prompt_tokens="vllm:prompt_tokens_total",
-    generation_tokens="vllm:generation_tokens_total",
-    ttft="vllm:time_to_first_token_seconds",
-    e2e="vllm:e2e_request_latency_seconds",
-    itl="vllm:inter_token_latency_seconds",
-    tpot="vllm:request_time_per_output_token_seconds",
-    queue_time="vllm:request_queue_time_seconds",
+    running=VllmMetric.RUNNING,
+    waiting=VllmMetric.WAITING,
+    kv_usage=VllmMetric.KV_USAGE,
+    preemptions=VllmMetric.PREEMPTIONS,
+    prompt_tokens=VllmMetric.PROMPT_TOKENS,
+    generation_tokens=VllmMetric.GENERATION_TOKENS,
+    ttft=VllmMetric.TTFT,
+    e2e=VllmMetric.E2E,
+    itl=VllmMetric.ITL,
+    tpot=VllmMetric.TPOT,
+    queue_time=VllmMetric.QUEUE_TIME,
 )
 
-#: vLLM V0 and V1 before 0.9/0.11: the KV gauge and per-token latency had these names.
+#: vLLM V0 and V1 before 0.9/0.11: the KV gauge and per-token latency had the old names.
 VLLM_OLD = Names(
-    running="vllm:num_requests_running",
-    waiting="vllm:num_requests_waiting",
-    kv_usage="vllm:gpu_cache_usage_perc",
-    preemptions="vllm:num_preemptions_total",
-    prompt_tokens="vllm:prompt_tokens_total",
-    generation_tokens="vllm:generation_tokens_total",
-    ttft="vllm:time_to_first_token_seconds",
-    e2e="vllm:e2e_request_latency_seconds",
-    itl="vllm:time_per_output_token_seconds",
+    running=VllmMetric.RUNNING,
+    waiting=VllmMetric.WAITING,
+    kv_usage=VllmMetric.KV_USAGE_OLD,
+    preemptions=VllmMetric.PREEMPTIONS,
+    prompt_tokens=VllmMetric.PROMPT_TOKENS,
+    generation_tokens=VllmMetric.GENERATION_TOKENS,
+    ttft=VllmMetric.TTFT,
+    e2e=VllmMetric.E2E,
+    itl=VllmMetric.ITL_OLD,
     tpot=None,
-    queue_time="vllm:request_queue_time_seconds",
+    queue_time=VllmMetric.QUEUE_TIME,
+)
+
+#: the vLLM names that are histograms (their series carry ``_bucket``, ``_sum`` and ``_count``)
+VLLM_HISTOGRAMS: frozenset[str] = frozenset(
+    {
+        VllmMetric.TTFT,
+        VllmMetric.E2E,
+        VllmMetric.ITL,
+        VllmMetric.ITL_OLD,
+        VllmMetric.TPOT,
+        VllmMetric.QUEUE_TIME,
+        VllmMetric.REQUEST_PROMPT_TOKENS,
+        VllmMetric.REQUEST_GENERATION_TOKENS,
+        VllmMetric.ITERATION_TOKENS,
+    }
 )
 
 #: Hugging Face text-generation-inference (no time-to-first-token metric exists).

@@ -30,6 +30,7 @@ from types import MappingProxyType
 from typing import Any
 
 from llmscale.errors import ConfigError
+from llmscale.policies.params import DURATION_RANGE, param
 
 __all__ = [
     "PEER_GUARD_OVERRIDES",
@@ -78,7 +79,8 @@ class HpaBehavior:
     """``spec.behavior`` of an autoscaling/v2 HPA; the defaults are Kubernetes' (see module docstring)."""
 
     up_stabilization_s: float = 0.0
-    down_stabilization_s: float = 300.0
+    #: the one behaviour field a policy built on it (keda-queue) declares as its parameter
+    down_stabilization_s: float = param(300.0, DURATION_RANGE, unit="s")
     up_pods_per_period: int = 4
     up_percent_per_period: float = 100.0
     down_percent_per_period: float = 100.0

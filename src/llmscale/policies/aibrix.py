@@ -60,6 +60,9 @@ from llmscale.policies.params import (
     TICK_RANGE,
     WINDOW_RANGE,
     Param,
+    config_from,
+    param,
+    params_of,
 )
 from llmscale.types import Decision, NoData, Signals
 
@@ -71,16 +74,16 @@ APA_DEFAULT_TARGETS: dict[str, float] = {"kv_usage_mean": 0.5, "queue_per_replic
 
 @dataclass(frozen=True)
 class ApaConfig:
-    metric: str = "kv_usage_mean"
+    metric: str = param("kv_usage_mean", choices=tuple(APA_DEFAULT_TARGETS))
     target: float = 0.5
-    up_tolerance: float = 0.1
-    down_tolerance: float = 0.1
-    max_scale_up_rate: float = 2.0
-    max_scale_down_rate: float = 2.0
-    scale_up_cooldown_s: float = 0.0
-    scale_down_cooldown_s: float = 300.0
-    window_s: float = 180.0
-    sync_s: float = 10.0
+    up_tolerance: float = param(0.1, NONNEG_RANGE)
+    down_tolerance: float = param(0.1, NONNEG_RANGE)
+    max_scale_up_rate: float = param(2.0, FACTOR_RANGE)
+    max_scale_down_rate: float = param(2.0, FACTOR_RANGE)
+    scale_up_cooldown_s: float = param(0.0, DURATION_RANGE, unit="s")
+    scale_down_cooldown_s: float = param(300.0, DURATION_RANGE, unit="s")
+    window_s: float = param(180.0, WINDOW_RANGE, unit="s")
+    sync_s: float = param(10.0, TICK_RANGE, unit="s")
     min_replicas: int = 1
     max_replicas: int = 100
 
@@ -177,16 +180,8 @@ class ApaPolicy:
 
 
 _PARAMS: dict[str, Param] = {
-    "metric": Param("kv_usage_mean", choices=tuple(APA_DEFAULT_TARGETS)),
+    **params_of(ApaConfig),
     "target": Param(None, AMOUNT_RANGE, kind=float, help="per-pod target (default: the metric's)"),
-    "up_tolerance": Param(0.1, NONNEG_RANGE),
-    "down_tolerance": Param(0.1, NONNEG_RANGE),
-    "max_scale_up_rate": Param(2.0, FACTOR_RANGE),
-    "max_scale_down_rate": Param(2.0, FACTOR_RANGE),
-    "scale_up_cooldown_s": Param(0.0, DURATION_RANGE, unit="s"),
-    "scale_down_cooldown_s": Param(300.0, DURATION_RANGE, unit="s"),
-    "window_s": Param(180.0, WINDOW_RANGE, unit="s"),
-    "sync_s": Param(10.0, TICK_RANGE, unit="s"),
 }
 
 
@@ -198,17 +193,10 @@ _PARAMS: dict[str, Param] = {
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ApaPolicy:
     metric = str(params["metric"])
     target = APA_DEFAULT_TARGETS[metric] if params["target"] is None else float(params["target"])
-    cfg = ApaConfig(
-        metric=metric,
+    cfg = config_from(
+        ApaConfig,
+        params,
         target=target,
-        up_tolerance=float(params["up_tolerance"]),
-        down_tolerance=float(params["down_tolerance"]),
-        max_scale_up_rate=float(params["max_scale_up_rate"]),
-        max_scale_down_rate=float(params["max_scale_down_rate"]),
-        scale_up_cooldown_s=float(params["scale_up_cooldown_s"]),
-        scale_down_cooldown_s=float(params["scale_down_cooldown_s"]),
-        window_s=float(params["window_s"]),
-        sync_s=float(params["sync_s"]),
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
     )

@@ -61,7 +61,15 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.fleet_states import FleetMode, MachineConfig, MachineInputs, MachineState, step
-from llmscale.policies.params import DURATION_RANGE, TICK_RANGE, WINDOW_RANGE, Param
+from llmscale.policies.params import (
+    DURATION_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
@@ -75,20 +83,29 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BandwidthEntropyConfig:
-    bw_up: float = 0.85
-    entropy_up: float = 0.72
-    bw_severe: float = 0.9
-    entropy_severe: float = 0.8
-    bw_down: float = 0.4
-    entropy_down: float = 0.25
-    hold_down_s: float = 300.0
-    lag_decay: float = 0.8
-    lag_window_s: float = 300.0
-    compensate_up: bool = False
-    warmup_buffer_s: float = 90.0
-    tick_s: float = 15.0
+    bw_up: float = param(0.85, "[0, 1]")
+    entropy_up: float = param(0.72, "[0, 1]")
+    bw_severe: float = param(0.9, "[0, 1]")
+    entropy_severe: float = param(0.8, "[0, 1]")
+    bw_down: float = param(0.4, "[0, 1]")
+    entropy_down: float = param(0.25, "[0, 1]")
+    hold_down_s: float = param(300.0, DURATION_RANGE, unit="s")
+    lag_decay: float = param(0.8, "(0, 1]")
+    lag_window_s: float = param(300.0, WINDOW_RANGE, unit="s")
+    compensate_up: bool = param(False)
+    warmup_buffer_s: float = param(90.0, DURATION_RANGE, unit="s")
+    tick_s: float = param(15.0, TICK_RANGE, unit="s")
     #: section 3.2's state machine (its SLO is the deployment's TTFT target)
-    machine: MachineConfig = field(default_factory=MachineConfig)
+    machine: MachineConfig = field(default_factory=lambda: _machine_at_the_declared_thresholds())
+
+
+def _machine_at_the_declared_thresholds() -> MachineConfig:
+    """The machine of a config built without the factory: warned at the declared bw_up and
+    entropy_up, buffered by the declared warmup_buffer_s (the factory passes the values given)."""
+    c = BandwidthEntropyConfig
+    return MachineConfig(
+        overload_bw=c.bw_up, overload_entropy=c.entropy_up, warmup_buffer_s=c.warmup_buffer_s
+    )
 
 
 @dataclass(frozen=True)
@@ -238,24 +255,9 @@ class BandwidthEntropyPolicy:
 
 
 # Bandwidth is a share of the HBM peak and the queue entropy is normalised: both read 0 to 1.
-_PARAMS: dict[str, Param] = {
-    "bw_up": Param(0.85, "[0, 1]"),
-    "entropy_up": Param(0.72, "[0, 1]"),
-    "bw_severe": Param(0.9, "[0, 1]"),
-    "entropy_severe": Param(0.8, "[0, 1]"),
-    "bw_down": Param(0.4, "[0, 1]"),
-    "entropy_down": Param(0.25, "[0, 1]"),
-    "hold_down_s": Param(300.0, DURATION_RANGE, unit="s"),
-    "lag_decay": Param(0.8, "(0, 1]"),
-    "lag_window_s": Param(300.0, WINDOW_RANGE, unit="s"),
-    "compensate_up": Param(False),
-    "warmup_buffer_s": Param(90.0, DURATION_RANGE, unit="s"),
-    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-    # section 3.2's state machine
-    "degrade_after_s": Param(60.0, DURATION_RANGE, unit="s", help="SLO missed this long -> Degraded"),
-    "recover_ticks": Param(3, "[1, 1000]", help="ticks within the SLO to leave Degraded / Saturated"),
-    "load_drop": Param(0.4, "(0, 1]", help="load this far below its peak to leave Degraded"),
-}
+#: the thresholds and timings, and section 3.2's state machine's own (its overload warning and
+#: warm-up buffer are the thresholds above: the factory passes them)
+_PARAMS: dict[str, Param] = {**params_of(BandwidthEntropyConfig), **params_of(MachineConfig)}
 
 
 @register(
@@ -276,27 +278,16 @@ _PARAMS: dict[str, Param] = {
     ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPolicy:
-    cfg = BandwidthEntropyConfig(
-        bw_up=float(params["bw_up"]),
-        entropy_up=float(params["entropy_up"]),
-        bw_severe=float(params["bw_severe"]),
-        entropy_severe=float(params["entropy_severe"]),
-        bw_down=float(params["bw_down"]),
-        entropy_down=float(params["entropy_down"]),
-        hold_down_s=float(params["hold_down_s"]),
-        lag_decay=float(params["lag_decay"]),
-        lag_window_s=float(params["lag_window_s"]),
-        compensate_up=bool(params["compensate_up"]),
-        warmup_buffer_s=float(params["warmup_buffer_s"]),
-        tick_s=float(params["tick_s"]),
-        machine=MachineConfig(
+    cfg = config_from(
+        BandwidthEntropyConfig,
+        params,
+        machine=config_from(
+            MachineConfig,
+            params,
             slo_p99_s=ctx.slo_ttft_s,
             overload_bw=float(params["bw_up"]),
             overload_entropy=float(params["entropy_up"]),
             warmup_buffer_s=float(params["warmup_buffer_s"]),
-            degrade_after_s=float(params["degrade_after_s"]),
-            recover_periods=int(params["recover_ticks"]),
-            load_drop=float(params["load_drop"]),
         ),
     )
     if cfg.bw_down >= cfg.bw_up or cfg.entropy_down >= cfg.entropy_up:

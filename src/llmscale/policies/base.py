@@ -124,8 +124,11 @@ def register(
 ) -> Callable[[Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]], Any]:
     """Class/function decorator adding a policy factory to :data:`POLICIES`.
 
-    ``params`` declares every parameter (see :class:`~llmscale.policies.params.Param`); the
-    factory receives them merged over their defaults, each already checked against its range.
+    ``params`` declares every parameter (see :class:`~llmscale.policies.params.Param`): usually
+    ``params_of(Config)``, the declarations on the policy's config dataclass fields
+    (:func:`~llmscale.policies.params.param`), plus a plain ``Param`` for one that is no field. The
+    factory receives them merged over their defaults, each already checked against its range, and
+    builds its config with :func:`~llmscale.policies.params.config_from`.
     ``reads`` declares the catalogue signals the policy reads by name; each is checked against
     the catalogue when the policy is built (``tests/policies/test_declared_reads.py`` checks that
     a policy module reads no signal by name that its policies do not declare).

@@ -95,6 +95,9 @@ from llmscale.policies.params import (
     TICK_RANGE,
     WINDOW_RANGE,
     Param,
+    config_from,
+    param,
+    params_of,
 )
 from llmscale.types import Decision, NoData, Signals
 
@@ -105,19 +108,19 @@ _NO_NEW_REQUESTS = ("no-backlog", "queue-empty", "zero-rate")
 
 @dataclass(frozen=True)
 class BreathingConfig:
-    p99_signal: str = "ttft_p99_s"
-    p99_threshold_s: float = 2.0
-    queue_signal: str = "queue_per_replica"
-    queue_threshold: float = 10.0
-    sustain_up_s: float = 30.0
-    sm_low_pct: float = 30.0
-    idle_hold_s: float = 120.0
-    no_new_requests: str = "no-backlog"
-    zscore_up: float = 3.0
-    rhythm_min_ratio: float = 0.4
-    rhythm_max_decay: float = 0.2
+    p99_signal: str = param("ttft_p99_s")
+    p99_threshold_s: float = param(2.0, WINDOW_RANGE, unit="s")
+    queue_signal: str = param("queue_per_replica")
+    queue_threshold: float = param(10.0, AMOUNT_RANGE)
+    sustain_up_s: float = param(30.0, DURATION_RANGE, unit="s")
+    sm_low_pct: float = param(30.0, "[0, 100]", unit="%")
+    idle_hold_s: float = param(120.0, DURATION_RANGE, unit="s")
+    no_new_requests: str = param("no-backlog", choices=_NO_NEW_REQUESTS)
+    zscore_up: float = param(3.0, AMOUNT_RANGE)
+    rhythm_min_ratio: float = param(0.4, NONNEG_RANGE)
+    rhythm_max_decay: float = param(0.2, NONNEG_RANGE)
     horizon_s: float = 90.0
-    tick_s: float = 15.0
+    tick_s: float = param(15.0, TICK_RANGE, unit="s")
 
 
 @dataclass(frozen=True)
@@ -294,19 +297,8 @@ class BreathingPolicy:
 
 
 _PARAMS: dict[str, Param] = {
-    "p99_signal": Param("ttft_p99_s"),
-    "p99_threshold_s": Param(2.0, WINDOW_RANGE, unit="s"),
-    "queue_signal": Param("queue_per_replica"),
-    "queue_threshold": Param(10.0, AMOUNT_RANGE),
-    "sustain_up_s": Param(30.0, DURATION_RANGE, unit="s"),
-    "sm_low_pct": Param(30.0, "[0, 100]", unit="%"),
-    "idle_hold_s": Param(120.0, DURATION_RANGE, unit="s"),
-    "no_new_requests": Param("no-backlog", choices=_NO_NEW_REQUESTS),
-    "zscore_up": Param(3.0, AMOUNT_RANGE),
-    "rhythm_min_ratio": Param(0.4, NONNEG_RANGE),
-    "rhythm_max_decay": Param(0.2, NONNEG_RANGE),
+    **params_of(BreathingConfig),
     "horizon_s": Param(None, DURATION_RANGE, kind=float, unit="s", help="default: the cold start"),
-    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
 }
 
 
@@ -328,19 +320,9 @@ _PARAMS: dict[str, Param] = {
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BreathingPolicy:
     horizon = params["horizon_s"]
-    cfg = BreathingConfig(
-        p99_signal=str(params["p99_signal"]),
-        p99_threshold_s=float(params["p99_threshold_s"]),
-        queue_signal=str(params["queue_signal"]),
-        queue_threshold=float(params["queue_threshold"]),
-        sustain_up_s=float(params["sustain_up_s"]),
-        sm_low_pct=float(params["sm_low_pct"]),
-        idle_hold_s=float(params["idle_hold_s"]),
-        no_new_requests=str(params["no_new_requests"]),
-        zscore_up=float(params["zscore_up"]),
-        rhythm_min_ratio=float(params["rhythm_min_ratio"]),
-        rhythm_max_decay=float(params["rhythm_max_decay"]),
+    cfg = config_from(
+        BreathingConfig,
+        params,
         horizon_s=ctx.cold_start_s if horizon is None else float(horizon),
-        tick_s=float(params["tick_s"]),
     )
     return BreathingPolicy(cfg)

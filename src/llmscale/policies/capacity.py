@@ -78,6 +78,9 @@ from llmscale.policies.params import (
     TICK_RANGE,
     WINDOW_RANGE,
     Param,
+    config_from,
+    param,
+    params_of,
 )
 from llmscale.types import Decision, NoData, Signals
 
@@ -133,12 +136,12 @@ def _read(signals: Signals, state: CapacityState) -> tuple[_Inputs | None, Capac
 
 @dataclass(frozen=True)
 class CapacityConfig:
-    tps_base: float = 1200.0
-    seq_coef: float = 0.002
-    sla_s: float = 2.0
+    tps_base: float = param(1200.0, AMOUNT_RANGE, unit="tokens/s")
+    seq_coef: float = param(0.002, NONNEG_RANGE)
+    sla_s: float = param(2.0, WINDOW_RANGE, unit="s")
     tp: int = 1
-    tick_s: float = 15.0
-    down_stabilization_s: float = 300.0
+    tick_s: float = param(15.0, TICK_RANGE, unit="s")
+    down_stabilization_s: float = param(300.0, DURATION_RANGE, unit="s")
 
 
 def seed_tps(cfg: CapacityConfig, avg_seq_len: float) -> tuple[float, int]:
@@ -240,9 +243,9 @@ class CalibratedCapacityPolicy:
     perf: PerfModel
     tpot_s: float
     max_seqs: int
-    target_fraction: float = 1.0
-    tick_s: float = 15.0
-    down_stabilization_s: float = 300.0
+    target_fraction: float = param(1.0, "(0, 1]")
+    tick_s: float = param(15.0, TICK_RANGE, unit="s")
+    down_stabilization_s: float = param(300.0, DURATION_RANGE, unit="s")
     name: str = "capacity-calibrated"
     #: memo of sustainable_concurrency per (prompt, decode) bucket: a pure function of its key
     _memo: dict[tuple[int, int], tuple[int, float]] = field(default_factory=dict, compare=False, repr=False)
@@ -306,24 +309,11 @@ class CalibratedCapacityPolicy:
 @register(
     "capacity",
     "seed 000 4.2: ceil((running + waiting) / int(2 s x 1200 / (1 + 0.002 avg_seq_len))) GPUs",
-    {
-        "tps_base": Param(1200.0, AMOUNT_RANGE, unit="tokens/s"),
-        "seq_coef": Param(0.002, NONNEG_RANGE),
-        "sla_s": Param(2.0, WINDOW_RANGE, unit="s"),
-        "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-        "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
-    },
+    params_of(CapacityConfig),
     reads=("running", "queue_waiting", "prompt_len_mean_tokens", "decode_steps_mean"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
-    cfg = CapacityConfig(
-        tps_base=float(params["tps_base"]),
-        seq_coef=float(params["seq_coef"]),
-        sla_s=float(params["sla_s"]),
-        tp=max(1, ctx.tp),
-        tick_s=float(params["tick_s"]),
-        down_stabilization_s=float(params["down_stabilization_s"]),
-    )
+    cfg = config_from(CapacityConfig, params, tp=max(1, ctx.tp))
     return CapacityPolicy(cfg)
 
 
@@ -334,9 +324,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
     {
         "tpot_s": Param(None, WINDOW_RANGE, kind=float, unit="s", help="default: the TPOT SLO"),
         "max_num_seqs": Param(None, f"[1, {COUNT_MAX}]", kind=int, help="default: the engine's"),
-        "target_fraction": Param(1.0, "(0, 1]"),
-        "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-        "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
+        **params_of(CalibratedCapacityPolicy),
     },
     needs_step_model=True,
     reads=("running", "queue_waiting", "prompt_len_mean_tokens", "decode_steps_mean", "request_rate_rps"),
@@ -345,11 +333,8 @@ def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> Calibrate
     tpot = ctx.slo_tpot_s if params["tpot_s"] is None else float(params["tpot_s"])
     seqs = params["max_num_seqs"]
     max_seqs = int(ctx.max_num_seqs if seqs is None else seqs)
-    fraction = float(params["target_fraction"])
-    tick = float(params["tick_s"])
-    stab = float(params["down_stabilization_s"])
     if not tpot > 0 or max_seqs < 1:
         # From the deployment when not given: its SLO and engine settings.
         raise ConfigError(f"capacity-calibrated tpot_s = {tpot} must be > 0, max_num_seqs = {max_seqs} >= 1")
     perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
-    return CalibratedCapacityPolicy(perf, tpot, max_seqs, fraction, tick, stab)
+    return config_from(CalibratedCapacityPolicy, params, perf=perf, tpot_s=tpot, max_seqs=max_seqs)

@@ -58,7 +58,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    COUNT_MAX,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    Param,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["CompositeConfig", "CompositePolicy", "composite_score"]
@@ -66,21 +75,21 @@ __all__ = ["CompositeConfig", "CompositePolicy", "composite_score"]
 
 @dataclass(frozen=True)
 class CompositeConfig:
-    w_prompt: float = 0.3
-    w_decode: float = 0.4
-    w_kv_growth: float = 0.3
-    prompt_ref_tokens: float = 665.0
-    decode_ref_tokens: float = 300.0
-    kv_growth_ref_pct: float = 10.0
-    up_score: float = 0.85
-    up_step: int = 1
-    confirm_up_ticks: int = 3
-    short_prompt_tokens: float = 128.0
-    kv_drop_pct: float = 5.0
-    aggressive_down_ratio: float = 0.5
-    idle_down: bool = True
-    idle_kv_usage: float = 0.3
-    tick_s: float = 15.0
+    w_prompt: float = param(0.3, NONNEG_RANGE)
+    w_decode: float = param(0.4, NONNEG_RANGE)
+    w_kv_growth: float = param(0.3, NONNEG_RANGE)
+    prompt_ref_tokens: float = param(665.0, AMOUNT_RANGE, unit="tokens")
+    decode_ref_tokens: float = param(300.0, AMOUNT_RANGE, unit="tokens")
+    kv_growth_ref_pct: float = param(10.0, AMOUNT_RANGE, unit="%")
+    up_score: float = param(0.85, AMOUNT_RANGE)
+    up_step: int = param(1, f"[1, {COUNT_MAX}]")
+    confirm_up_ticks: int = param(3, f"[1, {COUNT_MAX}]")
+    short_prompt_tokens: float = param(128.0, NONNEG_RANGE, unit="tokens")
+    kv_drop_pct: float = param(5.0, "[0, 100]", unit="%")
+    aggressive_down_ratio: float = param(0.5, "(0, 1)")
+    idle_down: bool = param(True)
+    idle_kv_usage: float = param(0.3, "[0, 1]")
+    tick_s: float = param(15.0, TICK_RANGE, unit="s")
 
 
 def composite_score(
@@ -183,23 +192,7 @@ class CompositePolicy:
         return Decision(current, "hold", inputs, f"score {score:.3f}"), None
 
 
-_PARAMS: dict[str, Param] = {
-    "w_prompt": Param(0.3, NONNEG_RANGE),
-    "w_decode": Param(0.4, NONNEG_RANGE),
-    "w_kv_growth": Param(0.3, NONNEG_RANGE),
-    "prompt_ref_tokens": Param(665.0, AMOUNT_RANGE, unit="tokens"),
-    "decode_ref_tokens": Param(300.0, AMOUNT_RANGE, unit="tokens"),
-    "kv_growth_ref_pct": Param(10.0, AMOUNT_RANGE, unit="%"),
-    "up_score": Param(0.85, AMOUNT_RANGE),
-    "up_step": Param(1, f"[1, {COUNT_MAX}]"),
-    "confirm_up_ticks": Param(3, f"[1, {COUNT_MAX}]"),
-    "short_prompt_tokens": Param(128.0, NONNEG_RANGE, unit="tokens"),
-    "kv_drop_pct": Param(5.0, "[0, 100]", unit="%"),
-    "aggressive_down_ratio": Param(0.5, "(0, 1)"),
-    "idle_down": Param(True),
-    "idle_kv_usage": Param(0.3, "[0, 1]"),
-    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-}
+_PARAMS: dict[str, Param] = params_of(CompositeConfig)
 
 
 @register(
@@ -216,21 +209,8 @@ _PARAMS: dict[str, Param] = {
     ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CompositePolicy:
-    cfg = CompositeConfig(
-        w_prompt=float(params["w_prompt"]),
-        w_decode=float(params["w_decode"]),
-        w_kv_growth=float(params["w_kv_growth"]),
-        prompt_ref_tokens=float(params["prompt_ref_tokens"]),
-        decode_ref_tokens=float(params["decode_ref_tokens"]),
-        kv_growth_ref_pct=float(params["kv_growth_ref_pct"]),
-        up_score=float(params["up_score"]),
-        up_step=int(params["up_step"]),
-        confirm_up_ticks=int(params["confirm_up_ticks"]),
-        short_prompt_tokens=float(params["short_prompt_tokens"]),
-        kv_drop_pct=float(params["kv_drop_pct"]),
-        aggressive_down_ratio=float(params["aggressive_down_ratio"]),
-        idle_down=bool(params["idle_down"]),
-        idle_kv_usage=float(params["idle_kv_usage"]),
-        tick_s=float(params["tick_s"]),
+    cfg = config_from(
+        CompositeConfig,
+        params,
     )
     return CompositePolicy(cfg)

@@ -41,7 +41,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    COUNT_MAX,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["DualObjectiveConfig", "DualObjectivePolicy"]
@@ -49,14 +59,14 @@ __all__ = ["DualObjectiveConfig", "DualObjectivePolicy"]
 
 @dataclass(frozen=True)
 class DualObjectiveConfig:
-    latency_signal: str = "ttft_p95_s"
-    p95_threshold_s: float = 0.2
-    oom_threshold: float = 0.35
-    w_latency: float = 0.6
-    w_oom: float = 0.4
-    down_pressure: float = 0.5
-    up_step: int = 1
-    tick_s: float = 15.0
+    latency_signal: str = param("ttft_p95_s")
+    p95_threshold_s: float = param(0.2, WINDOW_RANGE, unit="s")
+    oom_threshold: float = param(0.35, AMOUNT_RANGE)
+    w_latency: float = param(0.6, NONNEG_RANGE)
+    w_oom: float = param(0.4, NONNEG_RANGE)
+    down_pressure: float = param(0.5, NONNEG_RANGE)
+    up_step: int = param(1, f"[1, {COUNT_MAX}]")
+    tick_s: float = param(15.0, TICK_RANGE, unit="s")
 
 
 @dataclass(frozen=True)
@@ -112,16 +122,7 @@ class DualObjectivePolicy:
         return Decision(current, "hold", inputs, f"weighted pressure {pressure:.2f}"), None
 
 
-_PARAMS: dict[str, Param] = {
-    "latency_signal": Param("ttft_p95_s"),
-    "p95_threshold_s": Param(0.2, WINDOW_RANGE, unit="s"),
-    "oom_threshold": Param(0.35, AMOUNT_RANGE),
-    "w_latency": Param(0.6, NONNEG_RANGE),
-    "w_oom": Param(0.4, NONNEG_RANGE),
-    "down_pressure": Param(0.5, NONNEG_RANGE),
-    "up_step": Param(1, f"[1, {COUNT_MAX}]"),
-    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-}
+_PARAMS: dict[str, Param] = params_of(DualObjectiveConfig)
 
 
 @register(
@@ -131,14 +132,8 @@ _PARAMS: dict[str, Param] = {
     reads=("queue_waiting", "running", "oom_risk"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> DualObjectivePolicy:
-    cfg = DualObjectiveConfig(
-        latency_signal=str(params["latency_signal"]),
-        p95_threshold_s=float(params["p95_threshold_s"]),
-        oom_threshold=float(params["oom_threshold"]),
-        w_latency=float(params["w_latency"]),
-        w_oom=float(params["w_oom"]),
-        down_pressure=float(params["down_pressure"]),
-        up_step=int(params["up_step"]),
-        tick_s=float(params["tick_s"]),
+    cfg = config_from(
+        DualObjectiveConfig,
+        params,
     )
     return DualObjectivePolicy(cfg)

@@ -92,10 +92,20 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Protocol
 
 from llmscale.errors import ConfigError
-from llmscale.metrics.names import VLLM
+from llmscale.metrics.names import VllmMetric
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_positive, clamp
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    COUNT_MAX,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
@@ -111,9 +121,9 @@ __all__ = [
     "kalman_forecast",
 ]
 
-KV_METRIC: str = VLLM.kv_usage or "vllm:kv_cache_usage_perc"
-WAITING_METRIC: str = VLLM.waiting or "vllm:num_requests_waiting"
-RUNNING_METRIC: str = VLLM.running or "vllm:num_requests_running"
+KV_METRIC: str = VllmMetric.KV_USAGE
+WAITING_METRIC: str = VllmMetric.WAITING
+RUNNING_METRIC: str = VllmMetric.RUNNING
 
 #: Dynamo's ``defaults.py`` request shape, used until the fleet has finished a request.
 DEFAULT_ISL_TOKENS = 3000.0
@@ -351,12 +361,13 @@ PREDICTORS = ("constant", "kalman")
 
 @dataclass(frozen=True)
 class DynamoSlaConfig:
-    adjustment_interval_s: float = 180.0
-    observe_s: float = 60.0
-    load_predictor: str = "constant"
-    kalman_q_level: float = 1.0
-    kalman_q_trend: float = 0.1
-    kalman_r: float = 10.0
+    adjustment_interval_s: float = param(180.0, WINDOW_RANGE, unit="s")
+    #: The controller ticks at observe_s (the planner's metric pull).
+    observe_s: float = param(60.0, TICK_RANGE, unit="s")
+    load_predictor: str = param("constant")
+    kalman_q_level: float = param(1.0, NONNEG_RANGE)
+    kalman_q_trend: float = param(0.1, NONNEG_RANGE)
+    kalman_r: float = param(10.0, AMOUNT_RANGE)
     ttft_sla_s: float = 2.0
     itl_sla_s: float = 0.1
     max_num_batched_tokens: int = 8192
@@ -364,9 +375,11 @@ class DynamoSlaConfig:
     max_kv_tokens: int | None = None
     gpus_per_engine: int = 1
     #: GPUs the planner may use; -1 disables (ai-dynamo 1.6.1 ``max_gpu_budget`` default 8)
-    max_gpu_budget: int = 8
-    #: most replicas one adjustment adds or removes (1.6.1 ``max_throughput_scaling_replicas`` 8)
-    max_adjustment: int = 8
+    max_gpu_budget: int = param(8, f"[-1, {COUNT_MAX}]", help="GPUs the planner may use; -1: unlimited")
+    #: most replicas one adjustment adds or removes (ai-dynamo 1.6.1 default 8)
+    max_throughput_scaling_replicas: int = param(
+        8, f"[1, {COUNT_MAX}]", help="most replicas one adjustment moves"
+    )
     min_replicas: int = 1
     max_replicas: int = 100
 
@@ -502,7 +515,7 @@ class DynamoSlaPolicy:
             rule = "throughput" if cap.eligible else "throughput-sla-unreachable"
             rule = "no-demand" if wanted == 0 else rule
         inputs["raw_replicas"] = float(wanted)
-        capped = cap_adjustment(wanted, current, cfg.max_adjustment)
+        capped = cap_adjustment(wanted, current, cfg.max_throughput_scaling_replicas)
         if capped != wanted:
             rule = "throughput-capped"
         desired = max(capped, cfg.min_endpoint)
@@ -530,9 +543,10 @@ OPTIMIZATION_TARGETS = ("sla", "throughput", "latency")
 
 @dataclass(frozen=True)
 class DynamoLoadConfig:
-    optimization_target: str = "sla"
-    interval_s: float = 5.0
-    sensitivity: float = 0.8
+    optimization_target: str = param("sla", choices=OPTIMIZATION_TARGETS)
+    interval_s: float = param(5.0, TICK_RANGE, unit="s")
+    #: scale down only if the remaining engines keep TTFT and ITL under the SLO x this share
+    load_scaling_down_sensitivity: float = param(80.0, "[0, 100]", unit="%")
     ttft_sla_s: float = 2.0
     itl_sla_s: float = 0.1
     max_num_batched_tokens: int = 8192
@@ -544,6 +558,11 @@ class DynamoLoadConfig:
     @property
     def min_endpoint(self) -> int:
         return max(1, self.min_replicas)
+
+    @property
+    def sensitivity(self) -> float:
+        """``load_scaling_down_sensitivity`` as a share: 80 % -> 0.8."""
+        return self.load_scaling_down_sensitivity / 100.0
 
 
 @dataclass(frozen=True)
@@ -715,19 +734,7 @@ def _perf_for(ctx: PolicyContext) -> tuple[StepModel, int | None]:
     return perf, kv_tokens
 
 
-_SLA_PARAMS: dict[str, Param] = {
-    "adjustment_interval_s": Param(180.0, WINDOW_RANGE, unit="s"),
-    # The controller ticks at observe_s (the planner's metric pull).
-    "observe_s": Param(60.0, TICK_RANGE, unit="s"),
-    "load_predictor": Param("constant"),
-    "kalman_q_level": Param(1.0, NONNEG_RANGE),
-    "kalman_q_trend": Param(0.1, NONNEG_RANGE),
-    "kalman_r": Param(10.0, AMOUNT_RANGE),
-    "max_gpu_budget": Param(8, f"[-1, {COUNT_MAX}]", help="GPUs the planner may use; -1: unlimited"),
-    "max_throughput_scaling_replicas": Param(
-        8, f"[1, {COUNT_MAX}]", help="most replicas one adjustment moves"
-    ),
-}
+_SLA_PARAMS: dict[str, Param] = params_of(DynamoSlaConfig)
 
 
 @register(
@@ -745,21 +752,15 @@ def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
             "(Dynamo's arima and prophet need pmdarima / prophet and are not reproduced)"
         )
     perf, kv_tokens = _perf_for(ctx)
-    cfg = DynamoSlaConfig(
-        adjustment_interval_s=float(params["adjustment_interval_s"]),
-        observe_s=float(params["observe_s"]),
-        load_predictor=predictor,
-        kalman_q_level=float(params["kalman_q_level"]),
-        kalman_q_trend=float(params["kalman_q_trend"]),
-        kalman_r=float(params["kalman_r"]),
+    cfg = config_from(
+        DynamoSlaConfig,
+        params,
         ttft_sla_s=ctx.slo_ttft_s,
         itl_sla_s=ctx.slo_tpot_s,
         max_num_batched_tokens=ctx.max_num_batched_tokens,
         max_num_seqs=ctx.max_num_seqs,
         max_kv_tokens=kv_tokens,
         gpus_per_engine=ctx.tp,
-        max_gpu_budget=int(params["max_gpu_budget"]),
-        max_adjustment=int(params["max_throughput_scaling_replicas"]),
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
     )
@@ -773,11 +774,7 @@ def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
     return DynamoSlaPolicy(cfg, perf)
 
 
-_LOAD_PARAMS: dict[str, Param] = {
-    "optimization_target": Param("sla", choices=OPTIMIZATION_TARGETS),
-    "interval_s": Param(5.0, TICK_RANGE, unit="s"),
-    "load_scaling_down_sensitivity": Param(80.0, "[0, 100]", unit="%"),
-}
+_LOAD_PARAMS: dict[str, Param] = params_of(DynamoLoadConfig)
 
 
 @register(
@@ -788,15 +785,12 @@ _LOAD_PARAMS: dict[str, Param] = {
     reads=("prompt_len_mean_tokens", "decode_steps_mean", "prompt_tps"),
 )
 def _make_load(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoLoadPolicy:
-    target = str(params["optimization_target"])
-    sensitivity_pct = float(params["load_scaling_down_sensitivity"])
     perf, kv_tokens = _perf_for(ctx)
     if kv_tokens is None or kv_tokens <= 0:
         raise ConfigError(f"dynamo-load: no KV capacity for {ctx.model} on {ctx.tp} x {ctx.gpu}")
-    cfg = DynamoLoadConfig(
-        optimization_target=target,
-        interval_s=float(params["interval_s"]),
-        sensitivity=sensitivity_pct / 100.0,
+    cfg = config_from(
+        DynamoLoadConfig,
+        params,
         ttft_sla_s=ctx.slo_ttft_s,
         itl_sla_s=ctx.slo_tpot_s,
         max_num_batched_tokens=ctx.max_num_batched_tokens,

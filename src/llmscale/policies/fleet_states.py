@@ -45,6 +45,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
+from llmscale.policies.params import DURATION_RANGE, param
+
 __all__ = ["FleetMode", "MachineConfig", "MachineInputs", "MachineState", "step"]
 
 
@@ -58,23 +60,27 @@ class FleetMode(enum.StrEnum):
     GRACEFUL_SHRINK = "graceful-shrink"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MachineConfig:
+    """The machine's thresholds. Its parameters are declared here (bandwidth-entropy registers
+    them); the overload warning and the warm-up buffer are bandwidth-entropy's own thresholds, which
+    its factory passes (no default here: that would be a second copy of theirs)."""
+
     #: seed 004 3.2: "P99 latency > 2 s" is an SLO violation
     slo_p99_s: float = 2.0
     #: seed 004 3.2: Saturated -> Degraded after the SLO is missed for 60 s ...
-    degrade_after_s: float = 60.0
+    degrade_after_s: float = param(60.0, DURATION_RANGE, unit="s", help="SLO missed this long -> Degraded")
     #: ... with the GPUs busy more than this share of the time, percent ("CPU > 90%", read on the GPU)
     degrade_busy_pct: float = 90.0
-    #: chapter 1's ``shouldScaleUp``: the overload warning
-    overload_bw: float = 0.85
-    overload_entropy: float = 0.72
+    #: chapter 1's ``shouldScaleUp``: the overload warning (bandwidth-entropy's bw_up, entropy_up)
+    overload_bw: float
+    overload_entropy: float
     #: seed 004 3.2: "3 consecutive sampling periods" with the SLO met
-    recover_periods: int = 3
+    recover_ticks: int = param(3, "[1, 1000]", help="ticks within the SLO to leave Degraded / Saturated")
     #: seed 004 3.2: "load down 40%" from its peak in Degraded
-    load_drop: float = 0.4
-    #: seed 004 4.2: the warm-up buffer
-    warmup_buffer_s: float = 90.0
+    load_drop: float = param(0.4, "(0, 1]", help="load this far below its peak to leave Degraded")
+    #: seed 004 4.2: the warm-up buffer (bandwidth-entropy's warmup_buffer_s)
+    warmup_buffer_s: float
 
 
 @dataclass(frozen=True)
@@ -167,7 +173,7 @@ def step(cfg: MachineConfig, st: MachineState, x: MachineInputs) -> tuple[Machin
                 f"GPUs busy {busy:.0f}% > {cfg.degrade_busy_pct:g}%"
             )
             return st, why
-        if streak >= cfg.recover_periods and not overload:
+        if streak >= cfg.recover_ticks and not overload:
             return _enter(st, FleetMode.IDLE, now), f"SLO met {streak} ticks running, no overload"
         return st, ""
     if mode == FleetMode.DEGRADED:
@@ -176,7 +182,7 @@ def step(cfg: MachineConfig, st: MachineState, x: MachineInputs) -> tuple[Machin
             peak = x.load_rps if peak is None else max(peak, x.load_rps)
         st = replace(st, load_peak_rps=peak)
         if (
-            streak >= cfg.recover_periods
+            streak >= cfg.recover_ticks
             and peak is not None
             and x.load_rps is not None
             and x.load_rps <= (1.0 - cfg.load_drop) * peak

@@ -66,7 +66,15 @@ from typing import Any
 
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.hpa import hpa_replicas_for_metric
-from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, TICK_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DURATION_RANGE,
+    TICK_RANGE,
+    Param,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.signals.gpu import seed_composite_util
 from llmscale.types import Decision, NoData, Signals
 
@@ -76,9 +84,9 @@ __all__ = ["EffectiveVramPolicy", "GpuMemCopyPolicy", "HpaTarget", "hpa_decision
 @dataclass(frozen=True)
 class HpaTarget:
     target: float
-    tolerance: float = 0.1
-    tick_s: float = 15.0
-    down_stabilization_s: float = 300.0
+    tolerance: float = param(0.1, "[0, 1)")
+    tick_s: float = param(15.0, TICK_RANGE, unit="s")
+    down_stabilization_s: float = param(300.0, DURATION_RANGE, unit="s")
 
 
 def pod_values(signals: Signals, fleet_value: float | None) -> dict[str, float | None]:
@@ -166,20 +174,15 @@ class EffectiveVramPolicy:
 
 
 def _target(name: str, params: Mapping[str, Any], key: str) -> HpaTarget:
-    t = HpaTarget(
+    t = config_from(
+        HpaTarget,
+        params,
         target=float(params[key]),
-        tolerance=float(params["tolerance"]),
-        tick_s=float(params["tick_s"]),
-        down_stabilization_s=float(params["down_stabilization_s"]),
     )
     return t
 
 
-_HPA_COMMON: dict[str, Param] = {
-    "tolerance": Param(0.1, "[0, 1)"),
-    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-    "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
-}
+_HPA_COMMON: dict[str, Param] = params_of(HpaTarget)
 
 
 @register(

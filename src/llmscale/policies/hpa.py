@@ -43,7 +43,14 @@ from typing import Any
 from llmscale.metrics.names import DCGM
 from llmscale.policies._hpa_behavior import HpaBehavior, HpaState, apply_hpa_behavior
 from llmscale.policies.base import PolicyContext, PolicyParamError, register
-from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, TICK_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DURATION_RANGE,
+    TICK_RANGE,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["HpaConfig", "HpaPolicy", "HpaState", "hpa_replicas_for_metric"]
@@ -51,12 +58,13 @@ __all__ = ["HpaConfig", "HpaPolicy", "HpaState", "hpa_replicas_for_metric"]
 
 @dataclass(frozen=True)
 class HpaConfig:
-    metric: str = DCGM.GPU_UTIL
-    target: float = 70.0
-    tolerance: float = 0.1
-    sync_s: float = 15.0
+    metric: str = param(DCGM.GPU_UTIL, help="per-pod metric averaged against the target")
+    #: The usage ratio divides by the target.
+    target: float = param(70.0, AMOUNT_RANGE, help="AverageValue target of the metric")
+    tolerance: float = param(0.1, "[0, 1)", help="no change while |1 - ratio| is within this")
+    sync_s: float = param(15.0, TICK_RANGE, unit="s", help="HPA sync period")
     up_stabilization_s: float = 0.0
-    down_stabilization_s: float = 300.0
+    down_stabilization_s: float = param(300.0, DURATION_RANGE, unit="s")
     up_pods_per_period: int = 4
     up_percent_per_period: float = 100.0
     down_percent_per_period: float = 100.0
@@ -147,14 +155,7 @@ class HpaPolicy:
         return decision, next_state
 
 
-_PARAMS = {
-    "metric": Param(DCGM.GPU_UTIL, help="per-pod metric averaged against the target"),
-    # The usage ratio divides by the target.
-    "target": Param(70.0, AMOUNT_RANGE, help="AverageValue target of the metric"),
-    "tolerance": Param(0.1, "[0, 1)", help="no change while |1 - ratio| is within this"),
-    "sync_s": Param(15.0, TICK_RANGE, unit="s", help="HPA sync period"),
-    "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
-}
+_PARAMS = params_of(HpaConfig)
 
 
 @register("hpa-gpu-util", "Kubernetes HPA v2 on per-pod GPU utilisation, target 70%", _PARAMS)
@@ -169,12 +170,9 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HpaPolicy:
             "metric",
         )
     return HpaPolicy(
-        HpaConfig(
-            metric=metric,
-            target=float(params["target"]),
-            tolerance=float(params["tolerance"]),
-            sync_s=float(params["sync_s"]),
-            down_stabilization_s=float(params["down_stabilization_s"]),
+        config_from(
+            HpaConfig,
+            params,
             min_replicas=ctx.min_replicas,
             max_replicas=ctx.max_replicas,
         )

@@ -98,7 +98,17 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import COUNT_MAX, DURATION_RANGE, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
+from llmscale.policies.params import (
+    COUNT_MAX,
+    DURATION_RANGE,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
@@ -117,20 +127,20 @@ __all__ = [
 class HybridConfig:
     """Seed 002 3.2's thresholds (GPU in percent, latency in seconds)."""
 
-    queue_signal: str = "queue_waiting"
-    p99_signal: str = "e2e_p99_s"
-    queue_critical: float = 50.0
-    queue_warn: float = 20.0
-    p99_critical_s: float = 5.0
-    p99_warn_s: float = 2.0
-    gpu_high_pct: float = 85.0
-    gpu_critical_pct: float = 95.0
-    gpu_low_pct: float = 30.0
-    keep_min_replicas: int = 2
-    warn_scale_up: bool = True
-    cooldown_up_s: float = 120.0
-    cooldown_down_s: float = 600.0
-    tick_s: float = 15.0
+    queue_signal: str = param("queue_waiting")
+    p99_signal: str = param("e2e_p99_s")
+    queue_critical: float = param(50.0, NONNEG_RANGE)
+    queue_warn: float = param(20.0, NONNEG_RANGE)
+    p99_critical_s: float = param(5.0, DURATION_RANGE, unit="s")
+    p99_warn_s: float = param(2.0, DURATION_RANGE, unit="s")
+    gpu_high_pct: float = param(85.0, "[0, 100]", unit="%")
+    gpu_critical_pct: float = param(95.0, "[0, 100]", unit="%")
+    gpu_low_pct: float = param(30.0, "[0, 100]", unit="%")
+    keep_min_replicas: int = param(2, f"[0, {COUNT_MAX}]")
+    warn_scale_up: bool = param(True)
+    cooldown_up_s: float = param(120.0, DURATION_RANGE, unit="s")
+    cooldown_down_s: float = param(600.0, DURATION_RANGE, unit="s")
+    tick_s: float = param(15.0, TICK_RANGE, unit="s")
     min_replicas: int = 1
 
 
@@ -251,14 +261,14 @@ class HybridPolicy:
 @dataclass(frozen=True)
 class PredictiveConfig:
     #: Holt's smoothing of the level and the trend, per update
-    alpha: float = 0.3
-    beta: float = 0.1
+    alpha: float = param(0.3, "(0, 1]")
+    beta: float = param(0.1, "(0, 1]")
     #: forecast horizon, s (None: the context's cold start)
     horizon_s: float = 90.0
     #: half-life of the learned capacity per replica, s (a day: each daily peak refreshes it)
-    capacity_half_life_s: float = 86400.0
+    capacity_half_life_s: float = param(86400.0, WINDOW_RANGE, unit="s")
     #: the forecast must exceed what the current replicas carry by this fraction (HPA's 0.1)
-    tolerance: float = 0.1
+    tolerance: float = param(0.1, NONNEG_RANGE)
 
 
 @dataclass(frozen=True)
@@ -380,49 +390,19 @@ class HybridPredictivePolicy:
 
 # -- registry ----------------------------------------------------------------------------
 
-_PARAMS: dict[str, Param] = {
-    "queue_signal": Param("queue_waiting"),
-    "p99_signal": Param("e2e_p99_s"),
-    "queue_critical": Param(50.0, NONNEG_RANGE),
-    "queue_warn": Param(20.0, NONNEG_RANGE),
-    "p99_critical_s": Param(5.0, DURATION_RANGE, unit="s"),
-    "p99_warn_s": Param(2.0, DURATION_RANGE, unit="s"),
-    "gpu_high_pct": Param(85.0, "[0, 100]", unit="%"),
-    "gpu_critical_pct": Param(95.0, "[0, 100]", unit="%"),
-    "gpu_low_pct": Param(30.0, "[0, 100]", unit="%"),
-    "keep_min_replicas": Param(2, f"[0, {COUNT_MAX}]"),
-    "warn_scale_up": Param(True),
-    "cooldown_up_s": Param(120.0, DURATION_RANGE, unit="s"),
-    "cooldown_down_s": Param(600.0, DURATION_RANGE, unit="s"),
-    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-}
+_PARAMS: dict[str, Param] = params_of(HybridConfig)
 
 _PREDICTIVE_PARAMS: dict[str, Param] = {
     **_PARAMS,
-    "alpha": Param(0.3, "(0, 1]"),
-    "beta": Param(0.1, "(0, 1]"),
+    **params_of(PredictiveConfig),
     "horizon_s": Param(None, DURATION_RANGE, kind=float, unit="s", help="default: the cold start"),
-    "capacity_half_life_s": Param(86400.0, WINDOW_RANGE, unit="s"),
-    "tolerance": Param(0.1, NONNEG_RANGE),
 }
 
 
 def _config(ctx: PolicyContext, p: Mapping[str, Any]) -> HybridConfig:
-    cfg = HybridConfig(
-        queue_signal=str(p["queue_signal"]),
-        p99_signal=str(p["p99_signal"]),
-        queue_critical=float(p["queue_critical"]),
-        queue_warn=float(p["queue_warn"]),
-        p99_critical_s=float(p["p99_critical_s"]),
-        p99_warn_s=float(p["p99_warn_s"]),
-        gpu_high_pct=float(p["gpu_high_pct"]),
-        gpu_critical_pct=float(p["gpu_critical_pct"]),
-        gpu_low_pct=float(p["gpu_low_pct"]),
-        keep_min_replicas=int(p["keep_min_replicas"]),
-        warn_scale_up=bool(p["warn_scale_up"]),
-        cooldown_up_s=float(p["cooldown_up_s"]),
-        cooldown_down_s=float(p["cooldown_down_s"]),
-        tick_s=float(p["tick_s"]),
+    cfg = config_from(
+        HybridConfig,
+        p,
         min_replicas=ctx.min_replicas,
     )
     if cfg.queue_warn > cfg.queue_critical:
@@ -460,11 +440,9 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPolicy:
 )
 def _make_predictive(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPredictivePolicy:
     horizon = params["horizon_s"]
-    pc = PredictiveConfig(
-        alpha=float(params["alpha"]),
-        beta=float(params["beta"]),
+    pc = config_from(
+        PredictiveConfig,
+        params,
         horizon_s=ctx.cold_start_s if horizon is None else float(horizon),
-        capacity_half_life_s=float(params["capacity_half_life_s"]),
-        tolerance=float(params["tolerance"]),
     )
     return HybridPredictivePolicy(_config(ctx, params), pc)

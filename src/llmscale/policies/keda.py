@@ -60,7 +60,16 @@ from llmscale.policies._hpa_behavior import (
     clamp,
 )
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import AMOUNT_RANGE, DURATION_RANGE, NONNEG_RANGE, TICK_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DURATION_RANGE,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    Param,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["KedaConfig", "KedaPolicy", "KedaState", "external_average_value_replicas"]
@@ -68,13 +77,15 @@ __all__ = ["KedaConfig", "KedaPolicy", "KedaState", "external_average_value_repl
 
 @dataclass(frozen=True)
 class KedaConfig:
-    signal: str = "queue_waiting"
+    signal: str = param("queue_waiting", help="the fleet signal the trigger reads")
     #: trigger ``threshold``: the AverageValue target per pod
-    threshold: float = 20.0
-    activation_threshold: float = 0.0
-    polling_interval_s: float = 30.0
-    cooldown_period_s: float = 300.0
-    tolerance: float = 0.1
+    threshold: float = param(20.0, AMOUNT_RANGE, help="AverageValue target per pod")
+    activation_threshold: float = param(0.0, NONNEG_RANGE, help="above this the ScaledObject is active")
+    polling_interval_s: float = param(30.0, TICK_RANGE, unit="s")
+    cooldown_period_s: float = param(
+        300.0, DURATION_RANGE, unit="s", help="inactive this long -> min replicas"
+    )
+    tolerance: float = param(0.1, NONNEG_RANGE)
     behavior: HpaBehavior = field(default_factory=HpaBehavior)
     #: ScaledObject ``minReplicaCount`` / ``maxReplicaCount``
     min_replicas: int = 0
@@ -174,13 +185,8 @@ class KedaPolicy:
 
 
 _PARAMS: dict[str, Param] = {
-    "signal": Param("queue_waiting", help="the fleet signal the trigger reads"),
-    "threshold": Param(20.0, AMOUNT_RANGE, help="AverageValue target per pod"),
-    "activation_threshold": Param(0.0, NONNEG_RANGE, help="above this the ScaledObject is active"),
-    "polling_interval_s": Param(30.0, TICK_RANGE, unit="s"),
-    "cooldown_period_s": Param(300.0, DURATION_RANGE, unit="s", help="inactive this long -> min replicas"),
-    "tolerance": Param(0.1, NONNEG_RANGE),
-    "down_stabilization_s": Param(300.0, DURATION_RANGE, unit="s"),
+    **params_of(KedaConfig),
+    **params_of(HpaBehavior),
 }
 
 
@@ -190,14 +196,10 @@ _PARAMS: dict[str, Param] = {
     _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> KedaPolicy:
-    cfg = KedaConfig(
-        signal=str(params["signal"]),
-        threshold=float(params["threshold"]),
-        activation_threshold=float(params["activation_threshold"]),
-        polling_interval_s=float(params["polling_interval_s"]),
-        cooldown_period_s=float(params["cooldown_period_s"]),
-        tolerance=float(params["tolerance"]),
-        behavior=HpaBehavior(down_stabilization_s=float(params["down_stabilization_s"])),
+    cfg = config_from(
+        KedaConfig,
+        params,
+        behavior=config_from(HpaBehavior, params),
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
     )

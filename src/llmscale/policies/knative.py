@@ -62,6 +62,9 @@ from llmscale.policies.params import (
     FACTOR_RANGE,
     TICK_RANGE,
     Param,
+    config_from,
+    param,
+    params_of,
 )
 from llmscale.types import Decision, NoData, Signals
 
@@ -70,16 +73,21 @@ __all__ = ["KpaConfig", "KpaPolicy", "KpaState"]
 
 @dataclass(frozen=True)
 class KpaConfig:
-    target_concurrency: float = 70.0
-    stable_window_s: float = 60.0
-    panic_window_pct: float = 10.0
-    panic_threshold_pct: float = 200.0
-    max_scale_up_rate: float = 1000.0
-    max_scale_down_rate: float = 2.0
-    scale_to_zero_grace_s: float = 30.0
-    enable_scale_to_zero: bool = True
-    scale_down_delay_s: float = 0.0
-    tick_s: float = 2.0
+    target_concurrency: float = param(70.0, AMOUNT_RANGE, help="in-flight requests per pod")
+    #: Knative's own lower bounds: a stable window of at least 6 s, a panic window of at least 1%
+    #: of it (docs: "Configuring the Autoscaler"; serving's config validation). Shorter, the panic
+    #: window holds no sample at all.
+    stable_window_s: float = param(60.0, "[6, 604800]", unit="s")
+    panic_window_pct: float = param(
+        10.0, "[1, 100]", unit="%", help="panic window as a share of the stable one"
+    )
+    panic_threshold_pct: float = param(200.0, AMOUNT_RANGE, unit="%")
+    max_scale_up_rate: float = param(1000.0, FACTOR_RANGE)
+    max_scale_down_rate: float = param(2.0, FACTOR_RANGE)
+    scale_to_zero_grace_s: float = param(30.0, DURATION_RANGE, unit="s")
+    enable_scale_to_zero: bool = param(True)
+    scale_down_delay_s: float = param(0.0, DURATION_RANGE, unit="s")
+    tick_s: float = param(2.0, TICK_RANGE, unit="s")
     min_replicas: int = 1
     max_replicas: int = 100
 
@@ -217,21 +225,7 @@ class KpaPolicy:
         return Decision(desired, rule, inputs), next_state
 
 
-_PARAMS: dict[str, Param] = {
-    "target_concurrency": Param(70.0, AMOUNT_RANGE, help="in-flight requests per pod"),
-    # Knative's own lower bounds: a stable window of at least 6 s, a panic window of at least 1%
-    # of it (docs: "Configuring the Autoscaler"; serving's config validation). Shorter, the panic
-    # window holds no sample at all.
-    "stable_window_s": Param(60.0, "[6, 604800]", unit="s"),
-    "panic_window_pct": Param(10.0, "[1, 100]", unit="%", help="panic window as a share of the stable one"),
-    "panic_threshold_pct": Param(200.0, AMOUNT_RANGE, unit="%"),
-    "max_scale_up_rate": Param(1000.0, FACTOR_RANGE),
-    "max_scale_down_rate": Param(2.0, FACTOR_RANGE),
-    "scale_to_zero_grace_s": Param(30.0, DURATION_RANGE, unit="s"),
-    "enable_scale_to_zero": Param(True),
-    "scale_down_delay_s": Param(0.0, DURATION_RANGE, unit="s"),
-    "tick_s": Param(2.0, TICK_RANGE, unit="s"),
-}
+_PARAMS: dict[str, Param] = params_of(KpaConfig)
 
 
 @register(
@@ -241,17 +235,9 @@ _PARAMS: dict[str, Param] = {
     reads=("queue_waiting", "running"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> KpaPolicy:
-    cfg = KpaConfig(
-        target_concurrency=float(params["target_concurrency"]),
-        stable_window_s=float(params["stable_window_s"]),
-        panic_window_pct=float(params["panic_window_pct"]),
-        panic_threshold_pct=float(params["panic_threshold_pct"]),
-        max_scale_up_rate=float(params["max_scale_up_rate"]),
-        max_scale_down_rate=float(params["max_scale_down_rate"]),
-        scale_to_zero_grace_s=float(params["scale_to_zero_grace_s"]),
-        enable_scale_to_zero=bool(params["enable_scale_to_zero"]),
-        scale_down_delay_s=float(params["scale_down_delay_s"]),
-        tick_s=float(params["tick_s"]),
+    cfg = config_from(
+        KpaConfig,
+        params,
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
     )

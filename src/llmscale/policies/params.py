@@ -1,5 +1,13 @@
 """A policy parameter, declared once: its default, the range it may take, its unit and meaning.
 
+A policy declares each parameter on its config dataclass, where the field's default is read:
+``alpha: float = param(0.4, "(0, 1]", help="smoothing of the arrival rate per tick")``. The
+declaration (:func:`param`) is the field's default *and* its :class:`Param`, so the default is
+written once; :func:`params_of` collects a dataclass's declarations for
+:func:`llmscale.policies.base.register`, and :func:`config_from` builds the dataclass from the
+checked values. A parameter that is no field (a percentage the factory turns into a fraction, a
+default taken from the deployment) is a plain :class:`Param` in the mapping the policy registers.
+
 Each policy registers a mapping of name -> :class:`Param` (see :func:`llmscale.policies.base.register`);
 the registry checks every value a user gives against it before the policy's factory sees it, so
 ``--policy-config`` and ``llmscale run``'s ``policy.params`` refuse a wrong type or an
@@ -14,9 +22,11 @@ divided every capacity by NaN and ``math.ceil`` raised).
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from llmscale.errors import ConfigError
 from llmscale.ranges import Interval
@@ -32,6 +42,9 @@ __all__ = [
     "Param",
     "PolicyParamError",
     "check_param",
+    "config_from",
+    "param",
+    "params_of",
 ]
 
 #: The range of a parameter that sets how often a policy ticks, seconds: a tick shorter than
@@ -58,6 +71,12 @@ NONNEG_RANGE: Final = "[0, 1e9]"
 FACTOR_RANGE: Final = "[1e-6, 1e6]"
 #: a count of replicas, GPUs, steps or ticks given as a parameter: up to a million
 COUNT_MAX: Final = 1_000_000
+
+T = TypeVar("T")
+C = TypeVar("C")
+
+#: where :func:`param` keeps a field's declaration, in ``dataclasses.Field.metadata``
+PARAM_METADATA_KEY: Final = "llmscale.param"
 
 _KIND_WORDS: Final = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
 
@@ -172,3 +191,48 @@ def check_param(policy: str, name: str, param: Param, value: object) -> object:
     if param.kind is int and value is not None:
         return int(value)  # type: ignore[call-overload]
     return value
+
+
+def param(
+    default: T,
+    range: str | None = None,
+    *,
+    kind: type | None = None,
+    unit: str = "",
+    help: str = "",
+    choices: tuple[str, ...] = (),
+) -> T:
+    """A config dataclass field that is a policy parameter: its default and its declaration at once.
+
+    ``tick_s: float = param(15.0, TICK_RANGE, unit="s")`` gives the field the default 15.0 and keeps
+    ``Param(15.0, TICK_RANGE, unit="s")`` in the field's metadata, where :func:`params_of` finds it;
+    the arguments are :class:`Param`'s. A declaration whose default its own range refuses raises
+    ValueError when the module is imported (``param(0.0, "(0, 1]")``).
+    """
+    declared = Param(default, range, kind, unit, help, choices)
+    return field(default=default, metadata={PARAM_METADATA_KEY: declared})
+
+
+def params_of(config: type, *, prefix: str = "") -> dict[str, Param]:
+    """The parameters declared on ``config``'s fields with :func:`param`, in field order
+    (fields without a declaration, e.g. the deployment's ``min_replicas``, are left out).
+
+    ``prefix`` names them for a config nested in a policy's: slo registers ``StandbyConfig``'s
+    ``memory_s`` as ``standby_memory_s`` (``params_of(StandbyConfig, prefix="standby_")``).
+    """
+    return {
+        prefix + f.name: f.metadata[PARAM_METADATA_KEY]
+        for f in dataclasses.fields(config)
+        if PARAM_METADATA_KEY in f.metadata
+    }
+
+
+def config_from(config: type[C], params: Mapping[str, Any], /, *, prefix: str = "", **rest: Any) -> C:
+    """``config`` built from the checked ``params`` that are its declared fields (named with
+    ``prefix``, as :func:`params_of` registered them), and ``rest``: the fields the deployment gives
+    (``min_replicas=ctx.min_replicas``) and values the factory derives, which win over a parameter
+    of the same name (``client_timeout_s`` from the deployment when the parameter is null).
+    Parameters that are no field of ``config`` are the factory's to use."""
+    own = params_of(config)
+    values = {k: params[prefix + k] for k in own if prefix + k in params and k not in rest}
+    return config(**values, **rest)

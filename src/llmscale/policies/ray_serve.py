@@ -75,6 +75,9 @@ from llmscale.policies.params import (
     TICK_RANGE,
     WINDOW_RANGE,
     Param,
+    config_from,
+    param,
+    params_of,
 )
 from llmscale.types import Decision, NoData, Signals
 
@@ -100,15 +103,17 @@ _SCHEDULE_EPS_S = 1e-9
 
 @dataclass(frozen=True)
 class RayServeConfig:
-    target_ongoing_requests: float = 2.0
-    upscale_delay_s: float = 30.0
-    downscale_delay_s: float = 600.0
-    downscale_to_zero_delay_s: float | None = None
+    target_ongoing_requests: float = param(2.0, AMOUNT_RANGE)
+    upscale_delay_s: float = param(30.0, DURATION_RANGE, unit="s")
+    downscale_delay_s: float = param(600.0, DURATION_RANGE, unit="s")
+    downscale_to_zero_delay_s: float | None = param(None, DURATION_RANGE, kind=float, unit="s")
     upscaling_factor: float = 1.0
     downscaling_factor: float = 1.0
-    metrics_interval_s: float = 10.0
-    look_back_period_s: float = 30.0
-    control_interval_s: float = 1.0
+    metrics_interval_s: float = param(10.0, TICK_RANGE, unit="s", help="push interval of the samples")
+    look_back_period_s: float = param(30.0, WINDOW_RANGE, unit="s")
+    control_interval_s: float = param(
+        1.0, TICK_RANGE, unit="s", help="controller cadence (Ray re-evaluates every 0.1 s)"
+    )
     min_replicas: int = 1
     max_replicas: int = 100
 
@@ -279,18 +284,10 @@ class RayServePolicy:
 
 
 _PARAMS: dict[str, Param] = {
-    "target_ongoing_requests": Param(2.0, AMOUNT_RANGE),
-    "upscale_delay_s": Param(30.0, DURATION_RANGE, unit="s"),
-    "downscale_delay_s": Param(600.0, DURATION_RANGE, unit="s"),
-    "downscale_to_zero_delay_s": Param(None, DURATION_RANGE, kind=float, unit="s"),
+    **params_of(RayServeConfig),
     "upscaling_factor": Param(None, FACTOR_RANGE, kind=float, help="default: smoothing_factor"),
     "downscaling_factor": Param(None, FACTOR_RANGE, kind=float, help="default: smoothing_factor"),
     "smoothing_factor": Param(1.0, FACTOR_RANGE),
-    "metrics_interval_s": Param(10.0, TICK_RANGE, unit="s", help="push interval of the samples"),
-    "look_back_period_s": Param(30.0, WINDOW_RANGE, unit="s"),
-    "control_interval_s": Param(
-        1.0, TICK_RANGE, unit="s", help="controller cadence (Ray re-evaluates every 0.1 s)"
-    ),
 }
 
 
@@ -305,17 +302,11 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> RayServePolicy:
     smoothing = float(params["smoothing_factor"])
     up = smoothing if params["upscaling_factor"] is None else float(params["upscaling_factor"])
     down = smoothing if params["downscaling_factor"] is None else float(params["downscaling_factor"])
-    to_zero = params["downscale_to_zero_delay_s"]
-    cfg = RayServeConfig(
-        target_ongoing_requests=float(params["target_ongoing_requests"]),
-        upscale_delay_s=float(params["upscale_delay_s"]),
-        downscale_delay_s=float(params["downscale_delay_s"]),
-        downscale_to_zero_delay_s=None if to_zero is None else float(to_zero),
+    cfg = config_from(
+        RayServeConfig,
+        params,
         upscaling_factor=up,
         downscaling_factor=down,
-        metrics_interval_s=float(params["metrics_interval_s"]),
-        look_back_period_s=float(params["look_back_period_s"]),
-        control_interval_s=float(params["control_interval_s"]),
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
     )

@@ -50,7 +50,15 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
+from llmscale.policies.params import (
+    NONNEG_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.policies.standby import StandbyConfig, StandbyState, standby_pool
 from llmscale.signals.histograms import LATENCY_WINDOW_S
 from llmscale.types import Decision, NoData, Signals
@@ -68,33 +76,31 @@ class SloConfig:
     #: length-aware TTFT SLO (s per 1,000 prompt tokens), judged at the observed mean prompt
     slo_ttft_per_1k_tokens_s: float = 0.0
     cold_start_s: float = 110.0
-    tick_s: float = 15.0
+    tick_s: float = param(15.0, TICK_RANGE, unit="s")
     #: plan each replica at this share of its SLO capacity. The capacity model stops where mean
     #: TPOT reaches the SLO, and latency rises steeply near there (a static fleet of 4 on Poisson
     #: arrivals with the default preset's lengths held the SLO at 6 req/s per replica and missed it
     #: for most requests at the model's 7.5): a 5% margin keeps the plan off that edge when the
-    #: arrival rate is read a little low
-    target_utilization: float = 0.95
-    #: smoothing of the arrival rate per tick
-    alpha: float = 0.4
-    #: smoothing of the mean prompt and output lengths per tick
-    shape_alpha: float = 0.2
-    #: ticks of smoothed levels the trend is fitted over
-    trend_ticks: int = 8
+    #: arrival rate is read a little low. Above 1 plans replicas past the SLO's cliff. 0 divided
+    #: every capacity by zero, and so does any share small enough to underflow (5e-324 x 7 req/s
+    #: is 0.0): below 1% the plan would be over 100x the fleet the SLO needs anyway.
+    target_utilization: float = param(0.95, "[0.01, 1]", help="share of one replica's SLO capacity planned")
+    alpha: float = param(0.4, "(0, 1]", help="smoothing of the arrival rate per tick")
+    shape_alpha: float = param(0.2, "(0, 1]", help="smoothing of the mean prompt and output lengths per tick")
+    #: 0 would keep every level ever seen (history[-0:] is the whole history)
+    trend_ticks: int = param(8, "[1, 10000]", help="ticks the trend is fitted over")
     #: the extrapolated trend adds at most this share of the level: a step in load looks like a
     #: steep trend through the smoothing for a few ticks, and carrying that slope over a whole cold
     #: start would plan for about twice the step
-    max_trend_growth: float = 1.0
+    max_trend_growth: float = param(1.0, NONNEG_RANGE, help="the trend adds at most this share of the level")
     #: plan for level + burst_z x the spread of recent arrival rates around it (off by default:
     #: the reactive path covers bursts more cheaply on the traces measured)
-    burst_z: float = 0.0
-    #: a backlog should drain within this many seconds
-    drain_s: float = 30.0
-    #: queue per serving replica tolerated before the reactive path acts
-    queue_per_replica: float = 4.0
+    burst_z: float = param(0.0, NONNEG_RANGE, help="plan for level + burst_z x spread")
+    drain_s: float = param(30.0, WINDOW_RANGE, unit="s", help="a backlog should drain within this")
+    queue_per_replica: float = param(4.0, NONNEG_RANGE, help="queue per serving replica before reacting")
     #: a TTFT P99 over the SLO adds no replica while the queue shrinks (the window remembers a
     #: backlog the fleet is already clearing)
-    queue_shrink_holds: bool = True
+    queue_shrink_holds: bool = param(True, help="no TTFT-driven scale-up while the queue shrinks")
     #: how long a client waits for its first token before it gives up (None: no limit known). A
     #: queue that will have timed out before a replica asked for now is ready is not sized for
     client_timeout_s: float | None = None
@@ -109,12 +115,16 @@ class SloConfig:
     max_num_batched_tokens: int = 8192
     #: share of requests the capacity model lets miss TTFT or TPOT at one replica's capacity (the
     #: backtest's capacity probe holds 99% of requests within the SLO: 0.01)
-    miss_budget: float = 0.01
+    miss_budget: float = param(
+        0.01, "(0, 0.5]", help="share of requests one replica may miss at its planned capacity"
+    )
     #: a latency tail over its target is answered with replicas only when the fleet carries at
     #: least this share of its planned capacity: below it the model predicts misses far under the
     #: budget, so the tail comes from what more replicas do not change (one long prompt, the
     #: engine itself) and adding replicas for it would not stop
-    tail_reacts_above: float = 0.5
+    tail_reacts_above: float = param(
+        0.5, "[0, 1]", help="latency tails add replicas only above this share of planned capacity"
+    )
     #: a calibration profile (``llmscale calibrate``) scaling the step-time model, or None
     calibration: str | None = None
     #: the live controller's online adjustment of the profile's factors (``drift.adapt``), or None
@@ -484,41 +494,15 @@ class SloPolicy:
         return decision, new_state
 
 
+#: the dataclass's declared fields, the clients' time-out (whose default is the deployment's) and
+#: the standby pool's, under ``standby_`` (the pool's default is in the README: the attainment /
+#: GPU-hours curve over pool sizes)
 _PARAMS: dict[str, Param] = {
-    # Above 1 plans replicas past the SLO's cliff. 0 divided every capacity by zero, and so does
-    # any share small enough to underflow (5e-324 x 7 req/s is 0.0): below 1% the plan would be
-    # over 100x the fleet the SLO needs anyway.
-    "target_utilization": Param(0.95, "[0.01, 1]", help="share of one replica's SLO capacity planned"),
-    "alpha": Param(0.4, "(0, 1]", help="smoothing of the arrival rate per tick"),
-    "shape_alpha": Param(0.2, "(0, 1]", help="smoothing of the mean prompt and output lengths per tick"),
-    # 0 would keep every level ever seen (history[-0:] is the whole history).
-    "trend_ticks": Param(8, "[1, 10000]", help="ticks the trend is fitted over"),
-    "max_trend_growth": Param(1.0, NONNEG_RANGE, help="the trend adds at most this share of the level"),
-    "queue_shrink_holds": Param(True, help="no TTFT-driven scale-up while the queue shrinks"),
+    **params_of(SloConfig),
     "client_timeout_s": Param(
         None, WINDOW_RANGE, kind=float, unit="s", help="clients' time-out (default: the deployment's)"
     ),
-    "burst_z": Param(0.0, NONNEG_RANGE, help="plan for level + burst_z x spread"),
-    "drain_s": Param(30.0, WINDOW_RANGE, unit="s", help="a backlog should drain within this"),
-    "queue_per_replica": Param(4.0, NONNEG_RANGE, help="queue per serving replica before reacting"),
-    "miss_budget": Param(
-        0.01, "(0, 0.5]", help="share of requests one replica may miss at its planned capacity"
-    ),
-    "tail_reacts_above": Param(
-        0.5, "[0, 1]", help="latency tails add replicas only above this share of planned capacity"
-    ),
-    "tick_s": Param(15.0, TICK_RANGE, unit="s"),
-    # The pool's default is in the README (the attainment / GPU-hours curve over pool sizes).
-    "standby_replicas": Param(
-        None,
-        f"[0, {COUNT_MAX}]",
-        kind=int,
-        help="sleeping replicas kept for flash crowds (null: sized from observed bursts when worth it)",
-    ),
-    "standby_memory_s": Param(3600.0, WINDOW_RANGE, unit="s", help="how long an observed burst counts"),
-    "standby_gpu_s_per_miss": Param(
-        1.0, NONNEG_RANGE, unit="GPU-s", help="what one prevented SLO miss is worth (standby: null)"
-    ),
+    **params_of(StandbyConfig, prefix="standby_"),
 }
 
 
@@ -548,22 +532,14 @@ def _timeout(param: Any, deployment: Any) -> float | None:
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
     return SloPolicy(
-        SloConfig(
+        config_from(
+            SloConfig,
+            params,
             slo_ttft_s=ctx.slo_ttft_s,
             slo_tpot_s=ctx.slo_tpot_s,
             slo_ttft_per_1k_tokens_s=ctx.slo_ttft_per_1k_tokens_s,
             cold_start_s=ctx.cold_start_s,
-            tick_s=float(params["tick_s"]),
-            target_utilization=float(params["target_utilization"]),
-            alpha=float(params["alpha"]),
-            shape_alpha=float(params["shape_alpha"]),
-            trend_ticks=int(params["trend_ticks"]),
-            max_trend_growth=float(params["max_trend_growth"]),
-            queue_shrink_holds=bool(params["queue_shrink_holds"]),
             client_timeout_s=_timeout(params.get("client_timeout_s"), ctx.client_timeout_s),
-            burst_z=float(params["burst_z"]),
-            drain_s=float(params["drain_s"]),
-            queue_per_replica=float(params["queue_per_replica"]),
             min_replicas=ctx.min_replicas,
             max_replicas=ctx.max_replicas,
             model=ctx.model,
@@ -571,14 +547,12 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
             tp=ctx.tp,
             max_num_seqs=ctx.max_num_seqs,
             max_num_batched_tokens=ctx.max_num_batched_tokens,
-            miss_budget=float(params["miss_budget"]),
-            tail_reacts_above=float(params["tail_reacts_above"]),
             calibration=ctx.calibration,
             perf_scale=ctx.perf_scale,
-            standby=StandbyConfig(
-                replicas=None if params["standby_replicas"] is None else int(params["standby_replicas"]),
-                memory_s=float(params["standby_memory_s"]),
-                gpu_s_per_miss=float(params["standby_gpu_s_per_miss"]),
+            standby=config_from(
+                StandbyConfig,
+                params,
+                prefix="standby_",
                 cold_start_s=ctx.cold_start_s,
                 wake_s=ctx.wake_s,
                 gpus_per_replica=ctx.tp,

@@ -43,6 +43,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llmscale.policies.params import COUNT_MAX, NONNEG_RANGE, WINDOW_RANGE, param
+
 __all__ = ["BURST_SHARE", "StandbyConfig", "StandbyState", "standby_pool"]
 
 #: A tick's arrivals this far above the smoothed level open a burst. Poisson noise at the
@@ -54,13 +56,19 @@ BURST_SHARE = 0.25
 @dataclass(frozen=True)
 class StandbyConfig:
     #: a fixed pool; None sizes it from observed bursts (and keeps it only when worth it)
-    replicas: int | None = None
-    #: how long an observed burst keeps counting, s
-    memory_s: float = 3600.0
+    replicas: int | None = param(
+        None,
+        f"[0, {COUNT_MAX}]",
+        kind=int,
+        help="sleeping replicas kept for flash crowds (null: sized from observed bursts when worth it)",
+    )
+    memory_s: float = param(3600.0, WINDOW_RANGE, unit="s", help="how long an observed burst counts")
     #: what one prevented SLO miss is worth, GPU-seconds: 1.0 is ~9x the 0.114 GPU-s slo spends
     #: per request on the default hour (7.39 GPU-h for 232,624 requests), a miss valued at about
     #: ten requests' serving cost
-    gpu_s_per_miss: float = 1.0
+    gpu_s_per_miss: float = param(
+        1.0, NONNEG_RANGE, unit="GPU-s", help="what one prevented SLO miss is worth (standby: null)"
+    )
     cold_start_s: float = 110.0
     wake_s: float = 2.0
     gpus_per_replica: int = 1

@@ -58,7 +58,17 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import AMOUNT_RANGE, COUNT_MAX, NONNEG_RANGE, TICK_RANGE, WINDOW_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    COUNT_MAX,
+    NONNEG_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["ThreeLayerConfig", "ThreeLayerPolicy"]
@@ -67,13 +77,13 @@ __all__ = ["ThreeLayerConfig", "ThreeLayerPolicy"]
 @dataclass(frozen=True)
 class ThreeLayerConfig:
     ttft_slo_s: float = 2.0
-    queue_per_replica_up: float = 5.0
-    queue_per_replica_down: float = 1.0
-    down_latency_fraction: float = 0.5
-    kv_headroom_max: float = 0.8
+    queue_per_replica_up: float = param(5.0, AMOUNT_RANGE)
+    queue_per_replica_down: float = param(1.0, NONNEG_RANGE)
+    down_latency_fraction: float = param(0.5, "(0, 1)")
+    kv_headroom_max: float = param(0.8, "(0, 1]")
     gpu_budget: int | None = None
     gpus_per_replica: int = 1
-    tick_s: float = 5.0
+    tick_s: float = param(5.0, TICK_RANGE, unit="s")
 
 
 @dataclass(frozen=True)
@@ -184,13 +194,9 @@ class ThreeLayerPolicy:
 
 
 _PARAMS: dict[str, Param] = {
+    **params_of(ThreeLayerConfig),
     "ttft_slo_s": Param(None, WINDOW_RANGE, kind=float, unit="s", help="default: the TTFT SLO"),
-    "queue_per_replica_up": Param(5.0, AMOUNT_RANGE),
-    "queue_per_replica_down": Param(1.0, NONNEG_RANGE),
-    "down_latency_fraction": Param(0.5, "(0, 1)"),
-    "kv_headroom_max": Param(0.8, "(0, 1]"),
     "gpu_budget": Param(None, f"[0, {COUNT_MAX}]", kind=int, help="GPUs (default: the deployment's)"),
-    "tick_s": Param(5.0, TICK_RANGE, unit="s"),
 }
 
 
@@ -215,15 +221,12 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ThreeLayerPolicy:
     if budget is None:
         budget = ctx.gpu_budget
     slo = params["ttft_slo_s"]
-    cfg = ThreeLayerConfig(
+    cfg = config_from(
+        ThreeLayerConfig,
+        params,
         ttft_slo_s=ctx.slo_ttft_s if slo is None else float(slo),
-        queue_per_replica_up=float(params["queue_per_replica_up"]),
-        queue_per_replica_down=float(params["queue_per_replica_down"]),
-        down_latency_fraction=float(params["down_latency_fraction"]),
-        kv_headroom_max=float(params["kv_headroom_max"]),
         gpu_budget=None if budget is None else int(budget),
         gpus_per_replica=max(1, ctx.tp),
-        tick_s=float(params["tick_s"]),
     )
     if not cfg.ttft_slo_s > 0:  # from the deployment when not given
         raise ConfigError(f"three-layer ttft_slo_s = {cfg.ttft_slo_s}, must be > 0")

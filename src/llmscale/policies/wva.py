@@ -51,16 +51,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from llmscale.metrics.names import VLLM
+from llmscale.metrics.names import VllmMetric
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
 from llmscale.policies.base import PolicyContext, register
-from llmscale.policies.params import AMOUNT_RANGE, TICK_RANGE, WINDOW_RANGE, Param
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    TICK_RANGE,
+    WINDOW_RANGE,
+    Param,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.types import Decision, NoData, Signals
 
 __all__ = ["SaturationAnalysis", "WvaConfig", "WvaPolicy", "WvaState", "analyze_saturation"]
 
-KV_METRIC: str = VLLM.kv_usage or "vllm:kv_cache_usage_perc"
-WAITING_METRIC: str = VLLM.waiting or "vllm:num_requests_waiting"
+KV_METRIC: str = VllmMetric.KV_USAGE
+WAITING_METRIC: str = VllmMetric.WAITING
 
 #: ``MinNonSaturatedReplicasForScaleDown``
 MIN_NON_SATURATED_FOR_SCALE_DOWN = 2
@@ -68,13 +76,14 @@ MIN_NON_SATURATED_FOR_SCALE_DOWN = 2
 
 @dataclass(frozen=True)
 class WvaConfig:
-    kv_cache_threshold: float = 0.80
-    queue_length_threshold: float = 5.0
-    kv_spare_trigger: float = 0.1
-    queue_spare_trigger: float = 3.0
-    interval_s: float = 60.0
-    scrape_s: float = 15.0
-    peak_window_s: float = 60.0
+    kv_cache_threshold: float = param(0.80, "(0, 1]")
+    queue_length_threshold: float = param(5.0, AMOUNT_RANGE)
+    kv_spare_trigger: float = param(0.1, "(0, 1]")
+    queue_spare_trigger: float = param(3.0, AMOUNT_RANGE)
+    interval_s: float = param(60.0, WINDOW_RANGE, unit="s")
+    #: The controller ticks at scrape_s.
+    scrape_s: float = param(15.0, TICK_RANGE, unit="s")
+    peak_window_s: float = param(60.0, WINDOW_RANGE, unit="s")
     min_replicas: int = 1
     max_replicas: int = 100
 
@@ -204,16 +213,7 @@ class WvaPolicy:
         return Decision(clamp(desired, cfg.min_replicas, cfg.max_replicas), rule, inputs), next_state
 
 
-_PARAMS: dict[str, Param] = {
-    "kv_cache_threshold": Param(0.80, "(0, 1]"),
-    "queue_length_threshold": Param(5.0, AMOUNT_RANGE),
-    "kv_spare_trigger": Param(0.1, "(0, 1]"),
-    "queue_spare_trigger": Param(3.0, AMOUNT_RANGE),
-    "interval_s": Param(60.0, WINDOW_RANGE, unit="s"),
-    # The controller ticks at scrape_s.
-    "scrape_s": Param(15.0, TICK_RANGE, unit="s"),
-    "peak_window_s": Param(60.0, WINDOW_RANGE, unit="s"),
-}
+_PARAMS: dict[str, Param] = params_of(WvaConfig)
 
 
 @register(
@@ -222,14 +222,9 @@ _PARAMS: dict[str, Param] = {
     _PARAMS,
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> WvaPolicy:
-    cfg = WvaConfig(
-        kv_cache_threshold=float(params["kv_cache_threshold"]),
-        queue_length_threshold=float(params["queue_length_threshold"]),
-        kv_spare_trigger=float(params["kv_spare_trigger"]),
-        queue_spare_trigger=float(params["queue_spare_trigger"]),
-        interval_s=float(params["interval_s"]),
-        scrape_s=float(params["scrape_s"]),
-        peak_window_s=float(params["peak_window_s"]),
+    cfg = config_from(
+        WvaConfig,
+        params,
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
     )

@@ -41,14 +41,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from llmscale.metrics.names import DCGM, VLLM
-from llmscale.signals.catalog import SIGNALS
+from llmscale.signals.catalog import GROUPS, SIGNALS
 from llmscale.signals.diagnostics import ghost_replicas, tenant_drift
 from llmscale.signals.gpu import bw_saturation_p95, gpu_gauge_signals, queue_entropy
 from llmscale.signals.histograms import WindowHistogram, family_signals, family_values, window_histogram
 from llmscale.signals.kv import kv_growth_signal, kv_usage_signals
 from llmscale.signals.predictors import coupled_prediction, decay_prediction, queue_prediction
 from llmscale.signals.queues import queue_signals
-from llmscale.signals.rates import RATE_SIGNALS, counter_rate_signals, step_rate_signals
+from llmscale.signals.rates import counter_rate_signals, step_rate_signals
 from llmscale.signals.rhythm import dominant_rhythm_signals, load_series, zscore_signals
 from llmscale.signals.risk import oom_signals
 from llmscale.signals.window import TTFT, FleetWindow
@@ -126,7 +126,7 @@ _NOT_COMPUTED = SignalValue(None, "not computed")
 #: has (``controller/drift.py`` sets them over these)
 _MODEL_DRIFT: Mapping[str, SignalValue] = {
     name: SignalValue(None, "computed by the live controller against its step-time model")
-    for name in ("model_drift_itl_ratio", "model_drift_ttft_ratio")
+    for name in GROUPS["model_drift"]
 }
 
 
@@ -147,89 +147,38 @@ def _ttft_with_steps(v: SignalValues) -> dict[str, SignalValue]:
     return {"p99_predicted_decay_s": decay_prediction(ttft, len(fw.observations) - 1)}
 
 
-#: The groups, each a function of the lazy values (for its window and the other groups' values)
-#: and the names it fills. One group is computed as a whole: the names in it share their work.
-_GROUPS: tuple[tuple[Callable[[SignalValues], Mapping[str, SignalValue]], tuple[str, ...]], ...] = (
-    (
-        lambda v: queue_signals(v.window),
-        (
-            "gateway_queue",
-            "serving_replicas",
-            "unknown_replicas",
-            "queue_waiting",
-            "queue_waiting_max",
-            "queue_per_replica",
-            "running",
-            "running_per_replica",
-        ),
-    ),
-    *(
-        (_family(fam), names)
-        for fam, names in (
-            ("ttft", ("ttft_p95_s", "ttft_p99_s")),
-            ("e2e", ("e2e_p95_s", "e2e_p99_s")),
-            ("itl", ("itl_p95_s", "itl_p99_s")),
-            ("tpot", ("tpot_p95_s", "tpot_p99_s")),
-            ("queue_time", ("queue_time_p95_s",)),
-        )
-    ),
-    (
-        lambda v: counter_rate_signals(v.window)[0],
-        (
-            "request_rate_rps",
-            "arrival_rate_rps",
-            "prompt_tps",
-            "generation_tps",
-            "preemptions_per_s",
-            "prompt_len_mean_tokens",
-            "decode_steps_mean",
-        ),
-    ),
-    (
-        lambda v: step_rate_signals(v.window),
-        ("request_rate_std_rps", "throughput_window_ms", "generation_tps_adaptive"),
-    ),
-    (lambda v: kv_usage_signals(v.window), ("kv_usage_mean", "kv_usage_max")),
-    (lambda v: {"kv_growth_pct_per_step": kv_growth_signal(v.window)}, ("kv_growth_pct_per_step",)),
-    (
-        lambda v: gpu_gauge_signals(v.window),
-        (
-            "gpu_util_mean",
-            "sm_active_mean",
-            "mem_copy_util_mean",
-            "gpu_composite_util",
-            "vram_used_ratio",
-            "effective_vram",
-        ),
-    ),
-    (lambda v: {"bw_saturation_p95": bw_saturation_p95(v.window)}, ("bw_saturation_p95",)),
-    (lambda v: {"queue_entropy": queue_entropy(v.window)}, ("queue_entropy",)),
-    (lambda v: oom_signals(v.window), ("oom_risk",)),
-    (lambda v: zscore_signals(load_series(v.window)), ("load_zscore",)),
-    (
-        lambda v: dominant_rhythm_signals(load_series(v.window)),
-        ("rhythm_amplitude_ratio", "rhythm_decay", "rhythm_phase"),
-    ),
-    (_ttft_with_steps, ("p99_predicted_decay_s",)),
-    (lambda v: {"p99_predicted_queue_s": queue_prediction(v)}, ("p99_predicted_queue_s",)),
-    (lambda v: {"p99_predicted_coupled_s": coupled_prediction(v)}, ("p99_predicted_coupled_s",)),
-    (lambda v: {"ghost_replicas": ghost_replicas(v.window)}, ("ghost_replicas",)),
-    (lambda v: {"tenant_drift": tenant_drift(v.window)}, ("tenant_drift",)),
-    (lambda v: _MODEL_DRIFT, tuple(_MODEL_DRIFT)),
-)
+#: Each group of the catalogue (:data:`~llmscale.signals.catalog.GROUPS`, which names its
+#: signals), as a function of the lazy values (for its window and the other groups' values) that
+#: fills them. A group is computed as a whole: the names in it share their work.
+_COMPUTE: dict[str, Callable[[SignalValues], Mapping[str, SignalValue]]] = {
+    "queues": lambda v: queue_signals(v.window),
+    **{family: _family(family) for family in ("ttft", "e2e", "itl", "tpot", "queue_time")},
+    "counter_rates": lambda v: counter_rate_signals(v.window)[0],
+    "step_rates": lambda v: step_rate_signals(v.window),
+    "kv_usage": lambda v: kv_usage_signals(v.window),
+    "kv_growth": lambda v: {"kv_growth_pct_per_step": kv_growth_signal(v.window)},
+    "gpu": lambda v: gpu_gauge_signals(v.window),
+    "bw_saturation": lambda v: {"bw_saturation_p95": bw_saturation_p95(v.window)},
+    "queue_entropy": lambda v: {"queue_entropy": queue_entropy(v.window)},
+    "oom": lambda v: oom_signals(v.window),
+    "zscore": lambda v: zscore_signals(load_series(v.window)),
+    "rhythm": lambda v: dominant_rhythm_signals(load_series(v.window)),
+    "p99_decay": _ttft_with_steps,
+    "p99_queue": lambda v: {"p99_predicted_queue_s": queue_prediction(v)},
+    "p99_coupled": lambda v: {"p99_predicted_coupled_s": coupled_prediction(v)},
+    "ghost": lambda v: {"ghost_replicas": ghost_replicas(v.window)},
+    "tenant_drift": lambda v: {"tenant_drift": tenant_drift(v.window)},
+    "model_drift": lambda v: _MODEL_DRIFT,
+}
 
 #: signal name -> its group's function
 _GROUP_OF: dict[str, Callable[[SignalValues], Mapping[str, SignalValue]]] = {
-    name: fn for fn, names in _GROUPS for name in names
+    name: _COMPUTE[signal.group] for name, signal in SIGNALS.items()
 }
 #: the names of the queue group, whose order depends on the data (see ``queue_signals``)
-_QUEUE_NAMES = _GROUPS[0][1]
-#: every other name, in the order an eager computation inserts them
-_ORDER_AFTER_QUEUES: tuple[str, ...] = (
-    *(n for _, names in _GROUPS[1:6] for n in names),  # the five latency families
-    *RATE_SIGNALS,
-    *(n for _, names in _GROUPS[8:] for n in names),
-)
+_QUEUE_NAMES = GROUPS["queues"]
+#: every other name, in the order an eager computation inserts them: the catalogue's
+_ORDER_AFTER_QUEUES: tuple[str, ...] = tuple(n for n in SIGNALS if n not in _QUEUE_NAMES)
 
 
 class SignalValues(Mapping[str, SignalValue]):

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from operator import add
 
 from llmscale.signals.arrivals import arrival_rate_signal
+from llmscale.signals.catalog import SIGNALS
 from llmscale.signals.histograms import LATENCY_WINDOW_S, counter_increase
 from llmscale.signals.window import (
     E2E,
@@ -371,18 +372,9 @@ def rate_signals(
     return {name: (counter[name] if name in counter else step[name]) for name in RATE_SIGNALS}, r
 
 
-#: the names :func:`rate_signals` fills, in its order
-RATE_SIGNALS = (
-    "request_rate_rps",
-    "arrival_rate_rps",
-    "request_rate_std_rps",
-    "prompt_tps",
-    "generation_tps",
-    "preemptions_per_s",
-    "prompt_len_mean_tokens",
-    "decode_steps_mean",
-    "throughput_window_ms",
-    "generation_tps_adaptive",
+#: the names :func:`rate_signals` fills, in its order: the catalogue's counter and step rates
+RATE_SIGNALS: tuple[str, ...] = tuple(
+    name for name, signal in SIGNALS.items() if signal.group in ("counter_rates", "step_rates")
 )
 
 
