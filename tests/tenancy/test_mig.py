@@ -96,3 +96,25 @@ def test_slice_memory_holds_weights_and_kv() -> None:
 def test_a_slice_serves_at_tp_1() -> None:
     with pytest.raises(ConfigError, match=r"h100-80gb:3g\.40gb is a MIG slice: .*tp must be 1 \(got 2\)"):
         get_perf_model("llama-3-8b", "h100-80gb:3g.40gb", 2)
+
+
+def test_a_single_tenant_backtest_bills_a_slice_as_its_share_of_a_gpu() -> None:
+    """`backtest --gpu h100-80gb:3g.40gb` billed each slice as a whole GPU; it is 3/7 of one."""
+    from llmscale.backtest.runner import BacktestSettings, build_fleet
+    from llmscale.tenancy.mig import gpu_share
+    from llmscale.workloads import make_preset, window
+
+    assert gpu_share("h100-80gb") == 1.0
+    assert gpu_share("h100-80gb:3g.40gb") == 3 / 7
+    assert gpu_share("a100-80gb:1g.10gb") == 1 / 7
+    w = window(make_preset("flash-crowd", seed=0), 0.0, 120.0)
+    billed = {}
+    for gpu in ("h100-80gb:3g.40gb", "h100-80gb"):
+        fleet = build_fleet(
+            w, BacktestSettings(gpu=gpu, min_replicas=2, max_replicas=2, initial_replicas=2), 2
+        )
+        fleet.run_until(60.0)
+        billed[gpu] = fleet.gpu_seconds(60.0)
+    # Two ready replicas for a minute: 120 GPU-seconds on whole H100s, 3/7 of that on 3g slices.
+    assert billed["h100-80gb"] == pytest.approx(120.0)
+    assert billed["h100-80gb:3g.40gb"] == pytest.approx(120.0 * 3 / 7)

@@ -166,6 +166,7 @@ def series_step_for(duration_s: float) -> float:
 
 def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas: int) -> Fleet:
     from llmscale.perf import get_perf_model
+    from llmscale.tenancy.mig import gpu_share
 
     perf = get_perf_model(settings.model, settings.gpu, settings.tp, calibration=settings.calibration)
     return Fleet(
@@ -175,7 +176,8 @@ def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas
         workload.input_tokens,
         workload.output_tokens,
         initial_replicas=initial_replicas,
-        gpus_per_replica=settings.tp,
+        # A MIG slice is billed as its share of a GPU (3g of an H100: 3/7), whole GPUs as 1 each.
+        gpus_per_replica=settings.tp * gpu_share(settings.gpu),
     )
 
 

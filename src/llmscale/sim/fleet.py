@@ -202,7 +202,7 @@ class Fleet:
         output_tokens: np.ndarray,
         *,
         initial_replicas: int,
-        gpus_per_replica: int,
+        gpus_per_replica: float,
     ) -> None:
         self.perf = perf
         self.config = config

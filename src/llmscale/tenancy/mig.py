@@ -43,6 +43,7 @@ __all__ = [
     "Placement",
     "SlicedGpu",
     "get_mig_gpu",
+    "gpu_share",
     "slice_gpu_spec",
     "split_slice_name",
 ]
@@ -178,6 +179,21 @@ def split_slice_name(name: str) -> tuple[str, str] | None:
         return None
     gpu, _, profile = name.partition(SLICE_SEPARATOR)
     return gpu.strip(), profile.strip()
+
+
+def gpu_share(gpu: str) -> float:
+    """The share of a whole GPU a replica on ``gpu`` is billed for: a slice's compute slices / 7.
+
+    A 3g.40gb slice of an H100 is 3/7 of the GPU's compute (the 7 compute slices MIG divides a
+    GPU into), so an hour on it is 3/7 of a GPU-hour, as the tenants backtest counts it; a plain
+    GPU name is 1. Without this a single-tenant backtest on ``--gpu h100-80gb:3g.40gb`` billed
+    every slice as a whole GPU.
+    """
+    split = split_slice_name(gpu)
+    if split is None:
+        return 1.0
+    parent, profile = split
+    return get_mig_gpu(parent).profile(profile).compute_slices / 7.0
 
 
 def slice_gpu_spec(gpu: str, profile: str) -> GpuSpec:
