@@ -55,9 +55,13 @@ BURST_SHARE = 0.25
 
 @dataclass(frozen=True)
 class StandbyConfig:
-    #: a fixed pool; None sizes it from observed bursts (and keeps it only when worth it)
+    #: a fixed pool; None sizes it from observed bursts (and keeps it only when worth it). The
+    #: default is no pool: on the Azure conversation trace x20 the sizing kept 7 sleeping replicas
+    #: for +2.39 GPU-hours (11.34 -> 13.72, +21%) and 54 fewer misses (99.889% -> 99.903%), its
+    #: estimate of the misses prevented ~100x too high there (it counts a burst's excess over the
+    #: smoothed rate, not over the fleet's headroom). Opt in with ``standby_replicas: null``.
     replicas: int | None = param(
-        None,
+        0,
         f"[0, {COUNT_MAX}]",
         kind=int,
         help="sleeping replicas kept for flash crowds (null: sized from observed bursts when worth it)",
