@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +13,8 @@ import pytest
 from _logs import backtest_line, write_log
 
 from llmscale.analyze.report import CHART_IDS
+from support.chromium import run_chromium
 
-CHROMIUM = Path(os.environ.get("LLMSCALE_TEST_CHROMIUM", "/usr/bin/chromium"))
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
@@ -124,39 +122,6 @@ def test_bad_options_exit_2_with_a_message(tmp_path, args, message):
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
-def _run_chromium(
-    args: list[str], profile: Path, timeout_s: float = 120.0
-) -> subprocess.CompletedProcess[bytes]:
-    """Headless chromium, offline; its own session so that exactly its processes are ended."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} not found: install it with: bash scripts/install_chromium.sh")
-    cmd = [
-        str(CHROMIUM),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-dev-shm-usage",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        f"--user-data-dir={profile}",
-        "--virtual-time-budget=10000",
-        *args,
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"chromium did not finish within {timeout_s:.0f} s")
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
 @pytest.mark.browser
 def test_every_chart_renders_in_chromium(tmp_path):
     from llmscale.analyze.analysis import AnalysisSettings, analyze_table
@@ -167,7 +132,7 @@ def test_every_chart_renders_in_chromium(tmp_path):
         read_decision_log(_rich_log(tmp_path / "d.jsonl")), AnalysisSettings(effect_horizon_s=15.0)
     )
     page = render_analysis_report(a, tmp_path / "analyze.html")
-    dom = _run_chromium(["--dump-dom", page.as_uri()], tmp_path / "profile")
+    dom = run_chromium(["--dump-dom", page.as_uri()], tmp_path / "profile")
     assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
     html = dom.stdout.decode("utf-8", errors="replace")
     for cid in CHART_IDS:

@@ -8,14 +8,10 @@ LLMSCALE_TEST_CHROMIUM points them at another binary.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import re
-import signal
 import struct
-import subprocess
 import time
 import zlib
 from html.parser import HTMLParser
@@ -27,8 +23,9 @@ import pytest
 
 from llmscale.report import build_figures, render_report
 from llmscale.report.html import CHART_IDS, MAX_POINTS_PER_LINE, decimate_indices
+from support.chromium import CHROMIUM, run_chromium
+from support.chromium import chromium as _chromium
 
-CHROMIUM = Path(os.environ.get("LLMSCALE_TEST_CHROMIUM", "/usr/bin/chromium"))
 STEP_S = 10.0
 
 
@@ -514,54 +511,6 @@ class _ChartDom(HTMLParser):
                 self.charts[chart]["legend"].append(data)
 
 
-def _chromium() -> Path:
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"{CHROMIUM} not found: the report rendering test needs Debian's chromium. "
-            "Install it with: bash scripts/install_chromium.sh"
-        )
-    return CHROMIUM
-
-
-def _run_chromium(
-    args: list[str], profile: Path, timeout_s: float = 120.0
-) -> subprocess.CompletedProcess[bytes]:
-    """Run headless chromium offline; kill its whole process group on timeout or exit.
-
-    Chromium forks zygote/renderer processes; starting it in its own session lets us end exactly
-    those (by process-group id) and nothing else on the machine.
-    """
-    cmd = [
-        str(_chromium()),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        "--hide-scrollbars",
-        # No DNS at all: proves the report needs no network (a CDN script would leave charts blank).
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        f"--user-data-dir={profile}",
-        "--virtual-time-budget=10000",
-        *args,
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"chromium did not finish within {timeout_s:.0f} s: {' '.join(cmd)}")
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # stragglers of *our* chromium only
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The fixture report, its dumped DOM after plotly ran, and a screenshot of it.
@@ -576,12 +525,12 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     report = render_report(doc, base / "report.html")
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    dom = _run_chromium(["--dump-dom", report.as_uri()], base / "profile-dom")
+    dom = run_chromium(["--dump-dom", report.as_uri()], base / "profile-dom")
     timings["dump_dom_s"] = time.perf_counter() - start
     assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-3000:]
     shot = base / "report.png"
     start = time.perf_counter()
-    res = _run_chromium(
+    res = run_chromium(
         ["--window-size=1400,4000", f"--screenshot={shot}", report.as_uri()], base / "profile-shot"
     )
     timings["screenshot_s"] = time.perf_counter() - start

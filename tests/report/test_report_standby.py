@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_report_html import CHART_IDS, _ChartDom, _chromium, _embedded_figures, _run_chromium, make_doc
+from test_report_html import CHART_IDS, _ChartDom, _embedded_figures, make_doc
 
 from llmscale.report import render_report
 from llmscale.report.standby import CHART_STANDBY
+from support.chromium import chromium as _chromium
+from support.chromium import run_chromium as _run_chromium
 
 CURVE = [
     {"standby_replicas": 0, "slo_attainment": 0.89244, "gpu_hours": 7.393},

@@ -3,10 +3,8 @@ reads and reproduces, a rerun continues the study, and the trials page renders i
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,9 +15,9 @@ import pytest
 
 from llmscale.policies.config_file import load_policy_config
 from llmscale.tune.report import CHART_IDS
+from support.chromium import run_chromium
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-CHROMIUM = Path(os.environ.get("LLMSCALE_TEST_CHROMIUM", "/usr/bin/chromium"))
 #: ~380 requests/min of the azure-like preset at 1/10 rate for 10 minutes: a trial takes ~1 s
 WORKLOAD = [
     "--workload", "azure-like", "--duration-s", "600", "--rate-scale", "0.1",
@@ -115,46 +113,13 @@ def test_cli_start_imports_neither_optuna_nor_ray():
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
-def _run_chromium(
-    args: list[str], profile: Path, timeout_s: float = 120.0
-) -> subprocess.CompletedProcess[bytes]:
-    """Headless chromium, offline; its own session so that exactly its processes are ended."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} not found: install it with: bash scripts/install_chromium.sh")
-    cmd = [
-        str(CHROMIUM),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-dev-shm-usage",
-        "--host-resolver-rules=MAP * ~NOTFOUND",
-        f"--user-data-dir={profile}",
-        "--virtual-time-budget=10000",
-        *args,
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"chromium did not finish within {timeout_s:.0f} s")
-    finally:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-
-
 @pytest.mark.browser
 def test_the_trials_page_renders_in_chromium(tuned, tmp_path):
     assert tuned["run"].returncode == 0, tuned["run"].stderr[-3000:]
     page = tuned["base"] / "tuned-trials.html"
     text = page.read_text()
     assert "<script src=" not in text  # plotly.js inlined: the page opens offline
-    dom = _run_chromium(["--dump-dom", page.as_uri()], tmp_path / "profile")
+    dom = run_chromium(["--dump-dom", page.as_uri()], tmp_path / "profile")
     assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
     html = dom.stdout.decode("utf-8", errors="replace")
     for cid in CHART_IDS:
