@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
-import yaml
-from test_live_run_emulate import AUTH, TOKEN, _run
+from test_live_run_emulate import AUTH, _run, emulate  # noqa: F401  (fixture)
+from test_live_run_emulate import _config as emulate_config
 
-from llmscale.emulate import EmulateConfig, EmulatorThread
+from llmscale.emulate import EmulatorThread
 from llmscale.tenancy.node_checks import check_node
 from llmscale.tenancy.node_metrics import read_node_sample
 from support.page_server import PageServer, page_server  # noqa: F401  (fixture)
@@ -68,19 +68,6 @@ class NodePage:
         self._thread.join(5.0)
 
 
-@pytest.fixture
-def emulate() -> Iterator[EmulatorThread]:
-    cfg = EmulateConfig(
-        replicas=1, port=0, pending_s=0.0, loading_s=0.0, warmup_s=0.0, admin_api=True, admin_token=TOKEN
-    )
-    fleet = EmulatorThread(cfg)
-    fleet.start()
-    try:
-        yield fleet
-    finally:
-        fleet.stop()
-
-
 def _wait_reading(prom: PrometheusServer, want: Callable[[tuple[str, ...]], bool]) -> None:
     """Until the node's checks over the 5 s window fail as wanted (bounded): every reading, not one
     of them, since the throttling and disk rates cross their limits at different moments."""
@@ -95,22 +82,8 @@ def _wait_reading(prom: PrometheusServer, want: Callable[[tuple[str, ...]], bool
 
 
 def _config(tmp_path: Path, base_url: str, prom_url: str) -> Path:
-    doc = {
-        "target": {"name": "emulated"},
-        "metrics": {"source": "scrape", "scrape": {"emulate_url": base_url, "timeout_s": 2}},
-        "policy": {"name": "static", "params": {"replicas": 3}},
-        "guards": {"min_replicas": 1, "max_replicas": 4, "drain_aware": False},
-        "tick_s": 0.5,
-        "mode": "apply",
-        "actuator": {"kind": "emulate", "emulate": {"url": base_url}},
-        "server": {"listen": "127.0.0.1:0"},
-        "decision_log": {"path": str(tmp_path / "decisions.jsonl")},
-        "state": {"store": "none"},
-        "admission": {"node_checks": {"prometheus_url": prom_url, "nodes": ['node="n1"'], "window": "5s"}},
-    }
-    p = tmp_path / "llmscale.yaml"
-    p.write_text(yaml.safe_dump(doc))
-    return p
+    node_checks = {"prometheus_url": prom_url, "nodes": ['node="n1"'], "window": "5s"}
+    return emulate_config(tmp_path, base_url, state={"store": "none"}, admission={"node_checks": node_checks})
 
 
 def _spec(fleet: EmulatorThread) -> int:
@@ -119,7 +92,7 @@ def _spec(fleet: EmulatorThread) -> int:
 
 def test_a_scale_up_no_node_can_take_is_held_and_says_why(
     tmp_path: Path,
-    emulate: EmulatorThread,
+    emulate: EmulatorThread,  # noqa: F811
     page_server: PageServer,  # noqa: F811
     prometheus_server: Callable[..., PrometheusServer],  # noqa: F811
 ) -> None:
