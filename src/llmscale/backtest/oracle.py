@@ -62,6 +62,7 @@ from llmscale.backtest.oracle_schedule import (
     ScheduleRun,
     Scored,
     descend,
+    fill_dips,
     run_schedule,
     scale,
 )
@@ -142,10 +143,19 @@ def run_oracle(
         progress=phase_progress(0),
         spare_workers=spare_workers,
     )
+    # The greedy counts with their dips filled where holding a replica is cheaper than buying it
+    # back (a dip shorter than a cold start): one full run, no more misses.
+    filled = None
+    filled_schedule = fill_dips(greedy.schedule, grid.interval_s, cold_start_s)
+    if filled_schedule != greedy.schedule:
+        filled = run_schedule(workload, settings, grid, cold_start_s, filled_schedule, judge)
+    stepped = greedy
+    if filled is not None and filled.misses <= max(greedy.misses, judge.allowed_misses):
+        stepped = min(greedy, filled, key=lambda c: c.gpu_s)
     constant, constant_runs = _cheapest_constant(
-        workload, settings, grid, judge, cold_start_s, lo, hi, greedy, progress=phase_progress(1)
+        workload, settings, grid, judge, cold_start_s, lo, hi, stepped, progress=phase_progress(1)
     )
-    candidates = [c for c in (greedy, constant) if c is not None]
+    candidates = [c for c in (greedy, filled, constant) if c is not None]
     allowed = judge.allowed_misses
     meeting = [c for c in candidates if c.misses <= allowed]
     if meeting:
@@ -166,6 +176,7 @@ def run_oracle(
         lo,
         descent=DescentSettings(max_runs=oracle.descent_runs),
         progress=phase_progress(2),
+        spare_workers=spare_workers,
     )
     if decisions_out is not None:
         _write_decisions(decisions_out, workload, grid, oracle, best, greedy, greedy_trials)
@@ -182,7 +193,9 @@ def run_oracle(
         "greedy_misses": greedy.misses,
         "constant_replicas": None if constant is None else constant.schedule[0],
         "constant_runs": constant_runs,
-        "start": "greedy" if start is greedy else "constant",
+        "filled_gpu_hours": None if filled is None else round(filled.gpu_s / 3600.0, 5),
+        "filled_misses": None if filled is None else filled.misses,
+        "start": "greedy" if start is greedy else "filled" if start is filled else "constant",
         "descent_runs": stats.runs,
         "descent_runs_kept": stats.kept,
         "descent_trials": stats.trials,

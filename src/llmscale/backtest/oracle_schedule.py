@@ -45,6 +45,7 @@ interval-greedy step before it.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -229,6 +230,54 @@ def cost_change_s(schedule: Sequence[int], k: int, m: int, interval_s: float, co
     return change
 
 
+def schedule_cost_s(schedule: Sequence[int], interval_s: float, cold_start_s: float) -> float:
+    """Replica-seconds of ``schedule`` by its own arithmetic (as :func:`cost_change_s`):
+    ``interval_s`` per replica of each entry, ``cold_start_s`` per replica started at an entry's
+    start (none at t = 0). E.g. [4, 5, 5] at 60 s / 108 s: 14 x 60 + 108 = 948 s."""
+    total = interval_s * float(sum(schedule))
+    for before, after in itertools.pairwise(schedule):
+        total += cold_start_s * max(0, after - before)
+    return total
+
+
+def fill_dips(schedule: Sequence[int], interval_s: float, cold_start_s: float) -> tuple[int, ...]:
+    """The cheapest schedule by :func:`schedule_cost_s` with at least ``schedule[k]`` replicas at every k.
+
+    A count chosen interval by interval is the fewest for *that* interval, and the
+    greedy step's counts zigzag where a backlog alternates (the default preset:
+    5, 7, 5, 7, ...). Every rise is a cold start: a dip of ``d`` replicas for ``j``
+    intervals saves ``d x j x I`` and costs ``d x cold start`` to buy back, so a
+    dip shorter than a cold start (j x 60 s < 108 s: one interval) costs more
+    than it saves; held, the replicas cost 48 s less per dip and serve more. More
+    replicas never hurt a request here, so filling adds no misses (the full run
+    that follows checks it). A shortest-path over (interval, count) finds the
+    cheapest such schedule exactly; ties keep the lower count.
+    """
+    if len(schedule) <= 1:
+        return tuple(schedule)
+    floor = np.asarray(schedule, dtype=np.int64)
+    top = int(floor.max())
+    counts = np.arange(top + 1)
+    inf = math.inf
+    # cost[v]: cheapest cost of the entries so far ending at v replicas
+    cost = np.where(counts >= floor[0], interval_s * counts, inf)
+    # rise[u, v]: the cold starts of going from u to v replicas
+    rise = cold_start_s * np.maximum(0, counts[None, :] - counts[:, None])
+    back = []
+    for k in range(1, floor.size):
+        total = cost[:, None] + rise
+        prev = np.argmin(total, axis=0)  # the first minimum: the lowest previous count on ties
+        cost = total[prev, counts] + interval_s * counts
+        cost[counts < floor[k]] = inf
+        back.append(prev)
+    v = int(np.argmin(cost))
+    out = [v]
+    for prev in reversed(back):
+        v = int(prev[v])
+        out.append(v)
+    return tuple(reversed(out))
+
+
 @dataclass(frozen=True)
 class DescentSettings:
     #: intervals a trial follows after the changed one, at least
@@ -237,6 +286,8 @@ class DescentSettings:
     max_window_intervals: int = 4
     #: full runs of the descent at most (the first re-runs the start to survey it)
     max_runs: int = 4
+    #: runs of intervals lowered together (:func:`_run_offers`): the longest tried, in intervals
+    max_run_intervals: int = 32
 
 
 @dataclass
@@ -250,12 +301,18 @@ class DescentStats:
 @dataclass(frozen=True)
 class Offer:
     """Interval ``k`` at ``m`` replicas: the run's misses then (estimated) and the replica-seconds
-    it saves (by the schedule's arithmetic, :func:`cost_change_s`)."""
+    it saves (by the schedule's arithmetic, :func:`cost_change_s`). With ``counts``, a run of
+    intervals changed together: ``k``, ``k + 1``, ... at ``counts`` (``m`` is ``counts[0]``)."""
 
     k: int
     m: int
     misses: float
     saved_s: float
+    counts: tuple[int, ...] = ()
+
+    def changes(self) -> dict[int, int]:
+        """Interval -> the count this offer sets."""
+        return {self.k + i: c for i, c in enumerate(self.counts or (self.m,))}
 
 
 def descend(
@@ -321,7 +378,7 @@ def descend(
                 if len(purchase) <= 1:
                     break
                 purchase = purchase[: len(purchase) // 2]
-                plan = _apply(best.schedule, purchase)
+                plan = _apply(best.schedule, purchase, grid, cold_start_s)
                 tryable = _near(purchase, grid)
                 continue
             if scored.gpu_s >= best.gpu_s:
@@ -332,48 +389,64 @@ def descend(
         purchase = _choose(offers, scored.misses, allowed_misses)
         if not purchase:
             break
-        plan = _apply(best.schedule, purchase)
+        plan = _apply(best.schedule, purchase, grid, cold_start_s)
         tryable = _near(purchase, grid)
     if progress is not None:
         progress(1.0)
     return best, stats
 
 
-def _apply(schedule: Sequence[int], purchase: Sequence[Offer]) -> tuple[int, ...]:
+def _apply(
+    schedule: Sequence[int], purchase: Sequence[Offer], grid: Grid, cold_start_s: float
+) -> tuple[int, ...]:
+    """``schedule`` with ``purchase``'s counts, its dips then filled where holding is cheaper
+    (:func:`fill_dips`: two lowerings a cold start apart leave a dip that costs more than it saves)."""
     plan = list(schedule)
     for offer in purchase:
-        plan[offer.k] = offer.m
-    return tuple(plan)
+        for j, c in offer.changes().items():
+            plan[j] = c
+    return fill_dips(plan, grid.interval_s, cold_start_s)
 
 
 def _near(purchase: Sequence[Offer], grid: Grid) -> set[int]:
     """The intervals worth surveying after ``purchase``: within two of a lowered one."""
-    return {j for o in purchase for j in range(o.k - 2, o.k + 3) if 0 <= j <= grid.num_intervals}
+    return {
+        j for o in purchase for c in o.changes() for j in range(c - 2, c + 3) if 0 <= j <= grid.num_intervals
+    }
 
 
 def _choose(offers: Sequence[Offer], misses: int, allowed_misses: int) -> list[Offer]:
     """Offers bought cheapest first (one count per interval) while the misses they add fit.
 
-    ``misses``: the run's own, which each offer's estimate adds to. A lower count of an
-    interval already bought replaces it when the difference fits. Returns the purchase,
-    cheapest first.
+    ``misses``: the run's own, which each offer's estimate adds to. An offer that
+    sets every interval of offers already bought, none higher than they did,
+    replaces them when the difference fits (a lower count of one interval, a
+    run of intervals over a single one); one overlapping them otherwise is
+    left. Equal prices: the larger saving first. Returns the purchase, cheapest
+    first.
     """
 
     def price(o: Offer) -> float:
         return (o.misses - misses) / o.saved_s
 
     slack = float(allowed_misses - misses)
+    #: interval -> the offer bought that sets it
     bought: dict[int, Offer] = {}
     spent = 0.0
-    for offer in sorted(offers, key=lambda o: (price(o), o.k, o.m)):
-        held = bought.get(offer.k)
-        if held is not None and offer.m >= held.m:
+    for offer in sorted(offers, key=lambda o: (price(o), -o.saved_s, o.k, o.m)):
+        changes = offer.changes()
+        held = {id(h): h for j in changes if (h := bought.get(j)) is not None}.values()
+        if any(
+            j not in changes or changes[j] > c for h in held for j, c in h.changes().items()
+        ) or changes == {j: c for h in held for j, c in h.changes().items()}:
             continue
-        change = offer.misses - (held.misses if held is not None else float(misses))
+        change = offer.misses - float(misses) - sum(h.misses - float(misses) for h in held)
         if spent + change <= slack:
-            bought[offer.k] = offer
+            for j in changes:
+                bought[j] = offer
             spent += change
-    return sorted(bought.values(), key=lambda o: (price(o), o.k))
+    unique = {id(o): o for o in bought.values()}.values()
+    return sorted(unique, key=lambda o: (price(o), o.k))
 
 
 def _survey_run(
@@ -393,35 +466,47 @@ def _survey_run(
     spare_workers: Callable[[], int] | None,
 ) -> tuple[Scored, list[Offer]]:
     """The full run of ``plan``; at each interval in ``tryable``, trials of count - 1, - 2, - 4, ...
-    (while they save GPU-time and stay within the budget), whose requests still open at a
-    trial's end take their outcome in ``ref`` (a run of a schedule close to ``plan``)."""
+    (while they save GPU-time and stay within the budget) and of the runs of intervals lowered by
+    one that start there (:func:`_run_offers`), whose requests still open at a trial's end take
+    their outcome in ``ref`` (a run of a schedule close to ``plan``)."""
     run = ScheduleRun(workload, settings, grid, cold_start_s)
     offers: list[Offer] = []
     arrivals = workload.arrival_s
     exiting: list[int] = []
     last = grid.num_intervals
+
+    def trial_of(k: int, counts: Sequence[int]) -> Callable[[Fleet], Outcome]:
+        """A trial from interval ``k``'s start with ``counts`` for ``k``, ``k + 1``, ..., then ``plan``."""
+        end = k + len(counts) - 1
+        trial_plan = [*plan[:k], *counts, *plan[end + 1 :]]
+        settle = int(np.searchsorted(arrivals, grid.start_s(end + 1), side="left"))
+
+        def go(fleet: Fleet) -> Outcome:
+            return _window_trial(
+                fleet,
+                k,
+                end,
+                trial_plan,
+                ref,
+                arrivals,
+                judge,
+                allowed_misses,
+                settle,
+                grid,
+                cold_start_s,
+                descent,
+            )
+
+        return go
+
     try:
         for k in range(last + 1):
             if k in tryable and plan[k] > lo:
-                settle = int(np.searchsorted(arrivals, grid.start_s(k + 1), side="left"))
 
-                def trial(fleet: Fleet, m: int, k: int = k, settle: int = settle) -> Outcome:
-                    return _window_trial(
-                        fleet,
-                        k,
-                        m,
-                        plan,
-                        ref,
-                        arrivals,
-                        judge,
-                        allowed_misses,
-                        settle,
-                        grid,
-                        cold_start_s,
-                        descent,
-                    )
+                def single(fleet: Fleet, m: int, k: int = k) -> Outcome:
+                    return trial_of(k, (m,))(fleet)
 
-                trials = Trials(run.fleet, trial, exiting)
+                trials = Trials(run.fleet, single, exiting)
                 try:
                     step = 1
                     while plan[k] - step >= lo:
@@ -444,6 +529,21 @@ def _survey_run(
                 finally:
                     stats.trials += len(trials.done)
                     trials.cancel()
+                offers += _run_offers(
+                    run.fleet,
+                    k,
+                    plan,
+                    ref,
+                    trial_of,
+                    grid,
+                    cold_start_s,
+                    allowed_misses,
+                    lo,
+                    descent,
+                    stats,
+                    exiting,
+                    spare_workers,
+                )
             run.step(k, plan[k])
             progress(float(k + 1) / (last + 1))
     finally:
@@ -451,10 +551,84 @@ def _survey_run(
     return run.result(judge, plan), offers
 
 
+def _run_offers(
+    fleet: Fleet,
+    k: int,
+    plan: Sequence[int],
+    ref: Scored,
+    trial_of: Callable[[int, Sequence[int]], Callable[[Fleet], Outcome]],
+    grid: Grid,
+    cold_start_s: float,
+    allowed_misses: int,
+    lo: int,
+    descent: DescentSettings,
+    stats: DescentStats,
+    exiting: list[int],
+    spare_workers: Callable[[], int] | None,
+) -> list[Offer]:
+    """Offers of the runs of intervals from ``k`` (a level's first: a rise, or the start) lowered by one.
+
+    A single interval lowered inside a level of equal counts costs a cold start to
+    buy the replica back (60 s saved, 108 s paid on the default preset), so the
+    single-interval offers only ever move a level's edges, one interval per full
+    run: a constant fleet (the cheapest start on a ramp) keeps its count from
+    the first minute, where a third of the load needs one replica less. Lowered
+    together, ``j`` intervals save ``j x 60 - 108`` s: the runs from a level's
+    first interval of the shortest that saves an interval's worth (3 there),
+    twice that, ... within it, then the whole level, while an offer adds less
+    than half the slack (a longer run adds more still).
+    Each is a trial over the run and its window, given up once the budget is
+    spent. E.g. H100 8B code / ramp: the constant 4 with its first 8 minutes at
+    3 (``tests/backtest/test_oracle_schedule.py``).
+    """
+    if not (k == 0 or plan[k - 1] != plan[k]) or plan[k] - 1 < lo:
+        return []
+    level_end = k
+    while level_end + 1 < len(plan) and plan[level_end + 1] == plan[k]:
+        level_end += 1
+    size = min(level_end - k + 1, descent.max_run_intervals)
+    # The shortest run worth a trial saves an interval's worth at least, as a single offer does:
+    # j x 60 - 108 >= 60 from j = 3 on the default preset (2 would save 12 s).
+    shortest = max(2, math.ceil(cold_start_s / grid.interval_s) + 1)
+    lengths = []
+    length = shortest
+    while length < size:
+        lengths.append(length)
+        length *= 2
+    if size >= shortest:
+        lengths.append(size)
+    base_cost = schedule_cost_s(plan, grid.interval_s, cold_start_s)
+    candidates = []
+    for length in lengths:
+        counts = tuple(plan[j] - 1 for j in range(k, k + length))
+        changed = [*plan[:k], *counts, *plan[k + length :]]
+        saved = base_cost - schedule_cost_s(changed, grid.interval_s, cold_start_s)
+        if saved > 0.0:
+            candidates.append((length, counts, saved))
+    by_length = {length: counts for length, counts, _ in candidates}
+    trials = Trials(fleet, lambda f, length: trial_of(k, by_length[length])(f), exiting)
+    offers: list[Offer] = []
+    try:
+        for i, (length, counts, saved) in enumerate(candidates):
+            if spare_workers is not None and spare_workers() > 0 and i + 1 < len(candidates):
+                trials.start(length)
+                trials.start(candidates[i + 1][0])  # the next one if this one passes
+            misses, _ = trials.outcome(length)
+            if misses > allowed_misses:
+                break
+            offers.append(Offer(k, counts[0], misses, saved, counts))
+            if misses - ref.misses >= 0.5 * (allowed_misses - ref.misses):
+                break
+    finally:
+        stats.trials += len(trials.done)
+        trials.cancel()
+    return offers
+
+
 def _window_trial(
     fleet: Fleet,
     k: int,
-    m: int,
+    end: int,
     plan: Sequence[int],
     base: Scored,
     arrivals: np.ndarray,
@@ -465,10 +639,10 @@ def _window_trial(
     cold_start_s: float,
     descent: DescentSettings,
 ) -> Outcome:
-    """In a forked trial at interval ``k``'s start: ``m`` replicas, then ``plan``; (estimated misses, 0).
+    """In a forked trial at interval ``k``'s start: ``plan``, changed at ``k`` .. ``end``; (misses, 0).
 
     The trial follows the plan interval by interval until the requests that
-    arrived by interval ``k``'s end (``settle`` of them) are resolved, at least
+    arrived by interval ``end``'s end (``settle`` of them) are resolved, at least
     ``window_intervals`` more have passed, and the fleet has caught up with
     ``base``'s run: the requests open (arrived, unresolved) in the trial are
     those open in ``base`` at the same time, but for 2% (at least 2). A
@@ -478,11 +652,11 @@ def _window_trial(
     Then the requests still open take their outcome in ``base``. Returns
     (inf, -1) as soon as more than ``budget`` misses are certain.
     """
-    scale(fleet, m, grid.start_s(k), cold_start_s)
+    scale(fleet, plan[k], grid.start_s(k), cold_start_s)
     last = grid.num_intervals
     interval = grid.interval_s
-    t_min = grid.start_s(k + 1 + descent.window_intervals)
-    t_cap = grid.start_s(k + 1 + descent.max_window_intervals)
+    t_min = grid.start_s(end + 1 + descent.window_intervals)
+    t_cap = grid.start_s(end + 1 + descent.max_window_intervals)
     j = k
     t = grid.start_s(k)
     while True:
