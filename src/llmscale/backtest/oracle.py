@@ -86,6 +86,9 @@ class OracleSettings:
     #: full runs of the whole-trace descent at most (0: the cheaper of the greedy and constant
     #: schedules as they are)
     descent_runs: int = 4
+    #: the longest run of intervals the descent lowers together (1: single intervals only, the
+    #: search before runs, which cannot lower inside a level: ``oracle_schedule._run_offers``)
+    run_intervals: int = 32
 
 
 #: simulated seconds between two looks at a trial's verdict (:class:`_Verdict`): a look costs
@@ -174,7 +177,7 @@ def run_oracle(
         judge,
         allowed,
         lo,
-        descent=DescentSettings(max_runs=oracle.descent_runs),
+        descent=DescentSettings(max_runs=oracle.descent_runs, max_run_intervals=oracle.run_intervals),
         progress=phase_progress(2),
         spare_workers=spare_workers,
     )
