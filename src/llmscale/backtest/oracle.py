@@ -15,14 +15,21 @@ as the judge, in three steps, each a search of its own:
    count just enough for one minute can leave a backlog the next minutes pay
    for, and on coarse replicas (a 70B TP4 replica is 4 GPUs) every interval
    rounds its 99% up.
-2. **Constant fleets** cheaper than that schedule: the fewest replicas that,
+   Its counts zigzag where a backlog alternates (5, 7, 5, 7 on the default
+   preset), each rise a cold start: the same counts with their dips filled
+   where holding a replica costs less than buying it back
+   (:func:`~llmscale.backtest.oracle_schedule.fill_dips`, exact by the
+   schedule's arithmetic; one full run) are a second candidate.
+2. **Constant fleets** cheaper than those schedules: the fewest replicas that,
    held for the whole trace, meet the target (a bisection on full runs, each
    given up once its misses exceed the budget).
 3. **Whole-trace descent** (:func:`~llmscale.backtest.oracle_schedule.descend`)
-   from the cheaper of the two: sweeps that lower single intervals while the
-   whole run's misses stay within *one* budget for the run (1% of the
-   feasible requests), a lowering kept only if the sweep's full run meets the
-   target and spends fewer GPU-seconds.
+   from the cheapest: sweeps that lower single intervals, and runs of intervals
+   from a level's first together (a single interval lowered inside a level
+   costs a cold start to buy back, so a constant fleet could only be trimmed
+   at its end), while the whole run's misses stay within *one* budget for the
+   run (1% of the feasible requests), a lowering kept only if the sweep's full
+   run meets the target and spends fewer GPU-seconds.
 
 What it is held to (:mod:`~llmscale.backtest.oracle_judge`): the feasible
 requests only (no count is bought for requests no fleet can serve), each met
@@ -37,10 +44,11 @@ long-output, long-prompt, bursty and coarse-replica workloads.
 Cost. The greedy step forks one trial per count it queries (~150 on the
 default preset); a trial stops as soon as its verdict is certain
 (:class:`_Verdict`), and while a core is free (``spare_workers``) the count
-the search will likely query next runs alongside. The constant step runs
-a few full runs (log2 of the counts below the greedy schedule's mean), each
-given up once the budget is certainly spent; the descent at most
-``descent_runs`` full runs and their trials. Each step is a share of the
+the search will likely query next runs alongside. Filling the dips costs
+one full run. The constant step runs a few full runs (log2 of the counts
+below the greedy schedule's mean), each given up once the budget is
+certainly spent; the descent at most ``descent_runs`` full runs and their
+trials. Each step is a share of the
 progress bar (40%, 10%, 50%), and ``wall_s`` in the result is the whole search.
 """
 
