@@ -443,9 +443,9 @@ def _choose(offers: Sequence[Offer], misses: int, allowed_misses: int) -> list[O
     for offer in sorted(offers, key=lambda o: (price(o), -o.saved_s, o.k, o.m)):
         changes = offer.changes()
         held = {id(h): h for j in changes if (h := bought.get(j)) is not None}.values()
-        if any(
-            j not in changes or changes[j] > c for h in held for j, c in h.changes().items()
-        ) or changes == {j: c for h in held for j, c in h.changes().items()}:
+        held_changes = {j: c for h in held for j, c in h.changes().items()}
+        covers = all(j in changes and changes[j] <= c for j, c in held_changes.items())
+        if not covers or changes == held_changes:
             continue
         change = offer.misses - float(misses) - sum(h.misses - float(misses) for h in held)
         if spent + change <= slack:
