@@ -406,13 +406,21 @@ def descend(
 def _apply(
     schedule: Sequence[int], purchase: Sequence[Offer], grid: Grid, cold_start_s: float
 ) -> tuple[int, ...]:
-    """``schedule`` with ``purchase``'s counts, its dips then filled where holding is cheaper
-    (:func:`fill_dips`: two lowerings a cold start apart leave a dip that costs more than it saves)."""
+    """``schedule`` with ``purchase``'s counts, where they leave a dip filled back up to
+    ``schedule`` at most (:func:`fill_dips`: two lowerings a cold start apart leave a dip that
+    costs more than it saves).
+
+    Dips ``schedule`` had already stay: its full run priced them, and a dip is cheaper than the
+    arithmetic says when the replica it drains is still draining at the next rise, which puts it
+    back in service without a cold start (long answers: on H100 8B reasoning / ramp filling every
+    dip of the greedy schedule cost 1.3% more GPU-hours than its zigzag).
+    """
     plan = list(schedule)
     for offer in purchase:
         for j, c in offer.changes().items():
             plan[j] = c
-    return fill_dips(plan, grid.interval_s, cold_start_s)
+    filled = fill_dips(plan, grid.interval_s, cold_start_s)
+    return tuple(min(f, c) for f, c in zip(filled, schedule, strict=True))
 
 
 def _near(purchase: Sequence[Offer], grid: Grid) -> set[int]:
