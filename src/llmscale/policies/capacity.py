@@ -65,10 +65,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmscale.errors import ConfigError
-from llmscale.perf import PerfModel, get_perf_model
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
@@ -83,6 +82,9 @@ from llmscale.policies.params import (
     params_of,
 )
 from llmscale.types import Decision, NoData, Signals
+
+if TYPE_CHECKING:
+    from llmscale.perf import PerfModel
 
 __all__ = [
     "CalibratedCapacityPolicy",
@@ -336,5 +338,9 @@ def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> Calibrate
     if not tpot > 0 or max_seqs < 1:
         # From the deployment when not given: its SLO and engine settings.
         raise ConfigError(f"capacity-calibrated tpot_s = {tpot} must be > 0, max_num_seqs = {max_seqs} >= 1")
+    # Imported here: the registry (and a configuration check) reads this module's declarations
+    # without loading the step-time model.
+    from llmscale.perf import get_perf_model
+
     perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
     return config_from(CalibratedCapacityPolicy, params, perf=perf, tpot_s=tpot, max_seqs=max_seqs)
