@@ -31,15 +31,20 @@ within ``slo_tpot_s`` (:func:`llmscale.policies.capacity.sustainable_concurrency
 ``capacity-calibrated`` plans with) gives ``B / t(B)`` tokens/s — at a planning request shape
 (``plan_prompt_tokens``, ``plan_output_tokens``: ``slo``'s defaults before a fleet has reported
 its lengths), times ``utilization``. Llama-3-8B on one H100, 1,000 / 200 tokens, TPOT 0.1 s:
-B = 256 (vLLM's max_num_seqs binds first) at t(B) = 84 ms -> 3,037 tokens/s; x 0.9 = 2,733.
-The share 0.9 comes from HPA's tolerance: the fleet is left alone up to 1.1 x the target, and
-1.1 x 0.9 = 0.99 of what a replica sustains keeps the top of that band within the SLO.
-``target_tps_per_replica`` overrides it.
+B = 256 (vLLM's max_num_seqs binds first) at t(B) = 84 ms -> 3,037 tokens/s; x 0.8 = 2,430.
 
-Tokens are served load, not demand: a fleet past its capacity generates at most what its batches
-allow, but a replica's tokens/s keeps rising with its batch (B / t(B) grows with B), so an
-overloaded fleet reads above the target and scales up. Draining replicas' tokens count in the
-fleet's rate and are divided among the ready ones (a drain finishes work that was load).
+Why 0.8: tokens are served load, not demand. Past its batch limit a replica generates no more
+tokens whatever waits, so where that limit binds at the SLO's operating point (as here) an
+overloaded fleet reads no more than ``1 / utilization`` of the target, and HPA acts only outside
+``1 + tolerance``. The share must put that reading at least a tolerance beyond the band's top,
+1.1 x 1.1 = 1.21: 0.8 reads 1.25. (0.9 read 1.11, on the band's edge: on the default preset's
+hour the tick window, whose readings barely spread, took a fleet with 89,076 timed-out requests
+for one within tolerance and held it at ~3 replicas, 7.3% attainment; at 0.8, 85.6%.) It also
+keeps the band's top, 1.1 x 0.8 = 0.88 of what a replica sustains, inside the SLO.
+``target_tps_per_replica`` overrides the target.
+
+Draining replicas' tokens count in the fleet's rate and are divided among the ready ones (a
+drain finishes work that was load).
 """
 
 from __future__ import annotations
