@@ -5,8 +5,10 @@ replica where P99 latency turns up (:func:`llmscale.analyze.knee.latency_cliff_r
 the seed's second-derivative rule) and writes it as ``cliff_rps_per_replica`` for the policies
 that plan a rate per replica (``slo``, ``capacity-calibrated``). With it set, such a policy never
 plans more than ``cliff_margin x cliff_rps_per_replica`` per replica, whatever its own model says:
-``desired >= ceil(rate / (margin x cliff))``. Worked (``tests/policies/test_cliff.py``): a cliff
-of 5.52 req/s per replica, margin 0.9, 60 req/s -> ceil(60 / 4.968) = ceil(12.08) = 13 replicas.
+``desired >= ceil(rate / (margin x cliff))``. Worked (``tests/policies/test_cliff.py``): a P99
+curve bending at 5.52 req/s per replica, whose knee the binned rule puts at 5.77 (a bin is 0.5
+wide), margin 0.9, 60 req/s -> ceil(60 / 5.196) = ceil(11.55) = 12 replicas, where ``slo``'s own
+model plans 5.
 
 Unset (the default) it changes nothing: no input, no rule, the decision as before.
 
