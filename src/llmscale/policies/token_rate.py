@@ -44,7 +44,9 @@ keeps the band's top, 1.1 x 0.8 = 0.88 of what a replica sustains, inside the SL
 ``target_tps_per_replica`` overrides the target.
 
 Draining replicas' tokens count in the fleet's rate and are divided among the ready ones (a
-drain finishes work that was load).
+drain finishes work that was load). The 100 ms token counts come from the simulator's replicas
+(``sim/sub_tick.py``); a live source (Prometheus, pod scrapes) has none, so live the ``adaptive``
+and ``fixed_100ms`` windows read no data and the controller holds: use ``window: tick`` there.
 """
 
 from __future__ import annotations
