@@ -53,13 +53,14 @@ def row(mix: str, model: str, requests: int, seed: int) -> dict[str, float]:
     from llmscale.perf import get_perf_model
     from llmscale.perf.replica_tails import TailModel, replica_capacity
     from llmscale.sim.config import SimConfig
+    from llmscale.slo import ttft_within
 
     perf = get_perf_model(model, GPU, 1)
     sim = SimConfig()
     inp, out = _lengths(mix).sample(requests, np.random.default_rng(seed))
     inp, out = np.asarray(inp, dtype=np.int64), np.asarray(out, dtype=np.int64)
     keep = inp + out <= perf.model.max_context_tokens
-    keep[keep] = idle_ttft_s(perf, sim, inp[keep]) <= SLO_TTFT_S
+    keep[keep] = ttft_within(idle_ttft_s(perf, sim, inp[keep]), SLO_TTFT_S)
     inp, out = inp[keep], out[keep]
     p, o = float(inp.mean()), float(out.mean())
     t0 = time.perf_counter()

@@ -2,7 +2,8 @@
 
 ``slo`` asks :func:`replica_capacity` in mode ``"tail"`` (the per-request TTFT/TPOT miss share
 within a budget), ``capacity-calibrated`` in mode ``"mean"`` (mean inter-token time within the
-TPOT: seed 000 4.2's occupancy sizing). Before this there were three copies of the physics
+TPOT: seed 000 4.2's occupancy sizing), and ``token-rate`` takes its default target from the
+same mode (B / ITL tokens/s). Before this there were three copies of the physics
 (``slo.replica_capacity_rps``, ``capacity.sustainable_concurrency`` and the tail model), each
 with its own prefill cost, batch limits and buckets, so two policies asked about one deployment
 disagreed on one replica by 2x on code completions for reasons no parameter said. The tests
@@ -92,7 +93,7 @@ def test_policies_take_only_the_entry_point_from_the_model():
                 used.setdefault(rel, set()).add(node.attr)
     private = {rel: names - _PUBLIC for rel, names in used.items() if names - _PUBLIC}
     assert private == {}, private
-    assert {"policies/slo.py", "policies/capacity.py"} <= set(used), used
+    assert {"policies/slo.py", "policies/capacity.py", "policies/token_rate.py"} <= set(used), used
 
 
 def _sig(**values: float) -> Signals:

@@ -51,8 +51,8 @@ within ``max_num_seqs`` and the KV cache), what ``capacity-calibrated`` plans on
 higher of the two wherever the tails bind (code completion ~2x, long prompts 4-7x; the same on
 chat and long outputs: ``benchmarks/capacity_models.py``).
 
-This is llmscale's only analytic model of what one replica holds: ``slo`` and
-``capacity-calibrated`` both ask :func:`replica_capacity`, which buckets the request shape and
+This is llmscale's only analytic model of what one replica holds: ``slo``,
+``capacity-calibrated`` and ``token-rate`` (its default target) ask :func:`replica_capacity`, which buckets the request shape and
 the fleet size and memoises per bucket (``tests/perf/test_one_capacity_model.py`` fails if a
 second copy of the formula appears in a policy). The backtest's probe
 (:mod:`llmscale.backtest.sizing`) is a measurement with the simulator, not a model; the peers'
@@ -72,6 +72,8 @@ from statistics import NormalDist
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+
+from llmscale.slo import tpot_within, ttft_within
 
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
@@ -229,7 +231,7 @@ class TailModel:
         ctx = float(prompts.mean() + o_mean / 2.0)
         # Idle prefill (no decodes): which prompts no fleet serves within the TTFT target.
         _, own_idle, _ = self._prefill(prompts, 0.0, ctx)
-        feasible = own_idle <= slo_ttft_s
+        feasible = ttft_within(own_idle, slo_ttft_s)
         infeasible = 1.0 - float(feasible.mean())
 
         def saturated(b: float) -> OperatingPoint:
@@ -444,7 +446,7 @@ def tail_capacity_rps(
 
 def meets_mean(op: OperatingPoint, slo_tpot_s: float) -> bool:
     """Mode ``"mean"``'s test of an operating point: stable queues and mean ITL within the target."""
-    return not op.saturated and op.mean_itl_s <= slo_tpot_s
+    return not op.saturated and bool(tpot_within(op.mean_itl_s, slo_tpot_s))
 
 
 def length_bucket(tokens: float) -> int:

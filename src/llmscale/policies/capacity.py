@@ -67,10 +67,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from llmscale.errors import ConfigError
+from llmscale.policies._cliff import CliffConfig, keep_off_the_cliff
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
@@ -223,6 +224,8 @@ class CalibratedCapacityPolicy:
     tick_s: float = param(15.0, TICK_RANGE, unit="s")
     down_stabilization_s: float = param(300.0, DURATION_RANGE, unit="s")
     name: str = "capacity-calibrated"
+    #: the measured latency cliff it keeps a margin from (policies/_cliff.py; off unless set)
+    cliff: CliffConfig = field(default_factory=CliffConfig)
 
     @property
     def guard_overrides(self) -> Mapping[str, Any]:
@@ -289,7 +292,8 @@ class CalibratedCapacityPolicy:
             note += "; no request rate: the running requests alone"
         if inp.shape_note:
             note += f"; {inp.shape_note}"
-        return Decision(desired, "capacity", inputs, note), state
+        desired, rule, cliff_inputs = keep_off_the_cliff(self.cliff, rate, desired, "capacity")
+        return Decision(desired, rule, {**inputs, **cliff_inputs}, note), state
 
 
 @register(
@@ -311,6 +315,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
         "tpot_s": Param(None, WINDOW_RANGE, kind=float, unit="s", help="default: the TPOT SLO"),
         "max_num_seqs": Param(None, f"[1, {COUNT_MAX}]", kind=int, help="default: the engine's"),
         **params_of(CalibratedCapacityPolicy),
+        **params_of(CliffConfig),
     },
     needs_step_model=True,
     reads=("running", "queue_waiting", "prompt_len_mean_tokens", "decode_steps_mean", "request_rate_rps"),
@@ -334,4 +339,5 @@ def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> Calibrate
         max_num_batched_tokens=ctx.max_num_batched_tokens,
         calibration=ctx.calibration,
         perf_scale=ctx.perf_scale,
+        cliff=config_from(CliffConfig, params),
     )
