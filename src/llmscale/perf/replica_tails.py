@@ -52,9 +52,10 @@ higher of the two wherever the tails bind (code completion ~2x, long prompts 4-7
 chat and long outputs: ``benchmarks/capacity_models.py``).
 
 This is llmscale's only analytic model of what one replica holds: ``slo``,
-``capacity-calibrated`` and ``token-rate`` (its default target) ask :func:`replica_capacity`, which buckets the request shape and
-the fleet size and memoises per bucket (``tests/perf/test_one_capacity_model.py`` fails if a
-second copy of the formula appears in a policy). The backtest's probe
+``capacity-calibrated`` and ``token-rate`` (its default target) ask :func:`replica_capacity`,
+which buckets the request shape and the fleet size and memoises per bucket
+(``tests/perf/test_one_capacity_model.py`` fails if a second copy of the formula appears in a
+policy). The backtest's probe
 (:mod:`llmscale.backtest.sizing`) is a measurement with the simulator, not a model; the peers'
 planners (``dynamo-sla``'s capacity search) are their authors' algorithms and stay theirs. It is
 a pure function of its inputs, memoised per request-shape and fleet-size bucket, so re-planning
