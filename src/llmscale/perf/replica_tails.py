@@ -48,20 +48,18 @@ attainment, what the backtest's probe measures): mode ``"tail"``. Mode ``"mean"`
 operating point judged on its *mean* inter-token time (``ITL <= T``, queues stable, the batch
 within ``max_num_seqs`` and the KV cache), what ``capacity-calibrated`` plans on by design (seed
 000 4.2: a replica sized by its mean occupancy); it ignores TTFT and the tails, so it is the
-higher of the two wherever the tails bind (code completion ~2x, long prompts 4-7x; the same on
-chat and long outputs: ``benchmarks/capacity_models.py``).
+higher of the two wherever the tails bind (code completion 1.7-2.0x the simulator's 99% point,
+long prompts 7-9x; within 8% of it on chat and long outputs: ``benchmarks/capacity_models.py``).
 
 This is llmscale's only analytic model of what one replica holds: ``slo``,
 ``capacity-calibrated`` and ``token-rate`` (its default target) ask :func:`replica_capacity`,
-which buckets the request shape and the fleet size and memoises per bucket
-(``tests/perf/test_one_capacity_model.py`` fails if a second copy of the formula appears in a
-policy). The backtest's probe
-(:mod:`llmscale.backtest.sizing`) is a measurement with the simulator, not a model; the peers'
-planners (``dynamo-sla``'s capacity search) are their authors' algorithms and stay theirs. It is
-a pure function of its inputs, memoised per request-shape and fleet-size bucket, so re-planning
-every tick costs a dictionary look-up. ``tests/perf/test_replica_tails.py`` compares it with the probe
-(one simulated replica) on chat and code-completion shapes, and the miss shares with a
-simulated fleet.
+which buckets the request shape and the fleet size and memoises per bucket, so re-planning every
+tick costs a dictionary look-up (``tests/perf/test_one_capacity_model.py`` fails if a second
+copy of the formula appears in a policy). The backtest's probe (:mod:`llmscale.backtest.sizing`)
+is a measurement with the simulator, not a model; the peers' planners (``dynamo-sla``'s capacity
+search) are their authors' algorithms and stay theirs. ``tests/perf/test_replica_tails.py``
+compares the tail mode with the probe (one simulated replica) on chat and code-completion
+shapes, and the miss shares with a simulated fleet.
 """
 
 from __future__ import annotations
