@@ -23,8 +23,12 @@ model (``perf/replica_tails.py``, mode ``"mean"``; branch one-capacity) instead 
 of the physics: its inputs carry ``capacity_rps_per_replica`` and ``mean_itl_s`` (for
 ``step_at_b_s``), its B is the model's Little's-law batch at capacity (a float, ~228-251 on the
 preset where the old copy read 256), and its proposal moves by one replica on a few ticks (the
-commit lists them). Every other policy's log, ``slo``'s included, was compared line by line and
-is unchanged.
+commit lists them). ``token-rate`` (not pinned here) takes its default target from the same
+call since: 2,402 tokens/s per replica where it read 2,430, so every line's ``inputs.target``,
+``inputs.usage_ratio`` and note differ, its proposals on none of the preset's 60 lines, and on
+the Azure trace x20 from t = 60 s on (ratio 1.5525 -> 1.5705: 14 -> 15 replicas, and its fleet
+after that). Every other policy's log, ``slo``'s included, was compared line by line
+(``scripts/compare_decision_logs.sh`` against main at ef6968d) and is unchanged.
 """
 
 from __future__ import annotations
