@@ -21,7 +21,6 @@ from llmscale.perf.replica_tails import (
     _poisson_at_least,
     _share_reaching_busy_replica,
 )
-from llmscale.policies.slo import replica_capacity_rps as mean_capacity_rps
 from llmscale.sim.config import SimConfig
 from llmscale.workloads.lengths import LognormalLengths
 
@@ -50,13 +49,14 @@ def simulated_misses(rate_rps: float, replicas: int = 1, duration_s: float = 240
 
 
 def test_code_completion_tpot_tail_sets_the_capacity():
-    # The mean-TPOT model says one replica holds ~15 req/s of this mix; at 10 req/s the simulator
-    # already has 5% of requests over the TPOT SLO (5.5% when written). The tail model puts the
-    # capacity below that rate, and at its capacity the simulator misses about its 1% budget.
+    # The model's mean mode (mean ITL within the TPOT: planning on mean TPOT) says one replica
+    # holds ~14 req/s of this mix; at 10 req/s the simulator already has 5% of requests over the
+    # TPOT SLO (5.5% when written). The tail mode puts the capacity below that rate, and at its
+    # capacity the simulator misses about its 1% budget.
     tails = TailModel(get_perf_model(MODEL, GPU, 1))
     prompt, output = 2000.0, 30.0
     cap = tails.capacity_rps(prompt, output, 2.0, 0.1)
-    mean_cap = mean_capacity_rps(MODEL, GPU, 1, 2000, 30, 0.1, 2.0, 256)
+    mean_cap = tails.capacity_rps(prompt, output, 2.0, 0.1, mode="mean")
     tpot_at_10, _ = simulated_misses(10.0)
     assert tpot_at_10 > 0.03, tpot_at_10
     assert cap < 10.0 < mean_cap, (cap, mean_cap)

@@ -59,11 +59,22 @@ means; a CV of 1 is the default):
   limit) hold 1.9 req/s per replica of six, the model with CV 1 (some within a step of it) 0.48.
 
 The capacity is the highest rate whose miss share stays within ``miss_budget`` (1%: 99%
-attainment, what the backtest's probe measures). It is a pure function of its inputs; the
-policy caches it per request-shape bucket (:func:`tail_capacity_rps`), so re-planning every tick
-costs a dictionary look-up. ``tests/perf/test_replica_tails.py`` compares it with the probe
-(one simulated replica) on chat and code-completion shapes, and the miss shares with a
-simulated fleet.
+attainment, what the backtest's probe measures): mode ``"tail"``. Mode ``"mean"`` is the same
+operating point judged on its *mean* inter-token time (``ITL <= T``, queues stable, the batch
+within ``max_num_seqs`` and the KV cache), what ``capacity-calibrated`` plans on by design (seed
+000 4.2: a replica sized by its mean occupancy); it ignores TTFT and the tails, so it is the
+higher of the two wherever the tails bind (code completion 1.7-2.0x the simulator's 99% point,
+long prompts 7-9x; within 8% of it on chat and long outputs: ``benchmarks/capacity_models.py``).
+
+This is llmscale's only analytic model of what one replica holds: ``slo``,
+``capacity-calibrated`` and ``token-rate`` (its default target) ask :func:`replica_capacity`,
+which buckets the request shape and the fleet size and memoises per bucket, so re-planning every
+tick costs a dictionary look-up (``tests/perf/test_one_capacity_model.py`` fails if a second
+copy of the formula appears in a policy). The backtest's probe (:mod:`llmscale.backtest.sizing`)
+is a measurement with the simulator, not a model; the peers' planners (``dynamo-sla``'s capacity
+search) are their authors' algorithms and stay theirs. ``tests/perf/test_replica_tails.py``
+compares the tail mode with the probe (one simulated replica) on chat and code-completion
+shapes, and the miss shares with a simulated fleet.
 """
 
 from __future__ import annotations
@@ -72,17 +83,31 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from llmscale.slo import ttft_within
+from llmscale.slo import tpot_within, ttft_within
 
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
     from llmscale.perf.step_time import PerfModel
 
-__all__ = ["OperatingPoint", "TailModel", "tail_capacity_rps"]
+__all__ = [
+    "CapacityMode",
+    "OperatingPoint",
+    "ReplicaCapacity",
+    "TailModel",
+    "fleet_bucket",
+    "length_bucket",
+    "replica_capacity",
+    "tail_capacity_rps",
+]
+
+#: what a replica's capacity is judged on: the per-request miss share of TTFT or TPOT
+#: (``"tail"``, ``slo``) or the mean inter-token time (``"mean"``, ``capacity-calibrated``)
+CapacityMode = Literal["tail", "mean"]
+_MODES = ("tail", "mean")
 
 _NORMAL = NormalDist()
 #: equal-mass bins at whose midpoints the length distributions are taken
@@ -205,8 +230,13 @@ class TailModel:
         prompt_cv: float = 1.0,
         output_cv: float = 1.0,
         replicas: int = 1,
+        tails: bool = True,
     ) -> OperatingPoint:
-        """The operating point at ``rate_rps`` per replica of a fleet of ``replicas`` (module docstring)."""
+        """The operating point at ``rate_rps`` per replica of a fleet of ``replicas`` (module docstring).
+
+        ``tails=False`` stops at the mean operating point (batch, mean ITL, saturation): the miss
+        shares are then NaN, not computed (mode ``"mean"`` reads none of them).
+        """
         lam = max(1e-9, rate_rps)
         self._k = max(1, replicas)
         prompts = _lognormal_quantiles(prompt_tokens, prompt_cv, self.max_len)
@@ -245,14 +275,6 @@ class TailModel:
         d0 = self._d0(b, ctx)
         itl = d0 / (1.0 - rho)
 
-        # Requests a replica holds on average (Little's law: rate x time from arrival to last
-        # token, its own prefill plus its decode). The router sees only these counts, so they
-        # decide which prompts meet a busy replica (the functions below say how).
-        held = lam * (float(own.mean()) + o_mean * itl)
-        k = self._k
-        reach = _share_reaching_busy_replica(k, held)
-        tpot_miss = self._tpot_miss(lam * reach, work, outputs, d0, itl, slo_tpot_s)
-
         # TTFT: M/G/1 wait for the prefill queued ahead, service = a prompt's share of saturated
         # iterations (full chunks of `chunk` tokens next to the decodes).
         full_step = d0 + float(self.perf.step(int(chunk), chunk * (chunk + 1) / 2.0, 1, round(b),
@@ -261,6 +283,17 @@ class TailModel:
         rho_pf = lam * float(service.mean())
         if rho_pf >= 0.98:
             return saturated(b)
+        if not tails:
+            return OperatingPoint(lam, b, d0, rho, itl, math.nan, math.nan, infeasible, False)
+
+        # Requests a replica holds on average (Little's law: rate x time from arrival to last
+        # token, its own prefill plus its decode). The router sees only these counts, so they
+        # decide which prompts meet a busy replica (the functions below say how).
+        held = lam * (float(own.mean()) + o_mean * itl)
+        k = self._k
+        reach = _share_reaching_busy_replica(k, held)
+        tpot_miss = self._tpot_miss(lam * reach, work, outputs, d0, itl, slo_tpot_s)
+
         # The router sends a prompt to the replica with the fewest outstanding requests: to an idle
         # one while there is one (then it waits for nothing), else to one that holds requests,
         # which is prefilling with the share of its busy time that prefills take
@@ -373,13 +406,21 @@ class TailModel:
         prompt_cv: float = 1.0,
         output_cv: float = 1.0,
         replicas: int = 1,
+        mode: CapacityMode = "tail",
     ) -> float:
         """Highest rate per replica (req/s) of a fleet of ``replicas`` fed a Poisson stream whose
-        feasible requests miss the SLO at most ``miss_budget``."""
+        feasible requests miss the SLO at most ``miss_budget`` (mode ``"tail"``), or whose mean
+        inter-token time stays within ``slo_tpot_s`` (mode ``"mean"``: TTFT, the budget and the
+        fleet size do not enter)."""
+        if mode not in _MODES:
+            raise ValueError(f"capacity mode {mode!r}: must be one of {', '.join(_MODES)}")
 
         def ok(lam: float) -> bool:
             op = self.at(lam, prompt_tokens, output_tokens, slo_ttft_s, slo_tpot_s,
-                         prompt_cv=prompt_cv, output_cv=output_cv, replicas=replicas)  # fmt: skip
+                         prompt_cv=prompt_cv, output_cv=output_cv, replicas=replicas,
+                         tails=mode == "tail")  # fmt: skip
+            if mode == "mean":
+                return meets_mean(op, slo_tpot_s)
             return op.miss <= miss_budget
 
         lo, hi = 0.0, 0.25
@@ -414,12 +455,12 @@ def tail_capacity_rps(
     prompt_cv: float = 1.0,
     output_cv: float = 1.0,
     replicas: int = 1,
+    mode: CapacityMode = "tail",
 ) -> float:
     """:meth:`TailModel.capacity_rps` for a deployment, memoised (callers bucket the lengths)."""
-    from llmscale.perf import get_perf_model
-
-    perf = get_perf_model(model, gpu, tp, calibration=calibration, scale=scale)
-    return _model(perf, max_num_seqs, max_num_batched_tokens).capacity_rps(
+    return _deployment_model(
+        model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale
+    ).capacity_rps(
         prompt_tokens,
         output_tokens,
         slo_ttft_s,
@@ -428,7 +469,137 @@ def tail_capacity_rps(
         prompt_cv=prompt_cv,
         output_cv=output_cv,
         replicas=replicas,
+        mode=mode,
     )
+
+
+def meets_mean(op: OperatingPoint, slo_tpot_s: float) -> bool:
+    """Mode ``"mean"``'s test of an operating point: stable queues and mean ITL within the target."""
+    return not op.saturated and bool(tpot_within(op.mean_itl_s, slo_tpot_s))
+
+
+def length_bucket(tokens: float) -> int:
+    """Round a token count to ~5% log buckets so the capacity memo stays small (1,155 -> 1,146)."""
+    if tokens <= 1:
+        return 1
+    return round(math.exp(round(math.log(tokens) / 0.05) * 0.05))
+
+
+def fleet_bucket(replicas: int) -> int:
+    """Round a fleet size down to one of few sizes (each up to 8, then ~20% steps: 8, 10, 12, 14, 17, ...).
+
+    Down: a replica of a larger fleet holds more (fewer prompts meet one request's decode steps
+    behind least-outstanding routing), so the smaller size is the cautious side.
+    """
+    if replicas <= 8:
+        return max(1, replicas)
+    b = 8
+    while round(b * 1.2) <= replicas:
+        b = round(b * 1.2)
+    return b
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaCapacity:
+    """What one replica of a deployment holds for a request shape, and its operating point there."""
+
+    #: the highest arrival rate per replica the mode accepts (req/s)
+    rate_rps: float
+    #: decode batch at that rate (Little's law: rate x output tokens x mean ITL)
+    batch: float
+    #: mean inter-token time at that rate (s): decode step stretched by the prefill share
+    mean_itl_s: float
+    #: the bucketed shape and fleet size the numbers are of (:func:`length_bucket`, :func:`fleet_bucket`)
+    prompt_tokens: int
+    output_tokens: int
+    replicas: int
+    #: False when not even the least rate meets the mode's test (``rate_rps`` is then its floor,
+    #: 0.001 req/s: e.g. a TPOT target below one sequence's decode step)
+    within_target: bool
+
+
+def replica_capacity(
+    model: str,
+    gpu: str,
+    tp: int,
+    prompt_tokens: float,
+    output_tokens: float,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    *,
+    mode: CapacityMode = "tail",
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = 8192,
+    calibration: str | None = None,
+    scale: FactorScale | None = None,
+    miss_budget: float = 0.01,
+    replicas: int = 1,
+) -> ReplicaCapacity:
+    """The one entry point: what each of ``replicas`` replicas holds for this mean request shape.
+
+    Buckets the lengths (:func:`length_bucket`), the TTFT target (to 10 ms) and the fleet size
+    (:func:`fleet_bucket`) and memoises per bucket, so every caller asking about the same
+    deployment, shape and mode gets the same number. Worked (``tests/perf/test_one_capacity_model.py``):
+    Llama-3-8B on one H100, prompts 1,155 / outputs 211 tokens, SLO 2 s / 0.1 s: ~13.5 req/s in
+    mode ``"tail"``; ~13.8 in mode ``"mean"``, at a batch of ~250 decoding every ~86 ms.
+    """
+    return _capacity_point(
+        model,
+        gpu,
+        tp,
+        length_bucket(prompt_tokens),
+        length_bucket(output_tokens),
+        round(slo_ttft_s, 2),
+        slo_tpot_s,
+        mode,
+        max_num_seqs,
+        max_num_batched_tokens,
+        calibration,
+        scale,
+        miss_budget,
+        fleet_bucket(replicas),
+    )
+
+
+@lru_cache(maxsize=1024)
+def _capacity_point(
+    model: str,
+    gpu: str,
+    tp: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    mode: CapacityMode,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    calibration: str | None,
+    scale: FactorScale | None,
+    miss_budget: float,
+    replicas: int,
+) -> ReplicaCapacity:
+    rate = tail_capacity_rps(
+        model,
+        gpu,
+        tp,
+        prompt_tokens,
+        output_tokens,
+        slo_ttft_s,
+        slo_tpot_s,
+        max_num_seqs,
+        max_num_batched_tokens,
+        calibration,
+        scale,
+        miss_budget,
+        replicas=replicas,
+        mode=mode,
+    )
+    tails = _deployment_model(model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale)
+    op = tails.at(
+        rate, prompt_tokens, output_tokens, slo_ttft_s, slo_tpot_s, replicas=replicas, tails=mode == "tail"
+    )
+    within = meets_mean(op, slo_tpot_s) if mode == "mean" else op.miss <= miss_budget
+    return ReplicaCapacity(rate, op.batch, op.mean_itl_s, prompt_tokens, output_tokens, replicas, within)
 
 
 def _poisson_at_least(mean: float, n: int) -> float:
@@ -487,5 +658,19 @@ def _chance_no_idle_replica(replicas: int, held_per_replica: float) -> float:
     return _poisson_at_least(k * max(0.0, held_per_replica), k)
 
 
-def _model(perf: Any, max_num_seqs: int, max_num_batched_tokens: int) -> TailModel:
+def _deployment_model(
+    model: str,
+    gpu: str,
+    tp: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    calibration: str | None,
+    scale: FactorScale | None,
+) -> TailModel:
+    """A fresh :class:`TailModel` of a deployment. Not shared between shapes: its prefill memo is keyed
+    by the context rounded to a token, and two shapes whose contexts round alike would read each
+    other's entries (the answers are memoised per shape bucket above it instead)."""
+    from llmscale.perf import get_perf_model
+
+    perf = get_perf_model(model, gpu, tp, calibration=calibration, scale=scale)
     return TailModel(perf, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)

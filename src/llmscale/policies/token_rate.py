@@ -25,13 +25,15 @@ scale-down stabilisation as a guard override. Worked (``tests/policies/test_toke
 ready replicas, 12,000 tokens/s, target 2,000 per replica -> ratio 1.5 -> ceil(6.0) = 6.
 
 **The target** is not a number fitted to a trace: by default it is what one replica of the
-deployment sustains at the SLO's TPOT by the step-time model — the largest batch ``B`` whose
-decode step, with the prefills of the requests that replace finished ones amortised over it, stays
-within ``slo_tpot_s`` (:func:`llmscale.policies.capacity.sustainable_concurrency`, the same model
-``capacity-calibrated`` plans with) gives ``B / t(B)`` tokens/s — at a planning request shape
-(``plan_prompt_tokens``, ``plan_output_tokens``: ``slo``'s defaults before a fleet has reported
-its lengths), times ``utilization``. Llama-3-8B on one H100, 1,000 / 200 tokens, TPOT 0.1 s:
-B = 256 (vLLM's max_num_seqs binds first) at t(B) = 84 ms -> 3,037 tokens/s; x 0.8 = 2,430.
+deployment sustains at the SLO's TPOT by llmscale's capacity model in mode ``"mean"``
+(:func:`llmscale.perf.replica_tails.replica_capacity`, the call ``capacity-calibrated`` plans
+with): the batch ``B`` one replica decodes at the highest rate whose mean inter-token time, the
+prefill chunks of the requests that replace finished ones sharing the decode steps, stays within
+``slo_tpot_s``, gives ``B / ITL`` tokens/s — at a planning request shape (``plan_prompt_tokens``,
+``plan_output_tokens``: ``slo``'s defaults before a fleet has reported its lengths), times
+``utilization``. Llama-3-8B on one H100, 1,000 / 200 tokens (the model's bucket 992 / 200),
+TPOT 0.1 s: B = 249 (vLLM's max_num_seqs, 256, binds first) at ITL = 83 ms -> 3,002 tokens/s;
+x 0.8 = 2,402.
 
 Why 0.8: tokens are served load, not demand. Past its batch limit a replica generates no more
 tokens whatever waits, so where that limit binds at the SLO's operating point (as here) an
@@ -50,8 +52,8 @@ refuses the ``adaptive`` and ``fixed_100ms`` windows at start (they would read n
 controller would hold every tick).
 
 **The default window is the tick**, by measurement, not the seed's adaptive one: on the default
-preset's hour ``tick`` reached 85.6% at 6.60 GPU-hours against ``adaptive``'s 85.9% at 7.63, and on
-a steady load it changed direction 5 times in 610 ticks against 124 (the seed's window sits near
+preset's hour ``tick`` reached 85.7% at 6.56 GPU-hours against ``adaptive``'s 85.9% at 7.28, and on
+a steady load it changed direction 5 times in 610 ticks against 120 (the seed's window sits near
 its 200 ms floor, two 100 ms buckets: ``tests/policies/test_token_rate.py``). The seed's point, a
 window wide enough to average the token rate's noise, holds; a 15 s tick is wider than its 2 s cap.
 ``window: adaptive`` runs the seed's own reading in a backtest.
@@ -64,7 +66,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.policies.base import PolicyContext, PolicyParamError, register
-from llmscale.policies.capacity import sustainable_concurrency
 from llmscale.policies.gpu_threshold import HpaTarget, hpa_decision, pod_values
 from llmscale.policies.params import AMOUNT_RANGE, DeploymentFitError, Param, config_from, param, params_of
 from llmscale.types import Decision, Signals
@@ -100,28 +101,38 @@ class TokenRateConfig:
         AMOUNT_RANGE,
         kind=float,
         unit="tokens/s",
-        help="default: utilization x what one replica sustains at the TPOT SLO (step-time model)",
+        help="default: utilization x what one replica sustains at the TPOT SLO (capacity model)",
     )
 
 
 def slo_tokens_per_replica(
     ctx: PolicyContext, prompt_tokens: float, output_tokens: float
-) -> tuple[int, float]:
-    """(B, tokens/s): the largest batch one replica holds within the TPOT SLO, and B / t(B).
+) -> tuple[float, float]:
+    """(B, tokens/s): the batch one replica decodes at its capacity within the TPOT SLO, and B / ITL.
 
-    ``capacity-calibrated``'s model (:func:`~llmscale.policies.capacity.sustainable_concurrency`)
-    at one request shape. A TPOT SLO out of reach even at B = 1 gives (0, 1 / t(1)): one
-    sequence's own rate, the least a replica does.
+    The capacity model's mode ``"mean"`` (``capacity-calibrated``'s call) at one request shape. A
+    TPOT SLO out of reach even for one sequence gives the operating point at the model's least
+    rate: about one sequence's own rate, the least a replica does.
     """
     # Imported here: the registry (and a configuration check) reads this module's declarations
     # without loading the step-time model.
-    from llmscale.perf import get_perf_model
+    from llmscale.perf import replica_tails
 
-    perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
-    b, t_b = sustainable_concurrency(
-        perf, round(prompt_tokens), round(output_tokens), ctx.slo_tpot_s, ctx.max_num_seqs
+    cap = replica_tails.replica_capacity(
+        ctx.model,
+        ctx.gpu,
+        ctx.tp,
+        prompt_tokens,
+        output_tokens,
+        ctx.slo_ttft_s,
+        ctx.slo_tpot_s,
+        mode="mean",
+        max_num_seqs=ctx.max_num_seqs,
+        max_num_batched_tokens=ctx.max_num_batched_tokens,
+        calibration=ctx.calibration,
+        scale=ctx.perf_scale,
     )
-    return b, max(b, 1) / t_b
+    return cap.batch, cap.batch / cap.mean_itl_s
 
 
 @dataclass(frozen=True)
@@ -157,6 +168,32 @@ class TokenRatePolicy:
 _PARAMS: dict[str, Param] = {**params_of(TokenRateConfig), **params_of(HpaTarget)}
 
 
+def _check_plan_fits(ctx: PolicyContext, prompt_tokens: float, output_tokens: float) -> None:
+    """DeploymentFitError when one request of the plan shape is more than a replica admits.
+
+    vLLM rejects a request longer than its context (HTTP 400), and none can run that its KV cache
+    cannot hold: planned at such a shape, the capacity model (which clips lengths at the context)
+    would price a request that never runs. Llama-3-8B on one H100 admits 8,192 tokens (its
+    context; the KV cache holds 449,866).
+    """
+    from llmscale.perf import get_perf_model
+
+    perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
+    kv_tokens = perf.kv_capacity_tokens(
+        max_num_batched_tokens=ctx.max_num_batched_tokens, max_num_seqs=ctx.max_num_seqs
+    )
+    context_tokens = perf.model.max_context_tokens
+    if prompt_tokens + output_tokens <= min(kv_tokens, context_tokens):
+        return
+    what = "context" if context_tokens <= kv_tokens else "KV cache"
+    raise DeploymentFitError(
+        f"token-rate: a request of {prompt_tokens:.0f} + {output_tokens:.0f} tokens does not fit "
+        f"{ctx.model}'s {what} on {ctx.tp} x {ctx.gpu} ({min(kv_tokens, context_tokens)} tokens): "
+        "give a smaller plan shape or target_tps_per_replica",
+        "plan_prompt_tokens",
+    )
+
+
 def _live_check(params: Mapping[str, Any]) -> str | None:
     """The 100 ms token counts behind ``adaptive`` and ``fixed_100ms`` exist only in the simulator.
 
@@ -175,7 +212,7 @@ def _live_check(params: Mapping[str, Any]) -> str | None:
 @register(
     "token-rate",
     "seed 000 2.4: HPA on generated tokens/s per replica over the adaptive window, target from the "
-    "step-time model at the TPOT SLO",
+    "capacity model (mean mode) at the TPOT SLO",
     _PARAMS,
     needs_step_model=True,
     reads=tuple(WINDOW_SIGNALS.values()),
@@ -187,18 +224,11 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> TokenRatePolicy:
         target = cfg.target_tps_per_replica
         note = f"target {target:.0f} tokens/s per replica (given)"
     else:
+        _check_plan_fits(ctx, cfg.plan_prompt_tokens, cfg.plan_output_tokens)
         b, tps = slo_tokens_per_replica(ctx, cfg.plan_prompt_tokens, cfg.plan_output_tokens)
-        if tps <= 0.0:
-            # B / t(B) is 0 only when not one sequence of the shape fits the KV cache.
-            raise DeploymentFitError(
-                f"token-rate: a request of {cfg.plan_prompt_tokens:.0f} + {cfg.plan_output_tokens:.0f} "
-                f"tokens does not fit {ctx.model}'s KV cache on {ctx.tp} x {ctx.gpu}: give a smaller "
-                "plan shape or target_tps_per_replica",
-                "plan_prompt_tokens",
-            )
         target = cfg.utilization * tps
         note = (
-            f"target {cfg.utilization:g} x {tps:.0f} tokens/s: B = {b} within TPOT "
+            f"target {cfg.utilization:g} x {tps:.0f} tokens/s: B = {b:.0f} within TPOT "
             f"{ctx.slo_tpot_s * 1000:.0f} ms at {cfg.plan_prompt_tokens:.0f} / "
             f"{cfg.plan_output_tokens:.0f} tokens"
         )
