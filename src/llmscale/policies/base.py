@@ -186,8 +186,14 @@ def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | Non
     """Build a registered policy; unknown names or parameters, wrong types, out-of-range values and
     signal names the catalogue does not have raise ConfigError naming them
     (:class:`PolicyParamError`, with the parameter, for a parameter's value)."""
-    _load_builtin_policies()
     info = POLICIES.get(name)
+    if info is None:
+        # Only a name not registered yet loads the whole package: a backtest of ``static`` (whose
+        # module the runner imports) then skips importing the 18 other policy modules and building
+        # their ~70 dataclasses, about 0.2e9 instructions of the 3.8e9 `run_policy` of
+        # benchmarks/sim_speed.py costs under callgrind (README, "Simulator speed").
+        _load_builtin_policies()
+        info = POLICIES.get(name)
     if info is None:
         known = ", ".join(sorted(POLICIES))
         raise ConfigError(f"unknown policy {name!r}; known policies: {known}")
