@@ -61,6 +61,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from llmscale.slo import ttft_within
+
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
     from llmscale.perf.step_time import PerfModel
@@ -198,7 +200,7 @@ class TailModel:
         ctx = float(prompts.mean() + o_mean / 2.0)
         # Idle prefill (no decodes): which prompts no fleet serves within the TTFT target.
         _, own_idle, _ = self._prefill(prompts, 0.0, ctx)
-        feasible = own_idle <= slo_ttft_s
+        feasible = ttft_within(own_idle, slo_ttft_s)
         infeasible = 1.0 - float(feasible.mean())
 
         def saturated(b: float) -> OperatingPoint:

@@ -65,10 +65,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmscale.errors import ConfigError
-from llmscale.perf import PerfModel, get_perf_model
+from llmscale.policies._cliff import CliffConfig, keep_off_the_cliff
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
@@ -83,6 +83,9 @@ from llmscale.policies.params import (
     params_of,
 )
 from llmscale.types import Decision, NoData, Signals
+
+if TYPE_CHECKING:
+    from llmscale.perf import PerfModel
 
 __all__ = [
     "CalibratedCapacityPolicy",
@@ -247,6 +250,8 @@ class CalibratedCapacityPolicy:
     tick_s: float = param(15.0, TICK_RANGE, unit="s")
     down_stabilization_s: float = param(300.0, DURATION_RANGE, unit="s")
     name: str = "capacity-calibrated"
+    #: the measured latency cliff it keeps a margin from (policies/_cliff.py; off unless set)
+    cliff: CliffConfig = field(default_factory=CliffConfig)
     #: memo of sustainable_concurrency per (prompt, decode) bucket: a pure function of its key
     _memo: dict[tuple[int, int], tuple[int, float]] = field(default_factory=dict, compare=False, repr=False)
 
@@ -303,7 +308,8 @@ class CalibratedCapacityPolicy:
             note += "; no request rate: the running requests alone"
         if inp.shape_note:
             note += f"; {inp.shape_note}"
-        return Decision(desired, "capacity", inputs, note), state
+        desired, rule, cliff_inputs = keep_off_the_cliff(self.cliff, rate, desired, "capacity")
+        return Decision(desired, rule, {**inputs, **cliff_inputs}, note), state
 
 
 @register(
@@ -325,6 +331,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
         "tpot_s": Param(None, WINDOW_RANGE, kind=float, unit="s", help="default: the TPOT SLO"),
         "max_num_seqs": Param(None, f"[1, {COUNT_MAX}]", kind=int, help="default: the engine's"),
         **params_of(CalibratedCapacityPolicy),
+        **params_of(CliffConfig),
     },
     needs_step_model=True,
     reads=("running", "queue_waiting", "prompt_len_mean_tokens", "decode_steps_mean", "request_rate_rps"),
@@ -336,5 +343,16 @@ def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> Calibrate
     if not tpot > 0 or max_seqs < 1:
         # From the deployment when not given: its SLO and engine settings.
         raise ConfigError(f"capacity-calibrated tpot_s = {tpot} must be > 0, max_num_seqs = {max_seqs} >= 1")
+    # Imported here: the registry (and a configuration check) reads this module's declarations
+    # without loading the step-time model.
+    from llmscale.perf import get_perf_model
+
     perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
-    return config_from(CalibratedCapacityPolicy, params, perf=perf, tpot_s=tpot, max_seqs=max_seqs)
+    return config_from(
+        CalibratedCapacityPolicy,
+        params,
+        perf=perf,
+        tpot_s=tpot,
+        max_seqs=max_seqs,
+        cliff=config_from(CliffConfig, params),
+    )

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from llmscale.policies._cliff import CliffConfig, keep_off_the_cliff
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import (
     NONNEG_RANGE,
@@ -134,6 +135,8 @@ class SloConfig:
     default_output_tokens: float = 200.0
     #: the standby pool of sleeping replicas (policies/standby.py)
     standby: StandbyConfig = field(default_factory=StandbyConfig)
+    #: the measured latency cliff it keeps a margin from (policies/_cliff.py; off unless set)
+    cliff: CliffConfig = field(default_factory=CliffConfig)
 
 
 @dataclass(frozen=True)
@@ -443,6 +446,7 @@ class SloPolicy:
             if need > desired:
                 desired = need
                 rule = "backlog" if backlog else ("ttft-over-slo" if slow else "tpot-over-slo")
+        desired, rule, cliff_inputs = keep_off_the_cliff(c.cliff, forecast, desired, rule)
         desired = max(c.min_replicas, min(c.max_replicas, desired))
         standby_state = state.standby
         standby_inputs: dict[str, float | None] = {}
@@ -477,6 +481,7 @@ class SloPolicy:
                 "queue_waiting": queue,
                 "ttft_p99_s": ttft_p99,
                 tpot_signal: tpot_p99,
+                **cliff_inputs,
             },
         )
         new_state = SloState(
@@ -503,6 +508,7 @@ _PARAMS: dict[str, Param] = {
         None, WINDOW_RANGE, kind=float, unit="s", help="clients' time-out (default: the deployment's)"
     ),
     **params_of(StandbyConfig, prefix="standby_"),
+    **params_of(CliffConfig),
 }
 
 
@@ -558,5 +564,6 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
                 gpus_per_replica=ctx.tp,
                 max_replicas=ctx.max_replicas,
             ),
+            cliff=config_from(CliffConfig, params),
         )
     )
