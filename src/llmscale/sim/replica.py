@@ -796,7 +796,8 @@ class Replica:
     def _start_mixed(self, now: float, pf_tokens: i64, pairs: float, n_chunks: i64, with_dec: bool) -> None:
         """Start one iteration of ``n_chunks`` prefill chunks (and every decode when ``with_dec``)."""
         # Statements, not ``x if with_dec else 0``: mypyc types that expression as a Python int and
-        # boxes both i64s on every prefill iteration (sim_speed: 2 of ~5 allocations per call).
+        # boxed both i64s on every prefill iteration (with _apply_mixed's alike, 0.07e9 of the
+        # 3.2e9 instructions of benchmarks/sim_speed.py's run_policy: benchmarks/sim_callgrind.py).
         n_dec: i64 = 0
         ctx: i64 = 0
         if with_dec:
