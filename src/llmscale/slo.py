@@ -90,15 +90,20 @@ def slo_met(
     return met
 
 
-def ttft_target_s(prompt_tokens: np.ndarray, slo_ttft_s: float, per_1k_tokens_s: float) -> np.ndarray | float:
+def ttft_target_s(
+    prompt_tokens: np.ndarray | float, slo_ttft_s: float, per_1k_tokens_s: float
+) -> np.ndarray | float:
     """Each request's TTFT target: ``slo_ttft_s + per_1k_tokens_s x prompt / 1000`` (s).
 
     A length-aware SLO: at 2 s + 0.5 s per 1,000 tokens a 6,000-token prompt may wait 5 s for its
     first token. With ``per_1k_tokens_s`` 0 it is the scalar ``slo_ttft_s``, one target for every
-    request, so that comparisons against it stay a broadcast of one number.
+    request, so that comparisons against it stay a broadcast of one number. The controller holds a
+    fleet's P99 to the target of the window's mean prompt (a float in, a float out).
     """
     if per_1k_tokens_s == 0.0:
         return slo_ttft_s
+    if isinstance(prompt_tokens, float | int):
+        return slo_ttft_s + per_1k_tokens_s * prompt_tokens / 1000.0
     import numpy as np
 
     target: np.ndarray = slo_ttft_s + per_1k_tokens_s * np.asarray(prompt_tokens, dtype=np.float64) / 1000.0

@@ -248,3 +248,13 @@ def test_yaml_round_trip_of_a_refused_rule(tmp_path, nothing_is_built):
     p.write_text(yaml.safe_dump(_doc("hybrid", {"queue_warn": 60})))
     with pytest.raises(ConfigError, match=r"llmscale\.yaml: policy\.params\.queue_warn: "):
         load_config(p)
+
+
+@pytest.mark.parametrize("window", ["adaptive", "fixed_100ms"])
+def test_live_run_refuses_a_token_window_only_the_simulator_can_read(window):
+    # Live, these windows read "no data" every tick: the controller would hold the fleet for good.
+    with pytest.raises(
+        ConfigError, match=rf"policy\.params: token-rate: window '{window}' reads .* use window: tick"
+    ):
+        parse_config(_doc("token-rate", {"window": window}), source="llmscale.yaml")
+    parse_config(_doc("token-rate", {"window": "tick"}), source="llmscale.yaml")

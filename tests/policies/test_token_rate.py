@@ -44,7 +44,7 @@ def test_the_seeds_window_formula(seconds_tps, std, window_ms):
     assert adaptive_window_ms(got_std) == window_ms
 
 
-def signals(tps: float | None, ready: int = 4, loading: int = 0, signal: str = "generation_tps_adaptive"):
+def signals(tps: float | None, ready: int = 4, loading: int = 0, signal: str = "generation_tps_tick"):
     fleet = FleetView(spec_replicas=ready + loading, ready=ready, loading=loading)
     return Signals(time_s=0.0, fleet=fleet, values={signal: SignalValue(tps)})
 
@@ -149,3 +149,11 @@ def test_the_raw_100ms_reading_flaps_more_than_the_adaptive_window():
             totals[window][1] += ups
     assert totals["fixed_100ms"][0] > totals["adaptive"][0] > totals["tick"][0], totals
     assert totals["fixed_100ms"][1] > totals["tick"][1], totals
+
+
+def test_a_plan_shape_the_kv_cache_cannot_hold_is_refused_naming_the_deployment():
+    # Found by the policy-config fuzzer: 449,767 prompt tokens fit no Llama-3-8B KV cache on one
+    # H100, so B / t(B) was 0 tokens/s and the factory failed with a message about utilization.
+    with pytest.raises(ConfigError, match=r"449767 \+ 200 tokens does not fit llama-3-8b's KV cache") as e:
+        create_policy("token-rate", CTX, {"plan_prompt_tokens": 449_767.0})
+    assert e.value.param == "plan_prompt_tokens"  # type: ignore[attr-defined]

@@ -26,8 +26,12 @@ means; a CV of 1 is the default):
   the stretch's arrivals like any others; in a fleet of ``k`` replicas behind vLLM's
   least-outstanding-requests routing, a replica slowed by prefills finishes no request, holds
   more outstanding than the others and is passed over: it receives ~1/k of the stretch's
-  arrivals. The tail ``P(S > x)`` is computed on a grid with one FFT per output-length quantile
-  (the inverse transform of ``exp(mu (phi - 1))``), or as a normal tail past 60 arrivals. Short
+  arrivals. The router sees only counts, and sends nothing to a replica holding a request
+  while another is idle: in a lightly held fleet (long prompts at a fraction of a request per
+  replica) the prompts that meet a request's decode steps are the share of arrivals that find
+  no idle replica (:func:`_share_reaching_busy_replica`). The tail ``P(S > x)`` is computed on
+  a grid with one FFT per output-length quantile (the inverse transform of
+  ``exp(mu (phi - 1))``), or as a normal tail past 60 arrivals. Short
   outputs carry the tail: one 2k-token prompt adds ~50 ms to a 5-gap request's 5 x 10 ms on
   Llama-3.1-8B / H100, and two make it miss 0.1 s.
   Checked on the simulator (code completions, prompts mean 2,000 / p99 8,000 tokens, outputs
@@ -36,12 +40,23 @@ means; a CV of 1 is the default):
   0.4% and 2.0%, the model 0.3% and 0.8%; two at 9, 1.2% (model 0.7%). Where it errs the other
   way: Llama-3.1-70B on four H100s, one replica at 1.5 req/s, 0.4% measured, 2.6% modelled (the
   model assumes prompt CV 1; this mix's is 0.8, and a 70B model's long prefills weigh more).
-* **TTFT** is the wait for the prefill work queued ahead (an M/G/1 queue whose service is a
-  prompt's share of saturated prefill iterations; its waiting time tail taken as
-  ``P(W > x) = rho exp(-rho x / E[W])``, exact for exponential service) plus the residual of the
-  iteration under way plus the prompt's own chunks. Prompts whose own prefill on an idle replica
-  already exceeds the target are *infeasible* (no fleet helps them; the backtest counts them
-  apart), so they do not count against the budget.
+* **TTFT** is the wait for the prefill work queued ahead plus the residual of the iteration
+  under way plus the prompt's own chunks. A prompt waits only when the router, which sees
+  outstanding-request counts and not who is prefilling, finds no idle replica
+  (:func:`_chance_no_idle_replica`) and its replica is prefilling (the share of its busy time
+  that prefills take); the work ahead is then exponential with Kingman's G/G/1 mean, a replica
+  among ``k`` busy ones being dealt about every ``k``-th arrival (service = a prompt's share of
+  saturated prefill iterations). A prompt that fits the target on an idle replica but not next
+  to the decodes misses unless an idle replica takes it. Prompts whose own prefill on an idle
+  replica already exceeds the target are *infeasible* (no fleet helps them; the backtest counts
+  them apart), so they do not count against the budget.
+  Checked on the simulator (``benchmarks/tail_capacity.py``: the largest rate per replica a
+  fixed fleet holds at 99%): the Mooncake trace's lengths on six Llama-3.1-8B replicas, H100
+  0.19 req/s per replica modelled against 0.205 simulated (Erlang's C on the prefill load, as if
+  the router saw who prefills, said 0.41), A100 0.073 against 0.079 (0.050 before the TPOT
+  thinning). Where it still errs: the policy sees mean lengths only and the model assumes a
+  lognormal of CV 1; prompts of mean 8,000 with CV 0.46 on H100 (none near the 2 s prefill
+  limit) hold 1.9 req/s per replica of six, the model with CV 1 (some within a step of it) 0.48.
 
 The capacity is the highest rate whose miss share stays within ``miss_budget`` (1%: 99%
 attainment, what the backtest's probe measures). It is a pure function of its inputs; the
@@ -230,7 +245,13 @@ class TailModel:
         d0 = self._d0(b, ctx)
         itl = d0 / (1.0 - rho)
 
-        tpot_miss = self._tpot_miss(lam, work, outputs, d0, itl, slo_tpot_s)
+        # Requests a replica holds on average (Little's law: rate x time from arrival to last
+        # token, its own prefill plus its decode). The router sees only these counts, so they
+        # decide which prompts meet a busy replica (the functions below say how).
+        held = lam * (float(own.mean()) + o_mean * itl)
+        k = self._k
+        reach = _share_reaching_busy_replica(k, held)
+        tpot_miss = self._tpot_miss(lam * reach, work, outputs, d0, itl, slo_tpot_s)
 
         # TTFT: M/G/1 wait for the prefill queued ahead, service = a prompt's share of saturated
         # iterations (full chunks of `chunk` tokens next to the decodes).
@@ -240,23 +261,28 @@ class TailModel:
         rho_pf = lam * float(service.mean())
         if rho_pf >= 0.98:
             return saturated(b)
-        # The router sends a prompt to the replica with the fewest outstanding requests, so it
-        # waits only when every replica is busy: an M/G/k queue over the fleet's prefill work.
-        # Erlang's C gives the chance of waiting (rho for one replica, 0.07 for eight at
-        # rho 0.3); the wait, when there is one, is exponential with the M/G/k mean
-        # E[S] (1 + cs^2) / 2 / (k (1 - rho)) (Lee and Longton's approximation).
-        k = self._k
+        # The router sends a prompt to the replica with the fewest outstanding requests: to an idle
+        # one while there is one (then it waits for nothing), else to one that holds requests,
+        # which is prefilling with the share of its busy time that prefills take
+        # (:func:`_chance_no_idle_replica`). Behind a prefill the prompt waits for the work queued
+        # there, exponential with Kingman's G/G/1 mean E[S] (ca^2 + cs^2) / 2 / (1 - rho): a
+        # replica among k that all hold requests is dealt about every k-th arrival of the fleet,
+        # inter-arrival squared CV ca^2 = 1/k (one replica: 1, the M/G/1 mean).
         m_s = float(service.mean())
         cs2 = float(np.var(service)) / max(1e-18, m_s * m_s)
-        p_any = _erlang_c(k, rho_pf)
-        mean_wait = p_any * m_s * (1.0 + cs2) / 2.0 / (k * (1.0 - rho_pf))
+        no_idle = _chance_no_idle_replica(k, held)
+        p_any = no_idle * min(1.0, rho_pf / max(1e-12, -math.expm1(-held)))
+        mean_wait = p_any * m_s * (1.0 / k + cs2) / 2.0 / (1.0 - rho_pf)
         # The iteration under way when a prompt arrives (mean residual of a step ~ one ITL).
         slack = slo_ttft_s - own - itl
         if mean_wait > 0.0:
             p_wait = p_any * np.exp(-p_any * np.maximum(slack, 0.0) / mean_wait)
         else:
             p_wait = np.zeros_like(slack)
-        p_wait = np.where(slack <= 0.0, 1.0, p_wait)
+        # A prompt whose own prefill next to the decodes (plus the step under way) already takes
+        # longer than its target, though it fits on an idle replica, misses unless the router has
+        # an idle replica for it.
+        p_wait = np.where(slack <= 0.0, no_idle, p_wait)
         ttft_miss = float(np.mean(np.where(feasible, p_wait, 0.0)))
         return OperatingPoint(lam, b, d0, rho, itl, tpot_miss, ttft_miss, infeasible, False)
 
@@ -269,7 +295,11 @@ class TailModel:
         itl: float,
         target_s: float,
     ) -> float:
-        """Share of requests whose TPOT exceeds ``target_s`` (compound Poisson tails, one FFT each)."""
+        """Share of requests whose TPOT exceeds ``target_s`` (compound Poisson tails, one FFT each).
+
+        ``lam``: the rate of prompts that reach the request's replica while it decodes (the
+        per-replica rate thinned by :func:`_share_reaching_busy_replica`).
+        """
         gaps = outputs - 1.0
         has_tpot = gaps >= 1.0
         if not has_tpot.any():
@@ -401,17 +431,60 @@ def tail_capacity_rps(
     )
 
 
-def _erlang_c(servers: int, rho: float) -> float:
-    """Erlang's C: the chance that an arrival waits in an M/M/``servers`` queue at utilisation ``rho``.
+def _poisson_at_least(mean: float, n: int) -> float:
+    """P(N >= n) for N ~ Poisson(mean): one minus the first ``n`` terms, each in log space (no
+    underflow of exp(-mean) for a large fleet)."""
+    if n <= 0:
+        return 1.0
+    if mean <= 0.0:
+        return 0.0
+    log_mean = math.log(mean)
+    below = sum(math.exp(j * log_mean - mean - math.lgamma(j + 1.0)) for j in range(n))
+    return min(1.0, max(0.0, 1.0 - below))
 
-    Through Erlang's B recursion (stable for any size): ``B_j = a B_(j-1) / (j + a B_(j-1))``
-    with offered load ``a = servers x rho``, then ``C = B / (1 - rho (1 - B))``. One server: rho.
+
+def _share_reaching_busy_replica(replicas: int, held_per_replica: float) -> float:
+    """Share of a replica's arrival rate that reaches it while it holds a decoding request.
+
+    vLLM's router sends each request to the replica with the fewest outstanding requests, so a
+    replica that holds one (the request whose TPOT is judged) receives a new prompt only when no
+    other replica is idle. Requests from arrival to last token form an infinite-server system
+    (each is served as soon as it arrives, in the batch), so the requests held by the rest of the
+    fleet, seen from inside one request's stay, are Poisson with mean
+    ``replicas x held_per_replica`` whatever the lengths; routing fills idle replicas first, so
+    every other replica is busy when at least ``replicas - 1`` of them are out there:
+    ``P(Poisson(k L) >= k - 1)``. While that holds, the fleet's arrivals are dealt out evenly,
+    so the replica receives its own per-replica rate; otherwise none of it.
+
+    One replica (``replicas`` 1): 1, it receives every arrival. A busy fleet (chat on
+    Llama-3.1-8B / H100, ~14 req/s each for ~2.5 s: 35 held per replica): 1. Where it matters is
+    a lightly held fleet of long prompts: the Mooncake trace on one A100 each, 0.1 req/s per
+    replica holding ~0.5 requests (a 15k-token prompt prefills for ~2 s and decodes ~150
+    tokens): among six replicas the other five hold at least five requests with chance
+    P(Poisson(3) >= 5) = 0.18, so a short answer meets about a fifth of the long prefills the
+    per-replica rate alone would put next to it. At that point the model now puts 0.27% of
+    requests over the TPOT target (1.9% without the thinning); the simulated fleet, 0.08%.
     """
-    a = servers * rho
-    b = 1.0
-    for j in range(1, servers + 1):
-        b = a * b / (j + a * b)
-    return b / (1.0 - rho * (1.0 - b))
+    k = max(1, replicas)
+    return _poisson_at_least(k * max(0.0, held_per_replica), k - 1)
+
+
+def _chance_no_idle_replica(replicas: int, held_per_replica: float) -> float:
+    """Chance that an arriving request finds every replica holding at least one request.
+
+    The same infinite-server count as :func:`_share_reaching_busy_replica`, now with all
+    ``replicas`` held by others: ``P(Poisson(k L) >= k)``; one replica: ``1 - exp(-L)``, the
+    chance it is not idle. Only then can a prompt land behind another prompt's prefill. E.g. the
+    Mooncake trace's lengths on six Llama-3.1-8B / H100 replicas at 0.2 req/s each (0.48 held
+    per replica): P(Poisson(2.9) >= 6) = 0.074, and the replica it lands on prefills for
+    0.17 / (1 - exp(-0.48)) = 0.43 of its busy time. Erlang's C on the prefill load alone (6
+    servers at 0.17) is 0.0006: it assumed the router sends a prompt to a replica that is not
+    prefilling, which it cannot tell. The model's TTFT misses there went from ~0.1% to 0.83%
+    (the simulated fleet: 0.88%), and its capacity from 0.41 req/s per replica to 0.19
+    (simulated: 0.205).
+    """
+    k = max(1, replicas)
+    return _poisson_at_least(k * max(0.0, held_per_replica), k)
 
 
 def _model(perf: Any, max_num_seqs: int, max_num_batched_tokens: int) -> TailModel:

@@ -86,6 +86,9 @@ class PolicyInfo:
     reads: tuple[str, ...] = ()
     #: the rules across parameters, declared with the parameters (``register(check=...)``)
     check: ParamsCheck | None = None
+    #: what stops the policy with these (merged) parameters from reading data on a live fleet, or
+    #: None: ``llmscale run`` refuses such a configuration at start instead of holding every tick
+    live_check: Callable[[Mapping[str, Any]], str | None] | None = None
 
     def signals_read(self, params: Mapping[str, Any]) -> tuple[str, ...]:
         """The signals a policy built with ``params`` (merged over the defaults) reads, in order."""
@@ -131,6 +134,7 @@ def register(
     needs_step_model: bool = False,
     reads: tuple[str, ...] = (),
     check: ParamsCheck | None = None,
+    live_check: Callable[[Mapping[str, Any]], str | None] | None = None,
 ) -> Callable[[Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]], Any]:
     """Class/function decorator adding a policy factory to :data:`POLICIES`.
 
@@ -145,11 +149,13 @@ def register(
     ``check`` declares the rules across parameters (:data:`ParamsCheck`), usually a classmethod of
     the config dataclass beside the declarations; :func:`validate_params` runs it, so the factory
     never sees parameters it breaks and the configuration check needs no policy built.
+    ``live_check`` says why parameters that are valid for a backtest read nothing on a live fleet
+    (a signal only the simulator computes); the live configuration check refuses them.
     """
 
     def wrap(factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]) -> Any:
         POLICIES[name] = PolicyInfo(
-            name, summary, factory, dict(params), needs_step_model, tuple(reads), check
+            name, summary, factory, dict(params), needs_step_model, tuple(reads), check, live_check
         )
         return factory
 
