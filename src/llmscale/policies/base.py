@@ -213,8 +213,15 @@ def validate_params(name: str, params: Mapping[str, Any] | None = None) -> dict[
     and nothing but the policy modules' declarations is imported: ``llmscale.config`` validates
     ``policy.params`` with this, and :func:`create_policy` runs it before the factory.
     """
-    _load_builtin_policies()
     info = POLICIES.get(name)
+    if info is None:
+        # Only a name not registered yet loads the whole package: a backtest of ``static`` (whose
+        # module the runner imports) skips importing the other policy modules and building their
+        # ~70 dataclasses, 0.52e9 of the 3.80e9 instructions `run_policy` of benchmarks/sim_speed.py
+        # cost under callgrind when Python compiles those modules' sources at import
+        # (PYTHONDONTWRITEBYTECODE=1; benchmarks/sim_callgrind.py).
+        _load_builtin_policies()
+        info = POLICIES.get(name)
     if info is None:
         known = ", ".join(sorted(POLICIES))
         raise ConfigError(f"unknown policy {name!r}; known policies: {known}")
