@@ -1482,7 +1482,9 @@ ANALYZE_HELP = (
     "range read from Prometheus (--prometheus URL --start --end): the knee of P99 latency and of "
     "throughput against load per replica (the fleet's cliff), the entropy-bandwidth phase diagram "
     "with its load patterns (weighted DBSCAN), the effect of scale actions on P99 with a 95% "
-    "confidence interval, and the latency predictors' errors. --report writes them as one HTML page."
+    "confidence interval, and the latency predictors' errors. --report writes them as one HTML page; "
+    "--policy-config-out writes the P99 knee as the cliff the capacity-model policies keep a margin "
+    "from (a --policy-config file for backtest and run)."
 )
 
 DIAGNOSE_HELP = (
@@ -1552,12 +1554,21 @@ def analyze_cmd(
     predict_horizon_s: Annotated[
         float, typer.Option(help="How far ahead the predictors predict P99 (s).")
     ] = 60.0,
+    policy_config_out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the P99 knee as cliff_rps_per_replica of slo and capacity-calibrated: a "
+            "--policy-config file for backtest and run."
+        ),
+    ] = None,
 ) -> None:
     from llmscale.analyze.analysis import AnalysisSettings, analyze_table
     from llmscale.analyze.report import CHART_IDS, summary_text
 
     if report is not None:
         check_output_path("--report", report)
+    if policy_config_out is not None:
+        check_output_path("--policy-config-out", policy_config_out)
     for name, v in (("--effect-horizon-s", effect_horizon_s), ("--predict-horizon-s", predict_horizon_s)):
         if not (math.isfinite(v) and v > 0):
             raise ConfigError(f"{name} = {v}: must be a finite number > 0")
@@ -1574,6 +1585,18 @@ def analyze_cmd(
 
         render_analysis_report(result, report)
         console.print(f"\nreport: {report}", highlight=False)
+    if policy_config_out is not None:
+        from llmscale.analyze.cliff_config import write_cliff_config
+
+        if result.latency_knee is None:
+            why = result.notes.get("knee", "no knee")
+            raise ConfigError(f"--policy-config-out {policy_config_out}: no P99 knee to write: {why}")
+        doc = write_cliff_config(policy_config_out, result.latency_knee.load, table.source)
+        console.print(
+            f"\npolicy config: {policy_config_out} (cliff_rps_per_replica "
+            f"{result.latency_knee.load:.4g} for {', '.join(doc)})",
+            highlight=False,
+        )
 
 
 @app.command("diagnose", help=DIAGNOSE_HELP)

@@ -496,7 +496,7 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
     def fail(where: str, msg: str) -> ConfigError:
         return ConfigError(f"{source}: {where}: {msg}")
 
-    from llmscale.policies.base import PolicyParamError, create_policy, policy_names
+    from llmscale.policies.base import POLICIES, PolicyParamError, policy_names, validate_params
 
     try:
         guards = GuardConfig().merged(cfg.guard_overrides())
@@ -515,14 +515,19 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
         if spec.name not in known:
             raise fail(f"{where}.name", f"unknown policy {spec.name!r}; known policies: {', '.join(known)}")
     _check_step_model(cfg, specs, fail)
-    ctx = deployment_of(cfg)
+    # From the declarations alone (policies/params.py): no policy is built here, so a check of the
+    # file neither runs a factory nor imports what a policy needs to run.
     for where, spec in specs:
         try:
-            create_policy(spec.name, ctx, spec.params)
+            merged = validate_params(spec.name, spec.params)
         except PolicyParamError as e:
             raise fail(f"{where}.params.{e.param}", str(e)) from e
         except ConfigError as e:
             raise fail(f"{where}.params", str(e)) from e
+        live_check = POLICIES[spec.name].live_check
+        problem = live_check(merged) if live_check is not None else None
+        if problem is not None:
+            raise fail(f"{where}.params", f"{spec.name}: {problem}")
     if cfg.mode is Mode.SHADOW and cfg.shadow is None:
         raise fail("shadow", "required when mode is shadow (the second policy: name, params)")
     nc = cfg.admission.node_checks

@@ -17,6 +17,18 @@ is a script, not a test: it takes minutes.
 branch slo-tails): it sizes from the per-request TTFT/TPOT miss shares in a fleet of the planned
 size, smooths the request shape, reacts to a TPOT P99 over the SLO, and its inputs carry
 ``planned_replicas`` and the TPOT P99 it read.
+
+``capacity-calibrated``'s digest changed on purpose when it began asking llmscale's one capacity
+model (``perf/replica_tails.py``, mode ``"mean"``; branch one-capacity) instead of its own copy
+of the physics: its inputs carry ``capacity_rps_per_replica`` and ``mean_itl_s`` (for
+``step_at_b_s``), its B is the model's Little's-law batch at capacity (a float, ~228-251 on the
+preset where the old copy read 256), and its proposal moves by one replica on a few ticks (the
+commit lists them). ``token-rate`` (not pinned here) takes its default target from the same
+call since: 2,402 tokens/s per replica where it read 2,430, so every line's ``inputs.target``,
+``inputs.usage_ratio`` and note differ, its proposals on none of the preset's 60 lines, and on
+the Azure trace x20 from t = 60 s on (ratio 1.5525 -> 1.5705: 14 -> 15 replicas, and its fleet
+after that). Every other policy's log, ``slo``'s included, was compared line by line
+(``scripts/compare_decision_logs.sh`` against main at ef6968d) and is unchanged.
 """
 
 from __future__ import annotations
@@ -44,7 +56,7 @@ GOLDEN: dict[str, str] = {
     "knative-kpa": "c4f47efbb4cd3ad8c02c50b4eef328c08d6a0aa08cbb7f0c00065717c0b1bf40",
     "dynamo-sla": "d06ff05498b8297114a5d0d9cf459c9edd500b299eb260a933637b8c2d3ba35d",
     "three-layer": "0d5b6e1a0beb776dd7c1d99a75a31c26438151d3a8743f11e6fe10066c6e5d2c",
-    "capacity-calibrated": "24531ab756ec1bb830b63ff6ae0f25ff75d9b87bca9c2d35d889bcc11cc8bb85",
+    "capacity-calibrated": "c5aee1759326739f9077987bf182da7a1523c3ce572b303da81c6e6a168f7179",
     "keda-queue": "64d3de227a01c35e8fe16c029c2c964a897aca7fb07cc113625e519b6abc449d",
     "hybrid-predictive": "e7cd81a2c4df3d43f51a2f78403ceaa5aafdf11f57be2af7ba8f79936dfae3e4",
     "dynamo-load": "b7e9d5f4bcfbb37cf622026ac2232b09d7cd3f8632800fcd81c9084e09187123",

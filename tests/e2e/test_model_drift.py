@@ -185,8 +185,9 @@ def test_run_reports_drift_and_adapts_toward_the_engine(workdir, procs):
 
     # B's slo plans with the adjusted model: its capacity per replica is closer to the engine's
     # true one (the profile emulate runs) than the unadjusted model's, at the same request shape
+    from llmscale.perf.replica_tails import fleet_bucket as _fleet_bucket
+    from llmscale.perf.replica_tails import length_bucket as _bucket
     from llmscale.perf.replica_tails import tail_capacity_rps
-    from llmscale.policies.slo import _bucket, _fleet_bucket
 
     s = back_line["signals"]
     shape = (

@@ -289,6 +289,8 @@ def test_every_capacity_model_policy_follows_the_scale(policy):
     a, b = create_policy(policy, ctx, {}), create_policy(policy, slow, {})
     if policy == "slo":
         assert b.capacity(1000.0, 200.0) < a.capacity(1000.0, 200.0)
+    elif policy == "capacity-calibrated":
+        assert b.capacity(1000.0, 200.0).rate_rps < a.capacity(1000.0, 200.0).rate_rps
     else:
         pa, pb = a.perf, b.perf
         assert pb.decode(16, 1200).duration_s > 1.3 * pa.decode(16, 1200).duration_s

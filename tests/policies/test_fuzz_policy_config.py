@@ -8,7 +8,8 @@ Properties:
 * only :class:`ConfigError` escapes, and its message starts with the file's name;
 * a single ``policy: {parameter: value}`` entry is refused exactly when the declaration
   (type, range) refuses the value (an oracle written here), and the error names the key path;
-* what loads builds, and the policy then decides on generated signals without raising: the
+* what the declarations and the rules declared across parameters accept builds (no factory
+  refuses it), and the policy then decides on generated signals without raising: the
   values a declaration accepts are values a policy can run with (``target_utilization: 0``
   used to pass and divide by zero at the first tick).
 
@@ -30,9 +31,17 @@ from hypothesis import strategies as st
 
 from llmscale.errors import ConfigError
 from llmscale.guards import GUARD_FIELDS, GuardConfig, GuardState, apply_guards
-from llmscale.policies.base import POLICIES, PolicyContext, create_policy, policy_names
+from llmscale.policies.base import (
+    POLICIES,
+    PolicyContext,
+    PolicyParamError,
+    create_policy,
+    names_a_signal,
+    policy_names,
+    validate_params,
+)
 from llmscale.policies.config_file import GUARDS_KEY, load_policy_config
-from llmscale.policies.params import Param
+from llmscale.policies.params import DeploymentFitError, Param
 from llmscale.ranges import Interval
 from llmscale.signals.catalog import SIGNALS
 from llmscale.types import FleetView, Signals, SignalValue
@@ -110,11 +119,33 @@ def test_one_parameter_is_refused_exactly_when_its_declaration_refuses_it(data) 
     v = data.draw(st.one_of(near, scalar), label="value")
     with tempfile.TemporaryDirectory() as tmp:
         outcome = _load(_write(tmp, {name: {key: v}}))
-    if in_declared(param, v):
-        assert not isinstance(outcome, ConfigError), str(outcome)
-    else:
+    if not in_declared(param, v):
         assert isinstance(outcome, ConfigError), (v, outcome)
         assert f"{name}.{key}" in str(outcome), str(outcome)
+    elif names_a_signal(key) and isinstance(v, str) and v not in SIGNALS:
+        assert isinstance(outcome, ConfigError), (v, outcome)
+        assert f"{name}.{key} = " in str(outcome) and "not a signal" in str(outcome), str(outcome)
+    elif (rule := _refused_by_a_rule(name, key, v)) is not None:
+        # A value its own declaration accepts, refused by a declared rule across parameters
+        # (three-layer's queue_per_replica_down 100 above queue_per_replica_up 5), named by it.
+        assert isinstance(outcome, ConfigError), (v, outcome)
+        assert f"{name}.{rule} = " in str(outcome), str(outcome)
+    else:
+        assert not isinstance(outcome, ConfigError), str(outcome)
+
+
+def _refused_by_a_rule(name: str, key: str, v: object) -> str | None:
+    """The parameter a rule across parameters (``register(check=...)``) names for ``key: v`` over
+    the defaults, or None when the policy declares no rule or the rule accepts it."""
+    info = POLICIES[name]
+    if info.check is None:
+        return None
+    value = float(v) if info.params[key].kind is float and v is not None else v  # type: ignore[arg-type]
+    try:
+        info.check({**info.defaults, key: value})
+    except PolicyParamError as e:
+        return e.param
+    return None
 
 
 @st.composite
@@ -252,11 +283,21 @@ def test_every_accepted_value_runs(data, ticks) -> None:
     chosen = {k: data.draw(st.one_of(st.just(p.default), within(p)), label=k) for k, p in params.items()}
     chosen = {k: v for k, v in chosen.items() if v is not None}
     try:
-        policy = create_policy(name, PolicyContext(min_replicas=1, max_replicas=20), chosen)
-    except ConfigError as e:
-        # Only a rule between parameters may refuse values each declaration accepts, and it
-        # names them (bw_down above bw_up; gpu_low_pct <= gpu_high_pct <= gpu_critical_pct).
-        assert any(key in str(e) for key in chosen), str(e)
+        validate_params(name, chosen)
+    except PolicyParamError as e:
+        # Only a rule between parameters may refuse values each declaration accepts, and it is
+        # declared with them and names one (bw_down above bw_up; gpu_low_pct <= gpu_high_pct).
+        assert e.param in chosen, str(e)
+        return
+    # What the declarations accept builds: no factory keeps a rule of its own on the parameters,
+    # so the configuration check (which builds nothing) refuses all that the build would.
+    ctx = PolicyContext(min_replicas=1, max_replicas=20)
+    try:
+        policy = create_policy(name, ctx, chosen)
+    except DeploymentFitError as e:
+        # The one refusal a factory may add: this deployment cannot serve the values (a planning
+        # shape beyond the model's KV cache), which no check of the parameters alone can know.
+        assert e.param in chosen and ctx.model in str(e), str(e)
         return
     guards = GuardConfig(1, 20).merged(getattr(policy, "guard_overrides", {}) or {})
     state, gstate = policy.initial_state(), GuardState()

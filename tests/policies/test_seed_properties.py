@@ -26,6 +26,7 @@ SEED_POLICIES = [
     "dual-objective",
     "three-layer",
     "breathing",
+    "token-rate",
 ]
 CTX = PolicyContext(min_replicas=1, max_replicas=64, gpu_budget=32)
 NAMES = sorted(SIGNALS)

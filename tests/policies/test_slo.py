@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from llmscale.policies.slo import SloConfig, SloPolicy, SloState, replica_capacity_rps
+from llmscale.policies.slo import SloConfig, SloPolicy, SloState
 from llmscale.types import FleetView, Signals, SignalValue
 
 CFG = SloConfig(min_replicas=1, max_replicas=64, cold_start_s=108.0)
@@ -32,28 +32,14 @@ def steady(rate: float, queue: float = 0.0, ttft: float = 0.2) -> dict[str, floa
 
 
 def test_capacity_of_an_azure_like_mix_on_h100():
-    # Llama-3-8B, 1 x H100, prompt 1,155 / output 211, TPOT 0.1 s, TTFT 2 s. The steady-state model
-    # must agree with the simulator it plans for: the backtest's probe (backtest/sizing.py) bisects
-    # the Poisson rate one simulated replica holds at 99% attainment (13.6 req/s when written; the
-    # model said 14.1, +4%: it plans on mean TPOT, the probe judges every request).
-    import numpy as np
-
-    from llmscale.backtest.sizing import replica_capacity_rps as probe
-    from llmscale.perf import get_perf_model
-    from llmscale.sim.config import SimConfig
-
-    cap = replica_capacity_rps("llama-3-8b", "h100-80gb", 1, 1155, 211, 0.1, 2.0, 256)
-    measured = probe(
-        get_perf_model("llama-3-8b", "h100-80gb", 1),
-        SimConfig(),
-        np.full(64, 1155),
-        np.full(64, 211),
-        2.0,
-        0.1,
-    )
-    assert measured * 0.9 < cap < measured * 1.15, (cap, measured)
+    # Llama-3-8B, 1 x H100, prompt 1,155 / output 211, TPOT 0.1 s, TTFT 2 s: the one capacity
+    # model in mode "tail" (perf/replica_tails.py; compared with the simulator's probe in
+    # tests/perf/test_one_capacity_model.py): ~13.5 req/s per replica.
+    policy = SloPolicy(CFG)
+    cap = policy.capacity(1155.0, 211.0)
+    assert 12.0 < cap < 15.0, cap
     # Longer outputs hold decode slots longer: capacity falls.
-    assert replica_capacity_rps("llama-3-8b", "h100-80gb", 1, 1155, 900, 0.1, 2.0, 256) < cap
+    assert policy.capacity(1155.0, 900.0) < cap
 
 
 @pytest.mark.parametrize(

@@ -71,9 +71,10 @@ def test_every_catalogue_name_is_a_signal_value():
     # after six ticks of a steady fleet only the rhythm of a flat load is undefined, and the model
     # drift ratios, which only the live controller computes (against its step-time model),
     # and the arrival rate, which only a source that counts arrivals (the simulator) has, and the
-    # token throughput over seed 000 2.4's sub-second window, which needs 100 ms token counts
+    # token throughput over seed 000 2.4's sub-second windows, which need 100 ms token counts
     assert set(invalid) == {
         "generation_tps_adaptive",
+        "generation_tps_100ms",
         "rhythm_decay",
         "rhythm_phase",
         "model_drift_itl_ratio",

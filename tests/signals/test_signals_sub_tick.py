@@ -132,6 +132,26 @@ def test_adaptive_window_worked_example():
     assert tps.note == "over the last 600 ms"
 
 
+def test_the_raw_reading_is_the_newest_100_ms():
+    """The seed's raw sampling: the newest bucket alone, 110 tokens / 0.1 s = 1100 tokens/s (the
+    adaptive window of the same counts spans 600 ms); with fewer than 2 seconds of counts the
+    window is unknown but the raw reading is not."""
+    values = compute_signals([tokens_obs(5.0, a=[100.0] * 49 + [130.0])]).values
+    assert values["generation_tps_100ms"].value == pytest.approx(1300.0)
+    assert values["generation_tps_100ms"].note == "over the last 100 ms"
+    short = compute_signals([tokens_obs(1.5, a=[100.0] * 14 + [70.0])]).values
+    assert short["generation_tps_adaptive"].value is None
+    assert short["generation_tps_100ms"].value == pytest.approx(700.0)
+
+
+def test_the_tick_reading_is_the_last_step():
+    """Without 100 ms counts the per-step rate still reads: (counter at 30 s - at 15 s) / 15 s."""
+    ticks = [obs(15.0 * k, sample("a", vllm_values(gen_tokens=g))) for k, g in enumerate((0, 300, 1200))]
+    values = compute_signals(ticks).values
+    assert values["generation_tps_tick"].value == pytest.approx(900.0 / 15.0)
+    assert values["generation_tps_100ms"].value is None
+
+
 @pytest.mark.parametrize(
     ("seconds", "window_ms", "tps"),
     [

@@ -69,3 +69,41 @@ def test_tune_runs_its_trials_on_ray(ray_cluster, tmp_path):
     ran_on = {t.user_attrs.get("ran_on") for t in study.trials}
     assert ran_on == {f"ray node {ray_cluster['node_id']}"}, ran_on
     assert list(load_policy_config(out)) == ["slo"]
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound for a moment, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_tune_refuses_a_ray_address_nothing_listens_on(tmp_path):
+    # Ray's client retries an unreachable GCS without end: before the probe, this run never returned.
+    port = _closed_port()
+    env = {**os.environ, "PYTHONPATH": SRC, "LLMSCALE_PURE_PYTHON": "1"}
+    args = ["tune", "--workload", "azure-like", "--duration-s", "600", "--trials", "2",
+            "--out", str(tmp_path / "t.yaml"), "--ray", f"127.0.0.1:{port}"]  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "llmscale.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert run.returncode == 2, (run.returncode, run.stderr[-2000:])
+    assert f"--ray 127.0.0.1:{port}: cannot reach a Ray cluster" in run.stderr, run.stderr[-2000:]
+    assert not (tmp_path / "t.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("10.0.0.5:6379", ("10.0.0.5", 6379)),
+        ("ray://head.example:10001", ("head.example", 10001)),
+        ("[::1]:6379", ("::1", 6379)),
+        ("head-without-port", None),
+    ],
+)
+def test_ray_address_forms_probed(address, expected):
+    from llmscale.tune.executors import _host_port
+
+    assert _host_port(address) == expected

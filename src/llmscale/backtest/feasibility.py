@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llmscale.sim.limits import exceeds_context
+from llmscale.slo import ttft_target_s, ttft_within
 
 if TYPE_CHECKING:
     from llmscale.backtest.runner import BacktestSettings
@@ -52,19 +53,6 @@ _APART_S = 3600.0
 #: memo of :func:`infeasible_mask` (a pure function of its key): each backtest worker and oracle
 #: trial is forked after the parent computed it, so the idle prefills are simulated once
 _MEMO: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
-
-
-def ttft_target_s(prompt_tokens: np.ndarray, slo_ttft_s: float, per_1k_tokens_s: float) -> np.ndarray | float:
-    """Each request's TTFT target: ``slo_ttft_s + per_1k_tokens_s x prompt / 1000`` (s).
-
-    A scalar when the SLO does not depend on the length (``per_1k_tokens_s`` = 0), so that
-    callers comparing against it stay as fast as before. E.g. 2 s + 0.5 s per 1k tokens:
-    a 6,000-token prompt may wait 5 s for its first token.
-    """
-    if per_1k_tokens_s == 0.0:
-        return slo_ttft_s
-    target: np.ndarray = slo_ttft_s + per_1k_tokens_s * np.asarray(prompt_tokens, dtype=np.float64) / 1000.0
-    return target
 
 
 def _idle_engine(sim: Any) -> Any:
@@ -146,7 +134,8 @@ def infeasible_parts(workload: Workload, settings: BacktestSettings) -> tuple[np
     idle = np.full(inp.size, -math.inf)
     idle[~over] = idle_ttft_s(perf, settings.sim, lengths)[where]
     target = ttft_target_s(inp, settings.slo_ttft_s, settings.slo_ttft_per_1k_tokens_s)
-    slow: np.ndarray = idle > target
+    # Over the context: idle = -inf, within any target, so counted once (as over) and not as slow.
+    slow: np.ndarray = ~ttft_within(idle, target)
     over.setflags(write=False)
     slow.setflags(write=False)
     _MEMO.clear()  # one workload at a time: a long sweep must not keep every mask

@@ -3,8 +3,8 @@
 A request counts when it is *feasible* (:mod:`llmscale.backtest.feasibility`:
 no fleet can serve an over-context request or one whose prefill alone on an
 idle replica misses its TTFT target, so no count is bought for them). A
-feasible request meets the SLO as :func:`llmscale.backtest.results.slo_met`
-says, the test every policy's result is scored with: completed, TTFT within
+feasible request meets the SLO as :mod:`llmscale.slo` says, the rule every
+policy's result is scored with: completed, TTFT within
 its target and TPOT within the SLO over its *whole* generation, however many
 intervals it spans (a 1,500-token answer at 30 ms a token runs 45 s).
 
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llmscale.backtest.feasibility import infeasible_mask, ttft_target_s
-from llmscale.backtest.results import slo_met
+from llmscale.backtest.feasibility import infeasible_mask
 from llmscale.backtest.runner import BacktestSettings
 from llmscale.sim.fleet import Fleet
 from llmscale.sim.request import Req, Status
+from llmscale.slo import slo_met, tpot_within, ttft_target_s, ttft_within
 from llmscale.workloads.model import Workload
 
 __all__ = ["Judge"]
@@ -63,7 +63,8 @@ class Judge:
     def num_feasible(self) -> int:
         return int(self.feasible.sum())
 
-    def target_at(self, idx: int) -> float:
+    def ttft_target_at(self, idx: int) -> float:
+        """Request ``idx``'s TTFT target (s)."""
         t = self.ttft_target_s
         return float(t) if np.ndim(t) == 0 else float(t[idx])  # type: ignore[index]
 
@@ -118,7 +119,8 @@ class Judge:
                     i0 <= idx < i1
                     and req.first_token_s < 0.0
                     and feasible[idx]
-                    and now_s - req.arrival_s > self.target_at(idx)
+                    # waited past its target already: its TTFT, when it comes, is longer still
+                    and not ttft_within(now_s - req.arrival_s, self.ttft_target_at(idx))
                 ):
                     late += 1
         return late
@@ -138,10 +140,12 @@ class Judge:
                 first = req.first_token_s
                 if not (i0 <= idx < i1 and feasible[idx]) or first < 0.0:
                     continue
-                if first - req.arrival_s > self.target_at(idx):
+                if not ttft_within(first - req.arrival_s, self.ttft_target_at(idx)):
                     continue
                 emitted = fleet.emitted_tokens(req, now_s)
-                if emitted > 1 and (now_s - first) / (emitted - 1) > self.slo_tpot_s:
+                # the TPOT so far (NaN with one token out: nothing to judge yet)
+                pace_s = (now_s - first) / (emitted - 1) if emitted > 1 else math.nan
+                if not tpot_within(pace_s, self.slo_tpot_s):
                     continue
                 count += 1
         return count

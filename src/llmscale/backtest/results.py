@@ -8,14 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from llmscale.backtest.feasibility import infeasible_mask, ttft_target_s
+from llmscale.backtest.feasibility import infeasible_mask
 from llmscale.sim.request import Status
+from llmscale.slo import slo_met, ttft_target_s
 
 if TYPE_CHECKING:
     from llmscale.backtest.runner import BacktestSettings
     from llmscale.sim.fleet import Fleet
     from llmscale.workloads.model import Workload
 
+#: ``slo_met`` is :func:`llmscale.slo.slo_met`, kept importable from here for scripts
 __all__ = ["SUMMARY_KEYS", "PolicyResult", "slo_met", "summarize"]
 
 #: the keys of one result row in the JSON output, in order (a contract for scripts)
@@ -71,25 +73,6 @@ def _pct(values: np.ndarray, q: float) -> float | None:
     if values.size == 0:
         return None
     return round(float(np.percentile(values, q)), 6)
-
-
-def slo_met(
-    status: np.ndarray,
-    ttft_s: np.ndarray,
-    tpot_s: np.ndarray,
-    slo_ttft_s: float | np.ndarray,
-    slo_tpot_s: float,
-) -> np.ndarray:
-    """Boolean per request: completed with TTFT <= SLO and TPOT <= SLO (one-token outputs have no TPOT).
-
-    ``slo_ttft_s`` is one target or one per request (a length-aware SLO:
-    :func:`llmscale.backtest.feasibility.ttft_target_s`).
-    """
-    completed = status == Status.COMPLETED
-    ttft_ok = np.nan_to_num(ttft_s, nan=math.inf) <= slo_ttft_s
-    tpot_ok = np.isnan(tpot_s) | (np.nan_to_num(tpot_s, nan=0.0) <= slo_tpot_s)
-    met: np.ndarray = completed & ttft_ok & tpot_ok
-    return met
 
 
 def _direction_changes(desired: list[int]) -> int:

@@ -166,9 +166,16 @@ def series_step_for(duration_s: float) -> float:
 
 def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas: int) -> Fleet:
     from llmscale.perf import get_perf_model
-    from llmscale.tenancy.mig import gpu_share
 
     perf = get_perf_model(settings.model, settings.gpu, settings.tp, calibration=settings.calibration)
+    # A MIG slice is billed as its share of a GPU (3g of an H100: 3/7), whole GPUs as 1 each. Only a
+    # slice name ("gpu:profile", as perf.catalogue.get_gpu tells them) imports llmscale.tenancy: its
+    # four modules and their dataclasses are ~2% of benchmarks/sim_speed.py's run_policy otherwise.
+    share = 1.0
+    if ":" in settings.gpu:
+        from llmscale.tenancy.mig import gpu_share
+
+        share = gpu_share(settings.gpu)
     return Fleet(
         perf,
         settings.sim,
@@ -176,8 +183,7 @@ def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas
         workload.input_tokens,
         workload.output_tokens,
         initial_replicas=initial_replicas,
-        # A MIG slice is billed as its share of a GPU (3g of an H100: 3/7), whole GPUs as 1 each.
-        gpus_per_replica=settings.tp * gpu_share(settings.gpu),
+        gpus_per_replica=settings.tp * share,
     )
 
 

@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from llmscale.backtest.feasibility import ttft_target_s
-from llmscale.backtest.results import slo_met
 from llmscale.sim.fleet import Fleet, SimConfig
 from llmscale.sim.request import Status
+from llmscale.slo import slo_met, ttft_target_s
 
 __all__ = ["replica_capacity_rps", "replicas_for_rate"]
 

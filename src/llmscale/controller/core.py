@@ -30,6 +30,7 @@ from llmscale.guards import GuardConfig, GuardState, apply_guards
 from llmscale.policies.base import Policy
 from llmscale.signals.fleet import window_signals
 from llmscale.signals.window import FleetWindow
+from llmscale.slo import ttft_target_s
 from llmscale.types import Observation, Signals, TickRecord
 
 __all__ = [
@@ -203,7 +204,7 @@ def fleet_state(
         # a P99 has no length, so it is held to the target of the window's mean prompt (2 s +
         # 0.5 s per 1k at a 1,155-token mean: 2.58 s), or to the base target without one.
         prompt = signals.get("prompt_len_mean_tokens") if slo_ttft_per_1k_tokens_s else None
-        target_s = slo_ttft_s + slo_ttft_per_1k_tokens_s * (prompt or 0.0) / 1000.0
+        target_s = ttft_target_s(float(prompt or 0.0), slo_ttft_s, slo_ttft_per_1k_tokens_s)
         if ttft > target_s:
             return "degraded"
     if slo_tpot_s is not None and (itl := signals.get("itl_p99_s")) is not None and itl > slo_tpot_s:

@@ -58,8 +58,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmscale.errors import ConfigError
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import PolicyContext, PolicyParamError, register
 from llmscale.policies.fleet_states import FleetMode, MachineConfig, MachineInputs, MachineState, step
 from llmscale.policies.params import (
     DURATION_RANGE,
@@ -97,6 +96,19 @@ class BandwidthEntropyConfig:
     tick_s: float = param(15.0, TICK_RANGE, unit="s")
     #: section 3.2's state machine (its SLO is the deployment's TTFT target)
     machine: MachineConfig = field(default_factory=lambda: _machine_at_the_declared_thresholds())
+
+    @classmethod
+    def check_params(cls, p: Mapping[str, Any]) -> None:
+        """The rule across the parameters (registered, run before the policy is built): each
+        down threshold below its up threshold, or one reading could ask for +1 and -1 at once
+        (bw_down 0.9 over bw_up 0.85: a bandwidth of 0.87 is both)."""
+        for down, up in (("bw_down", "bw_up"), ("entropy_down", "entropy_up")):
+            if not p[down] < p[up]:
+                raise PolicyParamError(
+                    f"bandwidth-entropy.{down} = {p[down]}: down thresholds must be below the up "
+                    f"thresholds: {down} = {p[down]} ({up} = {p[up]})",
+                    down,
+                )
 
 
 def _machine_at_the_declared_thresholds() -> MachineConfig:
@@ -266,6 +278,7 @@ _PARAMS: dict[str, Param] = {**params_of(BandwidthEntropyConfig), **params_of(Ma
     "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer; 3.2's state machine blocks shrinking "
     "while warming, saturated or degraded",
     _PARAMS,
+    check=BandwidthEntropyConfig.check_params,
     reads=(
         "bw_saturation_p95",
         "queue_entropy",
@@ -290,9 +303,4 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPoli
             warmup_buffer_s=float(params["warmup_buffer_s"]),
         ),
     )
-    if cfg.bw_down >= cfg.bw_up or cfg.entropy_down >= cfg.entropy_up:
-        raise ConfigError(
-            f"bandwidth-entropy down thresholds must be below the up thresholds: bw_down = {cfg.bw_down} "
-            f"(bw_up = {cfg.bw_up}), entropy_down = {cfg.entropy_down} (entropy_up = {cfg.entropy_up})"
-        )
     return BandwidthEntropyPolicy(cfg)

@@ -21,6 +21,7 @@ __all__ = [
     "POLICIES",
     "Deployment",
     "Param",
+    "ParamsCheck",
     "Policy",
     "PolicyContext",
     "PolicyInfo",
@@ -29,9 +30,15 @@ __all__ = [
     "names_a_signal",
     "policy_names",
     "register",
+    "validate_params",
 ]
 
 S = TypeVar("S")
+
+#: A policy's rules across its parameters (``queue_warn <= queue_critical``), over the parameters
+#: merged over their defaults and each already checked alone; raises
+#: :class:`~llmscale.policies.params.PolicyParamError` naming the parameter to change.
+ParamsCheck = Callable[[Mapping[str, Any]], None]
 
 
 class Policy(Protocol[S]):
@@ -77,6 +84,11 @@ class PolicyInfo:
     #: the catalogue signals the policy reads by name (:data:`llmscale.signals.catalog.SIGNALS`);
     #: the ones a parameter names (``queue_signal: ...``) are added when it is built
     reads: tuple[str, ...] = ()
+    #: the rules across parameters, declared with the parameters (``register(check=...)``)
+    check: ParamsCheck | None = None
+    #: what stops the policy with these (merged) parameters from reading data on a live fleet, or
+    #: None: ``llmscale run`` refuses such a configuration at start instead of holding every tick
+    live_check: Callable[[Mapping[str, Any]], str | None] | None = None
 
     def signals_read(self, params: Mapping[str, Any]) -> tuple[str, ...]:
         """The signals a policy built with ``params`` (merged over the defaults) reads, in order."""
@@ -121,6 +133,8 @@ def register(
     *,
     needs_step_model: bool = False,
     reads: tuple[str, ...] = (),
+    check: ParamsCheck | None = None,
+    live_check: Callable[[Mapping[str, Any]], str | None] | None = None,
 ) -> Callable[[Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]], Any]:
     """Class/function decorator adding a policy factory to :data:`POLICIES`.
 
@@ -132,10 +146,17 @@ def register(
     ``reads`` declares the catalogue signals the policy reads by name; each is checked against
     the catalogue when the policy is built (``tests/policies/test_declared_reads.py`` checks that
     a policy module reads no signal by name that its policies do not declare).
+    ``check`` declares the rules across parameters (:data:`ParamsCheck`), usually a classmethod of
+    the config dataclass beside the declarations; :func:`validate_params` runs it, so the factory
+    never sees parameters it breaks and the configuration check needs no policy built.
+    ``live_check`` says why parameters that are valid for a backtest read nothing on a live fleet
+    (a signal only the simulator computes); the live configuration check refuses them.
     """
 
     def wrap(factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]) -> Any:
-        POLICIES[name] = PolicyInfo(name, summary, factory, dict(params), needs_step_model, tuple(reads))
+        POLICIES[name] = PolicyInfo(
+            name, summary, factory, dict(params), needs_step_model, tuple(reads), check, live_check
+        )
         return factory
 
     return wrap
@@ -182,12 +203,25 @@ def _check_reads(info: PolicyInfo) -> None:
         )
 
 
-def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | None = None) -> Policy[Any]:
-    """Build a registered policy; unknown names or parameters, wrong types, out-of-range values and
-    signal names the catalogue does not have raise ConfigError naming them
-    (:class:`PolicyParamError`, with the parameter, for a parameter's value)."""
-    _load_builtin_policies()
+def validate_params(name: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``params`` of policy ``name`` checked against its declarations alone, merged over the defaults.
+
+    Unknown names or parameters, wrong types (a string for a number), out-of-range values, NaN and
+    infinity, signal names the catalogue does not have, declared reads it does not have, and the
+    policy's rules across parameters (``register(check=...)``) raise ConfigError naming them
+    (:class:`PolicyParamError`, with the parameter, for a parameter's value). No policy is built
+    and nothing but the policy modules' declarations is imported: ``llmscale.config`` validates
+    ``policy.params`` with this, and :func:`create_policy` runs it before the factory.
+    """
     info = POLICIES.get(name)
+    if info is None:
+        # Only a name not registered yet loads the whole package: a backtest of ``static`` (whose
+        # module the runner imports) skips importing the other policy modules and building their
+        # ~70 dataclasses, 0.52e9 of the 3.80e9 instructions `run_policy` of benchmarks/sim_speed.py
+        # cost under callgrind when Python compiles those modules' sources at import
+        # (PYTHONDONTWRITEBYTECODE=1; benchmarks/sim_callgrind.py).
+        _load_builtin_policies()
+        info = POLICIES.get(name)
     if info is None:
         known = ", ".join(sorted(POLICIES))
         raise ConfigError(f"unknown policy {name!r}; known policies: {known}")
@@ -195,6 +229,16 @@ def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | Non
     for key, value in merged.items():
         _check_signal_name(name, key, value)
     _check_reads(info)
+    if info.check is not None:
+        info.check(merged)
+    return merged
+
+
+def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | None = None) -> Policy[Any]:
+    """Build a registered policy from parameters :func:`validate_params` accepts (ConfigError
+    otherwise, as it says)."""
+    merged = validate_params(name, params)
+    info = POLICIES[name]
     try:
         return info.factory(ctx, merged)
     except (TypeError, ValueError, ArithmeticError) as e:

@@ -71,7 +71,7 @@ def load_policy_config(path: Path) -> dict[str, dict[str, Any]]:
 def check_policy_params(data: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
     """Check a policy-config document (already parsed); errors name the key path."""
     from llmscale.guards import GUARD_FIELDS, GuardConfig
-    from llmscale.policies.base import POLICIES, policy_names
+    from llmscale.policies.base import POLICIES, policy_names, validate_params
 
     known = policy_names()
     out: dict[str, dict[str, Any]] = {}
@@ -88,7 +88,9 @@ def check_policy_params(data: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
             )
         own = {k: v for k, v in params.items() if k != GUARDS_KEY}
         try:
-            POLICIES[name].check_params(own)
+            # The check `llmscale run` makes of policy.params: the declarations, the signal names
+            # and the policy's rules across parameters, with no policy built.
+            validate_params(name, own)
         except ConfigError as e:
             # Range and type errors already name "policy.parameter"; an unknown name gets the policy.
             raise ConfigError(str(e) if str(e).startswith(f"{name}.") else f"{name}: {e}") from e

@@ -94,7 +94,7 @@ from typing import Any, ClassVar, Protocol
 from llmscale.errors import ConfigError
 from llmscale.metrics.names import VllmMetric
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_positive, clamp
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import PolicyContext, PolicyParamError, register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     COUNT_MAX,
@@ -364,7 +364,11 @@ class DynamoSlaConfig:
     adjustment_interval_s: float = param(180.0, WINDOW_RANGE, unit="s")
     #: The controller ticks at observe_s (the planner's metric pull).
     observe_s: float = param(60.0, TICK_RANGE, unit="s")
-    load_predictor: str = param("constant")
+    load_predictor: str = param(
+        "constant",
+        choices=PREDICTORS,
+        help="Dynamo's arima and prophet need pmdarima / prophet and are not reproduced",
+    )
     kalman_q_level: float = param(1.0, NONNEG_RANGE)
     kalman_q_trend: float = param(0.1, NONNEG_RANGE)
     kalman_r: float = param(10.0, AMOUNT_RANGE)
@@ -386,6 +390,18 @@ class DynamoSlaConfig:
     @property
     def min_endpoint(self) -> int:
         return max(1, self.min_replicas)
+
+    @classmethod
+    def check_params(cls, p: Mapping[str, Any]) -> None:
+        """The rule across the parameters (registered, run before the policy is built): the
+        planner observes at least once per adjustment (observe_s 300 with a 180 s interval would
+        adjust on intervals with no observation)."""
+        if p["observe_s"] > p["adjustment_interval_s"]:
+            raise PolicyParamError(
+                f"dynamo-sla.observe_s = {p['observe_s']}: must be <= adjustment_interval_s "
+                f"({p['adjustment_interval_s']})",
+                "observe_s",
+            )
 
 
 @dataclass(frozen=True)
@@ -741,16 +757,11 @@ _SLA_PARAMS: dict[str, Param] = params_of(DynamoSlaConfig)
     "dynamo-sla",
     "NVIDIA Dynamo SLA planner (agg): predicted demand / engine capacity at the SLOs, every 180 s",
     _SLA_PARAMS,
+    check=DynamoSlaConfig.check_params,
     needs_step_model=True,
     reads=("arrival_rate_rps", "request_rate_rps", "prompt_len_mean_tokens", "decode_steps_mean"),
 )
 def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
-    predictor = str(params["load_predictor"])
-    if predictor not in PREDICTORS:
-        raise ConfigError(
-            f"dynamo-sla: load_predictor = {predictor!r}, must be one of {', '.join(PREDICTORS)} "
-            "(Dynamo's arima and prophet need pmdarima / prophet and are not reproduced)"
-        )
     perf, kv_tokens = _perf_for(ctx)
     cfg = config_from(
         DynamoSlaConfig,
@@ -766,11 +777,6 @@ def _make_sla(ctx: PolicyContext, params: Mapping[str, Any]) -> DynamoSlaPolicy:
     )
     # The SLOs come from the deployment, not from a parameter.
     check_positive("dynamo-sla", slo_ttft_s=cfg.ttft_sla_s, slo_tpot_s=cfg.itl_sla_s)
-    if cfg.observe_s > cfg.adjustment_interval_s:
-        raise ConfigError(
-            f"dynamo-sla: observe_s = {cfg.observe_s}, "
-            f"must be <= adjustment_interval_s ({cfg.adjustment_interval_s})"
-        )
     return DynamoSlaPolicy(cfg, perf)
 
 

@@ -72,6 +72,19 @@ class HpaConfig:
     min_replicas: int = 1
     max_replicas: int = 100
 
+    @classmethod
+    def check_params(cls, p: Mapping[str, Any]) -> None:
+        """The metric is one the fleet reports per pod (registered, run before the policy is
+        built): a misspelt name would read as "no pod has a sample" at every tick, forever."""
+        from llmscale.signals.fleet import PER_POD_METRICS
+
+        metric = p["metric"]
+        if metric not in PER_POD_METRICS:
+            raise PolicyParamError(
+                f"hpa-gpu-util.metric = {metric!r}: must be a per-pod metric: {', '.join(PER_POD_METRICS)}",
+                "metric",
+            )
+
 
 def hpa_replicas_for_metric(
     values: Mapping[str, float | None], target: float, tolerance: float, current: int
@@ -158,17 +171,13 @@ class HpaPolicy:
 _PARAMS = params_of(HpaConfig)
 
 
-@register("hpa-gpu-util", "Kubernetes HPA v2 on per-pod GPU utilisation, target 70%", _PARAMS)
+@register(
+    "hpa-gpu-util",
+    "Kubernetes HPA v2 on per-pod GPU utilisation, target 70%",
+    _PARAMS,
+    check=HpaConfig.check_params,
+)
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HpaPolicy:
-    from llmscale.signals.fleet import PER_POD_METRICS
-
-    metric = str(params["metric"])
-    if metric not in PER_POD_METRICS:
-        # Checked here, not at each tick: a misspelt name would read as "no pod has a sample" forever.
-        raise PolicyParamError(
-            f"hpa-gpu-util.metric = {metric!r}: must be a per-pod metric: {', '.join(PER_POD_METRICS)}",
-            "metric",
-        )
     return HpaPolicy(
         config_from(
             HpaConfig,

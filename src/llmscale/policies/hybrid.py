@@ -96,8 +96,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.errors import ConfigError
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import PolicyContext, PolicyParamError, register
 from llmscale.policies.params import (
     COUNT_MAX,
     DURATION_RANGE,
@@ -142,6 +141,25 @@ class HybridConfig:
     cooldown_down_s: float = param(600.0, DURATION_RANGE, unit="s")
     tick_s: float = param(15.0, TICK_RANGE, unit="s")
     min_replicas: int = 1
+
+    @classmethod
+    def check_params(cls, p: Mapping[str, Any]) -> None:
+        """The rules across the parameters (registered, run before the policy is built): each
+        warning level at most its critical level, and the GPU levels in order, or a rule would fire
+        on a reading its neighbour also claims (gpu_low_pct 90 over gpu_high_pct 85: a GPU at 87%
+        is both idle and busy)."""
+        for warn, critical in (("queue_warn", "queue_critical"), ("p99_warn_s", "p99_critical_s")):
+            if p[warn] > p[critical]:
+                raise PolicyParamError(
+                    f"hybrid.{warn} = {p[warn]}: must be <= {critical} ({p[critical]})", warn
+                )
+        low, high, top = p["gpu_low_pct"], p["gpu_high_pct"], p["gpu_critical_pct"]
+        if not low <= high <= top:
+            raise PolicyParamError(
+                f"hybrid.gpu_high_pct = {high}: the GPU thresholds must satisfy gpu_low_pct ({low}) "
+                f"<= gpu_high_pct ({high}) <= gpu_critical_pct ({top})",
+                "gpu_high_pct",
+            )
 
 
 @dataclass(frozen=True)
@@ -405,19 +423,6 @@ def _config(ctx: PolicyContext, p: Mapping[str, Any]) -> HybridConfig:
         p,
         min_replicas=ctx.min_replicas,
     )
-    if cfg.queue_warn > cfg.queue_critical:
-        raise ConfigError(
-            f"hybrid queue_warn = {cfg.queue_warn}, must be <= queue_critical ({cfg.queue_critical})"
-        )
-    if cfg.p99_warn_s > cfg.p99_critical_s:
-        raise ConfigError(
-            f"hybrid p99_warn_s = {cfg.p99_warn_s}, must be <= p99_critical_s ({cfg.p99_critical_s})"
-        )
-    if not cfg.gpu_low_pct <= cfg.gpu_high_pct <= cfg.gpu_critical_pct:
-        raise ConfigError(
-            f"hybrid GPU thresholds must satisfy gpu_low_pct ({cfg.gpu_low_pct}) <= gpu_high_pct "
-            f"({cfg.gpu_high_pct}) <= gpu_critical_pct ({cfg.gpu_critical_pct})"
-        )
     return cfg
 
 
@@ -426,6 +431,7 @@ def _config(ctx: PolicyContext, p: Mapping[str, Any]) -> HybridConfig:
     "seed 002 3.2: queue > 50, or P99 > 5 s with GPU > 85% -> +1; GPU < 30%, queue 0, P99 < 2 s -> -1; "
     "cooldowns 120 s up / 600 s down",
     _PARAMS,
+    check=HybridConfig.check_params,
     reads=("gpu_util_mean", "running"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPolicy:
@@ -436,6 +442,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPolicy:
     "hybrid-predictive",
     "seed 002 5.1: Holt forecast of the request rate one cold start ahead, reactive hybrid as the fallback",
     _PREDICTIVE_PARAMS,
+    check=HybridConfig.check_params,
     reads=("gpu_util_mean", "running", "request_rate_rps", "serving_replicas", "ghost_replicas"),
 )
 def _make_predictive(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPredictivePolicy:

@@ -177,6 +177,12 @@ class PolicyParamError(ConfigError):
         self.param = param
 
 
+class DeploymentFitError(PolicyParamError):
+    """Parameters valid on their own that this deployment cannot serve (a planning request shape
+    larger than the model's KV cache holds): a rule of the deployment, not of the parameters, so
+    only building the policy for the deployment finds it."""
+
+
 def check_param(policy: str, name: str, param: Param, value: object) -> object:
     """``value`` if ``param`` accepts it (an integral number becomes a float for a float parameter),
     else ConfigError naming ``policy.name`` and the value: ``slo.target_utilization = 0: must be

@@ -65,9 +65,8 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any, ClassVar
 
-from llmscale.errors import ConfigError
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import PolicyContext, PolicyParamError, register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     DURATION_RANGE,
@@ -121,6 +120,19 @@ class RayServeConfig:
     def record_interval_s(self) -> float:
         """How often the replicas sample their ongoing requests: min(0.2 x 30, 10) = 6 s by default."""
         return min(self.look_back_period_s * RECORD_INTERVAL_FACTOR, self.metrics_interval_s)
+
+    @classmethod
+    def check_params(cls, p: Mapping[str, Any]) -> None:
+        """The rule across the parameters (registered, run before the policy is built): the
+        controller ticks no slower than the replicas sample (a 10 s tick over 6 s samples would
+        skip samples). The sampling interval is :attr:`record_interval_s` of these parameters."""
+        cfg = config_from(cls, p)
+        if cfg.control_interval_s > cfg.record_interval_s:
+            raise PolicyParamError(
+                f"ray-serve.control_interval_s = {cfg.control_interval_s}: must be <= the sampling "
+                f"interval min(0.2 x look_back_period_s, metrics_interval_s) ({cfg.record_interval_s})",
+                "control_interval_s",
+            )
 
 
 @dataclass(frozen=True)
@@ -296,6 +308,7 @@ _PARAMS: dict[str, Param] = {
     "Ray Serve 2.60 default policy: 30 s time-weighted mean of ongoing requests / 2 per replica, "
     "up after 30 s, down after 600 s",
     _PARAMS,
+    check=RayServeConfig.check_params,
     reads=("queue_waiting", "running"),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> RayServePolicy:
@@ -310,9 +323,4 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> RayServePolicy:
         min_replicas=ctx.min_replicas,
         max_replicas=ctx.max_replicas,
     )
-    if cfg.control_interval_s > cfg.record_interval_s:
-        raise ConfigError(
-            f"ray-serve: control_interval_s = {cfg.control_interval_s}, must be <= the sampling "
-            f"interval min(0.2 x look_back_period_s, metrics_interval_s) ({cfg.record_interval_s})"
-        )
     return RayServePolicy(cfg)

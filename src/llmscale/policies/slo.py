@@ -5,14 +5,15 @@ Three parts, each answering a failure of the policies users run today:
 1. **Capacity from the calibrated execution-time model, on every SLO dimension.** How many
    requests per second one replica serves within the SLO depends on the request mix: the
    policy reads the observed mean prompt and output lengths and asks
-   :func:`llmscale.perf.replica_tails.tail_capacity_rps` for the highest rate at which at most
+   :func:`llmscale.perf.replica_tails.replica_capacity` for the highest rate at which at most
    ``miss_budget`` of requests miss TTFT *or* per-request TPOT. It predicts their
    distributions, not their means: a decode step that shares an iteration with another
    request's prefill chunk lasts longer, and a code completion (2k-token prompt, 30 output
    tokens) that meets a few of them misses its TPOT while the mean TPOT is far inside the SLO
    (planning on the mean gave 2.2x the capacity one replica holds on that shape). GPU
-   utilisation never enters it. (:func:`replica_capacity_rps`, the mean-TPOT model, stays for
-   the callers that size from it.)
+   utilisation never enters it. It is llmscale's one capacity model
+   (:func:`llmscale.perf.replica_tails.replica_capacity`, mode ``"tail"``), the one
+   ``capacity-calibrated`` asks in mode ``"mean"``.
 2. **A forecast one cold start ahead.** A replica asked for now serves in
    ``cold_start_s``; the policy smooths the arrival rate (served rate plus
    the change of requests in the system), fits its trend over the last
@@ -46,9 +47,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from llmscale.policies._cliff import CliffConfig, keep_off_the_cliff
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import (
     NONNEG_RANGE,
@@ -66,7 +67,7 @@ from llmscale.types import Decision, NoData, Signals
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
 
-__all__ = ["SloConfig", "SloPolicy", "SloState", "replica_capacity_rps"]
+__all__ = ["SloConfig", "SloPolicy", "SloState"]
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,8 @@ class SloConfig:
     default_output_tokens: float = 200.0
     #: the standby pool of sleeping replicas (policies/standby.py)
     standby: StandbyConfig = field(default_factory=StandbyConfig)
+    #: the measured latency cliff it keeps a margin from (policies/_cliff.py; off unless set)
+    cliff: CliffConfig = field(default_factory=CliffConfig)
 
 
 @dataclass(frozen=True)
@@ -150,89 +153,6 @@ class SloState:
     last_ready: int | None = None
     ready_rose_t: float | None = None
     standby: StandbyState = field(default_factory=StandbyState)
-
-
-@lru_cache(maxsize=256)
-def replica_capacity_rps(
-    model: str,
-    gpu: str,
-    tp: int,
-    prompt_tokens: int,
-    output_tokens: int,
-    tpot_target_s: float,
-    ttft_target_s: float,
-    max_num_seqs: int,
-    calibration: str | None = None,
-    scale: FactorScale | None = None,
-) -> float:
-    """Steady-state requests/s one replica serves with mean TPOT and TTFT within their targets.
-
-    At arrival rate ``lam`` each request's prefill takes ``t_p`` of engine time,
-    so a share ``rho = lam x t_p`` of every second goes to prefill and decode
-    steps stretch to ``T = t_dec(B) / (1 - rho)``; by Little's law
-    ``B = lam x output x T`` sequences decode at once. The fixed point gives
-    TPOT. TTFT is bounded by the prefill's own time inflated by its queueing
-    (``t_p / (1 - rho)``), kept to a fifth of the TTFT target so the tail
-    stays inside it (or to 1.5 x ``t_p`` for prompts whose prefill alone is
-    that long). Bisects ``lam`` over those constraints plus
-    ``max_num_seqs`` and the KV cache.
-
-    Worked example (Llama-3-8B on one H100, prompt 1,155, output 211,
-    TPOT 0.1 s, TTFT 2 s): see the unit test that pins it.
-    """
-    from llmscale.perf import get_perf_model
-
-    perf = get_perf_model(model, gpu, tp, calibration=calibration, scale=scale)
-    p = max(1, prompt_tokens)
-    o = max(1, output_tokens)
-    ctx = p + o / 2.0
-    kv_tokens = 0.9 * perf.kv_capacity_blocks(0.9, 16) * 16
-
-    # Marginal engine time of one prefill inside a mixed step with a moderate decode batch.
-    ref_b = 32
-    with_prefill = perf.step(p, p * (p + 1) / 2.0, 1, ref_b, int(ref_b * ctx)).duration_s
-    without = perf.step(0, 0.0, 0, ref_b, int(ref_b * ctx)).duration_s
-    t_p = max(1e-4, with_prefill - without)
-
-    def t_dec(b: float) -> float:
-        lo = max(1, int(b))
-        a_lo = perf.decode_affine(lo)
-        a_hi = perf.decode_affine(lo + 1)
-        d_lo = a_lo.base_s + a_lo.per_ctx_s * lo * ctx
-        d_hi = a_hi.base_s + a_hi.per_ctx_s * (lo + 1) * ctx
-        return d_lo + (d_hi - d_lo) * (b - lo) if b > lo else d_lo
-
-    # A prompt whose prefill alone nears the TTFT budget still gets served, at a lower load.
-    ttft_budget_s = max(ttft_target_s / 5.0, 1.5 * t_p)
-
-    def feasible(lam: float) -> bool:
-        rho = lam * t_p
-        if rho >= 0.9 or t_p / (1.0 - rho) > ttft_budget_s:
-            return False
-        tpot = t_dec(1.0) / (1.0 - rho)
-        b = 1.0
-        for _ in range(60):
-            b = max(1.0, lam * o * tpot)
-            if b > max_num_seqs or b * ctx > kv_tokens:
-                return False
-            new = t_dec(b) / (1.0 - rho)
-            if abs(new - tpot) < 1e-7:
-                break
-            tpot = new
-        return tpot <= tpot_target_s
-
-    lo_rate, hi_rate = 0.0, 1.0
-    while feasible(hi_rate):
-        lo_rate, hi_rate = hi_rate, hi_rate * 2.0
-        if hi_rate > 1e5:
-            break
-    for _ in range(40):
-        mid = 0.5 * (lo_rate + hi_rate)
-        if feasible(mid):
-            lo_rate = mid
-        else:
-            hi_rate = mid
-    return max(lo_rate, 1e-3)
 
 
 def _slope(points: list[tuple[float, float]]) -> float:
@@ -256,26 +176,6 @@ def _smooth(observed: float | None, previous: float | None, alpha: float) -> flo
     if observed is None or previous is None:
         return observed if observed is not None else previous
     return previous + alpha * (observed - previous)
-
-
-def _fleet_bucket(n: int) -> int:
-    """Round a fleet size down to one of few sizes (each up to 8, then ~20% steps) for the cache.
-
-    Down: a replica of a larger fleet holds more, so the smaller size is the cautious side.
-    """
-    if n <= 8:
-        return max(1, n)
-    b = 8
-    while round(b * 1.2) <= n:
-        b = round(b * 1.2)
-    return b
-
-
-def _bucket(x: float) -> int:
-    """Round a token count to ~5% log buckets so the capacity cache stays small."""
-    if x <= 1:
-        return 1
-    return round(math.exp(round(math.log(x) / 0.05) * 0.05))
 
 
 @dataclass(frozen=True)
@@ -306,25 +206,26 @@ class SloPolicy:
         replicas: int = 1,
     ) -> float:
         """Requests/s each of ``replicas`` replicas holds with at most ``miss_budget`` missing TTFT
-        or TPOT (cached per length bucket and fleet-size bucket)."""
-        from llmscale.perf.replica_tails import tail_capacity_rps
+        or TPOT: the one capacity model in mode ``"tail"`` (memoised per length and fleet bucket)."""
+        from llmscale.perf import replica_tails
 
         c = self.config
-        return tail_capacity_rps(
+        return replica_tails.replica_capacity(
             c.model,
             c.gpu,
             c.tp,
-            _bucket(prompt_tokens),
-            _bucket(output_tokens),
-            c.slo_ttft_s if ttft_target_s is None else round(ttft_target_s, 2),
+            prompt_tokens,
+            output_tokens,
+            c.slo_ttft_s if ttft_target_s is None else ttft_target_s,
             c.slo_tpot_s,
-            c.max_num_seqs,
-            c.max_num_batched_tokens,
-            c.calibration,
-            c.perf_scale,
-            c.miss_budget,
-            replicas=_fleet_bucket(replicas),
-        )
+            mode="tail",
+            max_num_seqs=c.max_num_seqs,
+            max_num_batched_tokens=c.max_num_batched_tokens,
+            calibration=c.calibration,
+            scale=c.perf_scale,
+            miss_budget=c.miss_budget,
+            replicas=replicas,
+        ).rate_rps
 
     def replicas_for(
         self, rate_rps: float, prompt_tokens: float, output_tokens: float, ttft_target_s: float
@@ -443,6 +344,7 @@ class SloPolicy:
             if need > desired:
                 desired = need
                 rule = "backlog" if backlog else ("ttft-over-slo" if slow else "tpot-over-slo")
+        desired, rule, cliff_inputs = keep_off_the_cliff(c.cliff, forecast, desired, rule)
         desired = max(c.min_replicas, min(c.max_replicas, desired))
         standby_state = state.standby
         standby_inputs: dict[str, float | None] = {}
@@ -477,6 +379,7 @@ class SloPolicy:
                 "queue_waiting": queue,
                 "ttft_p99_s": ttft_p99,
                 tpot_signal: tpot_p99,
+                **cliff_inputs,
             },
         )
         new_state = SloState(
@@ -503,6 +406,7 @@ _PARAMS: dict[str, Param] = {
         None, WINDOW_RANGE, kind=float, unit="s", help="clients' time-out (default: the deployment's)"
     ),
     **params_of(StandbyConfig, prefix="standby_"),
+    **params_of(CliffConfig),
 }
 
 
@@ -558,5 +462,6 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
                 gpus_per_replica=ctx.tp,
                 max_replicas=ctx.max_replicas,
             ),
+            cliff=config_from(CliffConfig, params),
         )
     )

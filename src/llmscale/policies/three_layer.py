@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.errors import ConfigError
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import PolicyContext, PolicyParamError, register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     COUNT_MAX,
@@ -84,6 +84,18 @@ class ThreeLayerConfig:
     gpu_budget: int | None = None
     gpus_per_replica: int = 1
     tick_s: float = param(5.0, TICK_RANGE, unit="s")
+
+    @classmethod
+    def check_params(cls, p: Mapping[str, Any]) -> None:
+        """The rule across the parameters (registered, run before the policy is built): the
+        queue that lets the fleet shrink is at most the one that grows it (down 6 over up 5: a
+        queue of 5.5 per replica would ask for both)."""
+        down, up = p["queue_per_replica_down"], p["queue_per_replica_up"]
+        if not down <= up:
+            raise PolicyParamError(
+                f"three-layer.queue_per_replica_down = {down}: must be in [0, queue_per_replica_up ({up})]",
+                "queue_per_replica_down",
+            )
 
 
 @dataclass(frozen=True)
@@ -205,6 +217,7 @@ _PARAMS: dict[str, Param] = {
     "seed 003 3.1: request layer (TTFT SLO, queue 5/replica) triggers, instance layer checks readiness, "
     "resource layer admits (GPU budget, KV headroom)",
     _PARAMS,
+    check=ThreeLayerConfig.check_params,
     reads=(
         "queue_waiting",
         "queue_per_replica",
@@ -230,11 +243,6 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ThreeLayerPolicy:
     )
     if not cfg.ttft_slo_s > 0:  # from the deployment when not given
         raise ConfigError(f"three-layer ttft_slo_s = {cfg.ttft_slo_s}, must be > 0")
-    if not cfg.queue_per_replica_down <= cfg.queue_per_replica_up:
-        raise ConfigError(
-            f"three-layer queue_per_replica_down = {cfg.queue_per_replica_down}, must be in "
-            f"[0, queue_per_replica_up ({cfg.queue_per_replica_up})]"
-        )
     if cfg.gpu_budget is not None and cfg.gpu_budget < 0:
         raise ConfigError(f"three-layer gpu_budget = {cfg.gpu_budget}, must be >= 0")
     return ThreeLayerPolicy(cfg)

@@ -20,7 +20,13 @@ __all__ = ["GROUPS", "SIGNALS", "SUB_TICK_SIGNALS", "Signal"]
 #: simulator takes them only for a policy that lists one of these in its ``reads`` (or for a
 #: decision log).
 SUB_TICK_SIGNALS: frozenset[str] = frozenset(
-    {"bw_saturation_p95", "queue_entropy", "throughput_window_ms", "generation_tps_adaptive"}
+    {
+        "bw_saturation_p95",
+        "queue_entropy",
+        "throughput_window_ms",
+        "generation_tps_adaptive",
+        "generation_tps_100ms",
+    }
 )
 
 
@@ -88,6 +94,14 @@ SIGNALS: dict[str, Signal] = {
         "tokens/s",
         "generated tokens per second over seed 000 2.4's adaptive window (from 100 ms token counts)",
         "step_rates",
+    ),
+    "generation_tps_100ms": Signal(
+        "tokens/s",
+        "generated tokens per second over the newest 100 ms (seed 000 2.4's raw sampling window)",
+        "step_rates",
+    ),
+    "generation_tps_tick": Signal(
+        "tokens/s", "generated tokens per second over the last controller step", "step_rates"
     ),
     # KV cache
     "kv_usage_mean": Signal("ratio", "mean KV-cache usage over serving replicas", "kv_usage"),

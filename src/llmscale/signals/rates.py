@@ -58,6 +58,7 @@ from llmscale.types import Phase, ReplicaSample, SignalValue
 
 __all__ = [
     "RATE_SIGNALS",
+    "RAW_WINDOW_S",
     "THROUGHPUT_HISTORY_STEPS",
     "CounterRates",
     "StepRates",
@@ -77,6 +78,8 @@ __all__ = [
 THROUGHPUT_HISTORY_STEPS = 5
 #: seed 000 2.4: those samples are one second apart ("history: the last 5 one-second samples")
 THROUGHPUT_SAMPLE_S = 1.0
+#: seed 000 2.4: the raw sampling window whose token rate spreads by 68% of its mean
+RAW_WINDOW_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,21 +468,33 @@ def adaptive_throughput_signals(fw: FleetWindow) -> dict[str, SignalValue]:
     its length. Worked: seconds of 1000, 1000, 1000, 1000, 1100 tokens -> std 40 tokens/s ->
     int(1000 / 1.8) = 555 ms -> 6 buckets; 660 tokens in them -> 1100 tokens/s. A source without
     the counts gives the window from the per-tick throughputs (:func:`step_rate_signals`) and no
-    windowed throughput.
+    windowed throughput. ``generation_tps_100ms`` is the newest 100 ms bucket's tokens / 0.1 s:
+    the raw reading whose spread (68% of its mean in the seed) the window is there to damp.
     """
     history_s = THROUGHPUT_HISTORY_STEPS * THROUGHPUT_SAMPLE_S
     got = fleet_tokens_per_bucket(fw, history_s)
     if got is None:
+        no_counts = SignalValue(None, "needs 100 ms token counts (sub-tick samples)")
         return {
-            "generation_tps_adaptive": SignalValue(None, "needs 100 ms token counts (sub-tick samples)"),
+            "generation_tps_adaptive": no_counts,
             "throughput_window_ms": step_window_ms(fw),
+            "generation_tps_100ms": no_counts,
         }
     period, buckets = got
+    # The seed's raw reading: the newest 100 ms alone (one bucket of the simulator's 100 ms grid).
+    n_raw = max(1, round(RAW_WINDOW_S / period))
+    raw = SignalValue(
+        sum(buckets[-n_raw:]) / (n_raw * period), f"over the last {n_raw * period * 1000:.0f} ms"
+    )
     per_sample = round(THROUGHPUT_SAMPLE_S / period)
     n_samples = len(buckets) // per_sample
     if n_samples < 2:
         missing = SignalValue(None, f"needs 2 one-second token counts, has {len(buckets)} x {period:g} s")
-        return {"generation_tps_adaptive": missing, "throughput_window_ms": missing}
+        return {
+            "generation_tps_adaptive": missing,
+            "throughput_window_ms": missing,
+            "generation_tps_100ms": raw,
+        }
     tail = buckets[len(buckets) - n_samples * per_sample :]
     tps = [sum(tail[k * per_sample : (k + 1) * per_sample]) / THROUGHPUT_SAMPLE_S for k in range(n_samples)]
     window_ms = adaptive_window_ms(population_std(tps))
@@ -490,6 +505,7 @@ def adaptive_throughput_signals(fw: FleetWindow) -> dict[str, SignalValue]:
             window_ms, f"std of the last {n_samples} one-second generation throughputs (seed: 5)"
         ),
         "generation_tps_adaptive": SignalValue(rate, f"over the last {n * period * 1000:.0f} ms"),
+        "generation_tps_100ms": raw,
     }
 
 
@@ -505,8 +521,9 @@ def step_window_ms(fw: FleetWindow) -> SignalValue:
 
 
 def step_rate_signals(fw: FleetWindow) -> dict[str, SignalValue]:
-    """The spread of the per-step request rate (:func:`step_rates`) and seed 000 2.4's adaptive
-    throughput window with the throughput over it (:func:`adaptive_throughput_signals`)."""
+    """The spread of the per-step request rate (:func:`step_rates`), seed 000 2.4's adaptive
+    throughput window with the throughput over it and over the newest 100 ms
+    (:func:`adaptive_throughput_signals`), and the throughput of the last step."""
     per_step = step_rates(fw)
     return {
         "request_rate_std_rps": SignalValue(
@@ -515,4 +532,7 @@ def step_rate_signals(fw: FleetWindow) -> dict[str, SignalValue]:
         if len(per_step.requests_rps) >= 2
         else SignalValue(None, "needs the request rate of 2 steps or more"),
         **adaptive_throughput_signals(fw),
+        "generation_tps_tick": SignalValue(per_step.generation_tps[-1], "over the last step")
+        if per_step.generation_tps
+        else SignalValue(None, "needs generation-token counts at 2 observations"),
     }

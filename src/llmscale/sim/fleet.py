@@ -715,32 +715,6 @@ class Fleet:
             dram += r.dram_bytes
         return busy, active, dram
 
-    def tally(self, i0: i64, i1: i64, slo_ttft_s: float, slo_tpot_s: float) -> tuple[i64, i64, i64]:
-        """Requests ``i0:i1`` resolved so far: (rejected, met the SLO, resolved otherwise).
-
-        Met is what :func:`llmscale.backtest.results.slo_met` says: completed, TTFT within
-        ``slo_ttft_s`` and TPOT within ``slo_tpot_s`` or undefined (one output token). A
-        native pass over the interval (~4,000 requests: microseconds), for the oracle's
-        trials, which look at their verdict every few simulated seconds.
-        """
-        status = self.status
-        ttft = self.ttft_s
-        tpot = self.tpot_s
-        rejected: i64 = 0
-        met: i64 = 0
-        other: i64 = 0
-        for i in range(i0, i1):
-            code = status[i]
-            if code == Status.IN_FLIGHT:
-                continue
-            if code == Status.REJECTED:
-                rejected += 1
-            elif code == Status.COMPLETED and ttft[i] <= slo_ttft_s and not tpot[i] > slo_tpot_s:
-                met += 1  # a NaN TTFT fails the first test; a NaN TPOT passes the second
-            else:
-                other += 1
-        return rejected, met, other
-
     def finish(self, now: float) -> None:
         """Close the books at ``now``: clients still waiting past their time-out have given up."""
         self.sync_all(now)

@@ -622,13 +622,15 @@ class Replica:
     def _apply_mixed(self, now: float) -> None:
         """Effects of one iteration with prefill chunks, ending at ``now``."""
         n_dec = self.n_dec
-        if n_dec and self.mixed_dec:
-            self.hist_itl.observe(self.plan_a, float(n_dec))
-            self.gen_tokens_total += n_dec
-            self.counter += 1
-            self.sum_kv += n_dec
+        step_tokens: i64 = 0  # as vLLM counts them: see hist_mixed_step_tokens
+        if self.mixed_dec:
+            step_tokens = n_dec
+            if n_dec:
+                self.hist_itl.observe(self.plan_a, float(n_dec))
+                self.gen_tokens_total += n_dec
+                self.counter += 1
+                self.sum_kv += n_dec
         counter = self.counter
-        step_tokens: i64 = n_dec if self.mixed_dec else 0  # as vLLM counts them: see hist_mixed_step_tokens
         # The chunks in the order they were handed out: the queue is in admission order, and the
         # requests admitted by this iteration are at its end. Those still prefilling go back in.
         prefill = self.prefill
@@ -793,8 +795,14 @@ class Replica:
 
     def _start_mixed(self, now: float, pf_tokens: i64, pairs: float, n_chunks: i64, with_dec: bool) -> None:
         """Start one iteration of ``n_chunks`` prefill chunks (and every decode when ``with_dec``)."""
-        n_dec: i64 = self.n_dec if with_dec else 0
-        ctx: i64 = self.sum_kv if with_dec else 0
+        # Statements, not ``x if with_dec else 0``: mypyc types that expression as a Python int and
+        # boxed both i64s on every prefill iteration (with _apply_mixed's alike, 0.07e9 of the
+        # 3.2e9 instructions of benchmarks/sim_speed.py's run_policy: benchmarks/sim_callgrind.py).
+        n_dec: i64 = 0
+        ctx: i64 = 0
+        if with_dec:
+            n_dec = self.n_dec
+            ctx = self.sum_kv
         trace = self.trace
         if trace is not None:
             trace.append((1.0, float(pf_tokens), pairs, float(n_chunks), float(n_dec), float(ctx)))
