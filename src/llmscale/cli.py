@@ -229,6 +229,14 @@ def _context_warning(w: Any, settings: Any, err: Any) -> Any:
     from llmscale.backtest.context_check import check_context, within_context
     from llmscale.report.context import context_warning
 
+    clamped = int(w.meta.get("clamped_rows", 0) or 0)
+    if clamped:
+        # The loaders count a 0-token prompt or answer as 1 token (vLLM takes no empty prompt and
+        # emits at least one token); the user should know the trace was touched, and how much.
+        err.print(
+            f"[dim]{clamped:,} of {w.num_requests:,} requests had 0 prompt or output tokens in the "
+            "trace: replayed with 1 (an engine takes no empty prompt and returns at least one token)[/]"
+        )
     check = check_context(w, settings.model, settings.gpu, settings.tp, settings.sim, settings.calibration)
     message = context_warning(check.as_json())
     if message is not None:

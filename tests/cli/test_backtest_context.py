@@ -160,3 +160,22 @@ def test_requests_rejected_for_length_make_no_policy_scale(tmp_path: Path) -> No
         assert m["completed"] == c["completed"], policy
     # Not vacuous: the flash crowd (x3 for a minute) makes the autoscalers scale.
     assert all(docs["clean"][p]["scale_events"] >= 1 for p in POLICIES if p != "static")
+
+
+def test_zero_token_rows_are_replayed_as_one_token_and_the_cli_says_how_many(tmp_path):
+    # Found from outside: a trace row with 0 prompt or 0 output tokens was silently replayed as 1.
+    trace = tmp_path / "zeros.csv"
+    trace.write_text(
+        "timestamp,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n"
+        "2023-11-16 18:15:47.6805900,0,44\n"
+        "2023-11-16 18:15:48.6805900,120,0\n"
+        "2023-11-16 18:15:49.6805900,200,30\n"
+    )
+    p = run("backtest", "--trace", str(trace), "--policy", "static", "--no-oracle", timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "2 of 4 requests had 0 prompt or output tokens in the trace: replayed with 1" in p.stderr
+    clean = tmp_path / "clean.csv"
+    clean.write_text("timestamp,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n")
+    assert "0 prompt or output tokens" not in run("backtest", "--trace", str(clean), "--policy", "static",
+                                                  "--no-oracle", timeout=300).stderr  # fmt: skip
