@@ -164,6 +164,9 @@ class PrometheusConfig(_Section):
     queries: dict[str, str | None] = Field(default_factory=dict)
     #: a replica whose newest sample is older than this is unknown
     max_sample_age_s: float = Field(default=60.0, gt=0)
+    #: read the fleet's waiting queue once a second between ticks (one range query a tick), for
+    #: seed 004's queue entropy over 30 one-second lengths; needs the engines scraped every second
+    queue_per_s: bool = False
 
 
 class StaticTarget(_Section):

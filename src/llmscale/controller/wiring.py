@@ -170,6 +170,7 @@ def _prometheus_source(cfg: LiveConfig) -> MetricSource:
         selector=selector,
         max_sample_age_s=p.max_sample_age_s,
         timeout_s=p.timeout_s,
+        queue_per_s=p.queue_per_s,
     )
     return source
 

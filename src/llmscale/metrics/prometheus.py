@@ -33,10 +33,10 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.metrics._loop import LoopThread
 from llmscale.metrics.exposition import build_histogram
-from llmscale.metrics.promql import QuerySet, default_queries, with_overrides
+from llmscale.metrics.promql import BACKENDS, QuerySet, default_queries, with_overrides
 from llmscale.metrics.scrape import fleet_view_of
 from llmscale.metrics.vetting import distrust
-from llmscale.types import Histogram, Observation, Phase, ReplicaSample
+from llmscale.types import Histogram, Observation, Phase, ReplicaSample, SubTickSeries
 
 __all__ = ["PrometheusSource", "PrometheusUnavailable"]
 
@@ -108,6 +108,7 @@ class PrometheusSource:
         timeout_s: float = 5.0,
         time_of: Callable[[float], float] | None = None,
         headers: Mapping[str, str] | None = None,
+        queue_per_s: bool = False,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"prometheus url = {base_url!r}, must start with http:// or https://")
@@ -133,6 +134,18 @@ class PrometheusSource:
         self._loop = LoopThread("llmscale-prometheus")
         self._client: Any = None  # httpx.AsyncClient, created on the loop thread
         self._known: dict[str, Phase] = {}
+        #: read the fleet's waiting queue once a second between ticks (seed 004's q[t]); needs the
+        #: engines scraped every second, else the range query repeats one sample (its look-back)
+        self.queue_query: str | None = None
+        if queue_per_s:
+            waiting = BACKENDS[backend][0].waiting
+            per_replica = None if waiting is None else self.queries.values.get(waiting)
+            if per_replica is None:
+                raise ConfigError(f"queue_per_s: backend {backend!r} has no waiting-queue query to sum")
+            self.queue_query = f"sum({per_replica})"
+        #: Prometheus time of the last one-second queue sample read (the next range starts after it)
+        self._queue_until: float | None = None
+        self._queue_series: SubTickSeries | None = None
         self.errors_total = 0
         self.last_errors: dict[str, str] = {}
 
@@ -166,7 +179,13 @@ class PrometheusSource:
             samples = self._samples(replicas, errors)
         self.errors_total += len(errors)
         self.last_errors = errors
-        return Observation(time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples))
+        queue, self._queue_series = self._queue_series, None
+        if queue is not None:
+            # Prometheus' clock to the observation's: the newest second ends at now_s
+            queue = SubTickSeries(queue.period_s, now_s, queue.values)
+        return Observation(
+            time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples), queue_per_s=queue
+        )
 
     def _samples(self, replicas: dict[str, _Replica] | None, errors: dict[str, str]) -> list[ReplicaSample]:
         samples: list[ReplicaSample] = []
@@ -243,7 +262,72 @@ class PrometheusSource:
                 errors[what] = str(res)
                 continue
             self._fold(what, res, replicas, at, errors)
+        if self.queue_query is not None and at is not None:
+            await self._queue_samples(at, errors)
         return replicas
+
+    async def _queue_samples(self, at: float, errors: dict[str, str]) -> None:
+        """The fleet's waiting queue each second since the last tick's (at most the last 30 s).
+
+        One range query at a 1 s step; the series is the unbroken run of seconds that ends at the
+        tick (a gap cuts it: Prometheus keeps nothing before its first scrape of the engines). No
+        second up to the tick gives no series, and the entropy falls back to one value per
+        observation (its note says which it used).
+        """
+        start = (
+            at - QUEUE_WINDOW_S if self._queue_until is None else max(self._queue_until, at - QUEUE_WINDOW_S)
+        )
+        steps = int((at - start) // 1.0)
+        if steps < 1:
+            return
+        first = at - (steps - 1)
+        try:
+            points = await self._range(self.queue_query or "", first, at, 1.0)
+        except _QueryRefused as e:
+            errors["queue_per_s"] = str(e)
+            return
+        self._queue_until = at
+        # the unbroken run of seconds that ends now (Prometheus has none before its first scrape)
+        run: list[float] = []
+        expect = at
+        for t, v in reversed(points):
+            if abs(t - expect) > 0.01:
+                break
+            run.append(v)
+            expect -= 1.0
+        if not run:
+            errors["queue_per_s"] = f"no one-second queue sample up to the tick ({len(points)} earlier)"
+            return
+        self._queue_series = SubTickSeries(1.0, at, tuple(reversed(run)))
+
+    async def _range(self, expr: str, start: float, end: float, step: float) -> list[tuple[float, float]]:
+        """One range query of a single series -> [(time, value)], NaN left out."""
+        import httpx
+
+        params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        try:
+            resp = await self._client.get(f"{self.base_url}/api/v1/query_range", params=params)
+        except httpx.HTTPError as e:
+            raise PrometheusUnavailable(f"{self.base_url}: {type(e).__name__}: {e}") from e
+        try:
+            doc = resp.json()
+        except ValueError as e:
+            raise _QueryRefused(f"{expr!r}: not a Prometheus API answer ({e})") from e
+        if resp.status_code != 200 or not isinstance(doc, dict) or doc.get("status") != "success":
+            reason = doc.get("error") if isinstance(doc, dict) else None
+            raise _QueryRefused(f"{expr!r}: {reason or f'HTTP {resp.status_code}'}")
+        result = (doc.get("data") or {}).get("result") or []
+        if len(result) > 1:
+            raise _QueryRefused(f"{expr!r}: {len(result)} series, need one")
+        out: list[tuple[float, float]] = []
+        try:
+            for t, v in result[0].get("values", []) if result else []:
+                x = float(v)
+                if x == x:
+                    out.append((float(t), x))
+        except (TypeError, ValueError) as e:
+            raise _QueryRefused(f"{expr!r}: malformed matrix ({e})") from e
+        return out
 
     def _fold(
         self,
@@ -320,6 +404,11 @@ class PrometheusSource:
         except (KeyError, TypeError, ValueError) as e:
             raise _QueryRefused(f"{expr!r}: malformed vector ({type(e).__name__}: {e})") from e
         return out
+
+
+#: seed 004's queue-entropy window, 30 one-second queue lengths (signals.gpu.ENTROPY_WINDOW_S; the
+#: metrics layer does not import the signals layer)
+QUEUE_WINDOW_S = 30.0
 
 
 def query_range_values(

@@ -45,7 +45,8 @@ the simulator produces them, :mod:`llmscale.sim.gpu_counters`):
   or Prometheus' ``quantile_over_time`` over a 100 ms scrape) gives that P95.
 * ``queue_entropy`` (seed 004): see :func:`normalized_entropy`; over the
   per-second queue lengths of ``Observation.queue_per_s`` when the source
-  has them (30 in 30 s, the seed's), else one per observation.
+  has them (30 in 30 s, the seed's: the simulator's sub-tick samples, or
+  Prometheus with ``queue_per_s`` over a 1 s scrape), else one per observation.
 """
 
 from __future__ import annotations
