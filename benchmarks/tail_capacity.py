@@ -63,9 +63,7 @@ def lengths(shape: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, n
 
 def fleet_attainment(perf, sim, rate_per_replica, replicas, inp, out, infeasible, seed=0):  # type: ignore[no-untyped-def]
     """Share of feasible, admitted requests within the SLO at this Poisson rate per replica."""
-    from llmscale.backtest.results import slo_met
-    from llmscale.sim.fleet import Fleet
-    from llmscale.sim.request import Status
+    from llmscale.backtest.sizing import steady_attainment
 
     rng = np.random.default_rng(seed)
     total = rate_per_replica * replicas
@@ -73,13 +71,11 @@ def fleet_attainment(perf, sim, rate_per_replica, replicas, inp, out, infeasible
     n = max(100, int(total * duration))
     arrivals = np.cumsum(rng.exponential(1.0 / total, n))
     pick = rng.integers(0, inp.size, n)
-    fleet = Fleet(perf, sim, arrivals, inp[pick], out[pick], initial_replicas=replicas, gpus_per_replica=1)
-    fleet.run_until(float(arrivals[-1]) + 300.0)
-    fleet.finish(fleet.now)
-    status = np.frombuffer(bytes(fleet.status), dtype=np.uint8)
-    met = slo_met(status, np.asarray(fleet.ttft_s), np.asarray(fleet.tpot_s), SLO_TTFT_S, SLO_TPOT_S)
-    keep = (arrivals >= 60.0) & (status != Status.REJECTED) & ~infeasible[pick]
-    return float(met[keep].mean())
+    slo = (SLO_TTFT_S, SLO_TPOT_S, 0.0)
+    return steady_attainment(
+        perf, sim, arrivals, inp[pick], out[pick], slo,
+        replicas=replicas, warm_s=60.0, drain_s=300.0, exclude=infeasible[pick],
+    )  # fmt: skip
 
 
 def simulated_capacity(perf, sim, replicas, inp, out, infeasible, guess):  # type: ignore[no-untyped-def]

@@ -25,7 +25,7 @@ from llmscale.sim.fleet import Fleet, SimConfig
 from llmscale.sim.request import Status
 from llmscale.slo import slo_met, ttft_target_s
 
-__all__ = ["replica_capacity_rps", "replicas_for_rate"]
+__all__ = ["replica_capacity_rps", "replicas_for_rate", "steady_attainment"]
 
 _PROBE_S = 240.0
 _WARM_S = 30.0
@@ -34,6 +34,45 @@ _WARM_S = 30.0
 _FLOOR_RPS = 1.0 / 128.0
 #: the fastest rate probed: above it the replica is taken to keep up with anything (10,000 req/s)
 _MAX_RPS = 1e4
+
+
+def steady_attainment(
+    perf: Any,
+    sim: SimConfig,
+    arrivals: np.ndarray,
+    inp: np.ndarray,
+    out: np.ndarray,
+    slo: tuple[float, float, float],
+    *,
+    replicas: int = 1,
+    warm_s: float = _WARM_S,
+    drain_s: float = 120.0,
+    exclude: np.ndarray | None = None,
+) -> float:
+    """Share of the requests within the SLO when a fixed fleet of ``replicas`` serves ``arrivals``.
+
+    ``slo`` is (TTFT s, TPOT s, TTFT s per 1,000 prompt tokens). The run goes on ``drain_s`` past
+    the last arrival; requests arriving before ``warm_s``, rejected on arrival, or marked in
+    ``exclude`` (e.g. infeasible ones) are not judged.
+    """
+    fleet = Fleet(perf, sim, arrivals, inp, out, initial_replicas=replicas, gpus_per_replica=1)
+    fleet.run_until(float(arrivals[-1]) + drain_s)
+    fleet.finish(fleet.now)
+    status = np.frombuffer(bytes(fleet.status), dtype=np.uint8)
+    target = ttft_target_s(inp, slo[0], slo[2])
+    met = slo_met(status, np.asarray(fleet.ttft_s), np.asarray(fleet.tpot_s), target, slo[1])
+    # Judge the steady state, not the empty start, and only requests the replica admitted: one
+    # rejected on arrival (longer than the context: HTTP 400) says nothing about its capacity, and
+    # counted as a miss it would cap attainment below the target at any rate (the Mooncake
+    # trace on Llama-3-8B, 53% too long, measured ~0 req/s).
+    admitted = status != Status.REJECTED
+    if exclude is not None:
+        admitted &= ~exclude
+    keep = (arrivals >= warm_s) & admitted
+    if not keep.any():
+        keep = admitted
+    # Every request rejected: nothing reached the replica, so no rate is too much for it.
+    return float(met[keep].mean()) if keep.any() else 1.0
 
 
 def _attainment(
@@ -49,22 +88,7 @@ def _attainment(
     n = max(50, int(rate * _PROBE_S))
     arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
     pick = rng.integers(0, inp.size, n)
-    fleet = Fleet(perf, sim, arrivals, inp[pick], out[pick], initial_replicas=1, gpus_per_replica=1)
-    fleet.run_until(float(arrivals[-1]) + 120.0)
-    fleet.finish(fleet.now)
-    status = np.frombuffer(bytes(fleet.status), dtype=np.uint8)
-    target = ttft_target_s(inp[pick], slo[0], slo[2])
-    met = slo_met(status, np.asarray(fleet.ttft_s), np.asarray(fleet.tpot_s), target, slo[1])
-    # Judge the steady state, not the empty start, and only requests the replica admitted: one
-    # rejected on arrival (longer than the context: HTTP 400) says nothing about its capacity, and
-    # counted as a miss it would cap attainment below the target at any rate (the Mooncake
-    # trace on Llama-3-8B, 53% too long, measured ~0 req/s).
-    admitted = status != Status.REJECTED
-    keep = (arrivals >= _WARM_S) & admitted
-    if not keep.any():
-        keep = admitted
-    # Every request rejected: nothing reached the replica, so no rate is too much for it.
-    return float(met[keep].mean()) if keep.any() else 1.0
+    return steady_attainment(perf, sim, arrivals, inp[pick], out[pick], slo)
 
 
 def replica_capacity_rps(
