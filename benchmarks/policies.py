@@ -39,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 
+from llmscale.cli import DEFAULT_POLICIES
+
 REPO = Path(__file__).resolve().parents[1]
 #: the shared traces: ../shared/data beside the checkout, or $LLMSCALE_SHARED_DATA (a git worktree
 #: elsewhere)
@@ -110,17 +112,7 @@ DEPLOYMENTS = {
 #: replicas' worth of the probe's capacity at a cell's peak
 MATRIX_PEAK_REPLICAS = 6
 #: default policy set of `llmscale backtest` (ours, the peers, the static baseline)
-MATRIX_POLICIES = (
-    "slo",
-    "static",
-    "hpa-gpu-util",
-    "keda-queue",
-    "knative-kpa",
-    "aibrix-apa",
-    "ray-serve",
-    "dynamo-sla",
-    "wva-saturation",
-)
+MATRIX_POLICIES = DEFAULT_POLICIES
 
 
 def matrix_cell(deploy: str, cell, seed: int = 0):  # type: ignore[no-untyped-def]
