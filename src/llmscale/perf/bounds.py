@@ -97,9 +97,16 @@ def check_physical(
             for name in s.factors:
                 scale *= float(factors.get(name, 1.0))
             if s.share * scale > 1.0 + 1e-9:
-                names = " x ".join(f"{n} = {float(factors.get(n, 1.0)):.4g}" for n in s.factors)
+                given = [n for n in s.factors if n in factors]
+                if not given:  # coefficients scaled elsewhere: name the factors that scale it
+                    raise ConfigError(
+                        f"{where}: {s.coefficient} is {s.share * scale:.3f} of the {fam} family's "
+                        f"data-sheet {s.peak} (at most 1; scaled by the factor "
+                        f"{' and '.join(s.factors)}): a step cannot outrun its GPU"
+                    )
+                names = " x ".join(f"{n} = {float(factors[n]):.4g}" for n in given)
                 ceiling = factor_ceilings(base, [fam], factors)
-                caps = ", ".join(f"{n} <= {ceiling[n]:.4g}" for n in s.factors)
+                caps = ", ".join(f"{n} <= {ceiling[n]:.4g}" for n in given)
                 raise ConfigError(
                     f"{where}: {names} make {s.coefficient} {s.share * scale:.3f} of the "
                     f"{fam} family's data-sheet {s.peak} (at most 1: {caps}); a step cannot "

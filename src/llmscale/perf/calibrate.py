@@ -463,6 +463,9 @@ class _Param:
     log: bool
 
 
+#: An rms log error this large after the fit (predictions still 2x off) means the rows describe
+#: something else than the model, GPU and TP they name: refused rather than written as a profile.
+_ABSURD_LOG_ERROR = math.log(2.0)
 #: The order factors are considered in: each must add information the earlier ones lack.
 _CANDIDATES = ("host", "bandwidth", "per_seq", "kv", "kv_reread", "compute", "comm")
 #: A factor whose e-fold change moves the fitted points' log predictions by less than this
@@ -543,8 +546,9 @@ def calibrate(
         )
     notes: list[str] = []
     families = sorted({_family_of(t.gpu) for t in targets})
-    caps = factor_ceilings(base_c, families)
-    kv_caps = factor_ceilings(base_c, families, {"bandwidth": 1.0})
+    # A hair below the ceiling, so that the profile's six written decimals stay within it.
+    caps = {k: v * (1.0 - 1e-5) for k, v in factor_ceilings(base_c, families).items()}
+    kv_caps = {k: v * (1.0 - 1e-5) for k, v in factor_ceilings(base_c, families, {"bandwidth": 1.0}).items()}
     spec = FACTOR_SPECS
     reread0 = base_c.stack(None).gqa_kv_reread
     gqa = any(get_model(t.model).num_heads > get_model(t.model).num_kv_heads for t in fitted)
@@ -669,6 +673,15 @@ def calibrate(
             "determined_by": [f"{fitted[i].label} ({share[i] * 100:.0f}%)" for i in top],
         }
     rms = math.sqrt(float(np.mean(err * err)))
+    if rms > _ABSURD_LOG_ERROR:
+        worst = int(np.argmax(np.abs(err)))
+        w = fitted[worst]
+        raise ConfigError(
+            f"after fitting {', '.join(free)} within their physical ranges the points are still off by "
+            f"{math.expm1(rms) * 100:.0f}% (rms; worst {w.label}: measured {w.measured_s:.4g} s, "
+            f"predicted {math.exp(err[worst]) * w.measured_s:.4g} s): "
+            "these are not measurements of this model on this GPU and TP, or the times are in another unit"
+        )
     notes.append(
         f"fit: {len(fitted)} points, {len(free)} factors ({', '.join(free)}), {dof} degrees of freedom; "
         f"rms log error {rms * 100:.1f}%"
