@@ -24,7 +24,12 @@ CLI = [sys.executable, "-m", "llmscale.cli"]
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=600, env=dict(os.environ, COLUMNS="200")
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+        env=dict(os.environ, COLUMNS="200"),
     )
 
 

@@ -27,15 +27,34 @@ CLI = [sys.executable, "-m", "llmscale.cli"]
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=900, env=dict(os.environ, COLUMNS="200")
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=900,
+        env=dict(os.environ, COLUMNS="200"),
     )
 
 
 def _emulate_serves(profile: Path, model: str, gpu: str, tp: int) -> str:
-    """Start `emulate --calibration`, complete one request, return a replica's /metrics page; always stop it."""
+    """Start `emulate --calibration`, complete one request, return a replica's /metrics page; stop it."""
     proc = subprocess.Popen(
-        [*CLI, "emulate", "--port", "0", "--max-seconds", "120", "--model", model, "--gpu", gpu]
-        + ["--tp", str(tp), "--calibration", str(profile)],
+        [
+            *CLI,
+            "emulate",
+            "--port",
+            "0",
+            "--max-seconds",
+            "120",
+            "--model",
+            model,
+            "--gpu",
+            gpu,
+            "--tp",
+            str(tp),
+            "--calibration",
+            str(profile),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
