@@ -12,8 +12,6 @@ import pytest
 from llmscale.errors import ConfigError
 from llmscale.perf import GPUS, get_perf_model
 from llmscale.perf.bounds import check_physical, factor_ceilings
-from llmscale.perf.calibrate import Target, calibrate
-from llmscale.perf.closed_batch import EngineSettings
 from llmscale.perf.coefficients import load_coefficients
 from llmscale.perf.profile import CalibrationProfile, load_profile, scale_coefficients
 from llmscale.perf.step_time import PerfModel
@@ -123,25 +121,3 @@ def test_help_and_errors_list_every_gpu_of_the_catalogue(tmp_path: Path) -> None
     assert r.returncode == 2
     for name in GPUS:
         assert name in r.stderr
-
-
-def _synthetic(n: int, latency_s: float = 1.0) -> list[Target]:
-    from llmscale.perf.closed_batch import schedule
-
-    sched = schedule("llama-3-8b", "h100", 1, 256, 256, 4, EngineSettings())
-    return [
-        Target(f"row {i}", "llama-3-8b", "h100-80gb", 1, latency_s, sched.makespan_s, batch=4, group="g")
-        for i in range(n)
-    ]
-
-
-def test_one_row_is_refused_not_fitted_to_zero_error() -> None:
-    """Issue 19 item 7: one row would let any factor reproduce it exactly ("0.0% error")."""
-    with pytest.raises(ConfigError, match="1 fitted point"):
-        calibrate(_synthetic(1), engine=EngineSettings(), engine_name="x", sources=[])
-
-
-def test_absurd_rows_are_refused() -> None:
-    """A batch of 4 x 256 tokens of an 8B model in 1 ms: no engine within the data sheet does that."""
-    with pytest.raises(ConfigError, match="not measurements of this model"):
-        calibrate(_synthetic(3, latency_s=1e-3), engine=EngineSettings(), engine_name="x", sources=[])
