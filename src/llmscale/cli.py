@@ -1484,7 +1484,7 @@ def calibrate_cmd(
     for name, value in profile.factors.items():
         u = profile.uncertainty.get(name)
         if u is None:
-            console.print(f"factor {name} {value:.3f}")
+            console.print(f"factor {name} {value:.3f} (not fitted)")
             continue
         pm = f"+-{u['stderr'] * 100:.1f}%" if u["relative"] else f"+-{u['stderr']:.3f}"
         console.print(f"factor {name} {value:.3f} {pm}, determined by: {'; '.join(u['determined_by'])}")

@@ -66,16 +66,16 @@ def test_without_a_prefill_point_compute_stays_at_its_prior_and_the_fit_says_why
         engine_name="x",
         sources=[],
     )
-    assert "compute" not in prof.factors
+    assert prof.factors["compute"] == 1.0 and "compute" not in prof.uncertainty
     assert any(n.startswith("compute kept at 1") for n in prof.notes)
     # Two lengths at batches 1/16/64 cannot tell per-sequence host time from the per-step
     # host time and weight stream (graph-captured decode steps): said, not guessed.
-    assert "per_seq" not in prof.factors
+    assert prof.factors["per_seq"] == 1.0 and "per_seq" not in prof.uncertainty
     assert any(n.startswith("per_seq kept at its prior: the rows cannot tell it") for n in prof.notes)
     assert max(abs(p.error_pct) for p in prof.points) < 1.0
     # the factors it did fit carry a standard error and the rows that determine them
-    for name in prof.factors:
-        u = prof.uncertainty[name]
+    assert set(prof.uncertainty) == {"host", "bandwidth", "kv"}
+    for u in prof.uncertainty.values():
         assert u["stderr"] >= 0 and len(u["determined_by"]) == 3
     fit_note = next(n for n in prof.notes if n.startswith("fit: "))
     assert "6 points" in fit_note and "degrees of freedom" in fit_note

@@ -639,7 +639,10 @@ def calibrate(
         gtol=1e-12,
         max_nfev=400,
     )
-    factors = to_factors(free, res.x)
+    # Every multiplier is written (1: the committed model's, not fitted); kv_reread only when fitted
+    # (absent, each stack keeps its own). The uncertainty says which were fitted.
+    factors = {f.name: 1.0 for f in FACTOR_SPECS.values() if f.multiplier}
+    factors.update(to_factors(free, res.x))
     if "kv" in factors:
         k_lo, k_hi = spec["kv"].lo, spec["kv"].hi
         factors["kv"] = min(k_hi, max(k_lo, factors["kv"]))
