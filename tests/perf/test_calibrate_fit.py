@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from llmscale.errors import ConfigError
 from llmscale.perf import get_perf_model
-from llmscale.perf.calibrate import Target, calibrate, row_findings
+from llmscale.perf.calibrate import Target, calibrate, read_closed_batches, row_findings
 from llmscale.perf.closed_batch import EngineSettings, schedule
 from llmscale.perf.profile import scale_coefficients
 from llmscale.perf.step_time import PerfModel
@@ -106,3 +108,32 @@ def test_latency_falling_with_batch_size_is_found() -> None:
     ]
     assert "one after another" in row_findings(serial)[0]
     assert row_findings(rows) == []
+
+
+def test_a_ttft_column_pins_compute(tmp_path: Path) -> None:
+    """An engine with a 1.2x FLOP rate and 0.6x host time, its TTFT measured with each batch."""
+    base = get_perf_model("llama-3-8b", "h100", 1).coeffs
+    truth = PerfModel("llama-3-8b", "h100", 1, scale_coefficients(base, {"compute": 1.2, "host": 0.6}))
+    rows = ["model,gpu,tp,input_tokens,output_tokens,batch_size,latency_s,ttft_s"]
+    for n in (256, 1024):
+        for b in (1, 8, 32):
+            lat = schedule("llama-3-8b", "h100", 1, n, n, b, EngineSettings()).makespan_s(truth)
+            ttft = schedule("llama-3-8b", "h100", 1, n, 1, b, EngineSettings()).makespan_s(truth)
+            rows.append(f"llama-3-8b,h100,1,{n},{n},{b},{lat},{ttft}")
+    f = tmp_path / "ttft.csv"
+    f.write_text("\n".join(rows) + "\n")
+    targets = read_closed_batches(f, model=None, gpu=None, tp=None, framework=None, engine=EngineSettings())
+    prof = calibrate(targets, engine=EngineSettings(), engine_name="x", sources=[str(f)])
+    assert prof.factors["compute"] == pytest.approx(1.2, rel=0.03)
+    assert any("ttft" in row for row in prof.uncertainty["compute"]["determined_by"])
+    assert max(abs(p.error_pct) for p in prof.points) < 1.0
+
+
+def test_the_live_drift_adjustment_stops_at_the_data_sheet() -> None:
+    """FactorScale moves a profile's factors by up to 2x; compute x2 on an H100 would be 1.23x its peak."""
+    from llmscale.perf.profile import FactorScale
+    from llmscale.sim.gpu_counters import GpuCounterSpec
+
+    pm = get_perf_model("llama-3-8b", "h100", 1, scale=FactorScale(compute=2.0, bandwidth=2.0))
+    spec = GpuCounterSpec.from_perf(pm)
+    assert spec.step_flops_s == pytest.approx(spec.peak_flops_s, rel=1e-6)

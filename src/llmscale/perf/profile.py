@@ -361,8 +361,9 @@ def profile_factors(path: str | Path | None) -> dict[str, float]:
     return out
 
 
-def within_data_sheet(factors: Mapping[str, float]) -> dict[str, float]:
-    """``factors`` with each rate factor lowered to the data-sheet ceiling of every GPU family.
+def within_data_sheet(factors: Mapping[str, float], family: str | None = None) -> dict[str, float]:
+    """``factors`` with each rate factor lowered to the data-sheet ceiling of GPU ``family``
+    (of every family when None: the strictest).
 
     For the live drift adjustment (:class:`FactorScale`), which moves a profile's factors by
     up to 2x: an engine measured faster than its model is not faster than its GPU, so the
@@ -371,19 +372,22 @@ def within_data_sheet(factors: Mapping[str, float]) -> dict[str, float]:
     from llmscale.perf.bounds import factor_ceilings
 
     base = load_coefficients()
+    families = sorted(base.families) if family is None else [family]
     out = dict(factors)
     for name in ("compute", "bandwidth", "kv"):
-        caps = factor_ceilings(base, sorted(base.families), out)
+        caps = factor_ceilings(base, families, out)
         out[name] = min(float(out.get(name, 1.0)), caps[name])
     return out
 
 
-def profile_coefficients(path: str | Path | None, scale: FactorScale | None = None) -> PerfCoefficients:
-    """The committed coefficients, scaled by the profile at ``path`` when one is given, then by ``scale``."""
+def profile_coefficients(
+    path: str | Path | None, scale: FactorScale | None = None, *, family: str | None = None
+) -> PerfCoefficients:
+    """The committed coefficients, scaled by the profile at ``path`` when one is given, then by ``scale``
+    (kept within the data sheet of GPU ``family``; of every family when None)."""
     if scale is not None and not scale.identity:
-        return scale_coefficients(
-            load_coefficients(), within_data_sheet(scale.applied_to(profile_factors(path)))
-        )
+        factors = within_data_sheet(scale.applied_to(profile_factors(path)), family)
+        return scale_coefficients(load_coefficients(), factors)
     if path is None:
         return load_coefficients()
     return load_profile(path).coefficients()

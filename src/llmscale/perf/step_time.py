@@ -609,7 +609,7 @@ def _scaled_model(
     key: tuple[object, ...] = (m.name, g.name, tp, stack, calibration, mtime, scale)
     pm = _SCALED_CACHE.pop(key, None)
     if pm is None:
-        pm = PerfModel(m, g, tp, profile_coefficients(calibration, scale), stack=stack)
+        pm = PerfModel(m, g, tp, profile_coefficients(calibration, scale, family=g.family), stack=stack)
         while len(_SCALED_CACHE) >= _SCALED_CACHE_SIZE:
             del _SCALED_CACHE[next(iter(_SCALED_CACHE))]
     _SCALED_CACHE[key] = pm  # re-inserted: the most recently used is last
