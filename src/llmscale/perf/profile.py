@@ -43,13 +43,17 @@ from llmscale.perf.coefficients import PerfCoefficients, load_coefficients
 __all__ = [
     "FACTORS",
     "FACTOR_NAMES",
+    "FACTOR_SPECS",
     "PROFILE_FACTOR_NAMES",
     "CalibrationProfile",
     "FactorScale",
+    "FactorSpec",
     "PointError",
     "load_profile",
     "profile_coefficients",
     "profile_factors",
+    "validate_factors",
+    "within_data_sheet",
 ]
 
 PROFILE_FORMAT = "llmscale calibration profile v1"
@@ -90,8 +94,6 @@ FACTORS: tuple[FactorSpec, ...] = (
 )
 FACTOR_SPECS: Mapping[str, FactorSpec] = MappingProxyType({f.name: f for f in FACTORS})
 PROFILE_FACTOR_NAMES = tuple(f.name for f in FACTORS)
-#: Kept for readers of the old constant: the widest multiplier range.
-FACTOR_RANGE = (0.05, 5.0)
 
 
 @dataclass(frozen=True, slots=True)
