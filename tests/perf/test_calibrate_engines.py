@@ -182,3 +182,31 @@ def test_llama_cpp_rows_are_recognised_and_refused(shared_data: Path, tmp_path: 
     assert "Traceback" not in r.stderr
     assert "latency falls with batch size" in r.stderr
     assert not (tmp_path / "p.yaml").exists()
+
+
+@pytest.mark.shared_data
+def test_the_readmes_calibration_example_is_what_calibrate_prints(shared_data: Path, tmp_path: Path) -> None:
+    """The README quotes the held-out error of the TensorRT-LLM H100 example; the fit has one answer."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    m = re.search(r"are predicted within ([\d.]+)% median \(([\d.]+)% before\)", readme)
+    assert m, "the README's calibration example moved"
+    r = _cli(
+        "calibrate",
+        str(shared_data / "calibration" / "argonne" / "e2e_batch_latency.csv"),
+        "--framework",
+        "TensorRT-LLM",
+        "--model",
+        "llama-2-7b",
+        "--gpu",
+        "h100",
+        "--holdout",
+        "256,1024",
+        "--out",
+        str(tmp_path / "p.yaml"),
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("held out: median |error|"))
+    assert f"{m.group(1)}% (uncalibrated {m.group(2)}%)" in line, (line, m.groups())
