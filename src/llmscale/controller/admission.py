@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from llmscale.controller.core import AdmissionVerdict
 from llmscale.tenancy.node_checks import NodeSample, NodeThresholds, check_node
 
 __all__ = ["AdmissionResult", "NodeAdmission"]
@@ -37,6 +38,15 @@ class AdmissionResult:
     def as_json(self) -> dict[str, Any]:
         nodes = {k: dict(v) for k, v in self.nodes.items()}
         return {"held_by": "node" if self.held else None, "nodes": nodes}
+
+    def verdict(self, spec_replicas: int) -> AdmissionVerdict | None:
+        """The core's input (:func:`llmscale.controller.core.settle`): held at ``spec_replicas``
+        when no node passes; None when one does (the scheduler places the pod)."""
+        if not self.held:
+            return None
+        return AdmissionVerdict(
+            spec_replicas, "node-check", "no node can take a replica (seed 003 3.1)", self.as_json()
+        )
 
 
 class NodeAdmission:
