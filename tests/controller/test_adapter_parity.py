@@ -52,7 +52,7 @@ from llmscale.sim.sub_tick import QUEUE_SAMPLE_PERIOD_S
 from llmscale.workloads import make_preset, window
 from llmscale.workloads.model import Workload
 
-#: what a decision line says about the decision (the backtest's names)
+#: what a decision line says about the decision (both logs write it with TickRecord.as_json)
 DECISION_FIELDS = (
     "time_s",
     "policy",
@@ -69,14 +69,6 @@ DECISION_FIELDS = (
     "observed",
     "standby",
 )
-
-#: the live log's names of the same fields
-LIVE_NAMES = {
-    "ts_unix": "time_s",
-    "signals": "inputs",
-    "final": "desired",
-    "proposed": "desired_before_guards",
-}
 
 #: slo with a fixed standby pool of 2 (the live loop keeps it through StandbyCapable), and two
 #: policies of other families (a per-pod concurrency target, a queue-length trigger)
@@ -149,11 +141,7 @@ def live_lines(workload: Workload, name: str) -> list[dict[str, Any]]:
             next_tick = controller.state.next_tick_s
         if (fleet.arrivals_done and fleet.unresolved == 0) or t > horizon:
             break
-    lines = [json.loads(ln) for ln in out.getvalue().splitlines()]
-    for ln in lines:  # the live log's names for the record's fields
-        for live_name, name in LIVE_NAMES.items():
-            ln[name] = ln.pop(live_name)
-    return lines
+    return [json.loads(ln) for ln in out.getvalue().splitlines()]
 
 
 def differences(backtest: list[dict[str, Any]], live: list[dict[str, Any]]) -> list[str]:
