@@ -48,7 +48,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -76,7 +76,18 @@ from llmscale.tenancy.pool import Admission, MigPool, admit
 from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
-__all__ = ["TenantResult", "TenantsResult", "TenantsSpec", "load_tenants", "parse_tenants", "run_tenants"]
+__all__ = [
+    "TenantResult",
+    "TenantsResult",
+    "TenantsSpec",
+    "load_tenant_quota",
+    "load_tenants",
+    "parse_tenants",
+    "run_tenants",
+]
+
+if TYPE_CHECKING:
+    from llmscale.controller.admission import MigQuota
 
 _LIMITS = ("quota", "pool", "node")
 
@@ -173,6 +184,28 @@ class TenantsSpec:
 
 def load_tenants(path: Path) -> TenantsSpec:
     """Read and check ``path``; every error is a ConfigError naming the file and the key path."""
+    return parse_tenants(_read_tenants_file(path), source=str(path), base_dir=path.parent)
+
+
+def load_tenant_quota(path: Path, tenant: str) -> MigQuota:
+    """``tenant``'s MIG quota from the tenants file ``path``, for ``llmscale run``
+    (``admission.mig_quota``): the file is checked as ``llmscale tenants`` checks it, but no
+    workload is loaded. Raises ConfigError naming the file and the key path."""
+    from llmscale.controller.admission import MigQuota
+    from llmscale.tenancy.mig import get_mig_gpu
+
+    cfg = _validate(_read_tenants_file(path), str(path))
+    t = cfg.tenants.get(tenant)
+    if t is None:
+        raise ConfigError(f"{path}: tenants: no tenant {tenant!r}; the file has {', '.join(cfg.tenants)}")
+    try:
+        profile = get_mig_gpu(cfg.pool.gpu).profile(t.profile).name
+    except ConfigError as e:
+        raise ConfigError(f"{path}: tenants.{tenant}.profile: {e}") from e
+    return MigQuota(tenant, profile, t.quota)
+
+
+def _read_tenants_file(path: Path) -> dict[str, Any]:
     import yaml
 
     try:
@@ -189,7 +222,20 @@ def load_tenants(path: Path) -> TenantsSpec:
         raise ConfigError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', None) or e}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with `pool:` and `tenants:`")
-    return parse_tenants(data, source=str(path), base_dir=path.parent)
+    return data
+
+
+def _validate(data: Mapping[str, Any], source: str) -> _TenantsCfg:
+    try:
+        return _TenantsCfg.model_validate(dict(data))
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        msg = first["msg"].removeprefix("Value error, ")
+        got = first.get("input")
+        if isinstance(got, int | float | str) and not isinstance(got, bool) and repr(got) not in msg:
+            msg = f"{msg} (got {got!r})"
+        raise ConfigError(f"{source}: {where}: {msg}") from e
 
 
 def parse_tenants(
@@ -199,16 +245,7 @@ def parse_tenants(
     from llmscale.policies.config_file import check_policy_params
     from llmscale.tenancy.mig import get_mig_gpu
 
-    try:
-        cfg = _TenantsCfg.model_validate(dict(data))
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        msg = first["msg"].removeprefix("Value error, ")
-        got = first.get("input")
-        if isinstance(got, int | float | str) and not isinstance(got, bool) and repr(got) not in msg:
-            msg = f"{msg} (got {got!r})"
-        raise ConfigError(f"{source}: {where}: {msg}") from e
+    cfg = _validate(data, source)
 
     def fail(where: str, msg: str) -> ConfigError:
         return ConfigError(f"{source}: {where}: {msg}")
@@ -519,7 +556,6 @@ def admission_verdict(adm: Admission, base: int) -> AdmissionVerdict | None:
         base + adm.admitted,
         ADMISSION_GUARDS[adm.held_by],
         adm.note or f"{adm.held_by} admits {adm.admitted} of {adm.requested} new replica(s)",
-        adm.as_json(),
     )
 
 

@@ -31,7 +31,6 @@ that does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -130,10 +129,10 @@ class ControllerState:
 class AdmissionVerdict:
     """The resource layer's answer to a tick's scale-up: how far it may go.
 
-    Live, seed 003 3.1's node checks (``controller/admission.py``: no node passes, ``limit`` is
-    the current spec); in the tenants backtest, a tenant's MIG quota, the pool's free placements
-    and the node checks (``tenancy/pool.py``'s ``admit``: 1 of 2 new replicas admitted, ``limit``
-    is the spec + 1).
+    Live (``controller/admission.py``), a tenant's MIG quota and seed 003 3.1's node checks (no
+    node passes: ``limit`` is the current spec); in the tenants backtest, the quota, the pool's
+    free placements and the node checks (``tenancy/pool.py``'s ``admit``: 1 of 2 new replicas
+    admitted, ``limit`` is the spec + 1).
     """
 
     #: the most replicas the target may have after this tick (>= 0)
@@ -142,8 +141,6 @@ class AdmissionVerdict:
     guard: str
     #: why, for the record's ``guard_note``
     note: str = ""
-    #: what the layer read, for the decision line's ``admission`` object (None: no object)
-    detail: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from llmscale.clock import Clock, WallClock
 from llmscale.cluster.base import Cluster, StandbyCapable
 from llmscale.config import Mode
+from llmscale.controller.admission import check_scale_up
 from llmscale.controller.core import (
     SCRAPED_PHASES,
     Controller,
@@ -75,7 +76,7 @@ __all__ = ["ClusterAlignedSource", "Elector", "LiveController", "PolicyRun", "ac
 
 
 if TYPE_CHECKING:
-    from llmscale.controller.admission import NodeAdmission
+    from llmscale.controller.admission import MigQuota, NodeAdmission
     from llmscale.controller.drift import DriftMonitor
 
 
@@ -214,6 +215,7 @@ class LiveController:
         drift: DriftMonitor | None = None,
         elector: Elector | None = None,
         admission: NodeAdmission | None = None,
+        quota: MigQuota | None = None,
     ) -> None:
         """``tick_s``: seconds between ticks, overriding the primary policy's own ``tick_s`` (None:
         the policy's cadence; the shadow policy decides at the primary's ticks). ``deployment``:
@@ -226,7 +228,8 @@ class LiveController:
         hook (``controller/drift.py``), run on each tick's signals before the policies.
         ``elector``: leader election (``cluster/leader.py``); only the leader acts and saves state.
         ``admission``: seed 003 3.1's node checks (``controller/admission.py``): a scale-up no node
-        can take is held at the current spec.
+        can take is held at the current spec. ``quota``: the tenant's MIG quota (the same file and
+        check as ``llmscale tenants``), checked before the nodes.
         """
         if mode is Mode.SHADOW and shadow is None:
             raise ConfigError("mode shadow needs a shadow policy")
@@ -260,6 +263,7 @@ class LiveController:
         self.drift = drift
         self.elector = elector
         self.admission = admission
+        self.quota = quota
         #: whether this replica led at its previous tick: a standby that becomes the leader
         #: reloads the saved state first, so it honours the cooldowns its predecessor started
         self._was_leading = elector is None
@@ -391,19 +395,10 @@ class LiveController:
                 "metrics outage for %s: none of %d replica(s) reported; holding any scale-down",
                 self.target, len(obs.replicas),
             )  # fmt: skip
-        admitted = None
-        verdict = None
-        if self.admission is not None and record.final > obs.fleet.spec_replicas:
-            admitted = self.admission.check()
-            verdict = admitted.verdict(obs.fleet.spec_replicas)
-            if admitted.held:
-                log.warning(
-                    "holding %s at %d: no node passes the node checks (%s)",
-                    self.target, obs.fleet.spec_replicas,
-                    "; ".join(f"{n}: {', '.join(v['failed'])}" for n, v in admitted.nodes.items()),
-                )  # fmt: skip
-        decided = state
-        record, state = settle(record, decided, before, TickFacts(admission=verdict, leading=leading))
+        verdict, admitted = check_scale_up(obs.fleet, record.final, self.quota, self.admission)
+        if verdict is not None:
+            log.warning("holding %s's scale-up at %d: %s", self.target, verdict.limit, verdict.note)
+        record, state = settle(record, state, before, TickFacts(admission=verdict, leading=leading))
 
         current = self.cluster.spec_replicas
         # A KEDA scaler serves nothing until its first decision is published, even one that
@@ -441,7 +436,7 @@ class LiveController:
             shadow_version=self.shadow.version if self.shadow else None,
             tick_duration_s=max(0.0, self._timer.now_s() - t0),
             drift=self.drift.last.as_json() if self.drift is not None and self.drift.last else None,
-            admission=admitted.as_json() if admitted is not None else None,
+            admission=admitted,
             **self._lease_fields(leading),
         )
         saved = before.guard_state, self.last_decision
