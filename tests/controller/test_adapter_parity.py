@@ -27,10 +27,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 
 import llmscale.backtest.runner as runner
 import llmscale.controller.live as live_module
+from llmscale.analyze.log import read_decision_log
 from llmscale.backtest.runner import (
     BacktestSettings,
     SeriesRecorder,
@@ -157,9 +159,21 @@ def differences(backtest: list[dict[str, Any]], live: list[dict[str, Any]]) -> l
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
-def test_the_live_controller_writes_the_backtests_decision_log(workload, name):
+def test_the_live_controller_writes_the_backtests_decision_log(workload, name, tmp_path):
     backtest = backtest_lines(workload, name)
     live = live_lines(workload, name)
+    # one format, one reader: llmscale analyze reads the same table from either log
+    tables = []
+    for which, lines in (("backtest", backtest), ("live", live)):
+        path = tmp_path / f"{which}.jsonl"
+        path.write_text("".join(json.dumps(ln) + "\n" for ln in lines))
+        tables.append(read_decision_log(path))
+    b, lv = tables
+    for col in ("time_s", "spec", "ready", "final"):
+        np.testing.assert_array_equal(getattr(b, col), getattr(lv, col))
+    assert b.signals.keys() == lv.signals.keys() and b.resolved == lv.resolved
+    for k, v in b.signals.items():
+        np.testing.assert_array_equal(v, lv.signals[k], err_msg=k)
     assert len(backtest) >= 10  # dozens of ticks: the shortest cadence here is slo's and keda's
     assert any(ln["applied"] for ln in backtest)  # decisions that acted, not only holds
     if name == "slo":
