@@ -161,17 +161,14 @@ def initial_state(controller: Controller, first_tick_s: float) -> ControllerStat
 
 
 def tick(
-    controller: Controller, state: ControllerState, observation: Observation, facts: TickFacts | None = None
+    controller: Controller, state: ControllerState, observation: Observation
 ) -> tuple[TickRecord, ControllerState, float]:
     """One tick at ``observation.time_s``: the record (``applied`` False: the adapter actuates),
-    the next state and when the next tick is due. ``facts``: what the adapter knows before the
-    decision (a backtest knows nothing more: it leads, and its admission, if any, is asked after
-    :func:`decide` and given to :func:`settle`)."""
-    before = state
+    the next state and when the next tick is due. An adapter that learns more about the tick
+    (an admission verdict: ``backtest/tenants.py``) settles the record and state with
+    :func:`settle` against the state it passed here."""
     state, signals = observe(state, observation)
     record, state = decide(controller, state, signals, observation.time_s)
-    if facts is not None:
-        record, state = settle(record, state, before, facts)
     return record, state, state.next_tick_s
 
 

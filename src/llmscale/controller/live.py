@@ -387,7 +387,8 @@ class LiveController:
         obs = window[-1]
         run = self.primary
         # The core decides, holds a scale-down through a total metrics outage, and settles what
-        # this adapter learns: the node layer's admission of a scale-up, and whether it leads.
+        # this adapter learns: the resource layer's admission of a scale-up (the tenant's MIG
+        # quota, then the nodes), and whether it leads.
         record, state = decide(self._core(run), observed, signals, now_s)
         outage = record.metrics_outage
         if outage:
