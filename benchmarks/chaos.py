@@ -426,10 +426,10 @@ def judge(
         firsts: dict[str, dict[str, Any]] = {}
         for ln in lines:
             firsts.setdefault(ln["trace_id"], ln)  # a failed scale's second line shares the trace id
-        tick_lines = sorted(firsts.values(), key=lambda ln: ln["ts_unix"])
+        tick_lines = sorted(firsts.values(), key=lambda ln: ln["time_s"])
         ticks += len(tick_lines)
         for a, b in pairwise(tick_lines):
-            lost += max(0, round((b["ts_unix"] - a["ts_unix"]) / tick_s) - 1)
+            lost += max(0, round((b["time_s"] - a["time_s"]) / tick_s) - 1)
         # A scale's line is written before the scale; a failed one adds a second line with the
         # same trace id and its error: that scale never happened.
         failed = {ln["trace_id"] for ln in lines if ln.get("actuation_error")}
@@ -437,8 +437,8 @@ def judge(
             if not ln.get("applied") or ln["trace_id"] in failed:
                 continue
             spec = (ln.get("replicas") or {}).get("spec")
-            final = ln["final"]
-            t = ln["ts_unix"]
+            final = ln["desired"]
+            t = ln["time_s"]
             if spec is not None and final < spec and (ln["unknown_replicas"] or ln["metrics_outage"]):
                 why.append(f"{t:.1f}: scale-down {spec}->{final} with {ln['unknown_replicas']} unknown")
             if not MIN_REPLICAS <= final <= MAX_REPLICAS:
@@ -446,16 +446,16 @@ def judge(
             if ln.get("leader") is False:
                 why.append(f"{t:.1f}: scaled without the lease")
             applied.append(ln)
-    applied.sort(key=lambda ln: ln["ts_unix"])
-    ups = [ln for ln in applied if ln["final"] > (ln.get("replicas") or {}).get("spec", ln["final"])]
+    applied.sort(key=lambda ln: ln["time_s"])
+    ups = [ln for ln in applied if ln["desired"] > (ln.get("replicas") or {}).get("spec", ln["desired"])]
     for a, b in pairwise(ups):
-        if b["ts_unix"] - a["ts_unix"] < cooldown_up_s:
-            why.append(f"{b['ts_unix']:.1f}: scale-up {b['ts_unix'] - a['ts_unix']:.1f} s after the last one")
+        if b["time_s"] - a["time_s"] < cooldown_up_s:
+            why.append(f"{b['time_s']:.1f}: scale-up {b['time_s'] - a['time_s']:.1f} s after the last one")
     terms: dict[Any, tuple[float, float]] = {}
     for ln in applied:
         if ln.get("lease_term") is not None:
-            lo, hi = terms.get(ln["lease_term"], (ln["ts_unix"], ln["ts_unix"]))
-            terms[ln["lease_term"]] = (min(lo, ln["ts_unix"]), max(hi, ln["ts_unix"]))
+            lo, hi = terms.get(ln["lease_term"], (ln["time_s"], ln["time_s"]))
+            terms[ln["lease_term"]] = (min(lo, ln["time_s"]), max(hi, ln["time_s"]))
     spans = sorted(terms.values())
     for (_, hi), (lo, _) in pairwise(spans):
         if lo < hi:
@@ -569,7 +569,11 @@ def metric_case(
     ticks, wrong, lost, why = judge([lines], tick_s=TICK_S)
     # What the fault did to the loop: ticks with unknown load, and the policy's scale-downs held.
     unknown = sum(1 for ln in lines if ln["unknown_replicas"] or ln["metrics_outage"])
-    held = sum(1 for ln in lines if ln["proposed"] is not None and ln["proposed"] < ln["final"])
+    held = sum(
+        1
+        for ln in lines
+        if ln["desired_before_guards"] is not None and ln["desired_before_guards"] < ln["desired"]
+    )
     seen = f"{unknown} tick(s) with unknown load, {held} proposed scale-down(s) held"
     return Outcome(
         label, b.scrape.injected - before, wrong, lost, ticks, f"{seen}; {note}" if note else seen, why
@@ -756,7 +760,7 @@ def failover_case(workdir: Path) -> Outcome:
         wait_until(lambda: any(ln["applied"] for ln in decision_lines(logs[1])), 40, "b's scale")
         procs[1].stop()
         ticks, wrong, lost, why = judge([decision_lines(p) for p in logs], tick_s=TICK_S, cooldown_up_s=20)
-        note = f"standby led {took['ts_unix'] - killed:.1f} s after the kill (lease {lease[0]:g} s)"
+        note = f"standby led {took['time_s'] - killed:.1f} s after the kill (lease {lease[0]:g} s)"
         return Outcome("leader failover (kill -9)", 1, wrong, lost, ticks, note, why)
     finally:
         for p in procs:

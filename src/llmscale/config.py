@@ -408,8 +408,19 @@ class NodeChecksConfig(_Section):
         return v
 
 
+class MigQuotaConfig(_Section):
+    """A tenant's MIG quota before a scale-up, from the tenants file ``llmscale tenants`` reads
+    (``controller/admission.py``)."""
+
+    #: the tenants file (its ``pool.gpu`` and ``tenants.<tenant>.profile`` / ``quota``)
+    tenants_file: str = Field(min_length=1)
+    #: the tenant this controller scales
+    tenant: str = Field(min_length=1)
+
+
 class AdmissionConfig(_Section):
     node_checks: NodeChecksConfig | None = None
+    mig_quota: MigQuotaConfig | None = None
 
 
 class LiveConfig(_Section):

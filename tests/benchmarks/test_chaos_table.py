@@ -41,11 +41,11 @@ def line(
     **more: Any,
 ) -> dict[str, Any]:
     return {
-        "ts_unix": t,
+        "time_s": t,
         "trace_id": trace or f"t{t}",
         "replicas": {"spec": spec},
-        "final": final,
-        "proposed": final,
+        "desired": final,
+        "desired_before_guards": final,
         "applied": applied,
         "unknown_replicas": unknown,
         "metrics_outage": False,

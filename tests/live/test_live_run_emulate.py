@@ -79,7 +79,7 @@ def test_run_scales_the_emulated_fleet_and_logs_why(tmp_path, emulate):
     assert spec == 3
     lines = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     assert len(lines) == 2
-    assert lines[0]["applied"] is True and lines[0]["final"] == 3 and lines[0]["rule"] == "fixed"
+    assert lines[0]["applied"] is True and lines[0]["desired"] == 3 and lines[0]["rule"] == "fixed"
     assert lines[0]["replicas"]["spec"] == 1 and lines[0]["unknown_replicas"] == 0
     assert json.loads((tmp_path / "state.json").read_text())["last_decision"]["final"] == 3
 
@@ -103,7 +103,7 @@ def test_dry_run_touches_nothing_and_sigterm_stops_cleanly(tmp_path, emulate):
     assert proc.returncode == 0, err
     assert "SIGTERM: stopping" in err
     first = json.loads(log.read_text().splitlines()[0])
-    assert first["mode"] == "dry-run" and first["final"] == 3 and first["applied"] is False
+    assert first["mode"] == "dry-run" and first["desired"] == 3 and first["applied"] is False
     assert (
         httpx.get(emulate.base_url + "/admin/replicas", timeout=5, headers=AUTH).json()["spec_replicas"] == 1
     )

@@ -1,10 +1,12 @@
 """A decision log (or a Prometheus range) as columns of numbers, one row per controller tick.
 
-Two writers, one reader: ``llmscale backtest --decisions`` writes a tick's numbers under
-``inputs`` and its time as ``time_s``; ``llmscale run``'s decision log writes them under
-``signals`` with ``ts_unix`` (``controller/decision_log.py``), and repeats a trace id when a
-scale failed after its line was written (the reader keeps the last line of each trace id, as
-that module asks). Failed ticks (``error`` set, no numbers) are skipped.
+One format, two writers: ``llmscale backtest --decisions`` and ``llmscale run``'s decision log
+(``controller/decision_log.py``) both write a tick's record with
+:meth:`llmscale.types.TickRecord.as_json` (its numbers under ``inputs``, its time as ``time_s``,
+the replicas after guards as ``desired``); a live line adds a trace id, repeated when a scale
+failed after its line was written (the reader keeps the last line of each trace id, as that
+module asks). Live logs written before the formats merged name these ``signals``, ``ts_unix`` and
+``final``: they are read too. Failed ticks (``error`` set, no numbers) are skipped.
 
 A line carries the fleet's numbers under ``observed`` (``controller/core.py``'s
 ``LOGGED_SIGNALS``: load, throughput, P99, queue entropy, bandwidth, diagnostics), and the

@@ -17,6 +17,7 @@ from typing import IO, Any
 
 from llmscale.backtest.results import PolicyResult, summarize
 from llmscale.clock import ManualClock
+from llmscale.cluster.sim import SimCluster
 from llmscale.controller.core import Controller, initial_state, tick
 from llmscale.controller.loop import scale_if_changed
 from llmscale.deployment import Deployment, guard_config
@@ -301,6 +302,7 @@ def run_policy(
     reads = frozenset((*declared, *getattr(policy, "reads", ())))  # a policy object may declare its own
     sub_tick = decisions_out is not None or bool(SUB_TICK_SIGNALS & reads)
     source = SimMetricSource(fleet, sub_tick=sub_tick)
+    cluster = SimCluster(fleet)
     clock = ManualClock()
     controller = Controller(policy, guards, deployment, assess=decisions_out is not None)
     # The core schedules its ticks (every policy.tick_s, the first one tick in); this loop only
@@ -331,13 +333,13 @@ def run_policy(
         if t >= next_tick:
             now_s = clock.now_s()
             record, state, next_tick = tick(controller, state, source.observe(now_s))
-            if scale_if_changed(fleet, record.final, guards, now_s):
+            # Only actuation here: every step that shapes the decision is the core's.
+            if scale_if_changed(cluster, record.final, guards, now_s):
                 record = replace(record, applied=True)
-            standby = record.proposed.inputs.get("standby_replicas")
-            if standby is not None:
-                # The policy's standby pool (policies/standby.py): sleeping replicas it keeps beside
-                # the desired ones. Not a guarded count: it adds no serving capacity.
-                fleet.set_standby(int(standby), now_s)
+            if record.standby is not None:
+                # The policy's standby pool (Decision.standby, policies/standby.py): sleeping
+                # replicas kept beside the desired ones. Not guarded: it adds no serving capacity.
+                cluster.set_standby(record.standby, now_s)
             if decisions_out is not None:
                 line = record.as_json()
                 if len(fleet.start_log) > logged:

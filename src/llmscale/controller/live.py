@@ -10,7 +10,10 @@ scheduled: every policy's own ``tick_s`` (Knative's 2 s, HPA's 15 s), unless the
   a replica the metric source missed is *unknown*, never absent or idle;
 - modes: ``apply`` scales, ``dry-run`` decides and logs only, ``shadow`` runs a second
   policy on the same signals with its own guard state and logs both side by side;
-- a total metrics outage (no replica reports) never scales down, whatever the guards say;
+- the core holds a scale-down through a total metrics outage (no replica reports) and settles
+  what this loop learns around its decision (:func:`~llmscale.controller.core.settle`): the node
+  layer's admission of a scale-up, whether this replica leads, a fenced or failed scale; the
+  policy's standby pool is kept through :class:`~llmscale.cluster.base.StandbyCapable`;
 - a tick that scales first saves the guard state the scale leads to, then writes its
   decision record, and only then scales: a tick whose state or record cannot be written
   does not act (a saved state is then put back), and a controller killed between the save
@@ -40,9 +43,19 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from llmscale.clock import Clock, WallClock
-from llmscale.cluster.base import Cluster
+from llmscale.cluster.base import Cluster, StandbyCapable
 from llmscale.config import Mode
-from llmscale.controller.core import Controller, ControllerState, decide, next_tick_after, observe
+from llmscale.controller.admission import check_scale_up
+from llmscale.controller.core import (
+    SCRAPED_PHASES,
+    Controller,
+    ControllerState,
+    TickFacts,
+    decide,
+    next_tick_after,
+    observe,
+    settle,
+)
 from llmscale.controller.decision_log import DecisionLog, DecisionLogError, LogEntry, new_trace_id
 from llmscale.controller.persist import (
     StateFormatError,
@@ -63,7 +76,7 @@ __all__ = ["ClusterAlignedSource", "Elector", "LiveController", "PolicyRun", "ac
 
 
 if TYPE_CHECKING:
-    from llmscale.controller.admission import NodeAdmission
+    from llmscale.controller.admission import MigQuota, NodeAdmission
     from llmscale.controller.drift import DriftMonitor
 
 
@@ -88,7 +101,7 @@ class Elector(Protocol):
 log = logging.getLogger(__name__)
 
 #: a replica in these phases should answer its /metrics: no data from it is a scrape error
-_SCRAPED_PHASES = (Phase.READY, Phase.DRAINING)
+_SCRAPED_PHASES = SCRAPED_PHASES
 
 
 class ClusterAlignedSource:
@@ -202,6 +215,7 @@ class LiveController:
         drift: DriftMonitor | None = None,
         elector: Elector | None = None,
         admission: NodeAdmission | None = None,
+        quota: MigQuota | None = None,
     ) -> None:
         """``tick_s``: seconds between ticks, overriding the primary policy's own ``tick_s`` (None:
         the policy's cadence; the shadow policy decides at the primary's ticks). ``deployment``:
@@ -214,7 +228,8 @@ class LiveController:
         hook (``controller/drift.py``), run on each tick's signals before the policies.
         ``elector``: leader election (``cluster/leader.py``); only the leader acts and saves state.
         ``admission``: seed 003 3.1's node checks (``controller/admission.py``): a scale-up no node
-        can take is held at the current spec.
+        can take is held at the current spec. ``quota``: the tenant's MIG quota (the same file and
+        check as ``llmscale tenants``), checked before the nodes.
         """
         if mode is Mode.SHADOW and shadow is None:
             raise ConfigError("mode shadow needs a shadow policy")
@@ -248,6 +263,7 @@ class LiveController:
         self.drift = drift
         self.elector = elector
         self.admission = admission
+        self.quota = quota
         #: whether this replica led at its previous tick: a standby that becomes the leader
         #: reloads the saved state first, so it honours the cooldowns its predecessor started
         self._was_leading = elector is None
@@ -370,41 +386,20 @@ class LiveController:
             signals = self.drift.tick(now_s, window, signals)
         obs = window[-1]
         run = self.primary
+        # The core decides, holds a scale-down through a total metrics outage, and settles what
+        # this adapter learns: the resource layer's admission of a scale-up (the tenant's MIG
+        # quota, then the nodes), and whether it leads.
         record, state = decide(self._core(run), observed, signals, now_s)
-        outage = _total_outage(obs)
+        outage = record.metrics_outage
         if outage:
             log.warning(
                 "metrics outage for %s: none of %d replica(s) reported; holding any scale-down",
                 self.target, len(obs.replicas),
             )  # fmt: skip
-            if record.final < obs.fleet.spec_replicas:
-                record = replace(
-                    record,
-                    final=obs.fleet.spec_replicas,
-                    guard="metrics-outage",
-                    guard_note=_join(
-                        record.guard_note, "no replica reported metrics: load unknown, not zero"
-                    ),
-                )
-                state = replace(state, guard_state=before.guard_state)
-
-        admitted = None
-        if self.admission is not None and record.final > obs.fleet.spec_replicas:
-            admitted = self.admission.check()
-            if admitted.held:
-                log.warning(
-                    "holding %s at %d: no node passes the node checks (%s)",
-                    self.target, obs.fleet.spec_replicas,
-                    "; ".join(f"{n}: {', '.join(v['failed'])}" for n, v in admitted.nodes.items()),
-                )  # fmt: skip
-                record = replace(
-                    record,
-                    final=obs.fleet.spec_replicas,
-                    guard="node-check",
-                    guard_note=_join(record.guard_note, "no node can take a replica (seed 003 3.1)"),
-                )
-                # No scale happens: no cooldown starts; the next tick asks the nodes again.
-                state = replace(state, guard_state=before.guard_state)
+        verdict, admitted = check_scale_up(obs.fleet, record.final, self.quota, self.admission)
+        if verdict is not None:
+            log.warning("holding %s's scale-up at %d: %s", self.target, verdict.limit, verdict.note)
+        record, state = settle(record, state, before, TickFacts(admission=verdict, leading=leading))
 
         current = self.cluster.spec_replicas
         # A KEDA scaler serves nothing until its first decision is published, even one that
@@ -419,10 +414,9 @@ class LiveController:
         record = replace(record, applied=changes)
 
         if not leading:
-            # A standby's guard clocks are the leader's, which it reads from the store when it
-            # takes over; clocks advanced here as if its decisions were applied would hold a
-            # new leader for cooldowns no scale started (or hide that it forgot the real ones).
-            state = replace(state, guard_state=before.guard_state)
+            # Fenced before anything was saved: settled as a standby, whose guard clocks are the
+            # leader's (the core puts back the ones before the tick).
+            record, state = settle(record, state, before, TickFacts(leading=False))
 
         shadow_record = None
         shadow_state = self.shadow_state
@@ -443,7 +437,7 @@ class LiveController:
             shadow_version=self.shadow.version if self.shadow else None,
             tick_duration_s=max(0.0, self._timer.now_s() - t0),
             drift=self.drift.last.as_json() if self.drift is not None and self.drift.last else None,
-            admission=admitted.as_json() if admitted is not None else None,
+            admission=admitted,
             **self._lease_fields(leading),
         )
         saved = before.guard_state, self.last_decision
@@ -480,7 +474,7 @@ class LiveController:
                 lease_term=None,
                 actuation_error={"reason": "not_leader", "message": "lease lost before the scale"},
             )
-            state = replace(state, guard_state=before.guard_state)
+            record, state = settle(record, state, before, TickFacts(scale_failed=True))
             decision = self.last_decision
             self.last_failure = "lost the lease before the scale"
             error = dict(entry.actuation_error or {})
@@ -496,7 +490,7 @@ class LiveController:
                     "scaling %s %d -> %d failed (%s): %s", self.target, current, record.final, reason, e
                 )
                 # The scale did not happen: no cooldown starts, the next tick decides afresh.
-                state = replace(state, guard_state=before.guard_state)
+                record, state = settle(record, state, before, TickFacts(scale_failed=True))
                 decision = self.last_decision
                 if changes:
                     self._restore(*saved)
@@ -508,6 +502,26 @@ class LiveController:
                 if changes:
                     direction = "up" if record.final > current else "down"
                     self.metrics.scale_actions.labels(direction=direction).inc()
+        if (
+            record.standby is not None
+            and self.primary_acts
+            and leading
+            and (error is None or error.get("reason") != "not_leader")
+            and isinstance(self.cluster, StandbyCapable)
+        ):
+            # The policy's standby pool (Decision.standby), kept on every tick that has one, as the
+            # backtest does: a declarative target the cluster reconciles (a drained replica may
+            # have gone instead of falling asleep). Not guarded: it serves nothing.
+            try:
+                self.cluster.set_standby(record.standby, now_s)
+            except ActuationError as e:
+                reason = actuation_reason(e)
+                self.metrics.actuation_errors.labels(reason=reason).inc()
+                log.warning("keeping %d of %s asleep failed (%s): %s", record.standby, self.target, reason, e)
+                error = {"reason": reason, "message": f"standby {record.standby}: {e}"}
+                entry = replace(entry, record=record, actuation_error=error)
+                self.last_failure = f"keeping {record.standby} asleep failed ({reason}): {e}"
+                self._write(entry)
         if error is None:
             self.last_failure = None
         self.state = state
@@ -616,19 +630,3 @@ class LiveController:
             if max_ticks is not None and n >= max_ticks:
                 break
         return n
-
-
-def _total_outage(obs: Observation) -> bool:
-    """Replicas that should report exist and none did; or the source saw nothing of a fleet
-    that should exist (a cluster without pod discovery, e.g. KEDA, and the source down).
-
-    Replicas still starting are not an outage: their /metrics are not up yet.
-    """
-    scraped = [s for s in obs.replicas if s.phase in _SCRAPED_PHASES]
-    if scraped:
-        return not any(s.ok for s in scraped)
-    return not obs.replicas and obs.fleet.spec_replicas > 0
-
-
-def _join(a: str, b: str) -> str:
-    return f"{a}; {b}" if a else b

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from llmscale.clock import Clock, UnixClock
@@ -337,6 +338,21 @@ def build_admission(cfg: LiveConfig) -> Any:
     )
 
 
+def build_quota(cfg: LiveConfig, config_name: str | None = None) -> Any:
+    """The tenant's MIG quota before a scale-up, when configured: the tenants file is read and
+    checked now, so a wrong file or tenant stops ``run`` before its first tick."""
+    mq = cfg.admission.mig_quota
+    if mq is None:
+        return None
+    from llmscale.backtest.tenants import load_tenant_quota
+
+    try:
+        return load_tenant_quota(Path(mq.tenants_file), mq.tenant)
+    except ConfigError as e:
+        where = f"{config_name}: " if config_name else ""
+        raise ConfigError(f"{where}admission.mig_quota: {e}") from e
+
+
 def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: str | None = None) -> Runtime:
     """Every part of ``llmscale run``, connected; the server is built, not started.
 
@@ -379,6 +395,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
             config_name=config_name,
             elector=elector,
             admission=build_admission(cfg),
+            quota=build_quota(cfg, config_name),
         )
     except BaseException:
         _close_all(closers)

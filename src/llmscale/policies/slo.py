@@ -348,8 +348,9 @@ class SloPolicy:
         desired = max(c.min_replicas, min(c.max_replicas, desired))
         standby_state = state.standby
         standby_inputs: dict[str, float | None] = {}
+        standby: int | None = None
         if c.standby.enabled:
-            _, standby_state, standby_inputs = standby_pool(
+            standby, standby_state, standby_inputs = standby_pool(
                 # The excess over the level before this tick's arrivals moved it (alpha 0.4 would
                 # hide 40% of a step in the level it is measured against).
                 c.standby,
@@ -381,6 +382,7 @@ class SloPolicy:
                 tpot_signal: tpot_p99,
                 **cliff_inputs,
             },
+            standby=standby,
         )
         new_state = SloState(
             level_rps=level,
