@@ -144,7 +144,13 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
     else:
         targets = _pod_targets(kube, s.port, s.path, s.dcgm_port)
     scrape: MetricSource = PodScrapeSource(
-        targets, timeout_s=s.timeout_s, max_sample_age_s=s.max_sample_age_s
+        targets,
+        timeout_s=s.timeout_s,
+        max_sample_age_s=s.max_sample_age_s,
+        max_page_bytes=s.max_page_bytes,
+        max_page_lines=s.max_page_lines,
+        follow_redirects=s.follow_redirects,
+        max_clock_ahead_s=s.max_clock_ahead_s,
     )
     return scrape
 

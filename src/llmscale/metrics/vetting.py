@@ -9,6 +9,20 @@ summed to below zero), and the jump back from the negatives read as a 30x spike.
 sample makes its replica *unknown*, like a failed scrape: the guards hold scale-down, and a
 fleet whose replicas are all unknown never scales down.
 
+Beyond finite and >= 0, every read value must be *plausible* for one replica (issue 19): a queue of
+1e9 requests on one vLLM replica is a fault, not load (the ``slo`` policy once planned a fleet of
+~2e7 for it and took minutes per tick). :data:`PLAUSIBLE_MAX` bounds each read name: requests held
+by a replica at 1e6 (vLLM's default max_num_seqs is 256; a million waiting prompts of 1,000 tokens
+would be a GiB of token ids), ratios at 1.5 (0-1 by definition, slack for rounding), percentages
+at 101, MiB at 1e8 (100 TiB: 8 x 192 GB is 1.5e6), counters at 2**53 (past it a float cannot
+count one more: rates read 0). No sane page reaches them, so what the backtests and a healthy
+fleet see is unchanged; a page past one makes its replica unknown (held), never load.
+
+The page is also judged as a whole: a histogram of a read family whose cumulative buckets fall
+with ``le`` (beyond a torn scrape's few counts), a read series written twice (folded, a duplicated
+queue sample doubled the queue), or more than :data:`MAX_SERIES` series of one read name (10,000
+extra queue series were summed into the signal) make the replica unknown too.
+
 Only the names llmscale reads are judged (``metrics/names.py``'s tables, the DCGM fields, the
 simulator's own series): an exporter's unrelated series (a summary's NaN quantile, a Go
 runtime gauge) must not blind the controller to a healthy replica.
@@ -19,10 +33,19 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 
-from llmscale.metrics.names import DCGM, SIM, TGI, TRITON, VLLM, VLLM_OLD, Names
+from llmscale.metrics.names import DCGM, DERIVED, SIM, TGI, TRITON, VLLM, VLLM_OLD, Names
 from llmscale.types import HistogramView
 
-__all__ = ["READ_HISTOGRAMS", "READ_VALUES", "distrust"]
+__all__ = [
+    "MAX_SERIES",
+    "PLAUSIBLE_MAX",
+    "READ_COUNTERS",
+    "READ_HISTOGRAMS",
+    "READ_VALUES",
+    "distrust",
+    "distrust_shape",
+    "implausible",
+]
 
 _HISTOGRAM_FIELDS = ("ttft", "e2e", "itl", "tpot", "queue_time")
 
@@ -43,10 +66,105 @@ READ_VALUES: frozenset[str] = (
 )
 #: histogram families llmscale reads
 READ_HISTOGRAMS: frozenset[str] = _names(_TABLES, _HISTOGRAM_FIELDS)
+#: read scalar series that are counters (they only grow, but for a restart to zero)
+READ_COUNTERS: frozenset[str] = _names(_TABLES, ("preemptions", "prompt_tokens", "generation_tokens")) | (
+    frozenset(n for n in READ_VALUES if n.endswith("_total"))
+)
+
+#: a counter past 2**53 cannot count one more in a float (9.0e15 + 1 == 9.0e15)
+_COUNTER_MAX = float(2**53)
+_HELD_MAX = 1e6  # requests waiting or running on one replica
+_RATIO_MAX = 1.5
+_PERCENT_MAX = 101.0
+_MIB_MAX = 1e8
+
+#: the largest value a sane replica reports, per read name (see the module docstring); a read
+#: name not listed is bounded by the counter limit only
+PLAUSIBLE_MAX: dict[str, float] = {
+    **{n: _HELD_MAX for n in _names(_TABLES, ("running", "waiting"))},
+    **{n: _RATIO_MAX for n in _names(_TABLES, ("kv_usage",))},
+    DCGM.GPU_UTIL: _PERCENT_MAX,
+    DCGM.MEM_COPY_UTIL: _PERCENT_MAX,
+    DCGM.FB_USED: _MIB_MAX,
+    DCGM.FB_FREE: _MIB_MAX,
+    DCGM.GR_ENGINE_ACTIVE: _RATIO_MAX,
+    DCGM.SM_ACTIVE: _RATIO_MAX,
+    DCGM.SM_OCCUPANCY: _RATIO_MAX,
+    DCGM.DRAM_ACTIVE: _RATIO_MAX,
+    DCGM.TENSOR_ACTIVE: _RATIO_MAX,
+    DERIVED.DRAM_ACTIVE_P95_60S: _RATIO_MAX,
+    SIM.L2_MISS: _RATIO_MAX,
+    "nv_gpu_utilization": _RATIO_MAX,
+}
+
+#: series of one read name a replica's page may hold: vLLM writes one per engine (data-parallel
+#: ranks: 8-64), a pod's DCGM fields one per GPU (8); 10,000 is a label explosion
+MAX_SERIES = 256
+#: how far a cumulative bucket may fall below the one before it and still be read (as PromQL's
+#: ensureMonotonic does): a torn scrape of prometheus_client's per-bucket locks, a few
+#: observations landing mid-render; 2 counts plus 0.1% of the histogram's count
+_TORN_COUNTS = 2.0
+_TORN_SHARE = 1e-3
 
 
 def _bad(v: float) -> bool:
     return not 0.0 <= v < math.inf  # False for NaN too: every comparison with NaN is False
+
+
+def implausible(values: Mapping[str, float]) -> str | None:
+    """Why a read value of ``values`` cannot be one replica's (past :data:`PLAUSIBLE_MAX`); None: all can.
+
+    E.g. ``vllm:num_requests_waiting = 1e9``: "implausible value(s): vllm:num_requests_waiting =
+    1e+09 (at most 1e+06 on one replica)". Cost: one look-up per read name on the page.
+    """
+    off = []
+    for name in values.keys() & READ_VALUES:
+        limit = PLAUSIBLE_MAX.get(name, _COUNTER_MAX)
+        if values[name] > limit:
+            off.append(f"{name} = {values[name]:.6g} (at most {limit:g} on one replica)")
+    if off:
+        off.sort()
+        return f"implausible value(s): {', '.join(off[:3])}{' ...' if len(off) > 3 else ''}"
+    return None
+
+
+def distrust_shape(series: Mapping[str, int], duplicates: Collection[str]) -> str | None:
+    """Why the page's series of read names cannot be folded into one replica's values; None: they can.
+
+    ``series``: per sample name, how many series the page holds of it (names with one may be left
+    out); ``duplicates``: sample names with a series written twice (``ParsedPage`` has both).
+    """
+    read_dups = sorted(n for n in duplicates if _is_read(n))
+    if read_dups:
+        return f"duplicate series of {', '.join(read_dups[:3])}: the page would count them twice"
+    crowded = sorted((n, k) for n, k in series.items() if k > _series_limit(n) and _is_read(n))
+    if crowded:
+        n, k = crowded[0]
+        return f"{k} series of {n} (at most {_series_limit(n)}): a label explosion, not one replica"
+    return None
+
+
+def _is_read(sample_name: str) -> bool:
+    if sample_name in READ_VALUES:
+        return True
+    family, _, suffix = sample_name.rpartition("_")
+    return suffix in ("bucket", "count", "sum") and family in READ_HISTOGRAMS
+
+
+def _series_limit(sample_name: str) -> int:
+    # A histogram series writes one _bucket line per bound (vLLM's TTFT: 19): the limit is per series.
+    return MAX_SERIES * 64 if sample_name.endswith("_bucket") else MAX_SERIES
+
+
+def _non_monotonic(cum: tuple[float, ...] | list[float]) -> int | None:
+    """Index of the first bucket that falls below the one before it by more than a torn scrape."""
+    if sorted(cum) == list(cum):  # the usual case, in C
+        return None
+    slack = _TORN_COUNTS + _TORN_SHARE * cum[-1]
+    for i in range(1, len(cum)):
+        if cum[i] < cum[i - 1] - slack:
+            return i
+    return None
 
 
 def distrust(
@@ -70,10 +188,21 @@ def distrust(
         if off:
             shown = ", ".join(f"{n} = {values[n]!r}" for n in off[:3])
             return f"impossible value(s): {shown}{' ...' if len(off) > 3 else ''} (must be finite, >= 0)"
+    why = implausible(values)
+    if why is not None:
+        return why
     for family in histograms.keys() & READ_HISTOGRAMS:
         h = histograms[family]
         cum = h.cumulative
         if (cum and not (min(cum) >= 0.0 and sum(cum) < math.inf)) or _bad(h.count) or _bad(h.sum):
             tail = list(cum)[-3:]
             return f"impossible histogram {family}: counts ...{tail}, sum {h.sum!r} (must be finite, >= 0)"
+        if h.count > _COUNTER_MAX or h.sum > _COUNTER_MAX:
+            return f"implausible histogram {family}: count {h.count:.6g}, sum {h.sum:.6g} (at most 2**53)"
+        at = _non_monotonic(cum)
+        if at is not None:
+            return (
+                f"histogram {family} is not cumulative: {cum[at - 1]:g} observations up to "
+                f"le={h.bounds[at - 1]:g}, {cum[at]:g} up to le={h.bounds[at]:g}"
+            )
     return None
