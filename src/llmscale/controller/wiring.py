@@ -390,5 +390,5 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
         _close_all(closers)
         raise
     listen = cfg.server.listen
-    server = ControllerServer(listen.host, listen.port, metrics, controller.ready)
+    server = ControllerServer(listen.host, listen.port, metrics, controller.ready, controller.healthy)
     return Runtime(controller, server, closers)
