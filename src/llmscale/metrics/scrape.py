@@ -56,13 +56,7 @@ from llmscale.clock import Clock, UnixClock
 from llmscale.metrics._http import HttpError, LeanClient, Unsupported
 from llmscale.metrics._loop import LoopThread
 from llmscale.metrics.exposition import ExpositionError, PageReader, ParsedPage
-from llmscale.metrics.vetting import (
-    READ_COUNTERS,
-    READ_HISTOGRAMS,
-    READ_VALUES,
-    distrust,
-    distrust_shape,
-)
+from llmscale.metrics.vetting import CounterHistory, vet_page
 from llmscale.types import FleetView, Observation, Phase, ReplicaSample
 
 __all__ = ["PodScrapeSource", "ScrapeTarget", "TargetSpec", "fleet_view_of"]
@@ -91,15 +85,6 @@ RedirectPolicy = Literal["never", "same-host"]
 _REDIRECT_POLICIES = ("never", "same-host")
 #: hops a same-host redirect chain may take
 _MAX_REDIRECTS = 3
-
-#: a read counter that falls to at most this share of its last value (or to _RESET_FLOOR) restarted
-#: from zero; a smaller fall is a broken or hostile exporter (a restart a scrape ago leaves the
-#: counter at what one interval added: 2 s of a replica's 10 req/s against its lifetime's count)
-_RESET_SHARE = 0.1
-_RESET_FLOOR = 10.0
-#: a second restart of a replica's counters within this many seconds is not a restart (a replica
-#: that restarts every few seconds serves nothing; a page whose counters halve each scrape lies)
-_RESET_MIN_GAP_S = 60.0
 
 
 def fleet_view_of(samples: Sequence[ReplicaSample]) -> FleetView:
@@ -213,8 +198,8 @@ class PodScrapeSource:
         self._wall = wall_clock or UnixClock()
         #: per URL: the hash of its last page and the ``now_s`` that page first came
         self._pages: dict[str, tuple[int, float]] = {}
-        #: per URL: its read counters at the last scrape, and the ``now_s`` of its last restart
-        self._counters: dict[str, tuple[dict[str, float], float | None]] = {}
+        #: per URL: its read counters at the last scrape (counters only grow, or restart near 0)
+        self._counters = CounterHistory()
         self.errors_total = 0
         self.last_errors: dict[str, str] = {}
 
@@ -268,7 +253,7 @@ class PodScrapeSource:
         if len(self._pages) > len(urls):
             self._pages = {u: v for u, v in self._pages.items() if u in urls}
         if len(self._counters) > len(urls):
-            self._counters = {u: v for u, v in self._counters.items() if u in urls}
+            self._counters.retain(urls)
         # Generous outer bound: every fetch has its own time-out; this only guards a wedged loop.
         waves = 1 + len(targets) // self.max_concurrency
         try:
@@ -307,7 +292,7 @@ class PodScrapeSource:
             why = (
                 self._stale(t.url, body, now_s)
                 or self._untrusted(page, wall_s)
-                or self._went_back(t.url, page, now_s)
+                or self._counters.went_back(t.url, page, now_s)
             )
             if why is not None:
                 errors[t.replica] = f"{t.url}: {why}"
@@ -352,65 +337,10 @@ class PodScrapeSource:
         return None
 
     def _untrusted(self, page: ParsedPage, wall_s: float) -> str | None:
-        """Why ``page`` cannot be read as its replica's load: an impossible or implausible value, a
-        page that is not one replica's (duplicates, a label explosion), an old or future timestamp."""
-        why = distrust(page.values, page.histograms, page.nan)
-        if why is None and (page.series or page.duplicates):
-            why = distrust_shape(page.series, page.duplicates)
-        if why is not None or not page.stamped_s:
-            return why
-        read = {n: t for n, t in page.stamped_s.items() if n in READ_VALUES or n in READ_HISTOGRAMS}
-        if not read:
-            return None
-        name, oldest = min(read.items(), key=lambda kv: kv[1])
-        age_s = wall_s - oldest
-        if age_s > self.max_sample_age_s:
-            return f"stale: {name} is stamped {age_s:.0f} s ago (limit {self.max_sample_age_s:g} s)"
-        ahead = {n: t for n, t in page.stamped_newest_s.items() if n in read}
-        if ahead:
-            name, newest = max(ahead.items(), key=lambda kv: kv[1])
-            ahead_s = newest - wall_s
-            if ahead_s > self.max_clock_ahead_s:
-                return (
-                    f"{name} is stamped {ahead_s:.0f} s in the future "
-                    f"(limit {self.max_clock_ahead_s:g} s): not a fresh sample"
-                )
-        return None
-
-    def _went_back(self, url: str, page: ParsedPage, now_s: float) -> str | None:
-        """Why the read counters of ``url`` cannot have come from the replica since its last page.
-
-        A counter only grows, or restarts near zero with its process; a page whose counters fall
-        by less (``vllm:request_success_total`` 1,000 -> 990 -> 980 ...) was read as one restart per
-        scrape, each a burst of "new" requests (issue 19). Such a fall, or a second restart within
-        a minute, makes the replica unknown; the counters remembered are this page's either way,
-        so a replica that really restarted is read again from its next page.
-        """
-        counters = {n: page.values[n] for n in page.values.keys() & READ_COUNTERS}
-        for family in page.histograms.keys() & READ_HISTOGRAMS:
-            h = page.histograms[family]
-            counters[f"{family}_count"] = h.count
-            counters[f"{family}_sum"] = h.sum
-        seen = self._counters.get(url)
-        last_reset = None if seen is None else seen[1]
-        self._counters[url] = (counters, last_reset)
-        if seen is None:
-            return None
-        old = seen[0]
-        falls = [(n, old[n], v) for n, v in counters.items() if n in old and v < old[n]]
-        if not falls:
-            return None
-        for name, before, after in sorted(falls):
-            if after > _RESET_SHARE * before and after > _RESET_FLOOR:
-                return f"counter {name} went back from {before:g} to {after:g} (a restart starts near 0)"
-        if last_reset is not None and now_s - last_reset < _RESET_MIN_GAP_S:
-            name, before, after = sorted(falls)[0]
-            return (
-                f"counter {name} reset again ({before:g} -> {after:g}) {now_s - last_reset:.0f} s after "
-                f"the last reset (at most one a {_RESET_MIN_GAP_S:g} s): not a restart"
-            )
-        self._counters[url] = (counters, now_s)
-        return None
+        """Why ``page`` cannot be read as its replica's load (:func:`~llmscale.metrics.vetting.vet_page`)."""
+        return vet_page(
+            page, wall_s, max_sample_age_s=self.max_sample_age_s, max_clock_ahead_s=self.max_clock_ahead_s
+        )
 
     def _merge_dcgm(
         self,

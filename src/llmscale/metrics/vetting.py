@@ -31,8 +31,9 @@ runtime gauge) must not blind the controller to a healthy replica.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Hashable, Mapping
 
+from llmscale.metrics.exposition import ParsedPage
 from llmscale.metrics.names import DCGM, DERIVED, SIM, TGI, TRITON, VLLM, VLLM_OLD, Names
 from llmscale.types import HistogramView
 
@@ -42,9 +43,11 @@ __all__ = [
     "READ_COUNTERS",
     "READ_HISTOGRAMS",
     "READ_VALUES",
+    "CounterHistory",
     "distrust",
     "distrust_shape",
     "implausible",
+    "vet_page",
 ]
 
 _HISTOGRAM_FIELDS = ("ttft", "e2e", "itl", "tpot", "queue_time")
@@ -206,3 +209,101 @@ def distrust(
                 f"le={h.bounds[at - 1]:g}, {cum[at]:g} up to le={h.bounds[at]:g}"
             )
     return None
+
+
+def vet_page(
+    page: ParsedPage, wall_s: float, *, max_sample_age_s: float, max_clock_ahead_s: float
+) -> str | None:
+    """Why one parsed page cannot be read as its replica's load; None when it can.
+
+    :func:`distrust` of its values and histograms, :func:`distrust_shape` of its series, then its
+    read samples' timestamps (Unix seconds; exporters rarely stamp): the oldest older than
+    ``max_sample_age_s`` before ``wall_s`` is stale, the newest more than ``max_clock_ahead_s``
+    after it is not a fresh sample (a page stamped an hour ahead stayed "fresh" for an hour).
+    """
+    why = distrust(page.values, page.histograms, page.nan)
+    if why is None and (page.series or page.duplicates):
+        why = distrust_shape(page.series, page.duplicates)
+    if why is not None or not page.stamped_s:
+        return why
+    read = {n: t for n, t in page.stamped_s.items() if n in READ_VALUES or n in READ_HISTOGRAMS}
+    if not read:
+        return None
+    name, oldest = min(read.items(), key=lambda kv: kv[1])
+    age_s = wall_s - oldest
+    if age_s > max_sample_age_s:
+        return f"stale: {name} is stamped {age_s:.0f} s ago (limit {max_sample_age_s:g} s)"
+    ahead = {n: t for n, t in page.stamped_newest_s.items() if n in read}
+    if ahead:
+        name, newest = max(ahead.items(), key=lambda kv: kv[1])
+        ahead_s = newest - wall_s
+        if not ahead_s <= max_clock_ahead_s:
+            return (
+                f"{name} is stamped {ahead_s:.0f} s in the future "
+                f"(limit {max_clock_ahead_s:g} s): not a fresh sample"
+            )
+    return None
+
+
+#: a read counter that falls to at most this share of its last value (or to _RESET_FLOOR) restarted
+#: from zero; a smaller fall is a broken or hostile exporter (a restart a scrape ago leaves the
+#: counter at what one interval added: 2 s of a replica's 10 req/s against its lifetime's count)
+_RESET_SHARE = 0.1
+_RESET_FLOOR = 10.0
+#: a second restart of a replica's counters within this many seconds is not a restart (a replica
+#: that restarts every few seconds serves nothing; a page whose counters halve each scrape lies)
+_RESET_MIN_GAP_S = 60.0
+
+
+class CounterHistory:
+    """The read counters of each source at its last page, to tell a restart from a lie.
+
+    A counter only grows, or restarts near zero with its process. A page whose counters fall by
+    less (``vllm:e2e_request_latency_seconds_count`` 1,000 -> 990 -> 980 ...) was read as one
+    restart per scrape, each a burst of "new" requests that took ``slo`` to its maximum (issue 19).
+    Such a fall, or a second restart within a minute, is refused; the counters remembered are the
+    latest page's either way, so a replica that really restarted is read again from its next page.
+    Pinned by ``tests/metrics/test_page_validation.py`` and ``tests/metrics/test_fuzz_page_vetting.py``.
+    """
+
+    def __init__(self) -> None:
+        #: per source: its read counters at its last page, and the ``now_s`` of its last restart
+        self._last: dict[Hashable, tuple[dict[str, float], float | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def retain(self, keys: Collection[Hashable]) -> None:
+        """Forget sources not in ``keys`` (targets gone)."""
+        self._last = {k: v for k, v in self._last.items() if k in keys}
+
+    def went_back(self, key: Hashable, page: ParsedPage, now_s: float) -> str | None:
+        """Why ``page``'s read counters cannot follow the last page of ``key``; None when they can.
+
+        ``now_s``: the controller's time of this page (restarts are counted in it).
+        """
+        counters = {n: page.values[n] for n in page.values.keys() & READ_COUNTERS}
+        for family in page.histograms.keys() & READ_HISTOGRAMS:
+            h = page.histograms[family]
+            counters[f"{family}_count"] = h.count
+            counters[f"{family}_sum"] = h.sum
+        seen = self._last.get(key)
+        last_reset = None if seen is None else seen[1]
+        self._last[key] = (counters, last_reset)
+        if seen is None:
+            return None
+        old = seen[0]
+        falls = sorted((n, old[n], v) for n, v in counters.items() if n in old and v < old[n])
+        if not falls:
+            return None
+        for name, before, after in falls:
+            if after > _RESET_SHARE * before and after > _RESET_FLOOR:
+                return f"counter {name} went back from {before:g} to {after:g} (a restart starts near 0)"
+        if last_reset is not None and now_s - last_reset < _RESET_MIN_GAP_S:
+            name, before, after = falls[0]
+            return (
+                f"counter {name} reset again ({before:g} -> {after:g}) {now_s - last_reset:.0f} s after "
+                f"the last reset (at most one a {_RESET_MIN_GAP_S:g} s): not a restart"
+            )
+        self._last[key] = (counters, now_s)
+        return None
