@@ -709,6 +709,7 @@ def page_case(
     before = b.scrape.injected
     rss: list[int] = []
     polls = healthy = 0
+    frozen = False
     try:
         wait_until(_lines_after(log, 4, run), 90, "4 healthy ticks")
         b.scrape.set_fault(b.names[0], fault)
@@ -727,7 +728,10 @@ def page_case(
                 healthy += _http_get(f"http://127.0.0.1:{port}/healthz", 2.0)[0] == 200
             time.sleep(0.25)
         b.scrape.set_fault(b.names[0], None)
-        wait_until(_lines_after(log, 4, run, len(decision_lines(log))), 60, "4 ticks after")
+        try:
+            wait_until(_lines_after(log, 4, run, len(decision_lines(log))), 60, "4 ticks after")
+        except TimeoutError:
+            frozen = True  # the controller stopped deciding (as `slo` did on a queue of 1e9 before)
     finally:
         t0 = time.monotonic()
         code = run.stop(timeout_s=30.0)
@@ -741,6 +745,7 @@ def page_case(
     note = (
         f"{unknown} tick(s) with unknown load; peak RSS {peak:.0f} MiB; slowest tick {slowest:.2f} s; "
         f"/healthz 200 {healthy}/{polls}; SIGTERM exit {exit_s:.1f} s (code {code})"
+        + ("; FROZEN: no decision for 60 s after the fault" if frozen else "")
     )
     return Outcome(label, b.scrape.injected - before, len(why), lost, ticks, note, why)
 

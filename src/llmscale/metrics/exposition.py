@@ -83,11 +83,19 @@ _LABEL_PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
 
 
 def _label_key(labels: _Labels) -> tuple[tuple[str, str], ...]:
-    """One spelling of a label set whichever parser read it (``b="2",a="1"`` = ``a="1",b="2"``)."""
+    """One spelling of a label set whichever parser read it (``b="2",a="1"`` = ``a="1",b="2"``).
+
+    The fast reader's label texts are cached (exporters write the same ones every scrape): a
+    page's ~150 histogram bucket lines cost a look-up each after the first page, not a pattern.
+    """
     if labels is None:
         return ()
     if isinstance(labels, str):
-        return tuple(sorted(_LABEL_PAIR.findall(labels)))
+        key = _LABEL_KEYS.get(labels)
+        if key is None:
+            key = tuple(sorted(_LABEL_PAIR.findall(labels)))
+            _remember(_LABEL_KEYS, labels, key)
+        return key
     return labels
 
 
@@ -101,7 +109,8 @@ def _page_shape(labelsets: Mapping[str, list[_Labels]]) -> tuple[dict[str, int],
     dups: list[str] = []
     for name, sets in labelsets.items():
         if len(sets) > 1:
-            series[name] = len(sets)
+            if not name.endswith("_bucket"):  # one line per bound: a histogram's _count counts its series
+                series[name] = len(sets)
             if len({_label_key(ls) for ls in sets}) < len(sets):
                 dups.append(name)
     return series, frozenset(dups)
@@ -158,8 +167,9 @@ class ParsedPage:
     stamped_s: dict[str, float] = field(default_factory=dict)
     #: the same names' newest timestamp (a sample stamped in the future is refused by the scraper)
     stamped_newest_s: dict[str, float] = field(default_factory=dict)
-    #: per sample name as written (``..._bucket``, ``..._count`` for histograms), how many series
-    #: the page has of it: only names with more than one (vLLM's engines, DCGM's GPUs)
+    #: per sample name as written (``..._count`` for histograms; not ``..._bucket``, written once
+    #: per bound), how many series the page has of it: only names with more than one (vLLM's
+    #: engines, DCGM's GPUs)
     series: dict[str, int] = field(default_factory=dict)
     #: sample names with the same series (name and label set) twice on the page: folded, a
     #: duplicated queue sample would double the queue (``metrics/vetting.py`` refuses the page)
@@ -405,6 +415,8 @@ _ALLOWED = {
 _HEADS: dict[str, tuple[str, str | None, str | None]] = {}
 #: HELP and TYPE lines seen before -> the groups of _META (such a line never matches _SAMPLE)
 _METAS: dict[str, tuple[str, str, str | None]] = {}
+#: label texts seen before -> their sorted (name, value) pairs (see _label_key)
+_LABEL_KEYS: dict[str, tuple[tuple[str, str], ...]] = {}
 _CACHE_MAX = 50_000
 
 

@@ -31,7 +31,9 @@ runtime gauge) must not blind the controller to a healthy replica.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from itertools import islice
+from operator import le
 
 from llmscale.metrics.exposition import ParsedPage
 from llmscale.metrics.names import DCGM, DERIVED, SIM, TGI, TRITON, VLLM, VLLM_OLD, Names
@@ -100,6 +102,11 @@ PLAUSIBLE_MAX: dict[str, float] = {
     "nv_gpu_utilization": _RATIO_MAX,
 }
 
+#: sample names of what llmscale reads, as a page writes them (a histogram's three suffixes)
+_READ_SAMPLES: frozenset[str] = READ_VALUES | frozenset(
+    f"{f}_{suffix}" for f in READ_HISTOGRAMS for suffix in ("bucket", "count", "sum")
+)
+
 #: series of one read name a replica's page may hold: vLLM writes one per engine (data-parallel
 #: ranks: 8-64), a pod's DCGM fields one per GPU (8); 10,000 is a label explosion
 MAX_SERIES = 256
@@ -137,31 +144,20 @@ def distrust_shape(series: Mapping[str, int], duplicates: Collection[str]) -> st
     ``series``: per sample name, how many series the page holds of it (names with one may be left
     out); ``duplicates``: sample names with a series written twice (``ParsedPage`` has both).
     """
-    read_dups = sorted(n for n in duplicates if _is_read(n))
+    read_dups = sorted(n for n in duplicates if n in _READ_SAMPLES)
     if read_dups:
         return f"duplicate series of {', '.join(read_dups[:3])}: the page would count them twice"
-    crowded = sorted((n, k) for n, k in series.items() if k > _series_limit(n) and _is_read(n))
+    # An intersection in C first: a page's series dict holds every histogram's _bucket name.
+    crowded = sorted((n, series[n]) for n in series.keys() & _READ_SAMPLES if series[n] > MAX_SERIES)
     if crowded:
         n, k = crowded[0]
-        return f"{k} series of {n} (at most {_series_limit(n)}): a label explosion, not one replica"
+        return f"{k} series of {n} (at most {MAX_SERIES}): a label explosion, not one replica"
     return None
 
 
-def _is_read(sample_name: str) -> bool:
-    if sample_name in READ_VALUES:
-        return True
-    family, _, suffix = sample_name.rpartition("_")
-    return suffix in ("bucket", "count", "sum") and family in READ_HISTOGRAMS
-
-
-def _series_limit(sample_name: str) -> int:
-    # A histogram series writes one _bucket line per bound (vLLM's TTFT: 19): the limit is per series.
-    return MAX_SERIES * 64 if sample_name.endswith("_bucket") else MAX_SERIES
-
-
-def _non_monotonic(cum: tuple[float, ...] | list[float]) -> int | None:
+def _non_monotonic(cum: Sequence[float]) -> int | None:
     """Index of the first bucket that falls below the one before it by more than a torn scrape."""
-    if sorted(cum) == list(cum):  # the usual case, in C
+    if all(map(le, cum, islice(cum, 1, None))):  # the usual case, in C
         return None
     slack = _TORN_COUNTS + _TORN_SHARE * cum[-1]
     for i in range(1, len(cum)):
