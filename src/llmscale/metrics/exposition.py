@@ -42,6 +42,12 @@ page to prometheus_client's parser, which also produces the error for
 malformed text. ``tests/metrics/test_metrics_exposition_equivalence.py``
 checks that both agree on pages prometheus_client renders.
 
+Both readers also record each sample's series (its name and label set), so the page says which
+names it holds several series of and which series it holds twice (``ParsedPage.series``,
+``ParsedPage.duplicates``; a duplicated queue sample would be summed): ~+30% CPU on the line
+reader (6.5 against 5.0 ms a 268-line emulate page, one loaded run, both trees interleaved),
+nothing on the layout path below, whose shape is learnt with its layout.
+
 A scraper reads the same sources tick after tick: :class:`PageReader` learns
 each source's page layout (its lines with the values left out) from one page
 read by the fast reader, and reads later pages of that layout with a few
