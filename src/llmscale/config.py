@@ -432,6 +432,9 @@ class LiveConfig(_Section):
     #: and scrapes every replica, and a tick of 1 ms would turn the controller into a load test of
     #: the API server
     tick_s: float | None = Field(default=None, ge=0.1)
+    #: seconds a tick may run before ``run`` abandons it (recorded as failed, fenced from scaling);
+    #: None (the default): the larger of three tick intervals and 30 s
+    tick_deadline_s: float | None = Field(default=None, ge=1.0, le=3600.0)
     mode: Mode = Mode.DRY_RUN
     actuator: ActuatorConfig = Field(default_factory=ActuatorConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)

@@ -389,6 +389,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
     except BaseException:
         _close_all(closers)
         raise
+    controller.tick_deadline_s = cfg.tick_deadline_s
     listen = cfg.server.listen
     server = ControllerServer(listen.host, listen.port, metrics, controller.ready, controller.healthy)
     return Runtime(controller, server, closers)
