@@ -188,6 +188,14 @@ class ScrapeConfig(_Section):
     max_sample_age_s: float = Field(default=60.0, gt=0)
     #: a file holding emulate's admin token (default: $LLMSCALE_EMULATE_ADMIN_TOKEN)
     emulate_token_file: str | None = None
+    #: a page larger than this (compressed or inflated), or with more lines, is not read: its
+    #: replica is unknown (a vLLM page is ~20 KiB; the bound keeps the controller in its 512Mi)
+    max_page_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    max_page_lines: int = Field(default=100_000, ge=1)
+    #: a replica's redirect: refused ("never"), or followed within its scheme, host and port
+    follow_redirects: Literal["never", "same-host"] = "never"
+    #: a sample stamped further ahead of the controller's clock than this is not fresh: refused
+    max_clock_ahead_s: float = Field(default=10.0, ge=0)
 
 
 class MetricsConfig(_Section):
@@ -435,6 +443,9 @@ class LiveConfig(_Section):
     #: and scrapes every replica, and a tick of 1 ms would turn the controller into a load test of
     #: the API server
     tick_s: float | None = Field(default=None, ge=0.1)
+    #: seconds a tick may run before ``run`` abandons it (recorded as failed, fenced from scaling);
+    #: None (the default): the larger of three tick intervals and 30 s
+    tick_deadline_s: float | None = Field(default=None, ge=1.0, le=3600.0)
     mode: Mode = Mode.DRY_RUN
     actuator: ActuatorConfig = Field(default_factory=ActuatorConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)

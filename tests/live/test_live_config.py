@@ -238,6 +238,9 @@ BAD_FIELDS = [
     ("state.store", "file", "state.path: required", "state-path"),
     ("slo.ttft_s", 0, "slo.ttft_s: Input should be greater than 0", "slo"),
     ("extra", 1, "extra: Extra inputs are not permitted", "top-level-typo"),
+    ("tick_deadline_s", 0.5, "tick_deadline_s: Input should be greater than or equal to 1", "tick-deadline"),
+    ("metrics.scrape.max_page_bytes", 10, "metrics.scrape.max_page_bytes:", "page-bytes"),
+    ("metrics.scrape.follow_redirects", "always", "metrics.scrape.follow_redirects:", "redirects"),
 ]
 
 

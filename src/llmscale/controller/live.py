@@ -27,7 +27,14 @@ scheduled: every policy's own ``tick_s`` (Knative's 2 s, HPA's 15 s), unless the
   decision log, so an unwritable store or log stops it before its first tick;
 - the only broad ``except`` is at the top of :meth:`LiveController.tick`: a failing tick is
   logged, counted and recorded with its error (every replica it knew of counts as unknown),
-  and the loop goes on.
+  and the loop goes on;
+- :meth:`LiveController.run` runs each tick in a worker thread under a deadline
+  (``tick_deadline_s``, default the larger of 3 ticks and 30 s): a tick past it is abandoned,
+  counted and recorded as failed, may no longer scale (its scale raises ActuationError), and no
+  new tick starts while it still runs; :meth:`LiveController.healthy` (``/healthz``) turns false
+  when no tick has decided for ``unhealthy_after_ticks`` ticks (and two deadlines), so a
+  liveness probe restarts a controller stuck in anything; ``stop`` (SIGTERM) ends ``run`` within
+  0.1 s whatever the tick is blocked on (issue 19: a tick that looped for minutes ignored both).
 
 In ``dry-run`` and for the shadow policy the guard state advances as if the decision had
 been applied: the log then shows the cadence of actions the policy would take (one
@@ -99,6 +106,9 @@ class Elector(Protocol):
 
 
 log = logging.getLogger(__name__)
+
+#: how often run() looks at ``stop`` while a tick runs: SIGTERM ends the loop within this
+_STOP_POLL_S = 0.1
 
 #: a replica in these phases should answer its /metrics: no data from it is a scrape error
 _SCRAPED_PHASES = SCRAPED_PHASES
@@ -538,7 +548,9 @@ class LiveController:
 
     def _write(self, entry: LogEntry) -> None:
         if self.decision_log is not None:
-            self.decision_log.write(entry)
+            # An abandoned tick's worker may still write while run() records it as failed.
+            with _WRITE_LOCK:
+                self.decision_log.write(entry)
 
     def _record_failure(self, now_s: float, t0: float, trace_id: str, error: str) -> None:
         """A failed tick's line, and its unknowns: every serving replica the controller knew of,
@@ -612,21 +624,133 @@ class LiveController:
         last = self.last_tick_s
         return last is not None and self.clock.now_s() - last < 3.0 * self.tick_s
 
+    #: seconds a tick may run under :meth:`run` before it is abandoned; None: the larger of three
+    #: tick intervals and 30 s (a scrape's own time-outs are 2 s a target; 30 s is never a tick)
+    tick_deadline_s: float | None = None
+    #: tick intervals without a decision after which :meth:`healthy` is false (at least two deadlines)
+    unhealthy_after_ticks: int = 10
+    #: the controller's time when run() started (None: not running)
+    _run_started_s: float | None = None
+
+    @property
+    def deadline_s(self) -> float:
+        """Seconds a tick may run (see ``tick_deadline_s``)."""
+        return self.tick_deadline_s if self.tick_deadline_s is not None else max(3.0 * self.tick_s, 30.0)
+
+    def healthy(self) -> bool:
+        """Whether the loop decides: a tick completed within the last ``unhealthy_after_ticks``
+        intervals (and two deadlines) of the controller's clock, counted from when :meth:`run`
+        started. True before ``run`` (starting up). ``/healthz`` answers it, so a liveness probe
+        restarts a controller whose ticks hang or fail, e.g. at 15 s ticks after 150 s."""
+        since = self._run_started_s
+        if since is None:
+            return True
+        last = self.last_tick_s
+        ref = since if last is None else max(since, last)
+        limit = max(self.unhealthy_after_ticks * self.tick_s, 2.0 * self.deadline_s)
+        return self.clock.now_s() - ref < limit
+
     def run(self, stop: threading.Event, *, max_ticks: int | None = None) -> int:
         """Tick when the core says the next tick is due, until ``stop`` is set or ``max_ticks``
-        ticks ran; returns ticks run.
+        ticks ran; returns ticks run (a tick abandoned past its deadline counts).
 
         A tick that overruns its interval starts the next one at once, without trying to catch
         up on the missed ones (:func:`~llmscale.controller.core.next_tick_after`: a burst of
-        ticks would only repeat the same observation).
+        ticks would only repeat the same observation). Each tick runs in a worker thread under
+        :attr:`deadline_s` (see the module docstring); ``stop`` ends the loop within 0.1 s.
         """
+        self._run_started_s = self.clock.now_s()
+        if not isinstance(self.cluster, _FencedCluster):
+            self.cluster = _FencedCluster(self.cluster)
         n = 0
         while not stop.is_set():
             delay = self.state.next_tick_s - self.clock.now_s()
             if delay > 0 and stop.wait(delay):
                 break
-            self.tick(self.clock.now_s())
+            if not self._tick_within_deadline(self.clock.now_s(), stop):
+                break
             n += 1
             if max_ticks is not None and n >= max_ticks:
                 break
         return n
+
+    def _tick_within_deadline(self, now_s: float, stop: threading.Event) -> bool:
+        """Run :meth:`tick` in a worker thread for at most :attr:`deadline_s`; False when ``stop``
+        was set meanwhile (the tick is left to itself: the process is ending)."""
+        fence = self.cluster
+        assert isinstance(fence, _FencedCluster)
+        late = fence.abandoned
+        if late is not None and late.is_alive():
+            # The abandoned tick still runs: a second one would race it on the state. Record the
+            # tick interval as failed, so the log shows every interval and /healthz the hang.
+            self._fail_tick(
+                now_s, f"the tick abandoned past its {self.deadline_s:g} s deadline is still running"
+            )
+            return not stop.is_set()
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                self.tick(now_s)
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=work, name="llmscale-tick", daemon=True)
+        t0 = self._timer.now_s()
+        worker.start()
+        while not done.wait(_STOP_POLL_S):
+            if stop.is_set():
+                fence.abandon(worker)
+                return False
+            if self._timer.now_s() - t0 > self.deadline_s:
+                fence.abandon(worker)
+                log.error("tick at %.3f passed its %g s deadline: abandoned", now_s, self.deadline_s)
+                self._fail_tick(
+                    now_s, f"tick abandoned: still running after its {self.deadline_s:g} s deadline"
+                )
+                return True
+        return True
+
+    def _fail_tick(self, now_s: float, why: str) -> None:
+        """Count and record a tick that did not decide; the next one is due one interval later."""
+        self.failed_ticks += 1
+        self.last_failure = why
+        self.metrics.tick_errors.inc()
+        self._record_failure(now_s, self._timer.now_s(), new_trace_id(), why)
+        self.state = replace(
+            self.state, next_tick_s=next_tick_after(self.state.next_tick_s, self.tick_s, now_s)
+        )
+
+
+_WRITE_LOCK = threading.Lock()
+
+
+class _FencedCluster:
+    """The controller's cluster, refusing scales from a tick :meth:`LiveController.run` abandoned.
+
+    A tick past its deadline decided on an observation that old; if it ever reaches its scale,
+    the scale raises :class:`ActuationError`, which the tick records (the guard state is put back)
+    as for any failed scale. Everything else is the cluster's own.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+        self.abandoned: threading.Thread | None = None
+
+    def abandon(self, worker: threading.Thread) -> None:
+        self.abandoned = worker
+
+    def scale_to(self, n: int, now_s: float, **kw: Any) -> None:
+        if threading.current_thread() is self.abandoned:
+            raise ActuationError(f"not scaling to {n}: this tick was abandoned past its deadline")
+        self._cluster.scale_to(n, now_s, **kw)
+
+    def set_standby(self, n: int, now_s: float) -> None:
+        if threading.current_thread() is self.abandoned:
+            raise ActuationError(f"not keeping {n} asleep: this tick was abandoned past its deadline")
+        # AttributeError for a cluster without standby, as isinstance(..., StandbyCapable) expects
+        self._cluster.set_standby(n, now_s)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cluster, name)
+

@@ -145,7 +145,13 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
     else:
         targets = _pod_targets(kube, s.port, s.path, s.dcgm_port)
     scrape: MetricSource = PodScrapeSource(
-        targets, timeout_s=s.timeout_s, max_sample_age_s=s.max_sample_age_s
+        targets,
+        timeout_s=s.timeout_s,
+        max_sample_age_s=s.max_sample_age_s,
+        max_page_bytes=s.max_page_bytes,
+        max_page_lines=s.max_page_lines,
+        follow_redirects=s.follow_redirects,
+        max_clock_ahead_s=s.max_clock_ahead_s,
     )
     return scrape
 
@@ -400,6 +406,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
     except BaseException:
         _close_all(closers)
         raise
+    controller.tick_deadline_s = cfg.tick_deadline_s
     listen = cfg.server.listen
-    server = ControllerServer(listen.host, listen.port, metrics, controller.ready)
+    server = ControllerServer(listen.host, listen.port, metrics, controller.ready, controller.healthy)
     return Runtime(controller, server, closers)

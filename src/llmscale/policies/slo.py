@@ -67,7 +67,11 @@ from llmscale.types import Decision, NoData, Signals
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
 
-__all__ = ["SloConfig", "SloPolicy", "SloState"]
+__all__ = ["MAX_SEARCHED_REPLICAS", "SloConfig", "SloPolicy", "SloState"]
+
+#: the largest fleet :meth:`SloPolicy.replicas_for` searches (a bound on its work, not a policy bound:
+#: the guards' max_replicas clamps the decision)
+MAX_SEARCHED_REPLICAS = 100_000
 
 
 @dataclass(frozen=True)
@@ -242,10 +246,10 @@ class SloPolicy:
         def carries(n: int) -> bool:
             return rate_rps <= n * self.capacity(prompt_tokens, output_tokens, ttft_target_s, n) * u + 1e-9
 
-        hi = max(
-            1,
-            math.ceil(rate_rps / (self.capacity(prompt_tokens, output_tokens, ttft_target_s, 1) * u) - 1e-9),
-        )
+        one = rate_rps / (self.capacity(prompt_tokens, output_tokens, ttft_target_s, 1) * u)
+        # Bounded search: a rate of 1e8 req/s (a page's queue of 1e9 read as growth) asked for a
+        # fleet of ~2e7 and its tail model (issue 19); no deployment holds MAX_SEARCHED_REPLICAS.
+        hi = MAX_SEARCHED_REPLICAS if not one < MAX_SEARCHED_REPLICAS else max(1, math.ceil(one - 1e-9))
         lo = 1
         while lo < hi:
             mid = (lo + hi) // 2
