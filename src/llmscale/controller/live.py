@@ -369,6 +369,9 @@ class LiveController:
         if self.drift is not None:
             signals = self.drift.tick(now_s, window, signals)
         obs = window[-1]
+        held = getattr(self.cluster, "set_held_requests", None)
+        if callable(held):  # KEDA: requests held at the activator make the ScaledObject active at once
+            held(obs.gateway_queue)
         run = self.primary
         record, state = decide(self._core(run), observed, signals, now_s)
         outage = _total_outage(obs)

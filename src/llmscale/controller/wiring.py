@@ -133,6 +133,7 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
 
     s = m.scrape
     targets: Callable[[], list[Any]]
+    activator = None if s.activator_url is None else str(s.activator_url)
     if s.static_targets is not None:
         fixed = [(t.name, t.url) for t in s.static_targets]
         targets = lambda: fixed  # noqa: E731 (a constant provider)
@@ -141,10 +142,12 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
 
         token = admin_token(s.emulate_token_file, what="metrics.scrape.emulate_token_file")
         targets = EmulateTargets(s.emulate_url, s.path, s.timeout_s, token=token)
+        if activator is None:  # emulate's front door is the activator of its fleet
+            activator = str(s.emulate_url).rstrip("/") + "/metrics"
     else:
         targets = _pod_targets(kube, s.port, s.path, s.dcgm_port)
     scrape: MetricSource = PodScrapeSource(
-        targets, timeout_s=s.timeout_s, max_sample_age_s=s.max_sample_age_s
+        targets, timeout_s=s.timeout_s, max_sample_age_s=s.max_sample_age_s, activator_url=activator
     )
     return scrape
 
@@ -171,6 +174,7 @@ def _prometheus_source(cfg: LiveConfig) -> MetricSource:
         max_sample_age_s=p.max_sample_age_s,
         timeout_s=p.timeout_s,
         queue_per_s=p.queue_per_s,
+        activator_query=p.activator_query,
     )
     return source
 

@@ -28,6 +28,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from llmscale.emulate.activator import ActivatorCollector, render_activator
 from llmscale.emulate.admin_guard import admin_refusal, allowed_origins, read_admin_body
 from llmscale.emulate.config import EmulateConfig
 from llmscale.emulate.engine import Emulator, Flight, Outcome
@@ -148,6 +149,7 @@ class EmulateServer:
         self._front_sock: socket.socket | None = None
         self._driver: asyncio.Task[None] | None = None
         self.front_port = 0
+        self.activator = ActivatorCollector(self.emu)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -286,6 +288,8 @@ class EmulateServer:
         app.router.add_post("/v1/chat/completions", _chat_completions)
         app.router.add_get("/v1/models", _models)
         app.router.add_get("/health", _health)
+        if replica is None:
+            app.router.add_get("/metrics", _front_metrics)
         if admin:
             app.router.add_get("/admin/replicas", _admin_replicas)
             app.router.add_post("/admin/scale", _admin_scale)
@@ -481,6 +485,13 @@ async def _metrics(request: web.Request) -> web.Response:
     return web.Response(
         body=render_metrics(listener.collector), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
+
+
+async def _front_metrics(request: web.Request) -> web.Response:
+    """The front door's own page: the requests it holds for want of a ready replica (activator.py)."""
+    srv = _endpoint(request).server
+    srv.emu.advance()  # requests timed out at the gateway leave the count now, not at the next loop turn
+    return web.Response(body=render_activator(srv.activator), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def _present(srv: EmulateServer) -> None:
