@@ -14,6 +14,9 @@ publishes its decision here, and a ScaledObject with a trigger of type ``externa
   the controller's adapters actuate through it exactly as through Kubernetes or the simulator.
 * :class:`ExternalScalerServicer` answers KEDA from those holders, keyed by the ScaledObject's
   namespace and name (what KEDA sends in ``ScaledObjectRef``; not the Deployment's name).
+* ``IsActive`` is true while the decision is above 0 or an activator holds requests
+  (:meth:`KedaScaler.set_held_requests`, fed by the live loop from ``Observation.gateway_queue``):
+  at zero replicas a request waiting at the front door activates the ScaledObject at once.
 * :func:`serve` starts a gRPC server on ``address`` (default ``127.0.0.1:0``, a free loopback port).
 
 Before the first decision there is nothing to serve: unary calls answer ``UNAVAILABLE`` and a stream
