@@ -168,3 +168,27 @@ def test_the_cli_flags_turn_sleep_mode_on_with_the_given_wake_time():
         assert float(woke.headers["x-llmscale-wake-s"]) == pytest.approx(0.5, abs=0.01)
     finally:
         stop_emulate(ep.proc)
+
+
+def test_the_live_loop_sees_a_sleeping_replica_as_neither_capacity_nor_unknown(fleet):
+    """What run's source reads of a fleet with one replica asleep: the cluster's view says sleeping,
+    the fleet counts 2 ready of spec 2, the signals 2 serving and none unknown (its page is not
+    missed: a sleeper is not expected to serve)."""
+    from llmscale.controller.live import ClusterAlignedSource
+    from llmscale.controller.wiring import EmulateTargets
+    from llmscale.metrics.scrape import PodScrapeSource
+    from llmscale.signals.fleet import compute_signals
+
+    base = fleet.base_url
+    doc = _doc(base)
+    name = doc["replicas"][-1]["name"]
+    assert httpx.post(_url(base, doc, name) + "/sleep", timeout=10).status_code == 200
+    with (
+        EmulateCluster(base, token=TOKEN) as cluster,
+        PodScrapeSource(EmulateTargets(base, "/metrics", 5.0, token=TOKEN)) as scrape,
+    ):
+        obs = ClusterAlignedSource(scrape, cluster).observe(1.0)
+    assert obs.fleet.spec_replicas == 2 and obs.fleet.ready == 2 and obs.fleet.active == 2
+    assert {s.replica: s.phase for s in obs.replicas}[name] == Phase.SLEEPING
+    signals = compute_signals([obs])
+    assert signals.get("serving_replicas") == 2.0 and signals.get("unknown_replicas") == 0.0

@@ -57,7 +57,8 @@ class EmulateCluster:
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers=headers)
         self._has_token = bool(token)
         self._replica_http = httpx.Client(timeout=sleep_timeout_s)  # the replicas' own ports: no token
-        self._host = httpx.URL(self.base_url).host
+        host = httpx.URL(self.base_url).host
+        self._host = f"[{host}]" if ":" in host else host  # an IPv6 front door's replicas
         #: the pool asked for by the last set_standby (None: never asked; a shrink then deletes)
         self.standby_target: int | None = None
         #: every wake through /wake_up, oldest first
