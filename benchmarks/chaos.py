@@ -686,18 +686,18 @@ def judge_dry(lines: Sequence[dict[str, Any]], fault_from: int) -> list[str]:
     """Why each dry-run decision from line ``fault_from`` on is wrong: above both the spec and
     every decision of the healthy ticks before (a scale-up the healthy replica does not warrant),
     or below the spec while load is unknown."""
-    healthy = [ln["final"] for ln in lines[:fault_from] if ln.get("final") is not None]
+    healthy = [ln["desired"] for ln in lines[:fault_from] if ln.get("desired") is not None]
     why = []
     for ln in lines[fault_from:]:
-        final, spec = ln.get("final"), (ln.get("replicas") or {}).get("spec")
+        final, spec = ln.get("desired"), (ln.get("replicas") or {}).get("spec")
         if final is None or spec is None:
             continue  # a failed tick decided nothing
         warranted = max([spec, *healthy])
         if final > warranted:
-            why.append(f"{ln['ts_unix']:.1f}: {final} replicas (healthy ticks decided at most {warranted})")
+            why.append(f"{ln['time_s']:.1f}: {final} replicas (healthy ticks decided at most {warranted})")
         if final < spec and (ln["unknown_replicas"] or ln["metrics_outage"]):
             why.append(
-                f"{ln['ts_unix']:.1f}: scale-down {spec}->{final} with {ln['unknown_replicas']} unknown"
+                f"{ln['time_s']:.1f}: scale-down {spec}->{final} with {ln['unknown_replicas']} unknown"
             )
     return why
 

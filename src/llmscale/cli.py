@@ -1205,6 +1205,17 @@ def emulate_cmd(
         ),
     ] = None,
     admin_max_scale_up: Annotated[int, typer.Option(help="Replicas one /admin/scale call may add.")] = 16,
+    enable_sleep_mode: Annotated[
+        bool,
+        typer.Option(
+            "--enable-sleep-mode",
+            help="vLLM's sleep mode: replicas serve POST /sleep?level=1, POST /wake_up, GET /is_sleeping.",
+        ),
+    ] = False,
+    wake_s: Annotated[
+        float | None,
+        typer.Option(help="Waking a level-1 sleeper (s); default from the catalogue's sleeping tier."),
+    ] = None,
 ) -> None:
     import asyncio
 
@@ -1243,6 +1254,8 @@ def emulate_cmd(
         admin_token=admin_token(admin_token_file, what="--admin-token-file") if admin_api else None,
         admin_max_scale_up=admin_max_scale_up,
         **_fault_settings(hbm_glitch, adaptive_batch),
+        sleep_mode=enable_sleep_mode,
+        wake_s=wake_s,
     )
 
     def ready(server: Any) -> None:

@@ -30,6 +30,7 @@ from pydantic import (
 from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig
+from llmscale.metrics.names import ACTIVATOR
 
 __all__ = [
     "ActuatorConfig",
@@ -167,6 +168,9 @@ class PrometheusConfig(_Section):
     #: read the fleet's waiting queue once a second between ticks (one range query a tick), for
     #: seed 004's queue entropy over 30 one-second lengths; needs the engines scraped every second
     queue_per_s: bool = False
+    #: PromQL for the requests an activator holds while no replica is ready (one series; null: not
+    #: read). Default ``sum(llmscale:activator_requests_held)``: emulate's front door exports it
+    activator_query: str | None = f"sum({ACTIVATOR.REQUESTS_HELD})"
 
 
 class StaticTarget(_Section):
@@ -196,6 +200,9 @@ class ScrapeConfig(_Section):
     follow_redirects: Literal["never", "same-host"] = "never"
     #: a sample stamped further ahead of the controller's clock than this is not fresh: refused
     max_clock_ahead_s: float = Field(default=10.0, ge=0)
+    #: the metrics page of an activator (a front door holding requests while no replica is ready),
+    #: read into the gateway queue; default with emulate_url: emulate's front door, <emulate_url>/metrics
+    activator_url: HttpUrl | None = None
 
 
 class MetricsConfig(_Section):

@@ -140,7 +140,7 @@ def test_gzip_bomb_inflates_to_its_size():
 
 def test_judge_dry_counts_decisions_past_the_healthy_ones():
     def ln(t, final, spec=2, unknown=0):
-        return {"ts_unix": t, "final": final, "replicas": {"spec": spec}, "unknown_replicas": unknown,
+        return {"time_s": t, "desired": final, "replicas": {"spec": spec}, "unknown_replicas": unknown,
                 "metrics_outage": False}  # fmt: skip
 
     healthy = [ln(0, 1), ln(0.5, 2)]

@@ -395,6 +395,9 @@ class LiveController:
         if self.drift is not None:
             signals = self.drift.tick(now_s, window, signals)
         obs = window[-1]
+        held = getattr(self.cluster, "set_held_requests", None)
+        if callable(held):  # KEDA: requests held at the activator make the ScaledObject active at once
+            held(obs.gateway_queue)
         run = self.primary
         # The core decides, holds a scale-down through a total metrics outage, and settles what
         # this adapter learns: the resource layer's admission of a scale-up (the tenant's MIG
@@ -748,7 +751,9 @@ class _FencedCluster:
     def set_standby(self, n: int, now_s: float) -> None:
         if threading.current_thread() is self.abandoned:
             raise ActuationError(f"not keeping {n} asleep: this tick was abandoned past its deadline")
-        # AttributeError for a cluster without standby, as isinstance(..., StandbyCapable) expects
+        if not isinstance(self._cluster, StandbyCapable):
+            # as a plain attribute look-up would: isinstance(fenced, StandbyCapable) stays False
+            raise AttributeError("set_standby")
         self._cluster.set_standby(n, now_s)
 
     def __getattr__(self, name: str) -> Any:

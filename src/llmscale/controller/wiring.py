@@ -134,6 +134,7 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
 
     s = m.scrape
     targets: Callable[[], list[Any]]
+    activator = None if s.activator_url is None else str(s.activator_url)
     if s.static_targets is not None:
         fixed = [(t.name, t.url) for t in s.static_targets]
         targets = lambda: fixed  # noqa: E731 (a constant provider)
@@ -142,6 +143,8 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
 
         token = admin_token(s.emulate_token_file, what="metrics.scrape.emulate_token_file")
         targets = EmulateTargets(s.emulate_url, s.path, s.timeout_s, token=token)
+        if activator is None:  # emulate's front door is the activator of its fleet
+            activator = str(s.emulate_url).rstrip("/") + "/metrics"
     else:
         targets = _pod_targets(kube, s.port, s.path, s.dcgm_port)
     scrape: MetricSource = PodScrapeSource(
@@ -152,6 +155,7 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
         max_page_lines=s.max_page_lines,
         follow_redirects=s.follow_redirects,
         max_clock_ahead_s=s.max_clock_ahead_s,
+        activator_url=activator,
     )
     return scrape
 
@@ -178,6 +182,7 @@ def _prometheus_source(cfg: LiveConfig) -> MetricSource:
         max_sample_age_s=p.max_sample_age_s,
         timeout_s=p.timeout_s,
         queue_per_s=p.queue_per_s,
+        activator_query=p.activator_query,
     )
     return source
 

@@ -16,6 +16,12 @@ One tick is one evaluation time and a batch of instant queries
 A replica is known (``ok=True``) when all its ``up`` series are 1 and fresh, and
 no metric llmscale reads has a negative, infinite or NaN value for it
 (``metrics/vetting.py``: such a value is a broken exporter, not a load).
+``activator_query`` (default ``sum(llmscale:activator_requests_held)``) reads the requests an
+activator holds while no replica is ready (``llmscale emulate``'s front door exports the gauge; see
+:class:`~llmscale.metrics.names.ACTIVATOR`) into ``Observation.gateway_queue``; it runs even when no
+replica exists, since that is when it matters. No series (nothing exports it) leaves
+``gateway_queue`` None, as does a refused query (counted as an error).
+
 When Prometheus is unreachable, times out or answers 5xx, every replica of
 the last successful tick comes back unknown (``ok=False``) and the error is
 counted: the source never raises and never invents zeros. A single query that
@@ -33,6 +39,7 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.metrics._loop import LoopThread
 from llmscale.metrics.exposition import build_histogram
+from llmscale.metrics.names import ACTIVATOR
 from llmscale.metrics.promql import BACKENDS, QuerySet, default_queries, with_overrides
 from llmscale.metrics.scrape import fleet_view_of
 from llmscale.metrics.vetting import distrust
@@ -41,6 +48,8 @@ from llmscale.types import Histogram, Observation, Phase, ReplicaSample, SubTick
 __all__ = ["PrometheusSource", "PrometheusUnavailable"]
 
 _PHASES = {p.label: p for p in Phase}
+#: the activator's held requests, summed over every front door Prometheus scrapes
+DEFAULT_ACTIVATOR_QUERY = f"sum({ACTIVATOR.REQUESTS_HELD})"
 
 
 def _override(base: QuerySet, overrides: Mapping[str, str | None]) -> QuerySet:
@@ -109,6 +118,7 @@ class PrometheusSource:
         time_of: Callable[[float], float] | None = None,
         headers: Mapping[str, str] | None = None,
         queue_per_s: bool = False,
+        activator_query: str | None = DEFAULT_ACTIVATOR_QUERY,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"prometheus url = {base_url!r}, must start with http:// or https://")
@@ -146,6 +156,9 @@ class PrometheusSource:
         #: Prometheus time of the last one-second queue sample read (the next range starts after it)
         self._queue_until: float | None = None
         self._queue_series: SubTickSeries | None = None
+        #: the requests an activator holds (None: not read); see the module docstring
+        self.activator_query = activator_query.strip() if activator_query else None
+        self._held: int | None = None
         self.errors_total = 0
         self.last_errors: dict[str, str] = {}
 
@@ -170,6 +183,7 @@ class PrometheusSource:
         """Query Prometheus once; never raises. ``now_s`` stamps the observation."""
         errors: dict[str, str] = {}
         at = None if self._time_of is None else self._time_of(now_s)
+        self._held = None
         try:
             replicas = self._loop.run(lambda: self._tick(at, errors), timeout_s=self.timeout_s * 3 + 10)
         except Exception as e:  # unreachable, time-out, 5xx: hold what we knew as unknown
@@ -184,7 +198,11 @@ class PrometheusSource:
             # Prometheus' clock to the observation's: the newest second ends at now_s
             queue = SubTickSeries(queue.period_s, now_s, queue.values)
         return Observation(
-            time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples), queue_per_s=queue
+            time_s=now_s,
+            fleet=fleet_view_of(samples),
+            replicas=tuple(samples),
+            queue_per_s=queue,
+            gateway_queue=self._held,
         )
 
     def _samples(self, replicas: dict[str, _Replica] | None, errors: dict[str, str]) -> list[ReplicaSample]:
@@ -239,6 +257,8 @@ class PrometheusSource:
             phase = None if self.phase_label is None else labels.get(self.phase_label)
             if phase in _PHASES:
                 r.phase = _PHASES[phase]
+        if self.activator_query is not None:
+            await self._read_held(at, errors)
         if not replicas:
             return replicas
 
@@ -265,6 +285,23 @@ class PrometheusSource:
         if self.queue_query is not None and at is not None:
             await self._queue_samples(at, errors)
         return replicas
+
+    async def _read_held(self, at: float | None, errors: dict[str, str]) -> None:
+        """The activator's held requests at ``at`` (one series, or none when nothing exports it)."""
+        try:
+            vector = await self._query(self.activator_query or "", at)
+        except _QueryRefused as e:
+            errors["activator"] = str(e)
+            return
+        if len(vector) > 1:
+            errors["activator"] = f"{self.activator_query!r}: {len(vector)} series, need one (sum them)"
+            return
+        if vector:
+            v = vector[0][2]
+            if 0 <= v < float("inf"):
+                self._held = round(v)
+            else:
+                errors["activator"] = f"{self.activator_query!r}: impossible value {v}"
 
     async def _queue_samples(self, at: float, errors: dict[str, str]) -> None:
         """The fleet's waiting queue each second since the last tick's (at most the last 30 s).

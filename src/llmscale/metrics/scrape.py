@@ -39,6 +39,13 @@ scrapes) cost ~4x the vetting before them: on one loaded 2-core run, 174 against
 268-line emulate page (``vet_page`` + ``CounterHistory.went_back`` against the old ``distrust``,
 interleaved in one process), i.e. ~+40 us a page on the unloaded VM, ~20 ms of a 500-replica tick.
 
+An activator's page (``activator_url``: a front door that holds requests while no replica is
+ready, such as ``llmscale emulate``'s) is fetched with the replicas; its
+:attr:`~llmscale.metrics.names.ACTIVATOR.REQUESTS_HELD` becomes ``Observation.gateway_queue``, the
+demand of a fleet at zero that no replica can report. A failed or impossible activator page leaves
+``gateway_queue`` None (unknown, never 0) and counts as an error (``"activator"``). Its page is not
+held to the staleness limit: a front door that holds nothing serves the same bytes for hours.
+
 The target list comes from a callable, so the same source reads a static list
 or the pods a Kubernetes discovery function finds (the caller passes it: this
 module does not import the Kubernetes client). Parsing runs after all fetches
@@ -58,8 +65,9 @@ from urllib.parse import urljoin, urlsplit
 from llmscale.clock import Clock, UnixClock
 from llmscale.metrics._http import HttpError, LeanClient, Unsupported
 from llmscale.metrics._loop import LoopThread
-from llmscale.metrics.exposition import ExpositionError, PageReader, ParsedPage
-from llmscale.metrics.vetting import CounterHistory, vet_page
+from llmscale.metrics.exposition import ExpositionError, PageReader, ParsedPage, parse_exposition
+from llmscale.metrics.names import ACTIVATOR
+from llmscale.metrics.vetting import HELD_MAX, CounterHistory, vet_page
 from llmscale.types import FleetView, Observation, Phase, ReplicaSample
 
 __all__ = ["PodScrapeSource", "ScrapeTarget", "TargetSpec", "fleet_view_of"]
@@ -155,6 +163,7 @@ class PodScrapeSource:
         max_page_lines: int = 100_000,
         follow_redirects: RedirectPolicy = "never",
         max_clock_ahead_s: float = 10.0,
+        activator_url: str | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s = {timeout_s}, must be > 0")
@@ -203,6 +212,8 @@ class PodScrapeSource:
         self._pages: dict[str, tuple[int, float]] = {}
         #: per URL: its read counters at the last scrape (counters only grow, or restart near 0)
         self._counters = CounterHistory()
+        #: the activator's metrics page (see the module docstring), or None
+        self.activator_url = activator_url
         self.errors_total = 0
         self.last_errors: dict[str, str] = {}
 
@@ -251,6 +262,7 @@ class PodScrapeSource:
         errors: dict[str, str] = {}
         targets = self._list_targets(errors)
         urls = {t.url for t in targets} | {t.dcgm_url for t in targets if t.dcgm_url}
+        extra = () if self.activator_url is None else (self.activator_url,)
         if len(self._reader) > len(urls):  # targets went: their page layouts go too
             self._reader.retain(urls)
         if len(self._pages) > len(urls):
@@ -261,15 +273,37 @@ class PodScrapeSource:
         waves = 1 + len(targets) // self.max_concurrency
         try:
             pages = self._loop.run(
-                lambda: self._fetch_all(targets), timeout_s=self.timeout_s * 2 * waves + 30
+                lambda: self._fetch_all(targets, extra), timeout_s=self.timeout_s * 2 * waves + 30
             )
         except Exception as e:  # the loop itself failed: every replica is unknown this tick
             errors["scrape"] = f"scrape loop failed: {type(e).__name__}: {e}"
             pages = {}
         samples = self._samples(targets, pages, errors, now_s)
+        held = None if self.activator_url is None else self._held(pages.get(self.activator_url), errors)
         self.errors_total += len(errors)
         self.last_errors = errors
-        return Observation(time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples))
+        return Observation(
+            time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples), gateway_queue=held
+        )
+
+    def _held(self, body: bytes | str | None, errors: dict[str, str]) -> int | None:
+        """The requests the activator holds, from its page; None (and an error) when unknown."""
+        if not isinstance(body, bytes):
+            errors["activator"] = body if isinstance(body, str) else "not fetched"
+            return None
+        try:
+            page = parse_exposition(body.decode("utf-8", errors="replace"), source=self.activator_url)
+        except ExpositionError as e:
+            errors["activator"] = str(e)
+            return None
+        v = page.values.get(ACTIVATOR.REQUESTS_HELD)
+        # A front door holds what its memory holds: a million requests is the same bound as one
+        # replica's queue (metrics/vetting.py), so one absurd page cannot take the fleet to its maximum.
+        if v is None or not (0 <= v <= HELD_MAX):
+            what = "has no" if v is None else f"has an impossible value {v:g} of"
+            errors["activator"] = f"{self.activator_url}: the page {what} {ACTIVATOR.REQUESTS_HELD}"
+            return None
+        return round(v)
 
     def _samples(
         self,
@@ -381,9 +415,13 @@ class PodScrapeSource:
 
     # -- fetching (on the loop thread) ------------------------------------------------------
 
-    async def _fetch_all(self, targets: tuple[ScrapeTarget, ...]) -> dict[str, bytes | str]:
-        """URL -> body (bytes) or the reason it failed (str). Each distinct URL is fetched once."""
-        urls = list(dict.fromkeys([t.url for t in targets] + [t.dcgm_url for t in targets if t.dcgm_url]))
+    async def _fetch_all(
+        self, targets: tuple[ScrapeTarget, ...], extra: tuple[str, ...] = ()
+    ) -> dict[str, bytes | str]:
+        """URL -> body (bytes) or the reason it failed (str). Each distinct URL is fetched once;
+        ``extra`` URLs (the activator's page) are fetched with the targets'."""
+        pages = [t.url for t in targets] + [t.dcgm_url for t in targets if t.dcgm_url]
+        urls = list(dict.fromkeys(pages + list(extra)))
         if self._lean is None:
             self._lean = LeanClient(self._headers, max_body_bytes=self.max_page_bytes)
         if set(urls) != self._urls:  # targets came or went: drop connections only gone ones used

@@ -40,6 +40,7 @@ from llmscale.metrics.names import DCGM, DERIVED, SIM, TGI, TRITON, VLLM, VLLM_O
 from llmscale.types import HistogramView
 
 __all__ = [
+    "HELD_MAX",
     "MAX_SERIES",
     "PLAUSIBLE_MAX",
     "READ_COUNTERS",
@@ -78,7 +79,7 @@ READ_COUNTERS: frozenset[str] = _names(_TABLES, ("preemptions", "prompt_tokens",
 
 #: a counter past 2**53 cannot count one more in a float (9.0e15 + 1 == 9.0e15)
 _COUNTER_MAX = float(2**53)
-_HELD_MAX = 1e6  # requests waiting or running on one replica
+HELD_MAX = 1e6  # requests waiting or running on one replica (or held by a front door)
 _RATIO_MAX = 1.5
 _PERCENT_MAX = 101.0
 _MIB_MAX = 1e8
@@ -86,7 +87,7 @@ _MIB_MAX = 1e8
 #: the largest value a sane replica reports, per read name (see the module docstring); a read
 #: name not listed is bounded by the counter limit only
 PLAUSIBLE_MAX: dict[str, float] = {
-    **{n: _HELD_MAX for n in _names(_TABLES, ("running", "waiting"))},
+    **{n: HELD_MAX for n in _names(_TABLES, ("running", "waiting"))},
     **{n: _RATIO_MAX for n in _names(_TABLES, ("kv_usage",))},
     DCGM.GPU_UTIL: _PERCENT_MAX,
     DCGM.MEM_COPY_UTIL: _PERCENT_MAX,
