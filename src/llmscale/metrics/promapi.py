@@ -384,12 +384,20 @@ def range_series(
     """
     server = server.rstrip("/")
 
+    failed = asyncio.Event()
+
     async def one(client: Any, gate: asyncio.Semaphore, name: str, expr: str) -> dict[float, float]:
         params = {"query": expr, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}", "step": f"{step_s:g}"}
         async with gate:
-            answer = await fetch(
-                client, server, "/api/v1/query_range", params, query=expr, timeout_s=timeout_s
-            )
+            if failed.is_set():  # woken by a failed request's exit: start nothing new (its error
+                return {}  # reaches the gather, which then cancels the rest and raises it)
+            try:
+                answer = await fetch(
+                    client, server, "/api/v1/query_range", params, query=expr, timeout_s=timeout_s
+                )
+            except BaseException:
+                failed.set()
+                raise
         answer.expect("matrix")
         if len(answer.series) > 1:
             raise PrometheusRefused(
