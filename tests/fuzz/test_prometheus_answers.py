@@ -360,6 +360,23 @@ def test_live_source_holds_on_malformed_answers(reply: Reply, broken: str) -> No
         assert server.wait_open_at_most(0) == 0, "connections left open after close()"
 
 
+def test_live_source_reuses_its_connections() -> None:
+    """Good ticks open their connections once and reuse them; close() closes every one."""
+    with answer_server(Fleet()) as server:
+        src = PrometheusSource(server.url, dcgm=False, timeout_s=2.0)
+        try:
+            src.observe(0.0)
+            opened = server.accepted
+            per_tick = server.requests
+            for tick in range(1, 5):
+                assert all(s.ok for s in src.observe(15.0 * tick).replicas), src.last_errors
+        finally:
+            src.close()
+        assert server.requests == 5 * per_tick
+        assert server.accepted == opened <= per_tick  # no new connection after the first tick
+        assert server.wait_open_at_most(0) == 0
+
+
 # -- the CLI --------------------------------------------------------------------------------------
 
 

@@ -235,8 +235,14 @@ class PrometheusSource:
         itself (a time-out of :meth:`LoopThread.run` would leave it running there), so a tick
         never outlives its ``observe``. Worked: timeout_s 5 -> every tick over by 15.5 s.
         """
-        async with asyncio.timeout(self.timeout_s * 3 + 0.5):
-            return await self._tick(at, errors)
+        bound_s = self.timeout_s * 3 + 0.5
+        try:
+            async with asyncio.timeout(bound_s):
+                return await self._tick(at, errors)
+        except TimeoutError:
+            raise PrometheusUnavailable(
+                self.base_url, self.liveness_query, f"the tick's queries did not end within {bound_s:g} s"
+            ) from None
 
     async def _tick(self, at: float | None, errors: dict[str, str]) -> dict[str, _Replica]:
         if self._client is None:
