@@ -571,6 +571,27 @@ def test_node_check_reads_none_at_the_deadline_on_a_slow_drip() -> None:
     assert took < 1.0 + 1.0, took  # the three queries run together: one deadline
 
 
+def test_a_slow_answer_within_the_deadline_is_read() -> None:
+    """The deadline bounds the whole request, it does not cut a slow one short: ~180 bytes at
+    5 ms a byte (~0.9 s) against 3 s."""
+    body = json.dumps(vector({"a": "1"})).encode()
+    with answer_server(lambda path, params: Reply(body, drip_s=0.005)) as server:
+        sample = read_node_sample(server.url, 'instance="n1"', timeout_s=3.0)
+        assert server.wait_open_at_most(0) == 0
+    assert sample.as_json() == {k: 1.0 for k in sample.as_json()}
+
+
+@_fuzz(20)
+@given(reply=replies())
+def test_node_readings_are_none_or_finite_on_any_answer(reply: Reply) -> None:
+    with answer_server(lambda path, params: reply) as server:
+        sample = read_node_sample(server.url, 'instance="n1"', timeout_s=2.0)
+        assert server.wait_open_at_most(0) == 0
+    usable = classify(reply, "vector", "scalar") == "ok"
+    for v in sample.as_json().values():
+        assert v is None or (usable and math.isfinite(v))
+
+
 # -- vllm bench serve results -----------------------------------------------------------------------
 
 SERVE_OK: dict[str, Any] = {
