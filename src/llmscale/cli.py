@@ -13,8 +13,12 @@ import typer
 
 from llmscale.edge import check_option, check_output_path
 from llmscale.errors import ConfigError, LlmscaleError
+from llmscale.perf.catalogue import GPUS
 
 __all__ = ["app", "main"]
+
+#: Every GPU the catalogue knows, for the --gpu options' help (llmscale.perf.catalogue.GPUS).
+GPU_HELP = "GPU: " + ", ".join(GPUS) + " (or an alias, or a MIG slice gpu:profile)."
 
 app = typer.Typer(
     name="llmscale",
@@ -495,7 +499,7 @@ def backtest(
     model: Annotated[
         str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
     ] = "llama-3-8b",
-    gpu: Annotated[str, typer.Option(help="GPU: a100-80gb, h100-80gb, h200.")] = "h100-80gb",
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "h100-80gb",
     tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")] = 1,
     rate_scale: Annotated[
         float, typer.Option(help="Multiply the arrival rate, keeping the trace's duration and shape.")
@@ -836,7 +840,7 @@ def tune_cmd(
     model: Annotated[
         str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
     ] = "llama-3-8b",
-    gpu: Annotated[str, typer.Option(help="GPU: a100-80gb, h100-80gb, h200.")] = "h100-80gb",
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "h100-80gb",
     tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")] = 1,
     rate_scale: Annotated[
         float, typer.Option(help="Multiply the arrival rate, keeping the trace's duration and shape.")
@@ -1132,7 +1136,7 @@ def emulate_cmd(
     model: Annotated[
         str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
     ] = "llama-3-8b",
-    gpu: Annotated[str, typer.Option(help="GPU: a100-80gb, h100-80gb, h200.")] = "h100-80gb",
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "h100-80gb",
     tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica.")] = 1,
     host: Annotated[str, typer.Option(help="Address every listener binds.")] = "127.0.0.1",
     port: Annotated[
@@ -1360,7 +1364,8 @@ def calibrate_cmd(
         str | None, typer.Option(help="Model, where the file does not say (filters when it does).")
     ] = None,
     gpu: Annotated[
-        str | None, typer.Option(help="GPU, where the file does not say (filters when it does).")
+        str | None,
+        typer.Option(help="GPU, where the file does not say (filters when it does). " + GPU_HELP),
     ] = None,
     tp: Annotated[
         int | None, typer.Option(help="TP degree, where the file does not say (filters when it does).")
@@ -1373,7 +1378,12 @@ def calibrate_cmd(
     ] = "",
     hold_out_lengths: Annotated[
         str,
-        typer.Option(help="Comma-separated prompt/output lengths to check but not fit, e.g. 256,1024."),
+        typer.Option(
+            "--holdout",
+            "--hold-out-lengths",
+            help="Comma-separated prompt/output lengths to check but not fit, e.g. 256,1024: the "
+            "error on them is reported, with a warning when it is worse than the committed model's.",
+        ),
     ] = "",
     max_num_seqs: Annotated[
         int | None, typer.Option(help="The measured engine's max_num_seqs (default 256).")
@@ -1475,16 +1485,19 @@ def calibrate_cmd(
             console.print(
                 f"{title}: median |error| {after:.1f}% (uncalibrated {before:.1f}%) over {len(group)} points"
             )
-    console.print("factors: " + ", ".join(f"{k} {v:.3f}" for k, v in profile.factors.items()))
-    far = {k: v for k, v in profile.factors.items() if not 0.5 <= v <= 2.0}
-    if far:
-        # A factor this far from 1 is an engine unlike the model in kind, not in degree: it is
-        # fitting something the model lacks (a different attention kernel, a memory-bound batch).
-        _console(stderr=True).print(
-            "[bold yellow]warning:[/] "
-            + ", ".join(f"{k} = {v:.2f}" for k, v in far.items())
-            + " is far from 1: the points with the largest errors show what the model does not describe"
-        )
+    for name, value in profile.factors.items():
+        u = profile.uncertainty.get(name)
+        if u is None:
+            console.print(f"factor {name} {value:.3f} (not fitted)")
+            continue
+        pm = f"+-{u['stderr'] * 100:.1f}%" if u["relative"] else f"+-{u['stderr']:.3f}"
+        console.print(f"factor {name} {value:.3f} {pm}, determined by: {'; '.join(u['determined_by'])}")
+    err = _console(stderr=True)
+    for note in profile.notes:
+        if note.startswith("warning:"):
+            err.print("[bold yellow]warning:[/]" + note[len("warning:") :], highlight=False)
+        else:
+            console.print(note, highlight=False)
     profile.save(out)
     console.print(f"profile: {out}")
 
