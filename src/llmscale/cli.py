@@ -1420,6 +1420,9 @@ def calibrate_cmd(
     prometheus_selector: Annotated[
         str, typer.Option(help='Label matchers of the fleet\'s series for --prometheus, e.g. job="vllm".')
     ] = "",
+    prometheus_timeout_s: Annotated[
+        float, typer.Option(help="Deadline of each --prometheus query, the whole request (s).")
+    ] = 30.0,
 ) -> None:
     from rich.table import Table
 
@@ -1465,6 +1468,7 @@ def calibrate_cmd(
             tp=tp,
             window=window,
             selector=prometheus_selector,
+            timeout_s=_prometheus_timeout(prometheus_timeout_s),
         )
         sources.append(prometheus)
     profile = calibrate(
@@ -1537,6 +1541,7 @@ def _analysis_source(
     step_s: float,
     selector: str,
     window: str,
+    timeout_s: float = 30.0,
 ) -> Any:
     """The TickTable from a decision log or a Prometheus range (exactly one of the two)."""
     if (decisions is None) == (prometheus is None):
@@ -1547,7 +1552,13 @@ def _analysis_source(
         from llmscale.analyze.prometheus import read_prometheus_range
 
         return read_prometheus_range(
-            prometheus, start_s=start, end_s=end, step_s=step_s, selector=selector, window=window
+            prometheus,
+            start_s=start,
+            end_s=end,
+            step_s=step_s,
+            selector=selector,
+            window=window,
+            timeout_s=_prometheus_timeout(timeout_s),
         )
     from llmscale.analyze.log import read_decision_log
 
@@ -1569,6 +1580,15 @@ _SelectorOpt = Annotated[
     str, typer.Option(help='Label matchers of the fleet\'s vLLM series for --prometheus, e.g. job="vllm".')
 ]
 _WindowOpt = Annotated[str, typer.Option(help="Rate window of the --prometheus queries (PromQL duration).")]
+_PromTimeoutOpt = Annotated[
+    float, typer.Option(help="Deadline of each --prometheus query, the whole request (s).")
+]
+
+
+def _prometheus_timeout(timeout_s: float) -> float:
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ConfigError(f"--prometheus-timeout-s = {timeout_s}: must be a finite number > 0")
+    return timeout_s
 
 
 @app.command("analyze", help=ANALYZE_HELP)
@@ -1582,6 +1602,7 @@ def analyze_cmd(
     step_s: _StepOpt = 15.0,
     selector: _SelectorOpt = "",
     window: _WindowOpt = "1m",
+    prometheus_timeout_s: _PromTimeoutOpt = 30.0,
     effect_horizon_s: Annotated[
         float, typer.Option(help="Read a scale action's outcome this long after it (s): about a cold start.")
     ] = 180.0,
@@ -1606,7 +1627,9 @@ def analyze_cmd(
     for name, v in (("--effect-horizon-s", effect_horizon_s), ("--predict-horizon-s", predict_horizon_s)):
         if not (math.isfinite(v) and v > 0):
             raise ConfigError(f"{name} = {v}: must be a finite number > 0")
-    table = _analysis_source(decisions, policy, prometheus, start, end, step_s, selector, window)
+    table = _analysis_source(
+        decisions, policy, prometheus, start, end, step_s, selector, window, prometheus_timeout_s
+    )
     settings = AnalysisSettings(effect_horizon_s=effect_horizon_s, predict_horizon_s=predict_horizon_s)
     result = analyze_table(table, settings)
     console = _console(stderr=False)
@@ -1643,12 +1666,15 @@ def diagnose_cmd(
     step_s: _StepOpt = 15.0,
     selector: _SelectorOpt = "",
     window: _WindowOpt = "1m",
+    prometheus_timeout_s: _PromTimeoutOpt = 30.0,
 ) -> None:
     from rich.table import Table
 
     from llmscale.analyze.diagnose import diagnose_table
 
-    table = _analysis_source(decisions, policy, prometheus, start, end, step_s, selector, window)
+    table = _analysis_source(
+        decisions, policy, prometheus, start, end, step_s, selector, window, prometheus_timeout_s
+    )
     findings, unchecked = diagnose_table(table)
     console = _console(stderr=False)
     out = Table(title=f"{table.policy}: {len(findings)} finding(s) over {len(table)} ticks")

@@ -277,16 +277,61 @@ def _itl_at(batch: float, ctx_each: float, rate_rps: float, prompt_tokens: float
     return predict
 
 
+#: A latency longer than a day is not a measurement of a serving engine (a unit mix-up, an
+#: overflowed timer); it is refused, naming the request, rather than fitted.
+_MAX_LATENCY_S = 86_400.0
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _serve_errors(path: Path, doc: dict[str, Any], n: int) -> list[bool]:
+    """Which requests failed, from the result's ``errors``: one string per request, "" when it
+    succeeded (vLLM writes ``output.error``); absent or null means none failed, a null item
+    that this one did not."""
+    errors = doc.get("errors")
+    if errors is None:
+        return [False] * n
+    if not isinstance(errors, list) or len(errors) != n:
+        got = f"a list of {len(errors)}" if isinstance(errors, list) else f"a {type(errors).__name__}"
+        raise TraceFormatError(
+            f"{path}: field 'errors' is {got}, must be a list of {n} strings (one per request)"
+        )
+    failed = []
+    for i, e in enumerate(errors):
+        if e is not None and not isinstance(e, str):
+            raise TraceFormatError(
+                f"{path}: request {i}: errors = {str(e)[:60]!r} ({type(e).__name__}), must be a string"
+            )
+        failed.append(bool(e))
+    return failed
+
+
+def _latency(x: object, where: str, field: str) -> float:
+    """``x`` as seconds in [0, a day] (NaN, infinities, booleans and strings refused)."""
+    if not (isinstance(x, int | float) and not isinstance(x, bool) and 0.0 <= x <= _MAX_LATENCY_S):
+        limit = f"[0, {_MAX_LATENCY_S:g}]"
+        raise TraceFormatError(
+            f"{where}: {field} = {str(x)[:60]!r}, must be a finite number of seconds in {limit}"
+        )
+    return float(x)
+
+
 def read_serve_result(path: Path, *, model: str | None, gpu: str | None, tp: int | None) -> list[Target]:
-    """Targets from ``vllm bench serve --save-result`` JSON (fields input_lens, output_lens, ttfts, itls)."""
+    """Targets from ``vllm bench serve --save-result`` JSON (fields input_lens, output_lens, ttfts, itls).
+
+    Every field read is checked (type, finite, range); an error names the file, the request and
+    the field: ``serve.json: request 3: itls = 'inf', must be a finite number of seconds``.
+    """
     from llmscale.perf.catalogue import get_gpu, get_model
 
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceFormatError(f"{path}: not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise TraceFormatError(f"{path}: not valid JSON ({str(exc)[:120]})") from None
     if not isinstance(doc, dict):
         raise TraceFormatError(f"{path}: expected a JSON object (vllm bench serve --save-result)")
     for key in ("input_lens", "output_lens", "ttfts", "itls", "duration"):
@@ -298,40 +343,53 @@ def read_serve_result(path: Path, *, model: str | None, gpu: str | None, tp: int
     ):
         raise TraceFormatError(f"{path}: input_lens, output_lens, ttfts, itls must be lists of equal length")
     duration = doc["duration"]
-    if isinstance(duration, bool) or not isinstance(duration, int | float) or not duration > 0:
-        raise TraceFormatError(f"{path}: duration = {duration!r}, must be a number > 0")
-    errors = doc.get("errors") or [""] * len(ins)
-    m = get_model(model or str(doc.get("model_id", ""))).name
+    if not _is_number(duration) or not (0 < duration < math.inf):
+        raise TraceFormatError(f"{path}: duration = {str(duration)[:60]!r}, must be a finite number > 0")
+    failed = _serve_errors(path, doc, len(ins))
+    model_id = doc.get("model_id", "")
+    if model is None and not isinstance(model_id, str):
+        raise TraceFormatError(
+            f"{path}: model_id = {str(model_id)[:60]!r}, must be a string (or give --model)"
+        )
+    m = get_model(model or str(model_id)).name
     if gpu is None or tp is None:
         raise ConfigError(f"{path}: a serve result does not name the GPU or TP: give --gpu and --tp")
     g = get_gpu(gpu).name
     e2e_sum = 0.0
     per_req_itl: list[float] = []
     ctx: list[float] = []
+    prompts: list[float] = []
     for i, (n_in, n_out, t0, gaps) in enumerate(zip(ins, outs, ttfts, itls, strict=True)):
-        if errors[i] if i < len(errors) else "":
+        if failed[i]:
             continue
         where = f"{path}: request {i}"
-        if isinstance(n_in, bool) or not isinstance(n_in, int) or n_in < 1:
-            raise TraceFormatError(f"{where}: input_lens = {n_in!r}, must be a positive integer")
-        if isinstance(n_out, bool) or not isinstance(n_out, int) or n_out < 0:
-            raise TraceFormatError(f"{where}: output_lens = {n_out!r}, must be an integer >= 0")
-        if not isinstance(t0, int | float) or not math.isfinite(t0) or t0 < 0:
-            raise TraceFormatError(f"{where}: ttfts = {t0!r}, must be a number >= 0")
-        if not isinstance(gaps, list) or not all(isinstance(g_, int | float) and g_ >= 0 for g_ in gaps):
-            raise TraceFormatError(f"{where}: itls must be a list of numbers >= 0")
-        e2e_sum += float(t0) + float(sum(gaps))
+        if isinstance(n_in, bool) or not isinstance(n_in, int) or not 1 <= n_in <= 10_000_000:
+            raise TraceFormatError(
+                f"{where}: input_lens = {str(n_in)[:60]!r}, must be an integer in [1, 1e7]"
+            )
+        if isinstance(n_out, bool) or not isinstance(n_out, int) or not 0 <= n_out <= 10_000_000:
+            raise TraceFormatError(
+                f"{where}: output_lens = {str(n_out)[:60]!r}, must be an integer in [0, 1e7]"
+            )
+        e2e_sum += _latency(t0, where, "ttfts")
+        if not isinstance(gaps, list):
+            raise TraceFormatError(f"{where}: itls = {str(gaps)[:60]!r}, must be a list of seconds")
+        total = math.fsum(_latency(x, where, f"itls[{j}]") for j, x in enumerate(gaps))
+        e2e_sum += total
         if gaps:
-            per_req_itl.append(float(sum(gaps)) / len(gaps))
+            per_req_itl.append(total / len(gaps))
             ctx.append(n_in + n_out / 2.0)
+            prompts.append(float(n_in))
     if not per_req_itl:
         raise TraceFormatError(f"{path}: no successful request generated more than one token")
     concurrency = e2e_sum / float(duration)  # Little's law: mean requests in flight
     itl = statistics.median(per_req_itl)
+    if not itl > 0:
+        raise TraceFormatError(f"{path}: itls: the median inter-token latency is {itl}, must be > 0")
     mean_ctx = statistics.fmean(ctx)
     label = f"{path.name}: median ITL at ~{concurrency:.1f} in flight, context ~{mean_ctx:.0f}"
     rate = len(per_req_itl) / float(duration)
-    prompt = statistics.fmean(float(n) for n, gaps in zip(ins, itls, strict=True) if gaps)
+    prompt = statistics.fmean(prompts)
     return [Target(label, m, g, tp, itl, _itl_at(concurrency, mean_ctx, rate, prompt), kind="decode")]
 
 
@@ -346,6 +404,7 @@ def read_prometheus(
     tp: int,
     window: str = "5m",
     selector: str = "",
+    timeout_s: float = 30.0,
 ) -> list[Target]:
     """Targets from a live fleet: mean inter-token latency against the mean running batch, per step.
 
@@ -353,10 +412,12 @@ def read_prometheus(
     or ``vllm:time_per_output_token_seconds``); ``selector`` (e.g. ``job="vllm"``) picks the fleet's
     series. The mean context of a running sequence is its prompt plus half its output, from the
     token counters over the finished requests (``vllm:e2e_request_latency_seconds_count``); the
-    prompts arriving meanwhile stretch the decode steps they share (see :func:`_itl_at`).
+    prompts arriving meanwhile stretch the decode steps they share (see :func:`_itl_at`). Each
+    query ends within ``timeout_s``; no usable answer raises a PrometheusError (exit code 2)
+    naming the server and the query.
     """
     from llmscale.metrics.names import VllmMetric as V
-    from llmscale.metrics.prometheus import query_range_values
+    from llmscale.metrics.prometheus import query_ranges
     from llmscale.perf.catalogue import get_gpu, get_model
 
     m, g = get_model(model).name, get_gpu(gpu).name
@@ -374,9 +435,8 @@ def read_prometheus(
     q_ctx = f"({rate(V.PROMPT_TOKENS)} + 0.5 * {rate(V.GENERATION_TOKENS)}) / {rate(V.E2E + '_count')}"
     q_rate = f"{rate(V.E2E + '_count')} / count({V.RUNNING}{sel})"
     q_prompt = f"{rate(V.PROMPT_TOKENS)} / {rate(V.E2E + '_count')}"
-    series = [
-        query_range_values(url, q, start_s, end_s, step_s) for q in (q_itl, q_batch, q_ctx, q_rate, q_prompt)
-    ]
+    named = {"itl": q_itl, "batch": q_batch, "ctx": q_ctx, "rate": q_rate, "prompt": q_prompt}
+    series = list(query_ranges(url, named, start_s, end_s, step_s, timeout_s=timeout_s).values())
     targets = []
     for t in sorted(set.intersection(*(set(x) for x in series))):
         y, b, c, lam, p = (x[t] for x in series)
