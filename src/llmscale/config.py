@@ -450,23 +450,17 @@ class LiveConfig(_Section):
 
 def load_config(path: str | Path, *, mode: str | None = None) -> LiveConfig:
     """Read and validate ``path``; ``mode`` overrides the file's mode. Raises ConfigError."""
-    import yaml
+    from llmscale.documents import load_yaml
+    from llmscale.edge import MAX_DOCUMENT_BYTES, InputFileError, read_input_text
 
     p = Path(path)
     try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read the config file: {e.strerror}") from e
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"{p.name}: not a YAML text file (byte {e.start} is not UTF-8: a binary file?)"
-        ) from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p.name}: not valid YAML: {e}") from e
+        text = read_input_text(p, MAX_DOCUMENT_BYTES, what="a YAML text file")
+    except InputFileError as e:
+        if "binary" in e.problem:
+            raise ConfigError(f"{p.name}: {e.problem}") from e
+        raise ConfigError(f"{e.path}: cannot read the config file: {e.problem}") from e
+    data = load_yaml(text, p.name)
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -39,23 +39,9 @@ def load_policy_config(path: Path) -> dict[str, dict[str, Any]]:
 
     Raises ConfigError whose message starts with the file name.
     """
-    import yaml
+    from llmscale.documents import read_yaml_file
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the policy config: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (a binary file?)") from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}:{where} not valid YAML: {problem}") from e
-    except RecursionError as e:  # thousands of nested brackets
-        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from e
+    data = read_yaml_file(path, "the policy config")
     if data is None:
         return {}
     if not isinstance(data, dict):
