@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from llmscale.errors import ConfigError
 
-__all__ = ["MAX_DEPTH", "load_yaml", "loads_json", "read_yaml_file"]
+__all__ = ["MAX_DEPTH", "load_yaml", "loads_json", "no_duplicate_keys", "read_yaml_file"]
 
 #: Deepest nesting of mappings and lists accepted. Our deepest document (a run config's
 #: ``shadow.guards.max_up_step``) is 3 deep; 64 leaves room for any hand-written structure and
@@ -38,7 +38,7 @@ def _loader_class() -> type:
     from yaml.constructor import ConstructorError
     from yaml.nodes import MappingNode, Node
 
-    class StrictLoader(yaml.SafeLoader):
+    class StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # yaml ships no types here
         def __init__(self, stream: str) -> None:
             super().__init__(stream)
             self._depth = 0
@@ -59,7 +59,7 @@ def _loader_class() -> type:
                     raise yaml.composer.ComposerError(
                         None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark
                     )
-                return super().compose_node(parent, index)  # type: ignore[no-any-return]
+                return super().compose_node(parent, index)
             finally:
                 self._depth -= 1
 
@@ -125,7 +125,8 @@ def read_yaml_file(path: Any, what: str) -> Any:
     return load_yaml(text, str(path))
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s object_pairs_hook: ValueError on a repeated key (json keeps the last)."""
     out = dict(pairs)
     if len(out) != len(pairs):
         seen: set[str] = set()
@@ -149,23 +150,23 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def loads_json(text: str, source: str, *, check_depth: bool = True) -> Any:
+def loads_json(text: str, source: str) -> Any:
     """Parse JSON refusing duplicate keys and nesting past MAX_DEPTH; ConfigError naming ``source``.
 
-    ``check_depth=False`` skips the walk (a decision log's million lines, each read for a few known
-    fields): nesting is then bounded only by the parser's own recursion limit, which still ends in
-    this ConfigError, never a RecursionError.
+    For small documents (state, results): the depth is walked after parsing. A decision log's
+    lines are parsed with :func:`no_duplicate_keys` alone (llmscale.analyze.log), since only a
+    few known fields of each are read.
     """
     import json
 
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates)
+        value = json.loads(text, object_pairs_hook=no_duplicate_keys)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{source}: not JSON: {e.msg} (line {e.lineno}, column {e.colno})") from e
     except ValueError as e:  # a duplicate key; an integer of more than 4,300 digits
         raise ConfigError(f"{source}: not accepted JSON: {e}") from e
     except RecursionError as e:
         raise ConfigError(f"{source}: not accepted JSON: nested too deeply") from e
-    if check_depth and _depth(value) > MAX_DEPTH:
+    if _depth(value) > MAX_DEPTH:
         raise ConfigError(f"{source}: not accepted JSON: nested more than {MAX_DEPTH} levels deep")
     return value

@@ -132,7 +132,7 @@ def test_a_write_that_fails_at_the_end_names_the_option(tmp_path: Path):
     from llmscale.cli import _write_output
     from llmscale.errors import LlmscaleError
 
-    with pytest.raises(LlmscaleError, match="^--json .*: cannot write: "):
+    with pytest.raises(LlmscaleError, match=r"^--json .*: cannot write: "):
         _write_output(tmp_path / "missing" / "out.json", "{}", "--json")
 
 

@@ -130,13 +130,18 @@ def read_closed_batches(
 
     ``model``/``gpu``/``tp`` fill columns the file lacks and filter rows when it has them.
     """
+    import io
+
+    from llmscale.edge import MAX_DOCUMENT_BYTES, InputFileError, read_input_text
     from llmscale.perf.catalogue import get_gpu, get_model
     from llmscale.perf.closed_batch import schedule
 
     try:
-        fh = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        # read_input_text drops a UTF-8 BOM: a spreadsheet's made the first column "\ufeffmodel",
+        # and the file was refused for a missing column it has; FIFOs and binary files are refused
+        fh = io.StringIO(read_input_text(path, MAX_DOCUMENT_BYTES, what="a CSV file"), newline="")
+    except InputFileError as exc:
+        raise TraceFormatError(f"{exc.path}: cannot read: {exc.problem}") from exc
     with fh:
         reader = csv.DictReader(fh)
         cols = [c.strip() for c in (reader.fieldnames or [])]
@@ -254,14 +259,16 @@ def _itl_at(batch: float, ctx_each: float, rate_rps: float, prompt_tokens: float
 
 def read_serve_result(path: Path, *, model: str | None, gpu: str | None, tp: int | None) -> list[Target]:
     """Targets from ``vllm bench serve --save-result`` JSON (fields input_lens, output_lens, ttfts, itls)."""
+    from llmscale.edge import MAX_DOCUMENT_BYTES, InputFileError, read_input_text
     from llmscale.perf.catalogue import get_gpu, get_model
 
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceFormatError(f"{path}: not valid JSON ({exc})") from exc
+        doc = json.loads(read_input_text(path, MAX_DOCUMENT_BYTES, what="JSON"))
+    except InputFileError as exc:
+        raise TraceFormatError(f"{exc.path}: cannot read: {exc.problem}") from exc
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise TraceFormatError(f"{path}: not valid JSON ({why})") from exc
     if not isinstance(doc, dict):
         raise TraceFormatError(f"{path}: expected a JSON object (vllm bench serve --save-result)")
     for key in ("input_lens", "output_lens", "ttfts", "itls", "duration"):

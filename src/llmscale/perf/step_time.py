@@ -574,7 +574,7 @@ def get_perf_model(
             mtime = Path(calibration).stat().st_mtime_ns
         except (OSError, ValueError) as exc:
             raise ConfigError(
-                f"{calibration}: calibration profile not found ({exc.strerror or exc})"
+                f"{calibration}: calibration profile not found ({getattr(exc, 'strerror', None) or exc})"
             ) from exc
     key = (m.name, g.name, int(tp), stack, calibration, mtime)
     if calibration is not None and key not in _MODELS_CACHE:

@@ -30,8 +30,6 @@ __all__ = ["GUARDS_KEY", "check_policy_params", "load_policy_config"]
 
 #: the key of a policy's guard settings inside its parameters
 GUARDS_KEY = "guards"
-#: an upper bound no fleet reaches, for checking guard settings on their own
-_ANY_REPLICAS = 2**62
 
 
 def load_policy_config(path: Path) -> dict[str, dict[str, Any]]:
@@ -56,7 +54,7 @@ def load_policy_config(path: Path) -> dict[str, dict[str, Any]]:
 
 def check_policy_params(data: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
     """Check a policy-config document (already parsed); errors name the key path."""
-    from llmscale.guards import GUARD_FIELDS, GuardConfig
+    from llmscale.guards import GUARD_FIELDS, MAX_REPLICAS, GuardConfig
     from llmscale.policies.base import POLICIES, policy_names, validate_params
 
     known = policy_names()
@@ -98,7 +96,7 @@ def check_policy_params(data: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
             try:
                 # Bounds wide open underneath: min/max_replicas given alone are checked against
                 # the backtest's bounds when the policy is built, not against GuardConfig's defaults.
-                GuardConfig(min_replicas=0, max_replicas=_ANY_REPLICAS).merged(guards)
+                GuardConfig(min_replicas=0, max_replicas=MAX_REPLICAS).merged(guards)
             except ConfigError as e:
                 raise ConfigError(f"{name}.{GUARDS_KEY}.{e}") from e
             checked[GUARDS_KEY] = dict(guards)
