@@ -502,3 +502,34 @@ def test_generated_traces(tmp_path: Path, header, rows, bom: bool, gz: bool):
     assert outcome.code == 2, outcome
     assert "\n" not in outcome.message.strip(), outcome.message
     assert "--burst-share" in outcome.message or str(path) in outcome.message, outcome.message
+
+
+# ---- files read by a running controller: state and tokens -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["fifo", "binary.csv", "deep.jsonl", "dupkey.jsonl", "absent.json"], ids=lambda n: n
+)
+def test_unreadable_state_is_ignored_with_a_warning_not_a_traceback(corpus: Path, name: str, caplog):
+    """`run` starts from no state when its file cannot be read (the store's contract): a binary file
+    raised UnicodeDecodeError, a FIFO blocked the start, deep JSON raised RecursionError."""
+    from llmscale.cluster.state_store import FileStateStore
+
+    box: list[object] = []
+    t = threading.Thread(target=lambda: box.append(FileStateStore(corpus / name).load()), daemon=True)
+    t.start()
+    t.join(HANG_S)
+    assert not t.is_alive(), "loading the state blocked"
+    assert box == [None]
+    if name != "absent.json":
+        assert name in caplog.text
+
+
+@pytest.mark.parametrize("name", ["fifo", "binary.csv", "/dev/zero"], ids=lambda n: n.strip("/"))
+def test_an_unreadable_token_file_is_a_config_error(corpus: Path, name: str):
+    from llmscale.emulate.config import admin_token
+    from llmscale.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^token_file .*: cannot read it: ") as err:
+        admin_token(str(corpus / name))
+    assert "\n" not in str(err.value)
