@@ -533,3 +533,12 @@ def test_an_unreadable_token_file_is_a_config_error(corpus: Path, name: str):
     with pytest.raises(ConfigError, match=r"^token_file .*: cannot read it: ") as err:
         admin_token(str(corpus / name))
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["fifo", LONG, "absent"], ids=["fifo", "long-name", "absent"])
+def test_an_unusable_tokenizer_path_is_a_config_error(corpus: Path, name: str):
+    from llmscale.emulate.tokens import load_token_counter
+    from llmscale.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^--tokenizer .*: no tokenizer.json there \("):
+        load_token_counter(str(corpus / name))
