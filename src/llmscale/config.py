@@ -25,6 +25,7 @@ from pydantic import (
     ValidationError,
     create_model,
     field_validator,
+    model_validator,
 )
 
 from llmscale.deployment import Deployment
@@ -146,6 +147,18 @@ class TargetConfig(_Section):
             except ConfigError as exc:  # pydantic then names the field path and the config file
                 raise ValueError(str(exc)) from exc
         return v
+
+    @model_validator(mode="after")
+    def _profile_fits(self) -> TargetConfig:
+        # whatever the policy: the drift monitor and every capacity model read the profile
+        if self.calibration is not None:
+            from llmscale.perf.profile import check_profile_target
+
+            try:
+                check_profile_target(self.calibration, self.model, self.gpu, self.tp)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from exc
+        return self
 
     @property
     def label(self) -> str:

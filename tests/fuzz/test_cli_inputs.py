@@ -218,6 +218,26 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
         ["backtest", "--max-replicas", "8", "--standby-replicas", "9"],
         ("--standby-replicas = 9", "[0, 8]"),
     ),
+    (
+        "policy-config-standby-above-max",
+        [
+            "backtest",
+            "--policy",
+            "slo",
+            "--no-oracle",
+            "--workload",
+            "flash-crowd",
+            "--duration-s",
+            "60",
+            "--max-replicas",
+            "8",
+            "--initial-replicas",
+            "1",
+            "--policy-config",
+            "{d}/standby.yaml",
+        ],
+        ("standby.yaml", "standby_replicas = 1000000", "max_replicas (8)"),
+    ),
     # ---- calibration profiles (read when the engine settings are, after the workload)
     (
         "profile-other-model",
