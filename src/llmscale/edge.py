@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from llmscale.errors import ConfigError
@@ -228,31 +228,36 @@ def read_input_bytes(path: str | os.PathLike[str], max_bytes: int, *, gunzip: bo
         os.set_blocking(fd, True)
         try:
             if not gunzip:
-                data = fh.read(max_bytes + 1)  # +1: a file that grew since the check
-                if len(data) > max_bytes:
-                    raise InputFileError(path, f"is over the {_size(max_bytes)} such a file may have")
-                return data
+                # the size the file has, +1 to see one that grew since: one read of a regular file
+                return _read_bounded(fh.read, min(st.st_size, max_bytes) + 1, max_bytes, path, "is")
             import gzip
 
-            pieces: list[bytes] = []
-            total = 0
             with gzip.GzipFile(fileobj=fh) as gz:
-                while piece := gz.read(_INFLATE_CHUNK_BYTES):
-                    total += len(piece)
-                    if total > max_bytes:
-                        raise InputFileError(
-                            path, f"inflates to over the {_size(max_bytes)} such a file may have"
-                        )
-                    pieces.append(piece)
-            return b"".join(pieces)
+                return _read_bounded(gz.read, _INFLATE_CHUNK_BYTES, max_bytes, path, "inflates to")
         except MemoryError as exc:
             raise InputFileError(path, "too large to read into this machine's memory") from exc
         except OSError as exc:
-            if isinstance(exc, InputFileError) or type(exc).__name__ == "BadGzipFile":
-                raise
-            if gunzip and exc.errno is None:
+            if gunzip and (exc.errno is None or type(exc).__name__ == "BadGzipFile"):
                 raise  # a corrupt gzip stream (gzip raises a bare OSError): the caller words it
             raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from exc
+
+
+def _read_bounded(
+    read: Callable[[int], bytes], first_size: int, max_bytes: int, path: str | os.PathLike[str], verb: str
+) -> bytes:
+    """Everything ``read`` gives, in pieces (the first of ``first_size``, then 16 MiB), refused as
+    soon as it passes ``max_bytes``: one ``read(max_bytes + 1)`` would allocate the whole limit up
+    front, 2 GiB for every trace."""
+    pieces: list[bytes] = []
+    total = 0
+    size = first_size
+    while piece := read(size):
+        total += len(piece)
+        if total > max_bytes:
+            raise InputFileError(path, f"{verb} over the {_size(max_bytes)} such a file may have")
+        pieces.append(piece)
+        size = _INFLATE_CHUNK_BYTES
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def decode_text(path: str | os.PathLike[str], raw: bytes, what: str = "text") -> str:
