@@ -97,8 +97,9 @@ def load_yaml(text: str, source: str) -> Any:
     """Parse one YAML document strictly; ConfigError ``"{source}: line N: not valid YAML: why"``."""
     import yaml
 
-    loader = _loader_class()(text)
+    loader = None
     try:
+        loader = _loader_class()(text)  # the reader refuses control characters here already
         return loader.get_single_data()
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -108,7 +109,8 @@ def load_yaml(text: str, source: str) -> Any:
     except RecursionError as e:  # flow collections nest in the parser before compose counts them
         raise ConfigError(f"{source}: not valid YAML: nested too deeply") from e
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def read_yaml_file(path: Any, what: str) -> Any:

@@ -85,7 +85,8 @@ BAD_FIELDS = [
     (
         "guards.max_down_step",
         -2,
-        "guards.max_down_step: Input should be greater than or equal to 1",
+        # 0 holds the fleet, in a backtest and live alike (guards.GUARD_RANGES)
+        "guards.max_down_step: Input should be greater than or equal to 0",
         "down-step",
     ),
     (
