@@ -128,6 +128,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "bomb.csv.gz").write_bytes(gzip.compress(HEADER.encode() + b"0" * (16 * 1024**2)))
     (d / "deep.yaml").write_text("slo:\n  x: " + "[" * 5000 + "]" * 5000 + "\n")
     (d / "deep-block.yaml").write_text("slo:\n" + "".join("  " * i + "- \n" for i in range(1, 200)))
+    (d / "control.yaml").write_text("slo: \x1f\n")
     (d / "dupkey.yaml").write_text("slo:\n  target_utilization: 0.8\n  target_utilization: 0.5\n")
     (d / "alias.yaml").write_text(
         "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
@@ -194,6 +195,11 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
         "policy-config-dup-key",
         ["backtest", "--seeds", "0", "--policy-config", "{d}/dupkey.yaml"],
         ("dupkey.yaml", "duplicate key 'target_utilization'"),
+    ),
+    (
+        "policy-config-control-char",
+        ["backtest", "--seeds", "0", "--policy-config", "{d}/control.yaml"],
+        ("control.yaml", "not valid YAML"),
     ),
     (
         "policy-config-alias",
