@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from llmscale.edge import check_option, check_output_path
+from llmscale.edge import check_distinct_paths, check_option, check_output_path
 from llmscale.errors import ConfigError, LlmscaleError
 from llmscale.perf.catalogue import GPUS
 
@@ -336,7 +336,8 @@ def _check_backtest_options(
     from llmscale.backtest.runner import MAX_REPLICAS
 
     replicas_range = f"[0, {MAX_REPLICAS}]"
-    check_option("--replicas", replicas, replicas_range, integer=True)
+    # 0 is refused, not "leave static out": it ran one replica (issue 19); a fleet of none serves nothing
+    check_option("--replicas", replicas, f"[1, {MAX_REPLICAS}]", integer=True)
     check_option("--min-replicas", min_replicas, replicas_range, integer=True)
     check_option("--max-replicas", max_replicas, f"[1, {MAX_REPLICAS}]", integer=True)
     check_option("--initial-replicas", initial_replicas, replicas_range, integer=True)
@@ -609,7 +610,7 @@ def backtest(
     from dataclasses import replace
 
     from llmscale.backtest.compare import build_document, run_backtest_seeds, seed_label
-    from llmscale.backtest.runner import check_policies
+    from llmscale.backtest.runner import MAX_REPLICAS, check_policies
     from llmscale.backtest.seeds import MAX_SEEDS, add_seed_statistics
 
     json_to_stdout = json_out == "-"
@@ -641,6 +642,16 @@ def backtest(
         check_output_path("--report", report)
     if decisions is not None:
         check_output_path("--decisions", decisions)
+    check_distinct_paths(
+        [
+            ("--json", None if json_out in (None, "-") else Path(json_out)),
+            ("--report", report),
+            ("--decisions", decisions),
+        ],
+        [("--trace", trace), ("--policy-config", policy_config), ("--calibration", calibration)],
+    )
+    # a pool is part of the fleet: at most the fleet's bound (a million ran out of memory in 50 s)
+    check_option("--standby-replicas", standby_replicas, f"[0, {max_replicas or MAX_REPLICAS}]", integer=True)
     names = _split_policies(policy)
     params = _load_policy_config(policy_config)
     check_option("--seeds", seeds, f"[1, {MAX_SEEDS}]", integer=True)
@@ -671,7 +682,6 @@ def backtest(
     curve_sizes = _standby_sizes(standby_curve)
     settings = _with_start_tiers(settings, cold_start_s, warm_node_start_s, wake_s, node_keep_s)
     if standby_replicas is not None:
-        check_option("--standby-replicas", standby_replicas, "[0, 1000000]", integer=True)
         params.setdefault("slo", {})["standby_replicas"] = standby_replicas
         settings = replace(settings, policy_params=params)
     # The faults join after sizing: the defaults are sized for the fleet as it runs when healthy.
@@ -923,6 +933,14 @@ def tune_cmd(
     check_output_path("--out", out)
     report = report if report is not None else out.with_name(out.stem + "-trials.html")
     check_output_path("--report", report)
+    check_distinct_paths(
+        [("--out", out), ("--report", report)],
+        [
+            *(("--trace", t) for t in trace or []),
+            ("--policy-config", policy_config),
+            ("--calibration", calibration),
+        ],
+    )
     store = storage_url(storage) if storage is not None else storage_url(str(default_storage(out)))
     params = _load_policy_config(policy_config)
     sources: list[tuple[str, Path | None, str | None]] = [(str(t), t, None) for t in trace or []]
@@ -1077,7 +1095,7 @@ def run_cmd(
     import signal
     import threading
 
-    from llmscale.config import load_config
+    from llmscale.config import check_run_files, load_config
     from llmscale.controller.wiring import build_runtime
 
     if max_ticks is not None and max_ticks < 1:
@@ -1086,6 +1104,7 @@ def run_cmd(
     if not isinstance(level, int):
         raise ConfigError(f"--log-level {log_level!r} is not one of debug, info, warning, error")
     cfg = load_config(config, mode=mode)
+    check_run_files(cfg, config)
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -1324,6 +1343,7 @@ def loadgen_cmd(
     check_option("--request-timeout-s", request_timeout_s, "(0, inf)")
     if json_out is not None and not json_to_stdout:
         check_output_path("--json", Path(json_out))
+        check_distinct_paths([("--json", Path(json_out))], [("--trace", trace)])
     w = _load_workload(
         trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape, burst_share
     )
@@ -1444,6 +1464,8 @@ def calibrate_cmd(
         )
     if not files and prometheus is None:
         raise ConfigError("give one or more FILEs or --prometheus URL --start --end")
+    check_output_path("--out", out)
+    check_distinct_paths([("--out", out)], [("FILE", f) for f in files or []])
     targets = []
     sources = []
     for f in files or []:
@@ -1624,6 +1646,9 @@ def analyze_cmd(
         check_output_path("--report", report)
     if policy_config_out is not None:
         check_output_path("--policy-config-out", policy_config_out)
+    check_distinct_paths(
+        [("--report", report), ("--policy-config-out", policy_config_out)], [("DECISIONS", decisions)]
+    )
     for name, v in (("--effect-horizon-s", effect_horizon_s), ("--predict-horizon-s", predict_horizon_s)):
         if not (math.isfinite(v) and v > 0):
             raise ConfigError(f"{name} = {v}: must be a finite number > 0")
@@ -1710,6 +1735,10 @@ def tenants_cmd(
         check_output_path("--json", Path(json_out))
     if decisions is not None:
         check_output_path("--decisions", decisions)
+    check_distinct_paths(
+        [("--json", None if json_out in (None, "-") else Path(json_out)), ("--decisions", decisions)],
+        [("CONFIG", config)],
+    )
     spec = load_tenants(config)
     if decisions is not None:
         with decisions.open("w", encoding="utf-8") as out:

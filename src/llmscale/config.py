@@ -25,14 +25,16 @@ from pydantic import (
     ValidationError,
     create_model,
     field_validator,
+    model_validator,
 )
 
 from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
-from llmscale.guards import GuardConfig
+from llmscale.guards import GUARD_RANGES, GuardConfig
 from llmscale.metrics.names import ACTIVATOR
 
 __all__ = [
+    "GUARD_RANGES",
     "ActuatorConfig",
     "Address",
     "DriftConfig",
@@ -43,6 +45,7 @@ __all__ = [
     "PolicySpec",
     "ShadowSpec",
     "TargetConfig",
+    "check_run_files",
     "load_config",
     "parse_config",
 ]
@@ -145,6 +148,18 @@ class TargetConfig(_Section):
             except ConfigError as exc:  # pydantic then names the field path and the config file
                 raise ValueError(str(exc)) from exc
         return v
+
+    @model_validator(mode="after")
+    def _profile_fits(self) -> TargetConfig:
+        # whatever the policy: the drift monitor and every capacity model read the profile
+        if self.calibration is not None:
+            from llmscale.perf.profile import check_profile_target
+
+            try:
+                check_profile_target(self.calibration, self.model, self.gpu, self.tp)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from exc
+        return self
 
     @property
     def label(self) -> str:
@@ -339,29 +354,6 @@ class DriftConfig(_Section):
     min_first_tokens: int = Field(default=50, ge=1)
 
 
-#: Ranges of the guards' numeric settings, checked when the file is read (finite always). A
-#: numeric guard not listed here must be >= 0; tests/live/test_live_config.py checks that every
-#: numeric GuardConfig field is listed, so a new guard gets its range written down. A step of 0 or
-#: less is refused: ``max_up_step: -1`` capped every scale-up below the current spec.
-GUARD_RANGES: dict[str, dict[str, float]] = {
-    "min_replicas": {"ge": 0},
-    "max_replicas": {"ge": 0},
-    "confirm_up_ticks": {"ge": 1},
-    "confirm_down_ticks": {"ge": 1},
-    "cooldown_up_s": {"ge": 0},
-    "cooldown_down_s": {"ge": 0},
-    "stabilization_up_s": {"ge": 0},
-    "stabilization_down_s": {"ge": 0},
-    "max_up_step": {"ge": 1},
-    "max_up_ratio": {"ge": 1},
-    "max_down_step": {"ge": 1},
-    "max_down_ratio": {"ge": 1},
-    "headroom_max_usage": {"gt": 0, "le": 1},
-    "gpu_budget": {"ge": 1},
-    "gpus_per_replica": {"ge": 1},
-}
-
-
 def _guard_overrides_model() -> type[BaseModel]:
     """A model with every GuardConfig field, each optional: only the keys a user sets override."""
     hints = typing.get_type_hints(GuardConfig)
@@ -479,23 +471,17 @@ class LiveConfig(_Section):
 
 def load_config(path: str | Path, *, mode: str | None = None) -> LiveConfig:
     """Read and validate ``path``; ``mode`` overrides the file's mode. Raises ConfigError."""
-    import yaml
+    from llmscale.documents import load_yaml
+    from llmscale.edge import MAX_DOCUMENT_BYTES, InputFileError, read_input_text
 
     p = Path(path)
     try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read the config file: {e.strerror}") from e
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"{p.name}: not a YAML text file (byte {e.start} is not UTF-8: a binary file?)"
-        ) from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p.name}: not valid YAML: {e}") from e
+        text = read_input_text(p, MAX_DOCUMENT_BYTES, what="a YAML text file")
+    except InputFileError as e:
+        if "binary" in e.problem:
+            raise ConfigError(f"{p.name}: {e.problem}") from e
+        raise ConfigError(f"{e.path}: cannot read the config file: {e.problem}") from e
+    data = load_yaml(text, p.name)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -503,6 +489,59 @@ def load_config(path: str | Path, *, mode: str | None = None) -> LiveConfig:
     if mode is not None:
         data = {**data, "mode": mode}
     return parse_config(data, source=p.name)
+
+
+def check_run_files(cfg: LiveConfig, config_path: Path) -> None:
+    """The files ``run`` will read and write, checked before it starts (ConfigError naming each).
+
+    The decision log must be a file it can append to (a FIFO passed the old check, and the run
+    then blocked on its first line, deaf to SIGTERM); the state file, when it exists, a regular
+    file (its directory is made on the first save); the token files readable. No two of them,
+    nor the config file, may be one file: a decision log pointed at the state file interleaved
+    ticks with state and lost both.
+    """
+    from llmscale.edge import (
+        MAX_DOCUMENT_BYTES,
+        MAX_TOKEN_BYTES,
+        check_distinct_paths,
+        check_input_file,
+        check_output_path,
+        input_problem,
+    )
+
+    source = config_path.name
+    log = None if cfg.decision_log.path == "-" else Path(cfg.decision_log.path)
+    state = Path(cfg.state.path) if cfg.state.store == "file" and cfg.state.path else None
+    tokens = [
+        (where, Path(p))
+        for where, p in (
+            (
+                "actuator.emulate.token_file",
+                cfg.actuator.emulate.token_file if cfg.actuator.emulate else None,
+            ),
+            ("metrics.scrape.emulate_token_file", cfg.metrics.scrape.emulate_token_file),
+        )
+        if p is not None
+    ]
+    try:
+        if log is not None:
+            check_output_path("decision_log.path", log)
+        if state is not None:
+            problem = input_problem(state, MAX_DOCUMENT_BYTES)
+            if problem is not None and problem != "file not found":
+                raise ConfigError(f"state.path {state}: {problem}")
+        for where, token in tokens:
+            try:
+                check_input_file(token, MAX_TOKEN_BYTES)
+            except ConfigError as e:
+                raise ConfigError(f"{where} {e}") from e
+        calibration = Path(cfg.target.calibration) if cfg.target.calibration else None
+        check_distinct_paths(
+            [("decision_log.path", log), ("state.path", state)],
+            [("--config", config_path), ("target.calibration", calibration), *tokens],
+        )
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from e
 
 
 def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> LiveConfig:

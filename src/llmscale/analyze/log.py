@@ -178,20 +178,27 @@ def _row(path: Path, lineno: int, doc: Any) -> tuple[str, str | None, dict[str, 
 
 def read_decision_log(path: str | Path, *, policy: str | None = None) -> TickTable:
     """Read a decision log (either writer) for one policy. Raises ConfigError naming file and line."""
+    from llmscale.documents import no_duplicate_keys
+    from llmscale.edge import MAX_LOG_BYTES, InputFileError, read_input_text
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: cannot read the decision log: {e}") from e
+        text = read_input_text(p, MAX_LOG_BYTES, what="a decision log")
+    except InputFileError as e:
+        raise ConfigError(f"{e.path}: cannot read the decision log: {e.problem}") from e
     by_policy: dict[str, list[dict[str, Any]]] = {}
     by_trace: dict[str, tuple[str, int]] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            doc = json.loads(line)
+            # strict as the other documents (llmscale.documents): a repeated key is no line we wrote
+            doc = json.loads(line, object_pairs_hook=no_duplicate_keys)
         except json.JSONDecodeError as e:
             raise ConfigError(f"{p}:{lineno}, column {e.colno}: not JSON ({e.msg})") from e
+        except (ValueError, RecursionError) as e:  # a duplicate key; brackets thousands deep
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+            raise ConfigError(f"{p}:{lineno}: not accepted JSON: {why}") from e
         got = _row(p, lineno, doc)
         if got is None:
             continue

@@ -22,7 +22,7 @@ from llmscale.controller.core import Controller, initial_state, tick
 from llmscale.controller.loop import scale_if_changed
 from llmscale.deployment import Deployment, guard_config
 from llmscale.errors import ConfigError
-from llmscale.guards import GuardConfig
+from llmscale.guards import MAX_REPLICAS, GuardConfig
 from llmscale.perf.cold_start import START_TIERS
 from llmscale.policies.base import POLICIES, Policy, create_policy
 from llmscale.policies.static import StaticPolicy
@@ -42,11 +42,6 @@ __all__ = [
     "run_policy",
     "series_step_for",
 ]
-
-#: Most replicas a backtest may hold: 10,000 (80,000 GPUs at TP 8). The default workload's peak
-#: minute needs 7; each simulated replica carries its own queues, KV blocks and histograms, and a
-#: typo such as --max-replicas 10000000 would let an autoscaler build a fleet that never finishes.
-MAX_REPLICAS = 10_000
 
 
 @dataclass(frozen=True)

@@ -206,20 +206,9 @@ def load_tenant_quota(path: Path, tenant: str) -> MigQuota:
 
 
 def _read_tenants_file(path: Path) -> dict[str, Any]:
-    import yaml
+    from llmscale.documents import read_yaml_file
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the tenants file: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (a binary file?)") from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', None) or e}") from e
+    data = read_yaml_file(path, "the tenants file")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with `pool:` and `tenants:`")
     return data

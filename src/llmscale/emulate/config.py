@@ -27,10 +27,12 @@ def admin_token(token_file: str | None = None, *, what: str = "token_file") -> s
     that cannot be read or is empty is a ConfigError naming ``what``.
     """
     if token_file is not None:
+        from llmscale.edge import MAX_TOKEN_BYTES, InputFileError, read_input_text
+
         try:
-            token = Path(token_file).read_text().strip()
-        except OSError as e:
-            raise ConfigError(f"{what} {token_file}: cannot read it: {e.strerror}") from e
+            token = read_input_text(Path(token_file), MAX_TOKEN_BYTES, what="a token").strip()
+        except InputFileError as e:
+            raise ConfigError(f"{what} {e.path}: cannot read it: {e.problem}") from e
         if not token:
             raise ConfigError(f"{what} {token_file}: the file is empty")
         return token

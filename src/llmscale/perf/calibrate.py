@@ -135,13 +135,18 @@ def read_closed_batches(
 
     ``model``/``gpu``/``tp`` fill columns the file lacks and filter rows when it has them.
     """
+    import io
+
+    from llmscale.edge import MAX_DOCUMENT_BYTES, InputFileError, read_input_text
     from llmscale.perf.catalogue import get_gpu, get_model
     from llmscale.perf.closed_batch import schedule
 
     try:
-        fh = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        # read_input_text drops a UTF-8 BOM: a spreadsheet's made the first column "\ufeffmodel",
+        # and the file was refused for a missing column it has; FIFOs and binary files are refused
+        fh = io.StringIO(read_input_text(path, MAX_DOCUMENT_BYTES, what="a CSV file"), newline="")
+    except InputFileError as exc:
+        raise TraceFormatError(f"{exc.path}: cannot read: {exc.problem}") from exc
     with fh:
         reader = csv.DictReader(fh)
         cols = [c.strip() for c in (reader.fieldnames or [])]
@@ -324,14 +329,16 @@ def read_serve_result(path: Path, *, model: str | None, gpu: str | None, tp: int
     Every field read is checked (type, finite, range); an error names the file, the request and
     the field: ``serve.json: request 3: itls = 'inf', must be a finite number of seconds``.
     """
+    from llmscale.edge import MAX_DOCUMENT_BYTES, InputFileError, read_input_text
     from llmscale.perf.catalogue import get_gpu, get_model
 
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        doc = json.loads(read_input_text(path, MAX_DOCUMENT_BYTES, what="JSON"))
+    except InputFileError as exc:
+        raise TraceFormatError(f"{exc.path}: cannot read: {exc.problem}") from exc
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise TraceFormatError(f"{path}: not valid JSON ({str(exc)[:120]})") from None
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:120]
+        raise TraceFormatError(f"{path}: not valid JSON ({why})") from None
     if not isinstance(doc, dict):
         raise TraceFormatError(f"{path}: expected a JSON object (vllm bench serve --save-result)")
     for key in ("input_lens", "output_lens", "ttfts", "itls", "duration"):

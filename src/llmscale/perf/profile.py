@@ -314,6 +314,7 @@ def profile_from_dict(d: Any, where: str) -> CalibrationProfile:
     engine = d.get("engine") or {}
     if not isinstance(engine, dict):
         raise ConfigError(f"{where}: engine must be a mapping")
+    _check_engine(engine, where)
     try:
         return CalibrationProfile(
             model=str(d.get("model", "")),
@@ -328,26 +329,80 @@ def profile_from_dict(d: Any, where: str) -> CalibrationProfile:
         raise ConfigError(f"{where}: {exc}") from exc
 
 
+#: the engine settings a profile records, each with its type and least value (a token budget of 0
+#: is vLLM V0's "the model's context" without chunked prefill, as `calibrate --no-chunked-prefill`
+#: writes it)
+_ENGINE_FIELDS: dict[str, tuple[type, int]] = {
+    "max_num_seqs": (int, 1),
+    "max_num_batched_tokens": (int, 0),
+    "chunked_prefill": (bool, 0),
+}
+
+
+def _check_engine(engine: Mapping[str, Any], where: str) -> None:
+    """Strict types: ``chunked_prefill: "no"`` was read with ``bool()`` and meant True."""
+    for key, value in engine.items():
+        if key not in _ENGINE_FIELDS:
+            raise ConfigError(f"{where}: engine.{key} is unknown; known: {', '.join(_ENGINE_FIELDS)}")
+        kind, least = _ENGINE_FIELDS[key]
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: engine.{key} = {value!r}, must be true or false")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ConfigError(f"{where}: engine.{key} = {value!r}, must be an integer >= {least}")
+
+
+def check_profile_target(path: str | Path, model: str, gpu: str, tp: int) -> None:
+    """The profile at ``path`` was fitted on ``model`` / ``gpu`` / ``tp``; ConfigError naming both if not.
+
+    A profile's factors describe one engine on one GPU at one TP degree: a Llama-3-8B / H100 / TP1
+    profile applied to a 70B on A100s at TP 4 scaled the wrong model without a word. Names are
+    compared as the catalogue resolves them (``meta-llama/Meta-Llama-3-8B`` is ``llama-3-8b``); a
+    profile that names no model or GPU is not checked on that field.
+    """
+    from llmscale.perf.catalogue import get_gpu, get_model
+
+    profile = load_profile(path)
+
+    def canon(name: str, get: Any) -> str:
+        try:
+            return str(get(name).name)
+        except ConfigError:
+            return name.strip().lower()
+
+    mismatched = []
+    if profile.model and canon(profile.model, get_model) != canon(model, get_model):
+        mismatched.append(("model", profile.model, model))
+    if profile.gpu and canon(profile.gpu, get_gpu) != canon(gpu, get_gpu):
+        mismatched.append(("GPU", profile.gpu, gpu))
+    if profile.tp != int(tp):
+        mismatched.append(("TP", str(profile.tp), str(tp)))
+    if mismatched:
+        said = ", ".join(f"{what} {theirs}" for what, theirs, _ in mismatched)
+        ours = ", ".join(f"{what} {mine}" for what, _, mine in mismatched)
+        raise ConfigError(
+            f"{path}: calibration profile fitted on {said}, but this run is {ours}; "
+            "calibrate on the deployment you run, or drop the profile"
+        )
+
+
 @cache
 def _load(path: str, mtime_ns: int) -> CalibrationProfile:
-    import yaml
+    from llmscale.documents import read_yaml_file
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read the calibration profile: {exc}") from exc
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    return profile_from_dict(doc, path)
+    return profile_from_dict(read_yaml_file(path, "the calibration profile"), path)
 
 
 def load_profile(path: str | Path) -> CalibrationProfile:
     """Read and validate a profile written by ``llmscale calibrate`` (cached per file version)."""
+    from llmscale.edge import MAX_DOCUMENT_BYTES, InputFileError, check_input_file
+
     p = Path(path)
     try:
+        check_input_file(p, MAX_DOCUMENT_BYTES)
         mtime = p.stat().st_mtime_ns
+    except InputFileError as exc:
+        raise ConfigError(f"{exc.path}: cannot read the calibration profile: {exc.problem}") from exc
     except OSError as exc:
         raise ConfigError(f"{p}: calibration profile not found ({exc.strerror or exc})") from exc
     return _load(str(p), mtime)

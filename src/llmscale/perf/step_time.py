@@ -572,11 +572,15 @@ def get_perf_model(
 
         try:
             mtime = Path(calibration).stat().st_mtime_ns
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise ConfigError(
-                f"{calibration}: calibration profile not found ({exc.strerror or exc})"
+                f"{calibration}: calibration profile not found ({getattr(exc, 'strerror', None) or exc})"
             ) from exc
     key = (m.name, g.name, int(tp), stack, calibration, mtime)
+    if calibration is not None and key not in _MODELS_CACHE:
+        from llmscale.perf.profile import check_profile_target
+
+        check_profile_target(calibration, m.name, g.name, int(tp))
     if scale is not None and not scale.identity:
         return _scaled_model(m, g, int(tp), stack, calibration, mtime, scale)
     pm = _MODELS_CACHE.get(key)

@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmscale.errors import ConfigError
 from llmscale.policies._cliff import CliffConfig, keep_off_the_cliff
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import (
@@ -441,6 +442,12 @@ def _timeout(param: Any, deployment: Any) -> float | None:
     ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
+    pool = params.get("standby_replicas")
+    if pool is not None and pool > ctx.max_replicas:
+        # A sleeping replica holds its GPUs like any other: a pool larger than the fleet's bound is
+        # no fleet this deployment may have (--standby-replicas 1000000 built a million replicas
+        # and ran out of memory after 50 s).
+        raise ConfigError(f"standby_replicas = {pool}, must be <= max_replicas ({ctx.max_replicas})")
     return SloPolicy(
         config_from(
             SloConfig,
