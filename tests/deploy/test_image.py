@@ -146,4 +146,3 @@ def test_run_in_dry_run_against_emulate_from_the_image(
         emulate.base_url + "/admin/replicas", timeout=5, headers={"Authorization": f"Bearer {TOKEN}"}
     ).json()["spec_replicas"]
     assert spec == 2
-
