@@ -13,6 +13,7 @@ from fake_perf import FakePerf
 from test_start_tiers_fleet import TIERS, phases
 
 from llmscale.errors import ConfigError
+from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet, SimConfig
 from llmscale.types import FleetView, Phase
 
@@ -39,6 +40,11 @@ def test_a_start_waits_for_its_node_then_starts_cold() -> None:
     assert phases(f) == [Phase.READY, Phase.NODE_PENDING]
     view = FleetView.from_replicas(2, f.replicas_view())
     assert (view.node_pending, view.pending, view.starting) == (1, 0, 1)
+    # What the controller observes of the simulated fleet: the same counts, the waiting replica
+    # unscraped (no node, no container), like a Pending one.
+    obs = SimMetricSource(f).observe(99.9)
+    assert obs.fleet == view
+    assert [(s.phase, s.ok) for s in obs.replicas] == [(Phase.READY, True), (Phase.NODE_PENDING, False)]
     f.run_until(100.0)
     assert phases(f) == [Phase.PENDING, Phase.READY]
     f.run_until(159.9)
