@@ -302,6 +302,28 @@ def _with_start_tiers(
     return replace(base, sim=sim)
 
 
+def _with_node_pool(base: Any, node_start_s: float | None, max_nodes: int | None) -> Any:
+    """``base`` with the node pool the user asked for (``--node-start-s``, ``--max-nodes``), if any.
+
+    The fleet an autoscaler starts with runs on nodes of the pool: more of them than
+    ``--max-nodes`` is a contradiction, refused here rather than simulated over the cap. (A
+    ``static`` fleet is a fixed size chosen for the comparison, warm from the start: its nodes are
+    there, whatever the cap.)
+    """
+    from dataclasses import replace
+
+    from llmscale.backtest.runner import MAX_REPLICAS
+
+    check_option("--node-start-s", node_start_s, "[0, 86400]")
+    check_option("--max-nodes", max_nodes, f"[1, {MAX_REPLICAS}]", integer=True)
+    if max_nodes is not None and base.initial_replicas > max_nodes:
+        raise ConfigError(
+            f"--max-nodes = {max_nodes} is below --initial-replicas = {base.initial_replicas}: the "
+            "fleet a backtest starts with runs on nodes of the pool"
+        )
+    return replace(base, sim=replace(base.sim, node_start_s=node_start_s, max_nodes=max_nodes))
+
+
 def _standby_sizes(text: str | None) -> list[int]:
     """``--standby-curve 0,4,8`` as integers, each in [0, 10000]."""
     if text is None:
@@ -594,6 +616,20 @@ def backtest(
     node_keep_s: Annotated[
         float, typer.Option(help="A node outlives its replica this long (warm-node starts), s; 0: never.")
     ] = 0.0,
+    node_start_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Node pool: a start no kept node takes first waits this long for a new GPU node, s "
+            "(node_pending; default: no node pool, every start finds a node)."
+        ),
+    ] = None,
+    max_nodes: Annotated[
+        int | None,
+        typer.Option(
+            help="Node pool: most nodes (one replica each, kept ones included); a start beyond waits "
+            "node_pending until a node frees. Default: unbounded."
+        ),
+    ] = None,
     standby_replicas: Annotated[
         int | None,
         typer.Option(help="slo's standby pool of sleeping replicas (its standby_replicas parameter)."),
@@ -681,6 +717,7 @@ def backtest(
     )
     curve_sizes = _standby_sizes(standby_curve)
     settings = _with_start_tiers(settings, cold_start_s, warm_node_start_s, wake_s, node_keep_s)
+    settings = _with_node_pool(settings, node_start_s, max_nodes)
     if standby_replicas is not None:
         params.setdefault("slo", {})["standby_replicas"] = standby_replicas
         settings = replace(settings, policy_params=params)

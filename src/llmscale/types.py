@@ -41,6 +41,12 @@ class Phase(enum.IntEnum):
     #: vLLM level-1 sleep (standby pool): weights in host memory, GPU still held and charged;
     #: neither capacity nor on the way until woken
     SLEEPING = 6
+    #: waiting for a node: unschedulable until the cluster autoscaler (or Karpenter) provisions
+    #: one, or until a node of a full pool frees up. On the way, like PENDING, but on the cluster's
+    #: time, not the replica's: a GPU node takes minutes (perf/cold_start.py's NODE_PROVISION_S,
+    #: 120 s) before the pod's own start even begins. Numbered last so the order of the others
+    #: (``phase < Phase.DRAINING``) keeps its meaning; compare with STARTING_PHASES, not with ``<``
+    NODE_PENDING = 7
 
     @property
     def label(self) -> str:
@@ -48,7 +54,7 @@ class Phase(enum.IntEnum):
 
 
 #: Phases that are capacity on the way: a policy must not scale up again for them.
-STARTING_PHASES = (Phase.PENDING, Phase.LOADING, Phase.WARMUP)
+STARTING_PHASES = (Phase.NODE_PENDING, Phase.PENDING, Phase.LOADING, Phase.WARMUP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +77,18 @@ class FleetView:
     warmup: int = 0
     ready: int = 0
     draining: int = 0
+    #: replicas waiting for a node (Phase.NODE_PENDING); not part of ``pending``
+    node_pending: int = 0
 
     @property
     def starting(self) -> int:
-        """Replicas on the way (pending + loading + warmup)."""
-        return self.pending + self.loading + self.warmup
+        """Replicas on the way (node_pending + pending + loading + warmup): asked for, not serving yet.
+
+        A pod waiting 4 minutes for its GPU node is as much on the way as one pulling its image:
+        counting it here is what keeps the pending-aware guard and the policies that read
+        ``starting`` from asking for it again.
+        """
+        return self.node_pending + self.pending + self.loading + self.warmup
 
     @property
     def active(self) -> int:
@@ -94,10 +107,13 @@ class FleetView:
             warmup=counts[Phase.WARMUP],
             ready=counts[Phase.READY],
             draining=counts[Phase.DRAINING],
+            node_pending=counts[Phase.NODE_PENDING],
         )
 
     def as_dict(self) -> dict[str, int]:
-        return {
+        """The counts by phase label; ``node_pending`` only when some replica waits for a node, so
+        the decision log of a fleet that never waits for one reads as it did before that state."""
+        out = {
             "spec": self.spec_replicas,
             "pending": self.pending,
             "loading": self.loading,
@@ -105,6 +121,9 @@ class FleetView:
             "ready": self.ready,
             "draining": self.draining,
         }
+        if self.node_pending:
+            out["node_pending"] = self.node_pending
+        return out
 
 
 class HistogramView(Protocol):

@@ -134,6 +134,13 @@ def test_bad_trace_line_is_named_with_exit_code_2(tmp_path: Path):
         pytest.param(
             ["--rate-shape", "wavy"], "--rate-shape = 'wavy', must be one of smooth, step", id="rate-shape"
         ),
+        pytest.param(["--node-start-s", "-5"], "--node-start-s = -5.0", id="node-start"),
+        pytest.param(["--max-nodes", "0"], "--max-nodes = 0", id="no-nodes"),
+        pytest.param(
+            ["--initial-replicas", "3", "--max-nodes", "2"],
+            "--max-nodes = 2 is below --initial-replicas = 3",
+            id="initial-fleet-over-the-pool",
+        ),
     ],
 )
 def test_bad_options_exit_2_with_a_message(args, needle):
@@ -165,3 +172,31 @@ def test_no_arguments_runs_the_embedded_default_and_writes_the_report(tmp_path: 
     assert "oracle" in p.stdout and "hpa-gpu-util" in p.stdout and "static" in p.stdout
     report = tmp_path / "report.html"
     assert report.exists() and report.stat().st_size > 1_000_000
+
+
+def test_node_pool_options_reach_the_json():
+    """--node-start-s / --max-nodes model a node pool: each row reports its node-pending time."""
+    p = run(
+        "backtest",
+        "--workload",
+        "flash-crowd",
+        "--duration-s",
+        "120",
+        "--policy",
+        "keda-queue",
+        "--initial-replicas",
+        "1",
+        "--node-start-s",
+        "90",
+        "--max-nodes",
+        "3",
+        "--no-oracle",
+        "--json",
+        "-",
+    )
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert (doc["config"]["sim_node_start_s"], doc["config"]["sim_max_nodes"]) == (90.0, 3)
+    (row,) = doc["results"]
+    # keda-queue scales up from one replica at once; every start waits at least 90 s for its node.
+    assert row["node_pending_replica_s"] >= 90.0

@@ -122,6 +122,17 @@ def test_pending_aware_no_runaway_while_loading():
     assert (out.desired, out.guard) == (4, "pending-aware")
 
 
+def test_pending_aware_counts_replicas_waiting_for_a_node():
+    """A pod the scheduler cannot place (Phase.NODE_PENDING) is on the way like a loading one: 3 ready
+    + 1 waiting for its GPU node, a step policy asks for one more, and the one waiting covers it."""
+    cfg = replace(OFF, pending_aware=True)
+    fleet = FleetView(spec_replicas=4, ready=3, node_pending=1)
+    assert (fleet.starting, fleet.active, fleet.pending) == (1, 4, 0)
+    signals = Signals(time_s=0.0, fleet=fleet, values={})
+    out, _ = apply_guards(Decision(5, "r", relative=True), signals, cfg, GuardState(), 0.0)
+    assert (out.desired, out.guard) == (4, "pending-aware")
+
+
 @pytest.mark.parametrize(
     ("spec", "starting", "desired", "relative", "expected"),
     [

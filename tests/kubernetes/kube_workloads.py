@@ -23,13 +23,16 @@ def wait_for(what: str, probe: Callable[[], T], timeout_s: float = 60.0, interva
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; last value: {last!r}")
 
 
-def _pod_template(app: str, timings: Mapping[str, float]) -> client.V1PodTemplateSpec:
+def _pod_template(
+    app: str, timings: Mapping[str, float], max_bound: int | None = None
+) -> client.V1PodTemplateSpec:
+    # Read by the fake kubelet: how long each pod stays in each phase.
+    annotations = {f"fake-kubelet/{k}-s": str(v) for k, v in timings.items()}
+    if max_bound is not None:
+        # ... and how many of the namespace's pods it binds at once (a full node pool).
+        annotations["fake-kubelet/max-bound"] = str(max_bound)
     return client.V1PodTemplateSpec(
-        metadata=client.V1ObjectMeta(
-            labels={"app": app},
-            # Read by the fake kubelet: how long each pod stays in each phase.
-            annotations={f"fake-kubelet/{k}-s": str(v) for k, v in timings.items()},
-        ),
+        metadata=client.V1ObjectMeta(labels={"app": app}, annotations=annotations),
         spec=client.V1PodSpec(
             containers=[client.V1Container(name="server", image="registry.invalid/vllm:test")],
             termination_grace_period_seconds=30,
@@ -38,15 +41,22 @@ def _pod_template(app: str, timings: Mapping[str, float]) -> client.V1PodTemplat
 
 
 def create_deployment(
-    api: client.ApiClient, namespace: str, name: str, replicas: int = 1, **timings: float
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    replicas: int = 1,
+    *,
+    max_bound: int | None = None,
+    **timings: float,
 ) -> client.V1Deployment:
-    """A Deployment whose pods carry ``app=<name>``; ``timings`` e.g. ``pending=1.0, warmup=2.0``."""
+    """A Deployment whose pods carry ``app=<name>``; ``timings`` e.g. ``pending=1.0, warmup=2.0``;
+    ``max_bound``: the fake kubelet binds at most so many of them, the rest wait Unschedulable."""
     body = client.V1Deployment(
         metadata=client.V1ObjectMeta(name=name),
         spec=client.V1DeploymentSpec(
             replicas=replicas,
             selector=client.V1LabelSelector(match_labels={"app": name}),
-            template=_pod_template(name, timings),
+            template=_pod_template(name, timings, max_bound),
         ),
     )
     return client.AppsV1Api(api).create_namespaced_deployment(namespace, body)

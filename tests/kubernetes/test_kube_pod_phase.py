@@ -21,6 +21,16 @@ def pod(status: dict[str, Any] | None = None, **meta: Any) -> client.V1Pod:
     )
 
 
+#: what kube-scheduler writes on a pod no node fits, 5 s after CREATED
+UNSCHEDULABLE = {
+    "type": "PodScheduled",
+    "status": "False",
+    "reason": "Unschedulable",
+    "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    "lastTransitionTime": "2026-01-01T00:00:05Z",
+}
+
+
 def running(ready: bool, started: bool) -> dict[str, Any]:
     flag = "True" if ready else "False"
     return {
@@ -63,6 +73,34 @@ def running(ready: bool, started: bool) -> dict[str, Any]:
             ),
             (Phase.PENDING, T0),
             id="container-creating",
+        ),
+        pytest.param(
+            pod({"phase": "Pending", "conditions": [UNSCHEDULABLE]}),
+            (Phase.NODE_PENDING, T0 + 5),
+            id="unschedulable-waits-for-a-node-since-the-condition",
+        ),
+        pytest.param(
+            pod({"phase": "Pending", "nominatedNodeName": "gpu-node-7"}),
+            (Phase.NODE_PENDING, T0),
+            id="nominated-node-waits-for-a-node",
+        ),
+        pytest.param(
+            pod(
+                {"phase": "Pending", "conditions": [{**UNSCHEDULABLE, "reason": "SchedulerError"}]},
+            ),
+            (Phase.PENDING, T0),
+            id="other-scheduling-failure-is-pending",
+        ),
+        pytest.param(
+            client.V1Pod.from_dict(
+                {
+                    "metadata": {"name": "p", "creationTimestamp": CREATED},
+                    "spec": {"nodeName": "gpu-node-7", "containers": [{"name": "c", "image": "i"}]},
+                    "status": {"phase": "Pending", "conditions": [UNSCHEDULABLE]},
+                }
+            ),
+            (Phase.PENDING, T0),
+            id="bound-pod-has-its-node-whatever-a-stale-condition-says",
         ),
         pytest.param(
             pod(running(ready=False, started=False)), (Phase.LOADING, T0 + 30), id="startup-probe-pending"

@@ -58,7 +58,7 @@ def test_endpoints_and_every_contract_metric():
         for s in f.samples
         if s.name == "llmscale_current_replicas"
     }
-    assert phases == {"pending", "loading", "warmup", "ready", "draining"}
+    assert phases == {"node_pending", "pending", "loading", "warmup", "ready", "draining"}
     assert samples["llmscale_desired_replicas"].value == 3
     assert samples["llmscale_last_tick_timestamp_seconds"].value == 1000.0
     signal_names = {

@@ -25,7 +25,10 @@ Per-pod timing: a pod (template) annotation ``fake-kubelet/pending-s``,
 ``fake-kubelet/loading-s`` (running, startup probe not passed),
 ``fake-kubelet/warmup-s`` (running, not ready) or ``fake-kubelet/drain-s``
 (terminating) holds the pod in that state for so many seconds (default 0), so
-lifecycle phases can be observed.
+lifecycle phases can be observed. ``fake-kubelet/max-bound: N`` plays a full GPU node
+pool: at most N pods of the namespace carrying it are bound at once; the rest stay
+unbound with PodScheduled=False, reason Unschedulable, as kube-scheduler leaves a pod
+no node fits (the state the cluster autoscaler acts on), until a bound one is gone.
 """
 
 from __future__ import annotations
@@ -218,18 +221,23 @@ class FakeKubelet:
     def _tick(self, now_s: float) -> None:
         pods = self.core.list_pod_for_all_namespaces(_request_timeout=5).items or []
         live = set()
+        # Pods bound per namespace among those capped by fake-kubelet/max-bound (a full node pool).
+        bound: dict[str, int] = {}
+        for pod in pods:
+            if pod.spec.node_name and _annotation_s(pod, "max-bound", -1.0) >= 0:
+                bound[pod.metadata.namespace] = bound.get(pod.metadata.namespace, 0) + 1
         for pod in pods:
             live.add(pod.metadata.uid)
             track = self._track(pod, now_s)
             try:
-                self._step(pod, track, now_s)
+                self._step(pod, track, now_s, bound)
             except ApiException as e:
                 if e.status not in (404, 409):  # the pod went away or changed: next tick sees it
                     raise
         for uid in set(self._tracks) - live:
             del self._tracks[uid]
 
-    def _step(self, pod: client.V1Pod, track: _PodTrack, now_s: float) -> None:
+    def _step(self, pod: client.V1Pod, track: _PodTrack, now_s: float, bound: dict[str, int]) -> None:
         name, ns = pod.metadata.name, pod.metadata.namespace
         if pod.metadata.deletion_timestamp is not None:
             if track.deleting_since_s is None:
@@ -241,6 +249,20 @@ class FakeKubelet:
         if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
             return
         if not pod.spec.node_name:
+            cap = _annotation_s(pod, "max-bound", -1.0)
+            if 0 <= cap <= bound.get(ns, 0):
+                if track.stage != "unschedulable":
+                    self.core.patch_namespaced_pod_status(
+                        name,
+                        ns,
+                        self._unschedulable(),
+                        _request_timeout=5,
+                        _content_type="application/strategic-merge-patch+json",
+                    )
+                    track.stage = "unschedulable"
+                return
+            if cap >= 0:
+                bound[ns] = bound.get(ns, 0) + 1
             binding = client.V1Binding(
                 metadata=client.V1ObjectMeta(name=name),
                 target=client.V1ObjectReference(api_version="v1", kind="Node", name=NODE_NAME),
@@ -267,6 +289,18 @@ class FakeKubelet:
             _content_type="application/strategic-merge-patch+json",
         )
         track.stage = stage
+
+    @staticmethod
+    def _unschedulable() -> dict[str, Any]:
+        """What kube-scheduler writes on a pod no node fits (the cluster autoscaler's trigger)."""
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+            "lastTransitionTime": _now_iso(),
+        }
+        return {"status": {"phase": "Pending", "conditions": [condition]}}
 
     @staticmethod
     def _status(pod: client.V1Pod, stage: str, ip: str) -> dict[str, Any]:

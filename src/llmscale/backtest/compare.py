@@ -273,9 +273,13 @@ def build_document(
         **{
             f"sim_{k}": (None if v == float("inf") else v)
             for k, v in sim.items()
-            if k not in ("step_token_stats", "hbm_glitches", "adaptive_batch")
+            if k not in ("step_token_stats", "hbm_glitches", "adaptive_batch", "node_start_s", "max_nodes")
         },
     }
+    # The node pool likewise: a run without it writes the document it wrote before the pool.
+    if settings.sim.node_pool:
+        config["sim_node_start_s"] = sim["node_start_s"]
+        config["sim_max_nodes"] = sim["max_nodes"]
     # Faults appear only when injected, so a healthy run's document is what it was before them.
     if sim["hbm_glitches"]:
         config["sim_hbm_glitches"] = sim["hbm_glitches"]

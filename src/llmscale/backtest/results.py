@@ -161,6 +161,9 @@ def summarize(
             strict=True,
         )
     ]
+    if "replicas_node_pending" in series:
+        # Asked for and waiting for a node: part of the fleet the policy holds (node pool only).
+        alive = [a + k for a, k in zip(alive, series["replicas_node_pending"], strict=True)]
     mean_util = _ready_weighted_mean(series, "gpu_util")
     mean_sm = _ready_weighted_mean(series, "sm_active")
     summary: dict[str, Any] = {
@@ -195,6 +198,10 @@ def summarize(
         "starts": fleet.starts_by_tier(),
         "wall_s": round(wall_s, 3),
     }
+    if fleet.config.node_pool:
+        # Replica-seconds spent waiting for a node (provisioning or a full pool): only with a node
+        # pool, so a run without one writes the row it wrote before the pool.
+        summary["node_pending_replica_s"] = round(fleet.node_pending_seconds(end_s), 3)
     minute_t, minute_p99 = per_minute_p99_ttft(
         workload.arrival_s, ttft, status, fleet.config.timeout_s, end_s
     )

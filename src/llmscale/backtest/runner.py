@@ -217,6 +217,9 @@ class SeriesRecorder:
                 "gpu_hours_cum",
             )
         }
+        if fleet.config.node_pool:
+            # Only with a node pool: a run without one keeps the series (and its JSON) it had.
+            self.cols["replicas_node_pending"] = []
         self._prev_t = 0.0
         self._prev = fleet.counter_totals()
         self._spec = GpuCounterSpec.from_perf(fleet.perf)
@@ -247,6 +250,8 @@ class SeriesRecorder:
         c["replicas_ready"].append(counts[Phase.READY])
         c["replicas_draining"].append(counts[Phase.DRAINING])
         c["replicas_sleeping"].append(len(fleet.sleeping))
+        if "replicas_node_pending" in c:
+            c["replicas_node_pending"].append(counts[Phase.NODE_PENDING])
         c["desired_replicas"].append(fleet.spec_replicas)
         if dt > 0 and serving:
             p_busy, p_active, p_dram = self._prev

@@ -165,7 +165,14 @@ def pod_phase(pod: V1Pod) -> tuple[Phase, float | None] | None:
     * ``deletionTimestamp`` set -> DRAINING: the pod got SIGTERM (or its preStop hook
       runs) and is on its way out, whatever its readiness says.
     * status.phase Succeeded/Failed -> gone (None): the container exited and will not serve.
-    * Pending (not yet bound to a node, image pull, ContainerCreating) -> PENDING.
+    * Not bound to a node, and the scheduler said no node fits (condition PodScheduled False,
+      reason Unschedulable) or nominated a node it is freeing (``status.nominatedNodeName``) ->
+      NODE_PENDING, since the condition's lastTransitionTime: the pod waits for the cluster
+      autoscaler (or Karpenter) to provision a GPU node, or for a full pool to free one. Both
+      act only on pods carrying that condition (the cluster-autoscaler's ``TriggeredScaleUp``
+      event names such a pod), so the condition alone tells the state, with no events to read.
+    * Pending otherwise (bound, image pull, ContainerCreating; or not yet seen by a scheduler)
+      -> PENDING.
     * Running and the pod's Ready condition True -> READY.
     * Running, not Ready, some container not yet ``started`` -> LOADING: its startupProbe
       has not passed; for vLLM/TGI that is weight loading, the long part of a cold start.
@@ -188,7 +195,7 @@ def pod_phase(pod: V1Pod) -> tuple[Phase, float | None] | None:
     if phase in ("Succeeded", "Failed"):
         return None
     if phase != "Running" or status is None:
-        return Phase.PENDING, created
+        return _node_wait(pod, created) or (Phase.PENDING, created)
     conditions = {c.type: c for c in status.conditions or ()}
     ready = conditions.get("Ready")
     if ready is not None and ready.status == "True":
@@ -201,6 +208,22 @@ def pod_phase(pod: V1Pod) -> tuple[Phase, float | None] | None:
     if not containers or not all(c.started for c in containers):
         return Phase.LOADING, since
     return Phase.WARMUP, since
+
+
+def _node_wait(pod: V1Pod, created: float | None) -> tuple[Phase, float | None] | None:
+    """``(NODE_PENDING, since)`` for a pod waiting for a node (see :func:`pod_phase`), else None.
+
+    A pod bound to a node (``spec.nodeName``) has one, whatever a stale condition says.
+    """
+    status = pod.status
+    if status is None or (pod.spec is not None and pod.spec.node_name):
+        return None
+    for c in status.conditions or ():
+        if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+            return Phase.NODE_PENDING, _ts(c.last_transition_time) or created
+    if status.nominated_node_name:
+        return Phase.NODE_PENDING, created
+    return None
 
 
 @dataclass

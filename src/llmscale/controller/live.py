@@ -148,6 +148,7 @@ class ClusterAlignedSource:
                 warmup=counts[Phase.WARMUP],
                 ready=counts[Phase.READY],
                 draining=counts[Phase.DRAINING],
+                node_pending=counts[Phase.NODE_PENDING],
             )
             self.last_missing = sum(1 for s in obs.replicas if not s.ok and s.phase in _SCRAPED_PHASES)
             self.last_serving = sum(1 for s in obs.replicas if s.phase in _SCRAPED_PHASES)

@@ -44,7 +44,7 @@ CONTRACT_METRICS: tuple[str, ...] = (
     "llmscale_shadow_desired_replicas",
 )
 
-_PHASES = ("pending", "loading", "warmup", "ready", "draining")
+_PHASES = ("node_pending", "pending", "loading", "warmup", "ready", "draining")
 ACTUATION_REASONS = ("conflict", "server_error", "forbidden", "other")
 
 
@@ -134,7 +134,8 @@ class ControllerMetrics:
         self.spec.labels(target=self.target).set(fleet.spec_replicas)
         counts = fleet.as_dict()
         for phase in _PHASES:
-            self.current.labels(target=self.target, phase=phase).set(counts[phase])
+            # as_dict leaves node_pending out while it is 0; the gauge reads 0 then, not absent
+            self.current.labels(target=self.target, phase=phase).set(counts.get(phase, 0))
 
     def observe_signals(self, values: Mapping[str, float | None]) -> None:
         """Replace the signal gauges: a signal invalid this tick disappears rather than going stale."""

@@ -115,6 +115,7 @@ def fleet_view_of(samples: Sequence[ReplicaSample]) -> FleetView:
         warmup=counts[Phase.WARMUP],
         ready=counts[Phase.READY],
         draining=counts[Phase.DRAINING],
+        node_pending=counts[Phase.NODE_PENDING],
     )
 
 

@@ -17,6 +17,7 @@ from llmscale.errors import ConfigError
 __all__ = [
     "COLUMNS",
     "MISSING",
+    "NODE_PENDING_COLUMN",
     "ORACLE_COLOR",
     "ORACLE_LABEL",
     "PALETTE",
@@ -354,6 +355,20 @@ COLUMNS: tuple[Column, ...] = (
         title="requests infeasible",
         primary=False,
     ),
+)
+
+
+#: Replica-seconds waiting for a node: in a result only when the backtest modelled a node pool
+#: (``--node-start-s`` / ``--max-nodes``), and in the HTML table only then.
+NODE_PENDING_COLUMN = Column(
+    "node_pending_replica_s",
+    "Node\npending s",
+    lambda v: fmt_float(v, 4),
+    None,
+    "Replica-seconds spent waiting for a node (provisioning, or a full pool): asked for, not serving",
+    abbrev="NodeP",
+    title="node-pending replica-seconds",
+    primary=False,
 )
 
 

@@ -37,6 +37,7 @@ from llmscale import __version__
 from llmscale.report._common import (
     COLUMNS,
     MISSING,
+    NODE_PENDING_COLUMN,
     Row,
     best_rows,
     cell_text,
@@ -90,6 +91,9 @@ _LIFECYCLE: tuple[tuple[str, str, str], ...] = (
     ("replicas_pending", "pending", "#c8c8c8"),
     ("replicas_draining", "draining", "#ec7063"),
 )
+#: Replicas waiting for a node (a backtest with a node pool only): stacked above pending, the
+#: wait that comes before it; left out of the chart and its legend when no result has the series.
+_NODE_PENDING = ("replicas_node_pending", "node pending", "#7f8c8d")
 _DESIRED_COLOR = "#111111"
 _ARRIVAL_COLOR = "#7d3c98"
 # Metric colours of the utilization small multiples (each panel is one policy, named in its title).
@@ -182,7 +186,16 @@ _SERIES_KEYS = (
     "kv_usage",
     "gpu_hours_cum",
     *(key for key, _, _ in _LIFECYCLE),
+    _NODE_PENDING[0],
 )
+
+
+def _lifecycle(data: Sequence[tuple[Row, _Series]]) -> tuple[tuple[str, str, str], ...]:
+    """The stacked states of the replicas chart: node pending only when some result has it."""
+    if not any(_NODE_PENDING[0] in s.cols for _, s in data):
+        return _LIFECYCLE
+    *below, draining = _LIFECYCLE
+    return (*below, _NODE_PENDING, draining)
 
 
 def _floats(values: Any, n: int | None = None) -> np.ndarray:
@@ -402,13 +415,14 @@ def _fig_load(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
     )
     budget = _budget(n * 7)
     y_max, rps_max = 1.0, 1.0
+    lifecycle = _lifecycle(data)
     for k, (_row, s) in enumerate(data, start=1):
-        stack = {key: np.nan_to_num(s.get(key), nan=0.0) for key, _, _ in _LIFECYCLE}
+        stack = {key: np.nan_to_num(s.get(key), nan=0.0) for key, _, _ in lifecycle}
         total = np.sum(list(stack.values()), axis=0) if stack else np.zeros_like(s.t)
         desired, arrival = s.get("desired_replicas"), s.get("arrival_rps")
         idx = decimate_indices([total, desired, arrival], budget)
         x = s.t[idx] / tax.divisor
-        for key, label, color in _LIFECYCLE:
+        for key, label, color in lifecycle:
             fig.add_trace(
                 go.Scatter(
                     x=_f32(x),
@@ -780,17 +794,21 @@ def _definition_list(mapping: Any, fields: Sequence[tuple[str, str, Any]]) -> st
 
 
 def _table_html(rows: Sequence[Row], doc: Mapping[str, Any]) -> str:
-    """The comparison table as HTML (same columns and highlighting as the rich table)."""
+    """The comparison table as HTML (same columns and highlighting as the rich table), plus the
+    node-pending replica-seconds when the backtest modelled a node pool."""
+    columns = COLUMNS
+    if any(NODE_PENDING_COLUMN.key in row.summary for row in rows):
+        columns = (*COLUMNS, NODE_PENDING_COLUMN)
     head = "".join(
         f'<th scope="col" title="{html.escape(c.help)}">{html.escape(c.header).replace(chr(10), "<br>")}</th>'
-        for c in COLUMNS
+        for c in columns
     )
-    best = {c.key: best_rows(rows, c) for c in COLUMNS}
-    ties = {c.key: noise_ties(doc, rows, c, best[c.key]) for c in COLUMNS}
+    best = {c.key: best_rows(rows, c) for c in columns}
+    ties = {c.key: noise_ties(doc, rows, c, best[c.key]) for c in columns}
     body: list[str] = []
     for i, row in enumerate(rows):
         cells = []
-        for c in COLUMNS:
+        for c in columns:
             cls = ' class="best"' if i in best[c.key] else ""
             text = cell_text(row, c) + (" ≈" if i in ties[c.key] else "")
             cells.append(f"<td{cls}>{html.escape(text)}</td>")
@@ -803,7 +821,7 @@ def _table_html(rows: Sequence[Row], doc: Mapping[str, Any]) -> str:
             f"{''.join(cells)}</tr>"
         )
     if not body:
-        body.append(f'<tr><td colspan="{len(COLUMNS) + 1}" class="muted">no results</td></tr>')
+        body.append(f'<tr><td colspan="{len(columns) + 1}" class="muted">no results</td></tr>')
     return (
         '<table id="comparison-table" class="llmscale-table">'
         f'<thead><tr><th scope="col">Policy</th>{head}</tr></thead>'

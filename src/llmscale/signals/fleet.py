@@ -254,7 +254,7 @@ class PerPodValues(Mapping[str, Mapping[str, float]]):
         if pods is None:
             pods = {}
             for s in self._samples:
-                if s.phase in (Phase.PENDING, Phase.DRAINING, Phase.GONE):
+                if s.phase in (Phase.NODE_PENDING, Phase.PENDING, Phase.DRAINING, Phase.GONE):
                     continue
                 pods[s.replica] = {k: s.values[k] for k in PER_POD_METRICS if k in s.values} if s.ok else {}
             self._pods = pods

@@ -39,6 +39,14 @@ class SimConfig:
     #: start is cold). Kubernetes' cluster-autoscaler removes a node unneeded for 10 minutes
     #: (--scale-down-unneeded-time, default 10m): 600 s models a cluster-autoscaled node pool
     node_keep_s: float = 0.0
+    #: the node pool (off while both are None: every start finds a node, the backtest before the
+    #: pool): a start no kept node takes waits ``node_start_s`` for a new node (Phase.NODE_PENDING),
+    #: then starts cold. A new GPU node takes minutes (perf.cold_start.NODE_PROVISION_S, 120 s)
+    node_start_s: float | None = None
+    #: most nodes the pool holds: provisioning, running a replica (serving, starting or asleep) or
+    #: kept (``node_keep_s``). A start beyond waits unschedulable, holding no GPU, until a
+    #: replica's node frees; None = unbounded. One replica per node
+    max_nodes: int | None = None
     #: waking a replica from vLLM level-1 sleep (the standby pool's start tier; perf.start_tiers)
     wake_s: float = 2.0
     grace_s: float = 30.0  # Kubernetes' default terminationGracePeriodSeconds
@@ -76,7 +84,16 @@ class SimConfig:
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} = {getattr(self, name)}, must be >= 0")
+        if self.node_start_s is not None and not 0.0 <= self.node_start_s < float("inf"):
+            raise ConfigError(f"node_start_s = {self.node_start_s}, must be >= 0 and finite")
+        if self.max_nodes is not None and self.max_nodes < 1:
+            raise ConfigError(f"max_nodes = {self.max_nodes}, must be >= 1")
         if not all(isinstance(g, HbmGlitch) for g in self.hbm_glitches):
             raise ConfigError("hbm_glitches must be a tuple of HbmGlitch")
         if self.router not in ("least-outstanding", "round-robin"):
             raise ConfigError(f"router = {self.router!r}, must be 'least-outstanding' or 'round-robin'")
+
+    @property
+    def node_pool(self) -> bool:
+        """Whether starts wait for nodes (``node_start_s`` or ``max_nodes`` given)."""
+        return self.node_start_s is not None or self.max_nodes is not None

@@ -106,6 +106,7 @@ class SimMetricSource:
         seen = set()
         counts = [0] * len(Phase)
         pending = Phase.PENDING
+        node_pending = Phase.NODE_PENDING
         sub_tick = self.sub_tick
         for r in fleet.replicas:
             phase = r.phase
@@ -115,8 +116,8 @@ class SimMetricSource:
                 # First seen now: its buckets start now (a replica is first seen Pending, before
                 # its first iteration, unless the tick is longer than its cold start).
                 r.step_log = StepBuckets(now_s)
-            if phase == pending:
-                # No container yet: nothing to scrape.
+            if phase in (pending, node_pending):
+                # No container yet (nor, waiting for a node, a node): nothing to scrape.
                 samples.append(ReplicaSample(r.name, phase, ok=False))
                 continue
             busy, active_s, dram = r.busy_s, r.active_s, r.dram_bytes
@@ -176,6 +177,7 @@ class SimMetricSource:
             warmup=counts[Phase.WARMUP],
             ready=counts[Phase.READY],
             draining=counts[Phase.DRAINING],
+            node_pending=counts[Phase.NODE_PENDING],
         )
         # Every arrival is resolved (counts, by outcome) or still unresolved: their sum is the
         # arrivals so far, read without touching the fleet's hot path. A one-replica view (the

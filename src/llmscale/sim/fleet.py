@@ -17,6 +17,13 @@ placed on a node kept from an earlier replica (``node_keep_s``) skips the node
 and the image pull; any other start is cold. Sleeping replicas, and replicas
 starting in order to sleep, are outside ``replicas``: the controller sees
 neither as capacity, but their GPUs are charged from creation until gone.
+
+With a node pool (``SimConfig.node_start_s`` / ``max_nodes``; off by default) a
+cold start first waits for a node in ``Phase.NODE_PENDING``: ``node_start_s``
+while one is provisioned, or, with ``max_nodes`` nodes up, until a replica's
+node frees, which the waiting replica then takes as a warm node. One replica
+per node; a node is held from the start it serves until its replica is gone,
+then kept ``node_keep_s`` (or handed to a waiting replica at once).
 """
 
 from __future__ import annotations
@@ -65,6 +72,16 @@ def _ints(a: np.ndarray) -> vec[i64]:
 
 def _by_outstanding(r: Replica) -> int:
     return r.outstanding
+
+
+def _spans_s(spans: list[tuple[float, float]], open_since: list[Replica], now: float) -> float:
+    """Seconds up to ``now`` in ``spans`` (since, until) and in the waits of ``open_since`` still on."""
+    total = 0.0
+    for since, until in spans:
+        total += max(0.0, min(until, now) - since)
+    for r in open_since:
+        total += max(0.0, now - r.phase_since_s)
+    return total
 
 
 @final
@@ -278,6 +295,17 @@ class Fleet:
         self.sleeping: list[Replica] = []  # asleep, oldest first
         self.standby_starting: list[Replica] = []  # starting, to sleep once ready
         self._free_nodes: list[float] = []  # when each kept node is released (node_keep_s)
+        # The node pool (module docstring); with it off none of these change.
+        self._node_pool = config.node_pool
+        self._node_start_s = config.node_start_s or 0.0
+        self._max_nodes = -1 if config.max_nodes is None else config.max_nodes  # -1: unbounded
+        self._nodes_held = 0  # nodes up or provisioning that belong to a replica not yet gone
+        self._node_waiting: list[Replica] = []  # NODE_PENDING with no node yet (pool full), oldest first
+        self._node_provisioning: list[Replica] = []  # NODE_PENDING while their node is provisioned
+        #: (since, until) of every wait for a node that ended; a wait in ``_node_waiting`` also held
+        #: no GPU, and is listed in ``_unbilled_spans``
+        self._node_wait_spans: list[tuple[float, float]] = []
+        self._unbilled_spans: list[tuple[float, float]] = []
         #: (time_s, tier) of every start into service after the initial fleet (tier: START_TIERS
         #: index); a replica started for the pool is logged when it is woken or taken into service
         self.start_log: list[tuple[float, int]] = []
@@ -469,15 +497,23 @@ class Fleet:
     def _start_replica(self, now: float, *, warm: bool, standby: bool = False) -> Replica:
         cfg = self.config
         tier = COLD
+        # Where the node comes from with the pool on: kept, provisioned now, or none free yet.
+        node_wait = False
+        provision = False
         if not warm:
             # A node kept from a replica gone within node_keep_s has the image and the weights.
             nodes = [t for t in self._free_nodes if t > now]
             if nodes:
                 nodes.pop(0)
                 tier = WARM_NODE
+            elif self._node_pool:
+                node_wait = True
+                provision = self._max_nodes < 0 or self._nodes_held + len(nodes) < self._max_nodes
             self._free_nodes = nodes
-            if not standby:
+            if not standby and (not node_wait or provision):
                 self.start_log.append((now, tier))
+        if self._node_pool and (provision or not node_wait):
+            self._nodes_held += 1
         self._names += 1
         r = Replica(
             f"replica-{self._names}",
@@ -488,7 +524,7 @@ class Fleet:
             max_batched_tokens=cfg.max_num_batched_tokens,
             timeout_s=cfg.timeout_s,
             created_s=now,
-            phase=Phase.READY if warm else Phase.PENDING,
+            phase=Phase.READY if warm else (Phase.NODE_PENDING if node_wait else Phase.PENDING),
             histogram_bounds=HISTOGRAM_BOUNDS,
             max_jump=cfg.max_jump_steps,
             chunked_prefill=cfg.chunked_prefill,
@@ -501,11 +537,74 @@ class Fleet:
             self.replicas.append(r)
         if warm:
             self.ready.append(r)
+        elif provision:
+            self._node_provisioning.append(r)
+            self._push(now + self._node_start_s, _PHASE, r, Phase.NODE_PENDING)
+        elif node_wait:
+            # The pool is full: unschedulable until a replica's node frees (_release_node).
+            self._node_waiting.append(r)
         else:
             self._push(now + self._tier_phases[tier][0], _PHASE, r, Phase.PENDING)
         return r
 
+    def _end_node_wait(self, r: Replica, now: float) -> None:
+        """``r`` leaves NODE_PENDING at ``now`` (its node is up, or it is gone): book the wait."""
+        if r in self._node_waiting:
+            self._node_waiting.remove(r)
+            self._unbilled_spans.append((r.phase_since_s, now))
+        else:
+            self._node_provisioning.remove(r)
+        self._node_wait_spans.append((r.phase_since_s, now))
+
+    def _bind(self, r: Replica, tier: int, now: float) -> None:
+        """``r``, waiting for a node, got one at ``now``: its pod starts in ``tier``."""
+        self._end_node_wait(r, now)
+        r.start_tier = tier
+        r.phase = Phase.PENDING
+        r.phase_since_s = now
+        self._push(now + self._tier_phases[tier][0], _PHASE, r, Phase.PENDING)
+
+    def _release_node(self, r: Replica, now: float) -> None:
+        """``r`` is going: the node it holds (if any) goes to the oldest waiting replica, else is
+        kept ``node_keep_s``. A node still being provisioned is given up with its replica: the
+        slot goes to a waiting replica, which asks for a node of its own."""
+        if r.phase == Phase.NODE_PENDING:
+            had_node = r in self._node_provisioning
+            self._end_node_wait(r, now)
+            if not had_node:
+                return
+            self._nodes_held -= 1
+            if self._node_waiting:
+                w = self._node_waiting[0]
+                self._end_node_wait(w, now)
+                self._node_waiting_to_provisioning(w, now)
+            return
+        if self._node_waiting:
+            # The scheduler binds the waiting pod to the freed node: image and weights are there.
+            w = self._node_waiting[0]
+            self._bind(w, WARM_NODE, now)
+            if w not in self.standby_starting:
+                self.start_log.append((now, WARM_NODE))
+            return
+        self._nodes_held -= 1
+        if self.config.node_keep_s > 0:
+            self._free_nodes.append(now + self.config.node_keep_s)
+
+    def _node_waiting_to_provisioning(self, w: Replica, now: float) -> None:
+        """A waiting replica got a slot at ``now``: a node is provisioned for it (still NODE_PENDING)."""
+        self._nodes_held += 1
+        # A new span from now: the wait so far was booked (unbilled) by _end_node_wait.
+        w.phase_since_s = now
+        self._node_provisioning.append(w)
+        self._push(now + self._node_start_s, _PHASE, w, Phase.NODE_PENDING)
+        if w not in self.standby_starting:
+            self.start_log.append((now, COLD))
+
     def _advance_phase(self, r: Replica, now: float) -> None:
+        if r.phase == Phase.NODE_PENDING:
+            # Its node joined the cluster: the pod is scheduled and starts cold.
+            self._bind(r, COLD, now)
+            return
         phases = self._tier_phases[r.start_tier]
         r.phase_since_s = now
         if r.phase == Phase.PENDING:
@@ -590,11 +689,13 @@ class Fleet:
             self.replicas.remove(r)
             if r in self.ready:
                 self.ready.remove(r)
+        if self._node_pool:
+            self._release_node(r, now)
+        elif self.config.node_keep_s > 0:
+            self._free_nodes.append(now + self.config.node_keep_s)
         r.phase = Phase.GONE
         r.phase_since_s = now
         r.gone_s = now
-        if self.config.node_keep_s > 0:
-            self._free_nodes.append(now + self.config.node_keep_s)
         self._gone_spans.append((r.created_s, now))
         g = self._gone_counters
         g[0] += r.busy_s
@@ -621,7 +722,8 @@ class Fleet:
         """
         if n < 0:
             raise ConfigError(f"scale_to({n}): replicas must be >= 0")
-        active = [r for r in self.replicas if r.phase < Phase.DRAINING]
+        node_pending = Phase.NODE_PENDING
+        active = [r for r in self.replicas if r.phase < Phase.DRAINING or r.phase == node_pending]
         if n != self.spec_replicas:
             self.scale_events += 1
         self.spec_replicas = n
@@ -651,7 +753,12 @@ class Fleet:
                 self._flush_gateway(now)
         elif n < len(active):
             surplus = len(active) - n
-            starting = sorted((r for r in active if r.phase < Phase.READY), key=lambda r: -r.created_s)
+            # A ReplicaSet deletes pods no node took first, then the newest (the key's first part is
+            # the same for every replica without a node pool).
+            starting = sorted(
+                (r for r in active if r.phase < Phase.READY or r.phase == node_pending),
+                key=lambda r: (r.phase != node_pending, -r.created_s),
+            )
             for r in starting[:surplus]:
                 self._gone(r, now)
             surplus -= min(surplus, len(starting))
@@ -695,7 +802,11 @@ class Fleet:
         self.expire_gateway(now)
 
     def gpu_seconds(self, now: float) -> float:
-        """GPU-seconds up to ``now``: every GPU of every replica from Pending until Gone."""
+        """GPU-seconds up to ``now``: every GPU of every replica from Pending until Gone.
+
+        With a node pool, from the start of its node wait (a GPU node is billed while it boots),
+        less any time it waited for a full pool to free a node: that replica held no GPU yet.
+        """
         total = 0.0
         for created, gone in self._gone_spans:
             total += max(0.0, min(gone, now) - created)
@@ -703,7 +814,15 @@ class Fleet:
             # A sleeping replica still holds its GPU (level-1 sleep frees memory, not the device).
             for r in group:
                 total += max(0.0, now - r.created_s)
+        if self._node_pool:
+            total -= _spans_s(self._unbilled_spans, self._node_waiting, now)
         return total * self.gpus_per_replica + self.prepaid_gpu_s
+
+    def node_pending_seconds(self, now: float) -> float:
+        """Replica-seconds spent in NODE_PENDING up to ``now`` (0 without a node pool)."""
+        if not self._node_pool:
+            return 0.0
+        return _spans_s(self._node_wait_spans, self._node_waiting + self._node_provisioning, now)
 
     def counter_totals(self) -> tuple[float, float, float]:
         """(SM-busy seconds, iteration-active seconds, DRAM bytes) over all replicas ever."""
