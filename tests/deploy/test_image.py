@@ -140,7 +140,8 @@ def test_run_in_dry_run_against_emulate_from_the_image(
     lines = [json.loads(x) for x in (work / "decisions.jsonl").read_text().splitlines()]
     assert len(lines) == 2
     assert all(x["mode"] == "dry-run" and x["applied"] is False for x in lines)
-    assert lines[0]["desired"] == 3 and lines[0]["replicas"]["ready"] == 2 and lines[0]["unknown_replicas"] == 0
+    first = lines[0]
+    assert first["desired"] == 3 and first["replicas"]["ready"] == 2 and first["unknown_replicas"] == 0
     # dry-run: the emulated fleet was read, never scaled
     spec = httpx.get(
         emulate.base_url + "/admin/replicas", timeout=5, headers={"Authorization": f"Bearer {TOKEN}"}
