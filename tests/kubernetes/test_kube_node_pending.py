@@ -119,7 +119,7 @@ def test_a_pod_waiting_for_a_node_is_on_its_way_and_not_asked_for_again(
     log = tmp_path / "decisions.jsonl"
 
     def read_queue() -> list[dict]:
-        return [r for r in _records(log) if (r.get("signals") or {}).get("queue_per_replica") == 6.0]
+        return [r for r in _records(log) if (r.get("inputs") or {}).get("queue_per_replica") == 6.0]
 
     apps = client.AppsV1Api(admin)
     proc = _start(config)
@@ -139,10 +139,10 @@ def test_a_pod_waiting_for_a_node_is_on_its_way_and_not_asked_for_again(
     for r in seen:
         assert r["replicas"]["node_pending"] == 1, r
         assert r["replicas"]["pending"] == 0, r
-        assert r["signals"]["starting"] == 1.0, r
-        assert r["signals"]["request_layer_replicas"] == 3.0, r  # what the queue alone asks for
+        assert r["inputs"]["starting"] == 1.0, r
+        assert r["inputs"]["request_layer_replicas"] == 3.0, r  # what the queue alone asks for
         assert r["rule"] == "instances-warming", r
-        assert r["final"] == 2, r
+        assert r["desired"] == 2, r
     assert spec == 2
     assert not [r for r in _records(log) if r.get("applied")], "a scale was written"
     # The waiting pod is still the one waiting, and no third pod was created for the queue.

@@ -39,6 +39,7 @@ class FakeGpu:
     memory_bytes: int = 80 * 2**30
     peak_bf16_flops: float = 989e12
     family: str = "fake"
+    name: str = "fake-gpu"
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,18 @@ class FakeKernel:
 
 @dataclass(frozen=True)
 class FakeFamily:
+    """Efficiencies within the data sheet (``llmscale.perf.bounds`` checks them for the counters)."""
+
     weight_bw_eff: float = 0.8
+    act_bw_eff: float = 0.8
+    gemm_flops_eff: float = 0.7
+    serving_flops_scale: float = 1.0
 
 
 class FakeCoeffs:
+    attn_prefill_flops_eff: float = 0.5
+    attn_kv_bw_eff: float = 0.8
+
     def family(self, name: str) -> FakeFamily:
         return FakeFamily()
 
