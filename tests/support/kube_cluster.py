@@ -25,7 +25,8 @@ Per-pod timing: a pod (template) annotation ``fake-kubelet/pending-s``,
 ``fake-kubelet/loading-s`` (running, startup probe not passed),
 ``fake-kubelet/warmup-s`` (running, not ready) or ``fake-kubelet/drain-s``
 (terminating) holds the pod in that state for so many seconds (default 0), so
-lifecycle phases can be observed.
+lifecycle phases can be observed. A test that runs a terminating pod's preStop
+for real sets ``FakeKubelet.on_terminate``.
 """
 
 from __future__ import annotations
@@ -185,6 +186,10 @@ class FakeKubelet:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fake-kubelet", daemon=True)
         self.errors: list[str] = []
+        #: a test's stand-in for a terminating pod's containers: called each tick while the pod
+        #: terminates, True once they exited (preStop done, process stopped), None for a pod it
+        #: does not run (the ``drain-s`` annotation then decides); must not block
+        self.on_terminate: Callable[[client.V1Pod], bool | None] | None = None
 
     def start(self) -> None:
         node = client.V1Node(
@@ -234,7 +239,11 @@ class FakeKubelet:
         if pod.metadata.deletion_timestamp is not None:
             if track.deleting_since_s is None:
                 track.deleting_since_s = now_s
-            if now_s - track.deleting_since_s >= _annotation_s(pod, "drain-s", 0.0):
+            hook = self.on_terminate
+            exited = hook(pod) if hook is not None else None
+            if exited is None:
+                exited = now_s - track.deleting_since_s >= _annotation_s(pod, "drain-s", 0.0)
+            if exited:
                 # What a kubelet does once the containers have exited.
                 self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0, _request_timeout=5)
             return
