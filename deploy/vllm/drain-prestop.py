@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"drain-prestop: idle after {time.monotonic() - start:.1f} s", file=sys.stderr)
                 return 0
         time.sleep(args.poll_s)
-    print(f"drain-prestop: {last} requests still in flight at --max-wait-s {args.max_wait_s}", file=sys.stderr)
+    print(
+        f"drain-prestop: {last} requests still in flight at --max-wait-s {args.max_wait_s}", file=sys.stderr
+    )
     return 0
 
 
