@@ -278,6 +278,12 @@ class KubernetesCluster:
         self.may_write: Callable[[], bool] | None = None
         #: reads each pod's load before a scale-down; None: no annotation, no choice (as before)
         self.pod_load = pod_load
+        from llmscale.cluster.scale_down import ORDERS
+
+        if scale_down_order not in ("auto", *ORDERS):
+            raise ConfigError(
+                f"scale_down_order = {scale_down_order!r}, must be one of auto, {', '.join(ORDERS)}"
+            )
         self._order_override = scale_down_order
         self._order: ScaleDownOrder | None = None
 
@@ -468,8 +474,9 @@ class KubernetesCluster:
     def check_scale_down(self, *, via_keda: bool = False) -> ScaleDownOrder:
         """How this target's scale-downs pick their pods (read once; see ``scale_down_order``).
 
-        Logs a warning naming the target and the reason when llmscale cannot make Kubernetes
-        remove the least-loaded pods (a StatefulSet; a server older than v1.22 under KEDA).
+        Logs a warning naming the target and the reason when the server or the target kind
+        ignores pod-deletion-cost (a StatefulSet; a server older than v1.22, where llmscale
+        deletes the pods itself, or cannot under KEDA).
         Called at start by ``llmscale run``; a failed /version read counts as an unknown version.
         """
         from llmscale.cluster.scale_down import scale_down_order, server_minor

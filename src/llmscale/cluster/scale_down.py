@@ -38,6 +38,7 @@ from llmscale.types import Phase
 __all__ = [
     "DELETION_COST_ANNOTATION",
     "INT32_MAX",
+    "ORDERS",
     "PodCandidate",
     "PodLoad",
     "ScaleDownOrder",
@@ -61,6 +62,7 @@ DELETION_COST_DEFAULT_ON_MINOR = 22
 #:   (KEDA on a server < 1.22, or a version llmscale could not read).
 #: * ``off``: no annotation, no choice: Kubernetes picks (StatefulSets: the highest ordinal).
 ScaleDownOrder = Literal["deletion-cost", "explicit", "annotate-only", "off"]
+ORDERS: tuple[ScaleDownOrder, ...] = ("deletion-cost", "explicit", "annotate-only", "off")
 
 
 @dataclass(frozen=True, slots=True)
