@@ -3,7 +3,8 @@
 The scale subresource says *how many* replicas; the ReplicaSet controller picks *which* pods go.
 It deletes, in order: unscheduled, pending, not-ready pods; then, among ready ones, the lowest
 ``controller.kubernetes.io/pod-deletion-cost`` (PodDeletionCost: alpha and off by default in
-1.21, beta and on from 1.22); then the most recently ready and the youngest. Without help a busy
+1.21, beta and on from 1.22); then pods sharing a node with more siblings, the most recently
+ready and the youngest. Without help a busy
 replica with long generations in flight can go while an idle one stays.
 
 Before lowering the count, :class:`~llmscale.cluster.kubernetes.KubernetesCluster` (or the KEDA
