@@ -24,8 +24,20 @@ is what matters to the loop (ticks with unknown load); frozen and skewed pages u
 ``max_sample_age_s`` 5 s instead of 60 s. The leader-failover case needs the repository's real
 kube-apiserver (tests/support/kube_cluster.py; skipped with a note when its binaries are missing).
 
+The page cases (issue 19, ``page-*``) corrupt one replica's page of two the way the issue found
+them taking ``slo`` to its maximum within seconds, freezing it, or pushing the controller past
+its 512Mi: a queue of 1e9 (and 1e12 under ``keda-queue``), counters that fall steadily, buckets
+that fall with ``le``, a duplicated queue sample, 10,000 extra queue series, samples stamped an
+hour ahead, a 50 MB page, a gzip page inflating to 1 GiB, a 302 to another page. The controller
+runs in dry-run with ``slo`` (scales nothing; the guard state moves as if it did), so **wrong**
+counts the fault ticks whose decision moved past what the healthy ticks before decided (a
+scale-up the healthy replica does not warrant) or below the spec with load unknown; the note
+gives the run's peak RSS, its slowest tick, how many ``/healthz`` polls during the fault answered
+200, and how long it took to exit on SIGTERM.
+
     python benchmarks/chaos.py                 # every case, a few minutes on 2 cores
     python benchmarks/chaos.py --cases outage-1-tick,nan --soak-s 20
+    python benchmarks/chaos.py --cases page-queue-1e9,page-gzip-bomb
 """
 
 from __future__ import annotations
@@ -208,16 +220,29 @@ def _http_get(url: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
 
 _SAMPLE = re.compile(r"^(?P<series>[^#\s][^ ]*(?:\{.*\})?) (?P<value>\S+)(?: (?P<ts>-?\d+))?$")
 _COUNTER = re.compile(r"(_total|_count|_sum|_bucket)(\{|$)")
+_WAITING = "vllm:num_requests_waiting"
+#: issue 19's page faults rewrite_page applies (the served ones, big pages, gzip, redirects, in ScrapeProxy)
+PAGE_REWRITES = ("queue-1e9", "queue-1e12", "falling", "buckets", "duplicate", "explosion", "future")
 
 
 def rewrite_page(
-    page: str, fault: str, *, baseline: dict[str, float] | None = None, now_s: float = 0.0
+    page: str,
+    fault: str,
+    *,
+    baseline: dict[str, float] | None = None,
+    now_s: float = 0.0,
+    since_s: float = 0.0,
 ) -> str:
     """A replica's exposition page with ``fault`` applied (the proxy's rewrites, unit-testable).
 
     ``nan``: every engine and DCGM value NaN; ``reset``: every counter minus its value when the
     fault began (``baseline``), as an engine restart leaves it; ``skew``: every sample stamped
     with a timestamp 120 s behind ``now_s`` (a replica whose clock is 2 minutes slow).
+    Issue 19's: ``queue-1e9`` / ``queue-1e12``: the waiting queue reads that; ``falling``: every
+    counter at its value when the fault began less 2% per second since (``since_s``);
+    ``buckets``: every finite bucket 1e6, above its +Inf count; ``duplicate``: the queue sample
+    twice; ``explosion``: 10,000 more queue series of 5 each; ``future``: every sample stamped
+    an hour after ``now_s``.
     """
     out = []
     for line in page.splitlines():
@@ -226,7 +251,20 @@ def rewrite_page(
             out.append(line)
             continue
         series, value = m.group("series"), m.group("value")
-        if fault == "nan" and (series.startswith("vllm:") or series.startswith("DCGM_")):
+        if series.startswith(_WAITING + "{") and fault in ("queue-1e9", "queue-1e12", "duplicate"):
+            if fault == "duplicate":
+                out.append(line)
+            else:
+                value = fault.removeprefix("queue-")
+        elif fault == "falling" and _COUNTER.search(series) and baseline is not None:
+            with contextlib.suppress(ValueError):
+                value = repr(baseline.get(series, float(value)) * max(0.5, 1.0 - 0.02 * since_s))
+        elif fault == "buckets" and "_bucket{" in series and 'le="+Inf"' not in series:
+            value = "1000000.0"
+        elif fault == "future":
+            out.append(f"{series} {value} {int((now_s + 3600.0) * 1000)}")
+            continue
+        elif fault == "nan" and (series.startswith("vllm:") or series.startswith("DCGM_")):
             value = "NaN"
         elif fault == "reset" and _COUNTER.search(series) and baseline is not None:
             with contextlib.suppress(ValueError):
@@ -235,7 +273,27 @@ def rewrite_page(
             out.append(f"{series} {value} {int((now_s - 120.0) * 1000)}")
             continue
         out.append(f"{series} {value}" + (f" {m.group('ts')}" if m.group("ts") else ""))
+    if fault == "explosion":
+        out += [f'{_WAITING}{{engine="x{i}",model_name="exploded"}} 5.0' for i in range(10_000)]
     return "\n".join(out) + "\n"
+
+
+def gzip_bomb(inflated_mib: int) -> bytes:
+    """A valid gzip member of ``inflated_mib`` MiB of b"0" (~1 KiB a MiB), built in about a second:
+    after a full flush each MiB compresses to the same block, so one block is repeated."""
+    import struct
+    import zlib
+
+    chunk = b"0" * (1 << 20)
+    c = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    block = c.compress(chunk) + c.flush(zlib.Z_FULL_FLUSH)
+    crc = 0
+    for _ in range(inflated_mib):
+        crc = zlib.crc32(chunk, crc)
+    head = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    return (
+        head + block * inflated_mib + c.flush() + struct.pack("<II", crc, (inflated_mib << 20) & 0xFFFFFFFF)
+    )
 
 
 def counter_values(page: str) -> dict[str, float]:
@@ -257,8 +315,10 @@ class ScrapeProxy:
         self.injected = 0
         self._frozen: dict[str, bytes] = {}
         self._baseline: dict[str, dict[str, float]] = {}
+        self._since: dict[str, float] = {}
         self._last: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        self._bomb: bytes | None = None
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -271,8 +331,11 @@ class ScrapeProxy:
                 self.send_response(status)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
+                for k, v in proxy.extra_headers(name, status).items():
+                    self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(body)
+                with contextlib.suppress(OSError):  # a scraper hangs up on a page past its limit
+                    self.wfile.write(body)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -288,16 +351,39 @@ class ScrapeProxy:
                 self.faults.pop(name, None)
                 return
             self.faults[name] = fault
+            self._since[name] = time.time()
             last = self._last.get(name, b"")
             self._frozen[name] = last
             self._baseline[name] = counter_values(last.decode(errors="replace"))
 
+    def extra_headers(self, name: str, status: int) -> dict[str, str]:
+        fault = self.faults.get(name)
+        if fault == "gzip-bomb" and status == 200:
+            return {"Content-Encoding": "gzip"}
+        if fault == "redirect" and status == 302:
+            # Same host and port, another path: followed, its body (a queue of 1e9) would be this
+            # replica's load.
+            return {"Location": f"http://127.0.0.1:{self._server.server_address[1]}/evil/metrics"}
+        return {}
+
     def serve(self, name: str) -> tuple[int, bytes]:
+        if name == "evil":  # where the redirect points: the first replica's page with a queue of 1e9
+            first = sorted(self.upstreams)[0]
+            _, body = _http_get(self.upstreams[first])
+            return 200, rewrite_page(body.decode(), "queue-1e9").encode()
         upstream = self.upstreams.get(name)
         if upstream is None:
             return 404, b"no such replica\n"
         with self._lock:
             fault = self.faults.get(name)
+        if fault == "redirect":
+            self.injected += 1
+            return 302, b"moved\n"
+        if fault == "gzip-bomb":
+            self.injected += 1
+            if self._bomb is None:
+                self._bomb = gzip_bomb(1024)
+            return 200, self._bomb
         if fault == "down":
             self.injected += 1
             return 503, b"injected outage\n"
@@ -310,10 +396,20 @@ class ScrapeProxy:
             return 502, f"upstream: {e}\n".encode()
         if status == 200:
             self._last[name] = body
-        if fault in ("nan", "reset", "skew") and status == 200:
+        if fault in ("nan", "reset", "skew", *PAGE_REWRITES) and status == 200:
             self.injected += 1
-            text = rewrite_page(body.decode(), fault, baseline=self._baseline.get(name), now_s=time.time())
+            now = time.time()
+            text = rewrite_page(
+                body.decode(),
+                fault,
+                baseline=self._baseline.get(name),
+                now_s=now,
+                since_s=now - self._since.get(name, now),
+            )
             body = text.encode()
+        if fault == "big" and status == 200:
+            self.injected += 1
+            body += b"# padding to 50 MB\n" * (50 * 1024 * 1024 // 19)
         return status, body
 
     def close(self) -> None:
@@ -426,10 +522,10 @@ def judge(
         firsts: dict[str, dict[str, Any]] = {}
         for ln in lines:
             firsts.setdefault(ln["trace_id"], ln)  # a failed scale's second line shares the trace id
-        tick_lines = sorted(firsts.values(), key=lambda ln: ln["ts_unix"])
+        tick_lines = sorted(firsts.values(), key=lambda ln: ln["time_s"])
         ticks += len(tick_lines)
         for a, b in pairwise(tick_lines):
-            lost += max(0, round((b["ts_unix"] - a["ts_unix"]) / tick_s) - 1)
+            lost += max(0, round((b["time_s"] - a["time_s"]) / tick_s) - 1)
         # A scale's line is written before the scale; a failed one adds a second line with the
         # same trace id and its error: that scale never happened.
         failed = {ln["trace_id"] for ln in lines if ln.get("actuation_error")}
@@ -437,8 +533,8 @@ def judge(
             if not ln.get("applied") or ln["trace_id"] in failed:
                 continue
             spec = (ln.get("replicas") or {}).get("spec")
-            final = ln["final"]
-            t = ln["ts_unix"]
+            final = ln["desired"]
+            t = ln["time_s"]
             if spec is not None and final < spec and (ln["unknown_replicas"] or ln["metrics_outage"]):
                 why.append(f"{t:.1f}: scale-down {spec}->{final} with {ln['unknown_replicas']} unknown")
             if not MIN_REPLICAS <= final <= MAX_REPLICAS:
@@ -446,16 +542,16 @@ def judge(
             if ln.get("leader") is False:
                 why.append(f"{t:.1f}: scaled without the lease")
             applied.append(ln)
-    applied.sort(key=lambda ln: ln["ts_unix"])
-    ups = [ln for ln in applied if ln["final"] > (ln.get("replicas") or {}).get("spec", ln["final"])]
+    applied.sort(key=lambda ln: ln["time_s"])
+    ups = [ln for ln in applied if ln["desired"] > (ln.get("replicas") or {}).get("spec", ln["desired"])]
     for a, b in pairwise(ups):
-        if b["ts_unix"] - a["ts_unix"] < cooldown_up_s:
-            why.append(f"{b['ts_unix']:.1f}: scale-up {b['ts_unix'] - a['ts_unix']:.1f} s after the last one")
+        if b["time_s"] - a["time_s"] < cooldown_up_s:
+            why.append(f"{b['time_s']:.1f}: scale-up {b['time_s'] - a['time_s']:.1f} s after the last one")
     terms: dict[Any, tuple[float, float]] = {}
     for ln in applied:
         if ln.get("lease_term") is not None:
-            lo, hi = terms.get(ln["lease_term"], (ln["ts_unix"], ln["ts_unix"]))
-            terms[ln["lease_term"]] = (min(lo, ln["ts_unix"]), max(hi, ln["ts_unix"]))
+            lo, hi = terms.get(ln["lease_term"], (ln["time_s"], ln["time_s"]))
+            terms[ln["lease_term"]] = (min(lo, ln["time_s"]), max(hi, ln["time_s"]))
     spans = sorted(terms.values())
     for (_, hi), (lo, _) in pairwise(spans):
         if lo < hi:
@@ -493,6 +589,8 @@ class Bench:
         guards: dict[str, Any] | None = None,
         state: Path | None = None,
         max_sample_age_s: float = 5.0,
+        mode: str = "apply",
+        port: int | None = None,
     ) -> tuple[Path, Path]:
         self.serial += 1
         log = self.workdir / f"decisions-{self.serial}.jsonl"
@@ -514,9 +612,9 @@ class Bench:
                 **(guards or {}),
             },
             "tick_s": TICK_S,
-            "mode": "apply",
+            "mode": mode,
             "actuator": {"kind": "emulate", "emulate": {"url": actuator_url or self.emulate.url}},
-            "server": {"listen": f"127.0.0.1:{free_port()}"},
+            "server": {"listen": f"127.0.0.1:{port or free_port()}"},
             "decision_log": {"path": str(log)},
             "state": {"store": "file", "path": str(state)} if state else {"store": "none"},
         }
@@ -569,11 +667,105 @@ def metric_case(
     ticks, wrong, lost, why = judge([lines], tick_s=TICK_S)
     # What the fault did to the loop: ticks with unknown load, and the policy's scale-downs held.
     unknown = sum(1 for ln in lines if ln["unknown_replicas"] or ln["metrics_outage"])
-    held = sum(1 for ln in lines if ln["proposed"] is not None and ln["proposed"] < ln["final"])
+    held = sum(
+        1
+        for ln in lines
+        if ln["desired_before_guards"] is not None and ln["desired_before_guards"] < ln["desired"]
+    )
     seen = f"{unknown} tick(s) with unknown load, {held} proposed scale-down(s) held"
     return Outcome(
         label, b.scrape.injected - before, wrong, lost, ticks, f"{seen}; {note}" if note else seen, why
     )
+
+
+SLO_POLICY = {"name": "slo", "params": {}}
+KEDA_QUEUE_POLICY = {"name": "keda-queue", "params": {"polling_interval_s": 1}}
+
+
+def judge_dry(lines: Sequence[dict[str, Any]], fault_from: int) -> list[str]:
+    """Why each dry-run decision from line ``fault_from`` on is wrong: above both the spec and
+    every decision of the healthy ticks before (a scale-up the healthy replica does not warrant),
+    or below the spec while load is unknown."""
+    healthy = [ln["desired"] for ln in lines[:fault_from] if ln.get("desired") is not None]
+    why = []
+    for ln in lines[fault_from:]:
+        final, spec = ln.get("desired"), (ln.get("replicas") or {}).get("spec")
+        if final is None or spec is None:
+            continue  # a failed tick decided nothing
+        warranted = max([spec, *healthy])
+        if final > warranted:
+            why.append(f"{ln['time_s']:.1f}: {final} replicas (healthy ticks decided at most {warranted})")
+        if final < spec and (ln["unknown_replicas"] or ln["metrics_outage"]):
+            why.append(
+                f"{ln['time_s']:.1f}: scale-down {spec}->{final} with {ln['unknown_replicas']} unknown"
+            )
+    return why
+
+
+def page_case(
+    b: Bench, fault: str, *, label: str, policy: dict[str, Any] | None = None, fault_ticks: int = 10
+) -> Outcome:
+    """Issue 19: 4 healthy ticks, ``fault_ticks`` with ``fault`` on one replica's page, 4 healthy;
+    `run` in dry-run. RSS and /healthz are polled through the fault; SIGTERM ends the case."""
+    port = free_port()
+    config, log = b.config(policy=policy or SLO_POLICY, mode="dry-run", port=port)
+    run = b.run(config)
+    before = b.scrape.injected
+    rss: list[int] = []
+    polls = healthy = 0
+    frozen = False
+    try:
+        wait_until(_lines_after(log, 4, run), 90, "4 healthy ticks")
+        b.scrape.set_fault(b.names[0], fault)
+        start = len(decision_lines(log))
+        t_end = time.monotonic() + fault_ticks * TICK_S * 4 + 60
+        while len(decision_lines(log)) < start + fault_ticks:
+            if not run.running():
+                raise RuntimeError(f"llmscale run exited:\n{run.tail()}")
+            if time.monotonic() > t_end:
+                break  # a controller that stopped deciding: counted as lost records below
+            kib = run.rss_kib()
+            if kib is not None:
+                rss.append(kib)
+            polls += 1
+            with contextlib.suppress(OSError):
+                healthy += _http_get(f"http://127.0.0.1:{port}/healthz", 2.0)[0] == 200
+            time.sleep(0.25)
+        b.scrape.set_fault(b.names[0], None)
+        try:
+            wait_until(_lines_after(log, 4, run, len(decision_lines(log))), 60, "4 ticks after")
+        except TimeoutError:
+            frozen = True  # the controller stopped deciding (as `slo` did on a queue of 1e9 before)
+    finally:
+        t0 = time.monotonic()
+        code = run.stop(timeout_s=30.0)
+        exit_s = time.monotonic() - t0
+    lines = decision_lines(log)
+    ticks, _, lost, _ = judge([lines], tick_s=TICK_S)
+    why = judge_dry(lines, start)
+    unknown = sum(1 for ln in lines[start:] if ln["unknown_replicas"])
+    slowest = max((ln.get("tick_duration_s") or 0.0 for ln in lines), default=0.0)
+    peak = max(rss, default=0) / 1024
+    note = (
+        f"{unknown} tick(s) with unknown load; peak RSS {peak:.0f} MiB; slowest tick {slowest:.2f} s; "
+        f"/healthz 200 {healthy}/{polls}; SIGTERM exit {exit_s:.1f} s (code {code})"
+        + ("; FROZEN: no decision for 60 s after the fault" if frozen else "")
+    )
+    return Outcome(label, b.scrape.injected - before, len(why), lost, ticks, note, why)
+
+
+PAGE_CASES: dict[str, tuple[str, str, dict[str, Any] | None]] = {
+    "page-queue-1e9": ("queue-1e9", "queue 1e9 on 1 of 2 (slo)", None),
+    "page-queue-1e12": ("queue-1e12", "queue 1e12 on 1 of 2 (keda-queue)", KEDA_QUEUE_POLICY),
+    "page-falling-counters": ("falling", "counters falling 2%/s (1 of 2)", None),
+    "page-buckets": ("buckets", "buckets falling with le (1 of 2)", None),
+    "page-duplicate": ("duplicate", "queue sample duplicated (1 of 2)", None),
+    "page-explosion": ("explosion", "10,000 extra queue series (1 of 2)", None),
+    "page-future": ("future", "samples stamped +1 h (1 of 2)", None),
+    "page-50mb": ("big", "50 MB page (1 of 2)", None),
+    "page-gzip-bomb": ("gzip-bomb", "gzip page inflating to 1 GiB (1 of 2)", None),
+    "page-redirect": ("redirect", "302 to a queue of 1e9 (1 of 2)", None),
+}
 
 
 def storm_case(b: Bench, status: int, storm: int = 6) -> Outcome:
@@ -756,7 +948,7 @@ def failover_case(workdir: Path) -> Outcome:
         wait_until(lambda: any(ln["applied"] for ln in decision_lines(logs[1])), 40, "b's scale")
         procs[1].stop()
         ticks, wrong, lost, why = judge([decision_lines(p) for p in logs], tick_s=TICK_S, cooldown_up_s=20)
-        note = f"standby led {took['ts_unix'] - killed:.1f} s after the kill (lease {lease[0]:g} s)"
+        note = f"standby led {took['time_s'] - killed:.1f} s after the kill (lease {lease[0]:g} s)"
         return Outcome("leader failover (kill -9)", 1, wrong, lost, ticks, note, why)
     finally:
         for p in procs:
@@ -778,6 +970,7 @@ CASES = (
     "kill-restart",
     "leader-failover",
     "soak",
+    *PAGE_CASES,
 )
 
 
@@ -856,6 +1049,10 @@ def run_cases(cases: Sequence[str], workdir: Path, soak_s: float) -> list[Outcom
             "kill-restart": lambda: kill_case(b),
             "leader-failover": lambda: failover_case(workdir),
             "soak": lambda: soak_case(b, soak_s),
+            **{
+                case: (lambda f=f, lab=lab, pol=pol: page_case(b, f, label=lab, policy=pol))
+                for case, (f, lab, pol) in PAGE_CASES.items()
+            },
         }
         for case in cases:
             t0 = time.monotonic()

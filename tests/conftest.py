@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+#: ../shared/data beside the checkout, or $LLMSCALE_SHARED_DATA (a git worktree elsewhere)
+SHARED_DATA = Path(os.environ.get("LLMSCALE_SHARED_DATA") or REPO.parent / "shared" / "data")
 
 # tests/sim/fake_perf.py and friends are imported by plain module name.
 for sub in ("sim",):

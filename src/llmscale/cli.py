@@ -11,10 +11,14 @@ from typing import Annotated, Any
 
 import typer
 
-from llmscale.edge import check_option, check_output_path
+from llmscale.edge import check_distinct_paths, check_option, check_output_path
 from llmscale.errors import ConfigError, LlmscaleError
+from llmscale.perf.catalogue import GPUS
 
 __all__ = ["app", "main"]
+
+#: Every GPU the catalogue knows, for the --gpu options' help (llmscale.perf.catalogue.GPUS).
+GPU_HELP = "GPU: " + ", ".join(GPUS) + " (or an alias, or a MIG slice gpu:profile)."
 
 app = typer.Typer(
     name="llmscale",
@@ -332,7 +336,8 @@ def _check_backtest_options(
     from llmscale.backtest.runner import MAX_REPLICAS
 
     replicas_range = f"[0, {MAX_REPLICAS}]"
-    check_option("--replicas", replicas, replicas_range, integer=True)
+    # 0 is refused, not "leave static out": it ran one replica (issue 19); a fleet of none serves nothing
+    check_option("--replicas", replicas, f"[1, {MAX_REPLICAS}]", integer=True)
     check_option("--min-replicas", min_replicas, replicas_range, integer=True)
     check_option("--max-replicas", max_replicas, f"[1, {MAX_REPLICAS}]", integer=True)
     check_option("--initial-replicas", initial_replicas, replicas_range, integer=True)
@@ -495,7 +500,7 @@ def backtest(
     model: Annotated[
         str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
     ] = "llama-3-8b",
-    gpu: Annotated[str, typer.Option(help="GPU: a100-80gb, h100-80gb, h200.")] = "h100-80gb",
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "h100-80gb",
     tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")] = 1,
     rate_scale: Annotated[
         float, typer.Option(help="Multiply the arrival rate, keeping the trace's duration and shape.")
@@ -605,7 +610,7 @@ def backtest(
     from dataclasses import replace
 
     from llmscale.backtest.compare import build_document, run_backtest_seeds, seed_label
-    from llmscale.backtest.runner import check_policies
+    from llmscale.backtest.runner import MAX_REPLICAS, check_policies
     from llmscale.backtest.seeds import MAX_SEEDS, add_seed_statistics
 
     json_to_stdout = json_out == "-"
@@ -637,6 +642,16 @@ def backtest(
         check_output_path("--report", report)
     if decisions is not None:
         check_output_path("--decisions", decisions)
+    check_distinct_paths(
+        [
+            ("--json", None if json_out in (None, "-") else Path(json_out)),
+            ("--report", report),
+            ("--decisions", decisions),
+        ],
+        [("--trace", trace), ("--policy-config", policy_config), ("--calibration", calibration)],
+    )
+    # a pool is part of the fleet: at most the fleet's bound (a million ran out of memory in 50 s)
+    check_option("--standby-replicas", standby_replicas, f"[0, {max_replicas or MAX_REPLICAS}]", integer=True)
     names = _split_policies(policy)
     params = _load_policy_config(policy_config)
     check_option("--seeds", seeds, f"[1, {MAX_SEEDS}]", integer=True)
@@ -667,7 +682,6 @@ def backtest(
     curve_sizes = _standby_sizes(standby_curve)
     settings = _with_start_tiers(settings, cold_start_s, warm_node_start_s, wake_s, node_keep_s)
     if standby_replicas is not None:
-        check_option("--standby-replicas", standby_replicas, "[0, 1000000]", integer=True)
         params.setdefault("slo", {})["standby_replicas"] = standby_replicas
         settings = replace(settings, policy_params=params)
     # The faults join after sizing: the defaults are sized for the fleet as it runs when healthy.
@@ -836,7 +850,7 @@ def tune_cmd(
     model: Annotated[
         str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
     ] = "llama-3-8b",
-    gpu: Annotated[str, typer.Option(help="GPU: a100-80gb, h100-80gb, h200.")] = "h100-80gb",
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "h100-80gb",
     tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")] = 1,
     rate_scale: Annotated[
         float, typer.Option(help="Multiply the arrival rate, keeping the trace's duration and shape.")
@@ -919,6 +933,14 @@ def tune_cmd(
     check_output_path("--out", out)
     report = report if report is not None else out.with_name(out.stem + "-trials.html")
     check_output_path("--report", report)
+    check_distinct_paths(
+        [("--out", out), ("--report", report)],
+        [
+            *(("--trace", t) for t in trace or []),
+            ("--policy-config", policy_config),
+            ("--calibration", calibration),
+        ],
+    )
     store = storage_url(storage) if storage is not None else storage_url(str(default_storage(out)))
     params = _load_policy_config(policy_config)
     sources: list[tuple[str, Path | None, str | None]] = [(str(t), t, None) for t in trace or []]
@@ -1073,7 +1095,7 @@ def run_cmd(
     import signal
     import threading
 
-    from llmscale.config import load_config
+    from llmscale.config import check_run_files, load_config
     from llmscale.controller.wiring import build_runtime
 
     if max_ticks is not None and max_ticks < 1:
@@ -1082,6 +1104,7 @@ def run_cmd(
     if not isinstance(level, int):
         raise ConfigError(f"--log-level {log_level!r} is not one of debug, info, warning, error")
     cfg = load_config(config, mode=mode)
+    check_run_files(cfg, config)
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -1132,7 +1155,7 @@ def emulate_cmd(
     model: Annotated[
         str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
     ] = "llama-3-8b",
-    gpu: Annotated[str, typer.Option(help="GPU: a100-80gb, h100-80gb, h200.")] = "h100-80gb",
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "h100-80gb",
     tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica.")] = 1,
     host: Annotated[str, typer.Option(help="Address every listener binds.")] = "127.0.0.1",
     port: Annotated[
@@ -1201,6 +1224,17 @@ def emulate_cmd(
         ),
     ] = None,
     admin_max_scale_up: Annotated[int, typer.Option(help="Replicas one /admin/scale call may add.")] = 16,
+    enable_sleep_mode: Annotated[
+        bool,
+        typer.Option(
+            "--enable-sleep-mode",
+            help="vLLM's sleep mode: replicas serve POST /sleep?level=1, POST /wake_up, GET /is_sleeping.",
+        ),
+    ] = False,
+    wake_s: Annotated[
+        float | None,
+        typer.Option(help="Waking a level-1 sleeper (s); default from the catalogue's sleeping tier."),
+    ] = None,
 ) -> None:
     import asyncio
 
@@ -1239,6 +1273,8 @@ def emulate_cmd(
         admin_token=admin_token(admin_token_file, what="--admin-token-file") if admin_api else None,
         admin_max_scale_up=admin_max_scale_up,
         **_fault_settings(hbm_glitch, adaptive_batch),
+        sleep_mode=enable_sleep_mode,
+        wake_s=wake_s,
     )
 
     def ready(server: Any) -> None:
@@ -1307,6 +1343,7 @@ def loadgen_cmd(
     check_option("--request-timeout-s", request_timeout_s, "(0, inf)")
     if json_out is not None and not json_to_stdout:
         check_output_path("--json", Path(json_out))
+        check_distinct_paths([("--json", Path(json_out))], [("--trace", trace)])
     w = _load_workload(
         trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape, burst_share
     )
@@ -1360,7 +1397,8 @@ def calibrate_cmd(
         str | None, typer.Option(help="Model, where the file does not say (filters when it does).")
     ] = None,
     gpu: Annotated[
-        str | None, typer.Option(help="GPU, where the file does not say (filters when it does).")
+        str | None,
+        typer.Option(help="GPU, where the file does not say (filters when it does). " + GPU_HELP),
     ] = None,
     tp: Annotated[
         int | None, typer.Option(help="TP degree, where the file does not say (filters when it does).")
@@ -1373,7 +1411,12 @@ def calibrate_cmd(
     ] = "",
     hold_out_lengths: Annotated[
         str,
-        typer.Option(help="Comma-separated prompt/output lengths to check but not fit, e.g. 256,1024."),
+        typer.Option(
+            "--holdout",
+            "--hold-out-lengths",
+            help="Comma-separated prompt/output lengths to check but not fit, e.g. 256,1024: the "
+            "error on them is reported, with a warning when it is worse than the committed model's.",
+        ),
     ] = "",
     max_num_seqs: Annotated[
         int | None, typer.Option(help="The measured engine's max_num_seqs (default 256).")
@@ -1397,6 +1440,9 @@ def calibrate_cmd(
     prometheus_selector: Annotated[
         str, typer.Option(help='Label matchers of the fleet\'s series for --prometheus, e.g. job="vllm".')
     ] = "",
+    prometheus_timeout_s: Annotated[
+        float, typer.Option(help="Deadline of each --prometheus query, the whole request (s).")
+    ] = 30.0,
 ) -> None:
     from rich.table import Table
 
@@ -1418,6 +1464,8 @@ def calibrate_cmd(
         )
     if not files and prometheus is None:
         raise ConfigError("give one or more FILEs or --prometheus URL --start --end")
+    check_output_path("--out", out)
+    check_distinct_paths([("--out", out)], [("FILE", f) for f in files or []])
     targets = []
     sources = []
     for f in files or []:
@@ -1442,6 +1490,7 @@ def calibrate_cmd(
             tp=tp,
             window=window,
             selector=prometheus_selector,
+            timeout_s=_prometheus_timeout(prometheus_timeout_s),
         )
         sources.append(prometheus)
     profile = calibrate(
@@ -1471,16 +1520,19 @@ def calibrate_cmd(
             console.print(
                 f"{title}: median |error| {after:.1f}% (uncalibrated {before:.1f}%) over {len(group)} points"
             )
-    console.print("factors: " + ", ".join(f"{k} {v:.3f}" for k, v in profile.factors.items()))
-    far = {k: v for k, v in profile.factors.items() if not 0.5 <= v <= 2.0}
-    if far:
-        # A factor this far from 1 is an engine unlike the model in kind, not in degree: it is
-        # fitting something the model lacks (a different attention kernel, a memory-bound batch).
-        _console(stderr=True).print(
-            "[bold yellow]warning:[/] "
-            + ", ".join(f"{k} = {v:.2f}" for k, v in far.items())
-            + " is far from 1: the points with the largest errors show what the model does not describe"
-        )
+    for name, value in profile.factors.items():
+        u = profile.uncertainty.get(name)
+        if u is None:
+            console.print(f"factor {name} {value:.3f} (not fitted)")
+            continue
+        pm = f"+-{u['stderr'] * 100:.1f}%" if u["relative"] else f"+-{u['stderr']:.3f}"
+        console.print(f"factor {name} {value:.3f} {pm}, determined by: {'; '.join(u['determined_by'])}")
+    err = _console(stderr=True)
+    for note in profile.notes:
+        if note.startswith("warning:"):
+            err.print("[bold yellow]warning:[/]" + note[len("warning:") :], highlight=False)
+        else:
+            console.print(note, highlight=False)
     profile.save(out)
     console.print(f"profile: {out}")
 
@@ -1511,6 +1563,7 @@ def _analysis_source(
     step_s: float,
     selector: str,
     window: str,
+    timeout_s: float = 30.0,
 ) -> Any:
     """The TickTable from a decision log or a Prometheus range (exactly one of the two)."""
     if (decisions is None) == (prometheus is None):
@@ -1521,7 +1574,13 @@ def _analysis_source(
         from llmscale.analyze.prometheus import read_prometheus_range
 
         return read_prometheus_range(
-            prometheus, start_s=start, end_s=end, step_s=step_s, selector=selector, window=window
+            prometheus,
+            start_s=start,
+            end_s=end,
+            step_s=step_s,
+            selector=selector,
+            window=window,
+            timeout_s=_prometheus_timeout(timeout_s),
         )
     from llmscale.analyze.log import read_decision_log
 
@@ -1543,6 +1602,15 @@ _SelectorOpt = Annotated[
     str, typer.Option(help='Label matchers of the fleet\'s vLLM series for --prometheus, e.g. job="vllm".')
 ]
 _WindowOpt = Annotated[str, typer.Option(help="Rate window of the --prometheus queries (PromQL duration).")]
+_PromTimeoutOpt = Annotated[
+    float, typer.Option(help="Deadline of each --prometheus query, the whole request (s).")
+]
+
+
+def _prometheus_timeout(timeout_s: float) -> float:
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ConfigError(f"--prometheus-timeout-s = {timeout_s}: must be a finite number > 0")
+    return timeout_s
 
 
 @app.command("analyze", help=ANALYZE_HELP)
@@ -1556,6 +1624,7 @@ def analyze_cmd(
     step_s: _StepOpt = 15.0,
     selector: _SelectorOpt = "",
     window: _WindowOpt = "1m",
+    prometheus_timeout_s: _PromTimeoutOpt = 30.0,
     effect_horizon_s: Annotated[
         float, typer.Option(help="Read a scale action's outcome this long after it (s): about a cold start.")
     ] = 180.0,
@@ -1577,10 +1646,15 @@ def analyze_cmd(
         check_output_path("--report", report)
     if policy_config_out is not None:
         check_output_path("--policy-config-out", policy_config_out)
+    check_distinct_paths(
+        [("--report", report), ("--policy-config-out", policy_config_out)], [("DECISIONS", decisions)]
+    )
     for name, v in (("--effect-horizon-s", effect_horizon_s), ("--predict-horizon-s", predict_horizon_s)):
         if not (math.isfinite(v) and v > 0):
             raise ConfigError(f"{name} = {v}: must be a finite number > 0")
-    table = _analysis_source(decisions, policy, prometheus, start, end, step_s, selector, window)
+    table = _analysis_source(
+        decisions, policy, prometheus, start, end, step_s, selector, window, prometheus_timeout_s
+    )
     settings = AnalysisSettings(effect_horizon_s=effect_horizon_s, predict_horizon_s=predict_horizon_s)
     result = analyze_table(table, settings)
     console = _console(stderr=False)
@@ -1617,12 +1691,15 @@ def diagnose_cmd(
     step_s: _StepOpt = 15.0,
     selector: _SelectorOpt = "",
     window: _WindowOpt = "1m",
+    prometheus_timeout_s: _PromTimeoutOpt = 30.0,
 ) -> None:
     from rich.table import Table
 
     from llmscale.analyze.diagnose import diagnose_table
 
-    table = _analysis_source(decisions, policy, prometheus, start, end, step_s, selector, window)
+    table = _analysis_source(
+        decisions, policy, prometheus, start, end, step_s, selector, window, prometheus_timeout_s
+    )
     findings, unchecked = diagnose_table(table)
     console = _console(stderr=False)
     out = Table(title=f"{table.policy}: {len(findings)} finding(s) over {len(table)} ticks")
@@ -1658,6 +1735,10 @@ def tenants_cmd(
         check_output_path("--json", Path(json_out))
     if decisions is not None:
         check_output_path("--decisions", decisions)
+    check_distinct_paths(
+        [("--json", None if json_out in (None, "-") else Path(json_out)), ("--decisions", decisions)],
+        [("CONFIG", config)],
+    )
     spec = load_tenants(config)
     if decisions is not None:
         with decisions.open("w", encoding="utf-8") as out:

@@ -25,13 +25,16 @@ from pydantic import (
     ValidationError,
     create_model,
     field_validator,
+    model_validator,
 )
 
 from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
-from llmscale.guards import GuardConfig
+from llmscale.guards import GUARD_RANGES, GuardConfig
+from llmscale.metrics.names import ACTIVATOR
 
 __all__ = [
+    "GUARD_RANGES",
     "ActuatorConfig",
     "Address",
     "DriftConfig",
@@ -42,6 +45,7 @@ __all__ = [
     "PolicySpec",
     "ShadowSpec",
     "TargetConfig",
+    "check_run_files",
     "load_config",
     "parse_config",
 ]
@@ -145,6 +149,18 @@ class TargetConfig(_Section):
                 raise ValueError(str(exc)) from exc
         return v
 
+    @model_validator(mode="after")
+    def _profile_fits(self) -> TargetConfig:
+        # whatever the policy: the drift monitor and every capacity model read the profile
+        if self.calibration is not None:
+            from llmscale.perf.profile import check_profile_target
+
+            try:
+                check_profile_target(self.calibration, self.model, self.gpu, self.tp)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from exc
+        return self
+
     @property
     def label(self) -> str:
         """How the target is named in metrics labels and logs: ``namespace/name``."""
@@ -167,6 +183,9 @@ class PrometheusConfig(_Section):
     #: read the fleet's waiting queue once a second between ticks (one range query a tick), for
     #: seed 004's queue entropy over 30 one-second lengths; needs the engines scraped every second
     queue_per_s: bool = False
+    #: PromQL for the requests an activator holds while no replica is ready (one series; null: not
+    #: read). Default ``sum(llmscale:activator_requests_held)``: emulate's front door exports it
+    activator_query: str | None = f"sum({ACTIVATOR.REQUESTS_HELD})"
 
 
 class StaticTarget(_Section):
@@ -188,6 +207,17 @@ class ScrapeConfig(_Section):
     max_sample_age_s: float = Field(default=60.0, gt=0)
     #: a file holding emulate's admin token (default: $LLMSCALE_EMULATE_ADMIN_TOKEN)
     emulate_token_file: str | None = None
+    #: a page larger than this (compressed or inflated), or with more lines, is not read: its
+    #: replica is unknown (a vLLM page is ~20 KiB; the bound keeps the controller in its 512Mi)
+    max_page_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024)
+    max_page_lines: int = Field(default=100_000, ge=1)
+    #: a replica's redirect: refused ("never"), or followed within its scheme, host and port
+    follow_redirects: Literal["never", "same-host"] = "never"
+    #: a sample stamped further ahead of the controller's clock than this is not fresh: refused
+    max_clock_ahead_s: float = Field(default=10.0, ge=0)
+    #: the metrics page of an activator (a front door holding requests while no replica is ready),
+    #: read into the gateway queue; default with emulate_url: emulate's front door, <emulate_url>/metrics
+    activator_url: HttpUrl | None = None
 
 
 class MetricsConfig(_Section):
@@ -328,29 +358,6 @@ class DriftConfig(_Section):
     min_first_tokens: int = Field(default=50, ge=1)
 
 
-#: Ranges of the guards' numeric settings, checked when the file is read (finite always). A
-#: numeric guard not listed here must be >= 0; tests/live/test_live_config.py checks that every
-#: numeric GuardConfig field is listed, so a new guard gets its range written down. A step of 0 or
-#: less is refused: ``max_up_step: -1`` capped every scale-up below the current spec.
-GUARD_RANGES: dict[str, dict[str, float]] = {
-    "min_replicas": {"ge": 0},
-    "max_replicas": {"ge": 0},
-    "confirm_up_ticks": {"ge": 1},
-    "confirm_down_ticks": {"ge": 1},
-    "cooldown_up_s": {"ge": 0},
-    "cooldown_down_s": {"ge": 0},
-    "stabilization_up_s": {"ge": 0},
-    "stabilization_down_s": {"ge": 0},
-    "max_up_step": {"ge": 1},
-    "max_up_ratio": {"ge": 1},
-    "max_down_step": {"ge": 1},
-    "max_down_ratio": {"ge": 1},
-    "headroom_max_usage": {"gt": 0, "le": 1},
-    "gpu_budget": {"ge": 1},
-    "gpus_per_replica": {"ge": 1},
-}
-
-
 def _guard_overrides_model() -> type[BaseModel]:
     """A model with every GuardConfig field, each optional: only the keys a user sets override."""
     hints = typing.get_type_hints(GuardConfig)
@@ -412,8 +419,19 @@ class NodeChecksConfig(_Section):
         return v
 
 
+class MigQuotaConfig(_Section):
+    """A tenant's MIG quota before a scale-up, from the tenants file ``llmscale tenants`` reads
+    (``controller/admission.py``)."""
+
+    #: the tenants file (its ``pool.gpu`` and ``tenants.<tenant>.profile`` / ``quota``)
+    tenants_file: str = Field(min_length=1)
+    #: the tenant this controller scales
+    tenant: str = Field(min_length=1)
+
+
 class AdmissionConfig(_Section):
     node_checks: NodeChecksConfig | None = None
+    mig_quota: MigQuotaConfig | None = None
 
 
 class LiveConfig(_Section):
@@ -428,6 +446,9 @@ class LiveConfig(_Section):
     #: and scrapes every replica, and a tick of 1 ms would turn the controller into a load test of
     #: the API server
     tick_s: float | None = Field(default=None, ge=0.1)
+    #: seconds a tick may run before ``run`` abandons it (recorded as failed, fenced from scaling);
+    #: None (the default): the larger of three tick intervals and 30 s
+    tick_deadline_s: float | None = Field(default=None, ge=1.0, le=3600.0)
     mode: Mode = Mode.DRY_RUN
     actuator: ActuatorConfig = Field(default_factory=ActuatorConfig)
     server: ServerConfig = Field(default_factory=ServerConfig)
@@ -454,23 +475,17 @@ class LiveConfig(_Section):
 
 def load_config(path: str | Path, *, mode: str | None = None) -> LiveConfig:
     """Read and validate ``path``; ``mode`` overrides the file's mode. Raises ConfigError."""
-    import yaml
+    from llmscale.documents import load_yaml
+    from llmscale.edge import MAX_DOCUMENT_BYTES, InputFileError, read_input_text
 
     p = Path(path)
     try:
-        raw = p.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read the config file: {e.strerror}") from e
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"{p.name}: not a YAML text file (byte {e.start} is not UTF-8: a binary file?)"
-        ) from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p.name}: not valid YAML: {e}") from e
+        text = read_input_text(p, MAX_DOCUMENT_BYTES, what="a YAML text file")
+    except InputFileError as e:
+        if "binary" in e.problem:
+            raise ConfigError(f"{p.name}: {e.problem}") from e
+        raise ConfigError(f"{e.path}: cannot read the config file: {e.problem}") from e
+    data = load_yaml(text, p.name)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -478,6 +493,59 @@ def load_config(path: str | Path, *, mode: str | None = None) -> LiveConfig:
     if mode is not None:
         data = {**data, "mode": mode}
     return parse_config(data, source=p.name)
+
+
+def check_run_files(cfg: LiveConfig, config_path: Path) -> None:
+    """The files ``run`` will read and write, checked before it starts (ConfigError naming each).
+
+    The decision log must be a file it can append to (a FIFO passed the old check, and the run
+    then blocked on its first line, deaf to SIGTERM); the state file, when it exists, a regular
+    file (its directory is made on the first save); the token files readable. No two of them,
+    nor the config file, may be one file: a decision log pointed at the state file interleaved
+    ticks with state and lost both.
+    """
+    from llmscale.edge import (
+        MAX_DOCUMENT_BYTES,
+        MAX_TOKEN_BYTES,
+        check_distinct_paths,
+        check_input_file,
+        check_output_path,
+        input_problem,
+    )
+
+    source = config_path.name
+    log = None if cfg.decision_log.path == "-" else Path(cfg.decision_log.path)
+    state = Path(cfg.state.path) if cfg.state.store == "file" and cfg.state.path else None
+    tokens = [
+        (where, Path(p))
+        for where, p in (
+            (
+                "actuator.emulate.token_file",
+                cfg.actuator.emulate.token_file if cfg.actuator.emulate else None,
+            ),
+            ("metrics.scrape.emulate_token_file", cfg.metrics.scrape.emulate_token_file),
+        )
+        if p is not None
+    ]
+    try:
+        if log is not None:
+            check_output_path("decision_log.path", log)
+        if state is not None:
+            problem = input_problem(state, MAX_DOCUMENT_BYTES)
+            if problem is not None and problem != "file not found":
+                raise ConfigError(f"state.path {state}: {problem}")
+        for where, token in tokens:
+            try:
+                check_input_file(token, MAX_TOKEN_BYTES)
+            except ConfigError as e:
+                raise ConfigError(f"{where} {e}") from e
+        calibration = Path(cfg.target.calibration) if cfg.target.calibration else None
+        check_distinct_paths(
+            [("decision_log.path", log), ("state.path", state)],
+            [("--config", config_path), ("target.calibration", calibration), *tokens],
+        )
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from e
 
 
 def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> LiveConfig:

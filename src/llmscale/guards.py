@@ -24,7 +24,47 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.types import Decision, Signals
 
-__all__ = ["GUARD_FIELDS", "GuardConfig", "GuardOutcome", "GuardState", "apply_guards", "eviction_window_s"]
+__all__ = [
+    "GUARD_FIELDS",
+    "GUARD_RANGES",
+    "MAX_REPLICAS",
+    "GuardConfig",
+    "GuardOutcome",
+    "GuardState",
+    "apply_guards",
+    "eviction_window_s",
+]
+
+#: Most replicas a fleet may be bounded to, in a backtest and live alike: 10,000 (80,000 GPUs at
+#: TP 8). The default workload's peak minute needs 7; each simulated replica carries its own
+#: queues, KV blocks and histograms, and a typo such as --max-replicas 10000000 would let an
+#: autoscaler build a fleet that never finishes (live: ``guards.max_replicas: 1e11`` was accepted).
+MAX_REPLICAS = 10_000
+
+#: Ranges of the guards' numeric settings, the one declaration that ``run``'s config file (its
+#: pydantic model), ``--policy-config`` and every GuardConfig built in a backtest check against
+#: (finite always). tests/live/test_live_config.py checks that every numeric GuardConfig field is
+#: listed, so a new guard gets its range written down. ``max_up_step: 0`` is refused: the backtest
+#: accepted it and never scaled up, while ``run`` refused it. ``max_down_step: 0`` holds the fleet
+#: (never shrink), in both. A negative step is refused: ``max_up_step: -1`` capped every
+#: scale-up below the current spec.
+GUARD_RANGES: dict[str, dict[str, float]] = {
+    "min_replicas": {"ge": 0, "le": MAX_REPLICAS},
+    "max_replicas": {"ge": 0, "le": MAX_REPLICAS},
+    "confirm_up_ticks": {"ge": 1},
+    "confirm_down_ticks": {"ge": 1},
+    "cooldown_up_s": {"ge": 0},
+    "cooldown_down_s": {"ge": 0},
+    "stabilization_up_s": {"ge": 0},
+    "stabilization_down_s": {"ge": 0},
+    "max_up_step": {"ge": 1},
+    "max_up_ratio": {"ge": 1},
+    "max_down_step": {"ge": 0},
+    "max_down_ratio": {"ge": 1},
+    "headroom_max_usage": {"gt": 0, "le": 1},
+    "gpu_budget": {"ge": 1},
+    "gpus_per_replica": {"ge": 1},
+}
 
 
 @dataclass(frozen=True)
@@ -88,8 +128,12 @@ class GuardConfig:
         # at 10 replicas put the floor at 13, and a wish for 1 replica became 13.
         for name in ("max_up_step", "max_down_step", "gpu_budget"):
             v = getattr(self, name)
-            if v is not None and v < 0:
-                raise ConfigError(f"{name} = {v}, must be >= 0 (or null: no limit)")
+            least = GUARD_RANGES[name]["ge"]
+            if v is not None and v < least:
+                raise ConfigError(f"{name} = {v}, must be >= {least:g} (or null: no limit)")
+        for name in ("min_replicas", "max_replicas"):
+            if getattr(self, name) > MAX_REPLICAS:
+                raise ConfigError(f"{name} = {getattr(self, name)}, must be <= {MAX_REPLICAS:,}")
         if self.gpus_per_replica < 1:
             raise ConfigError(f"gpus_per_replica = {self.gpus_per_replica}, must be >= 1")
         for name in ("max_up_ratio", "max_down_ratio"):

@@ -253,6 +253,10 @@ class Decision:
     #: the policy's own fleet state, when it keeps one (``bandwidth-entropy``: seed 004 3.2's
     #: state machine); the decision log's ``fleet_state`` is then this, not the per-tick reading
     fleet_state: str | None = None
+    #: replicas to keep asleep beside ``desired`` (vLLM sleep mode: a wake of seconds instead of a
+    #: cold start; ``policies/standby.py``); None: the policy keeps no standby pool, and the
+    #: adapters leave the cluster's as it is. Not guarded: sleeping replicas serve nothing
+    standby: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +277,11 @@ class TickRecord:
     #: the fleet's numbers that ``llmscale analyze`` / ``diagnose`` read, whatever the policy read
     #: (``controller/core.py``'s LOGGED_SIGNALS); None when not assessed, as ``fleet_state``
     observed: Mapping[str, float | None] | None = None
+    #: replicas the adapter keeps asleep beside ``final`` (the policy's ``Decision.standby``);
+    #: None: no standby pool, the cluster's is left as it is
+    standby: int | None = None
+    #: no replica reported metrics this tick: the core held any scale-down (``metrics-outage``)
+    metrics_outage: bool = False
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -288,6 +297,8 @@ class TickRecord:
             "guard_note": self.guard_note,
             "applied": self.applied,
             "fleet_state": self.fleet_state,
+            # Only a policy with a standby pool says so: every other line keeps its bytes.
+            **({} if self.standby is None else {"standby": self.standby}),
             **(
                 {}
                 if self.observed is None

@@ -41,11 +41,11 @@ def line(
     **more: Any,
 ) -> dict[str, Any]:
     return {
-        "ts_unix": t,
+        "time_s": t,
         "trace_id": trace or f"t{t}",
         "replicas": {"spec": spec},
-        "final": final,
-        "proposed": final,
+        "desired": final,
+        "desired_before_guards": final,
         "applied": applied,
         "unknown_replicas": unknown,
         "metrics_outage": False,
@@ -110,6 +110,43 @@ def test_page_rewrites():
     assert 'vllm:num_requests_running{model="m"} 3' in reset  # gauges untouched
     skew = chaos.rewrite_page(page, "skew", now_s=1000.0)
     assert 'vllm:num_requests_running{model="m"} 3 880000' in skew
+
+
+def test_issue_19_page_rewrites():
+    page = (
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{model="m"} 2\n'
+        'vllm:prompt_tokens_total{model="m"} 1000\n'
+        'vllm:e2e_request_latency_seconds_bucket{model="m",le="1.0"} 3\n'
+        'vllm:e2e_request_latency_seconds_bucket{model="m",le="+Inf"} 4\n'
+    )
+    assert 'vllm:num_requests_waiting{model="m"} 1e9' in chaos.rewrite_page(page, "queue-1e9")
+    assert chaos.rewrite_page(page, "duplicate").count('vllm:num_requests_waiting{model="m"} 2') == 2
+    falling = chaos.rewrite_page(page, "falling", baseline=chaos.counter_values(page), since_s=10.0)
+    assert 'vllm:prompt_tokens_total{model="m"} 800.0' in falling  # 2% a second for 10 s
+    buckets = chaos.rewrite_page(page, "buckets")
+    assert 'le="1.0"} 1000000.0' in buckets and 'le="+Inf"} 4' in buckets
+    assert chaos.rewrite_page(page, "explosion").count("vllm:num_requests_waiting{") == 10_001
+    assert 'vllm:num_requests_waiting{model="m"} 2 4600000' in chaos.rewrite_page(
+        page, "future", now_s=1000.0
+    )
+
+
+def test_gzip_bomb_inflates_to_its_size():
+    import gzip
+
+    assert gzip.decompress(chaos.gzip_bomb(2)) == b"0" * (2 << 20)
+
+
+def test_judge_dry_counts_decisions_past_the_healthy_ones():
+    def ln(t, final, spec=2, unknown=0):
+        return {"time_s": t, "desired": final, "replicas": {"spec": spec}, "unknown_replicas": unknown,
+                "metrics_outage": False}  # fmt: skip
+
+    healthy = [ln(0, 1), ln(0.5, 2)]
+    assert chaos.judge_dry([*healthy, ln(1, 2, unknown=1), ln(1.5, 2)], 2) == []
+    why = chaos.judge_dry([*healthy, ln(1, 4, unknown=1), ln(1.5, 1, unknown=1)], 2)
+    assert len(why) == 2 and "4 replicas" in why[0] and "scale-down 2->1" in why[1]
 
 
 def test_format_table_aligns_columns():

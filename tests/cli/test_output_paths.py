@@ -105,39 +105,35 @@ def test_write_page_writes_a_special_file_in_place(tmp_path: Path):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
-def test_a_write_that_fails_at_the_end_names_the_option(tmp_path: Path):
-    """`--json /dev/full` passes the early check (a writable device) and fails when written:
-    an error naming the option, not a traceback after the whole run. (JSON is written in
-    place, never renamed over the path, so the device is safe.)"""
-    import subprocess
-    import sys
+def test_a_device_or_a_pipe_is_refused_before_the_run(tmp_path: Path):
+    """`--json /dev/full` passed the early check (a writable device) and failed after the whole
+    run; a FIFO passed it too and the run then blocked at its first write (issue 19). Both are
+    refused at once, naming the option and what the path is."""
+    import os
 
-    if not Path("/dev/full").exists():
-        pytest.skip("no /dev/full on this machine")
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "llmscale.cli",
-            "backtest",
-            "--workload",
-            "flash-crowd",
-            "--duration-s",
-            "30",
-            "--policy",
-            "static",
-            "--json",
-            "/dev/full",
-            "--report",
-            str(tmp_path / "r.html"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode != 0
-    assert "--json /dev/full: cannot write: No space left on device" in out.stderr, out.stderr[-2000:]
-    assert "Traceback" not in out.stderr
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(
+        ConfigError, match=r"^--decisions .*pipe: is a named pipe \(FIFO\), not a regular file"
+    ):
+        check_output_path("--decisions", fifo)
+    if Path("/dev/full").exists():
+        with pytest.raises(ConfigError, match=r"^--json /dev/full: is a character device"):
+            check_output_path("--json", Path("/dev/full"))
+
+
+def test_an_overlong_file_name_is_a_clean_error(tmp_path: Path):
+    with pytest.raises(ConfigError, match="file name too long"):
+        check_output_path("--json", tmp_path / ("x" * 5000))
+
+
+def test_a_write_that_fails_at_the_end_names_the_option(tmp_path: Path):
+    """A write can still fail at the end (a full disk): an error naming the option, not a traceback."""
+    from llmscale.cli import _write_output
+    from llmscale.errors import LlmscaleError
+
+    with pytest.raises(LlmscaleError, match=r"^--json .*: cannot write: "):
+        _write_output(tmp_path / "missing" / "out.json", "{}", "--json")
 
 
 def test_max_num_seqs_zero_is_an_error_not_the_default():

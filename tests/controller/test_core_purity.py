@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import llmscale
 
 #: modules that do I/O or wait: networking, processes, threads and event loops, the clients the
@@ -115,3 +117,67 @@ def test_offline_tools_live_apart_from_the_runtime_packages():
         if rel.parts[0] == "signals" and any(m.startswith("llmscale.sim") for m in imported):
             wrong.append(f"{rel} imports the simulator")
     assert not wrong, wrong
+
+
+#: every module of ``policies/``: a policy is decided by the core, so it is held to the core's rule
+POLICY_MODULES = sorted(
+    p.stem for p in (Path(llmscale.__file__).parent / "policies").glob("*.py") if p.stem != "__init__"
+)
+
+#: the one module of ``policies/`` that reads a file: ``--policy-config``'s loader, called by the CLI
+#: at the edge (it imports YAML when called); no policy imports it (checked below)
+EDGE_LOADERS = {"config_file"}
+
+#: methods that read or write a file through a path object
+IO_METHODS = {"read_text", "write_text", "read_bytes", "write_bytes", "open", "mkdir", "unlink"}
+
+
+def _module_closure(module: str) -> list[str]:
+    code = (
+        f"import sys, json; before = set(sys.modules); import {module}; "
+        "print(json.dumps(sorted(set(sys.modules) - before)))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return list(json.loads(out.stdout))
+
+
+def _is_io(module: str) -> bool:
+    return any(module == io or module.startswith(io + ".") for io in IO_MODULES)
+
+
+@pytest.mark.parametrize("name", POLICY_MODULES)
+def test_every_policy_module_is_pure(name):
+    """Each policy module, imported alone in a fresh interpreter, brings no I/O module and no
+    adapter; its own code opens no file, prints nothing, reads no clock and imports no I/O module
+    even lazily (inside a function)."""
+    modules = _module_closure(f"llmscale.policies.{name}")
+    assert not [m for m in modules if _is_io(m)], f"policies/{name}.py's import closure does I/O"
+    adapters = {"llmscale.controller.live", "llmscale.controller.loop", "llmscale.backtest.runner"}
+    assert not adapters & set(modules)
+    path = Path(llmscale.__file__).parent / "policies" / f"{name}.py"
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module == "llmscale.policies.config_file"
+        ):
+            found.append(f"{node.lineno} imports the edge loader config_file")
+        if name in EDGE_LOADERS:
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            found += [f"{node.lineno} import {n}" for n in names if _is_io(n)]
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in IO_CALLS:
+            found.append(f"{node.lineno} {f.id}()")
+        if isinstance(f, ast.Attribute):
+            if isinstance(f.value, ast.Name) and (f.value.id, f.attr) in IO_ATTRIBUTES:
+                found.append(f"{node.lineno} {f.value.id}.{f.attr}()")
+            if f.attr in IO_METHODS:
+                found.append(f"{node.lineno} .{f.attr}()")
+    assert not found, f"policies/{name}.py: {found}"

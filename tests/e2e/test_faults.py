@@ -83,9 +83,18 @@ def _run(procs: Any, workdir: Path, config: Path, *args: str, name: str = "run")
 
 
 def _brief(lines: list[dict[str, Any]]) -> str:
-    keys = ("ts_unix", "rule", "proposed", "final", "guard", "applied", "unknown_replicas", "metrics_outage")
+    keys = (
+        "time_s",
+        "rule",
+        "desired_before_guards",
+        "desired",
+        "guard",
+        "applied",
+        "unknown_replicas",
+        "metrics_outage",
+    )
     return "\n".join(
-        str({k: ln.get(k) for k in keys} | {"value": (ln["signals"] or {}).get("value")}) for ln in lines
+        str({k: ln.get(k) for k in keys} | {"value": (ln["inputs"] or {}).get("value")}) for ln in lines
     )
 
 
@@ -116,13 +125,13 @@ def test_prometheus_outage_holds_counts_errors_and_recovers(workdir, procs, prom
         if not run.running():
             pytest.fail(f"llmscale run exited\n{context()}")
         specs.append(emulate.admin()["spec_replicas"])
-        found = [ln for ln in decision_lines(log_path) if ln["ts_unix"] > t and pred(ln)]
+        found = [ln for ln in decision_lines(log_path) if ln["time_s"] > t and pred(ln)]
         return found if len(found) >= n else None
 
     def healthy(ln: dict[str, Any]) -> bool:
         # A tick that failed (emulate not listening yet: the controller starts first) records no
         # signals at all.
-        value = (ln["signals"] or {}).get("value")
+        value = (ln["inputs"] or {}).get("value")
         return ln["unknown_replicas"] == 0 and value is not None and abs(value - VRAM_PER_REPLICA) < 1e-6
 
     # 1. Prometheus up: two ticks read both replicas and keep the fleet.
@@ -130,7 +139,7 @@ def test_prometheus_outage_holds_counts_errors_and_recovers(workdir, procs, prom
         lambda: lines_after(0.0, healthy, 2), 60, "two ticks with data", context=context, every_s=0.5
     )
     for ln in before:
-        assert ln["proposed"] == 2 and ln["final"] == 2 and not ln["applied"], ln
+        assert ln["desired_before_guards"] == 2 and ln["desired"] == 2 and not ln["applied"], ln
         assert ln["rule"] == "within-tolerance" and not ln["metrics_outage"], ln
     errors_before = metric_value(ctl, "llmscale_scrape_errors_total", {"source": "prometheus"}) or 0.0
 
@@ -144,8 +153,8 @@ def test_prometheus_outage_holds_counts_errors_and_recovers(workdir, procs, prom
     for ln in outage:
         assert ln["unknown_replicas"] == 2, ln
         # The policy read the missing value as 0 and asked for 1 replica: the controller held 2.
-        assert ln["rule"] == "no-data-null-as-zero" and ln["proposed"] == 1, ln
-        assert ln["final"] == 2 and not ln["applied"], ln
+        assert ln["rule"] == "no-data-null-as-zero" and ln["desired_before_guards"] == 1, ln
+        assert ln["desired"] == 2 and not ln["applied"], ln
         assert ln["guard"] in ("hold-on-missing-data", "metrics-outage"), ln
     errors_down = metric_value(ctl, "llmscale_scrape_errors_total", {"source": "prometheus"})
     assert errors_down is not None and errors_down >= errors_before + 3, (errors_before, errors_down)
@@ -163,13 +172,15 @@ def test_prometheus_outage_holds_counts_errors_and_recovers(workdir, procs, prom
         every_s=0.5,
     )
     for ln in after:
-        assert not ln["metrics_outage"] and ln["proposed"] == 2 and ln["final"] == 2, ln
+        assert not ln["metrics_outage"] and ln["desired_before_guards"] == 2 and ln["desired"] == 2, ln
     assert metric_value(ctl, "llmscale_unknown_replicas") == 0.0
 
     assert run.stop() == 0, run.tail()
     lines = decision_lines(log_path)
     assert not any(ln["applied"] for ln in lines), f"the controller scaled:\n{_brief(lines)}"
-    assert all(ln["final"] >= ln["replicas"]["spec"] for ln in lines if ln["replicas"]["spec"]), _brief(lines)
+    assert all(ln["desired"] >= ln["replicas"]["spec"] for ln in lines if ln["replicas"]["spec"]), _brief(
+        lines
+    )
     assert specs and min(specs) == 2 and emulate.admin()["spec_replicas"] == 2, specs
 
 
@@ -212,8 +223,10 @@ def test_one_replica_scrape_failing_is_unknown_not_zero(workdir, procs):
         assert ln["replicas"]["ready"] == 2 and ln["replicas"]["spec"] == 2, ln
         # The known replica is read (0.9); had the unknown one counted as zero the mean would be
         # 0.45, and the policy would have asked for 1 replica.
-        assert ln["signals"]["value"] == pytest.approx(VRAM_PER_REPLICA), ln
-        assert ln["rule"] == "within-tolerance" and ln["proposed"] == 2 and ln["final"] == 2, ln
+        assert ln["inputs"]["value"] == pytest.approx(VRAM_PER_REPLICA), ln
+        assert ln["rule"] == "within-tolerance" and ln["desired_before_guards"] == 2 and ln["desired"] == 2, (
+            ln
+        )
         assert not ln["applied"], ln
     assert emulate.admin()["spec_replicas"] == 2
 
@@ -262,10 +275,10 @@ def test_restart_with_file_state_takes_no_extra_action_within_cooldown(workdir, 
     run1 = _run(procs, workdir, cfg1, "--max-ticks", "1", name="run1")
     assert run1.wait(60) == 0, run1.tail()
     (first,) = decision_lines(log1)
-    assert first["applied"] and first["final"] == 3 and first["replicas"]["spec"] == 1, first
+    assert first["applied"] and first["desired"] == 3 and first["replicas"]["spec"] == 1, first
     saved = json.loads(state.read_text())
     assert saved["last_decision"]["final"] == 3
-    assert saved["guard_state"]["last_change_s"] == pytest.approx(first["ts_unix"], abs=0.01)
+    assert saved["guard_state"]["last_change_s"] == pytest.approx(first["time_s"], abs=0.01)
     wait_until(lambda: len(fleet_a.ready_replicas()) == 3, 30, "3 ready replicas", context=fleet_a.tail)
 
     # Run 2: restarted on the saved state, the idle fleet's proposal of 1 waits out the cooldown.
@@ -276,8 +289,8 @@ def test_restart_with_file_state_takes_no_extra_action_within_cooldown(workdir, 
     lines2 = decision_lines(log2)
     assert len(lines2) == 4, _brief(lines2)
     assert not any(ln["applied"] for ln in lines2), _brief(lines2)
-    assert all(ln["final"] == 3 for ln in lines2), _brief(lines2)
-    held = [ln for ln in lines2 if ln["proposed"] == 1]
+    assert all(ln["desired"] == 3 for ln in lines2), _brief(lines2)
+    held = [ln for ln in lines2 if ln["desired_before_guards"] == 1]
     assert held, f"the idle fleet never made slo propose 1:\n{_brief(lines2)}"
     assert all(ln["guard"] == "cooldown" and ln["unknown_replicas"] == 0 for ln in held), _brief(held)
     assert fleet_a.admin()["spec_replicas"] == 3
@@ -290,5 +303,5 @@ def test_restart_with_file_state_takes_no_extra_action_within_cooldown(workdir, 
     acted = [ln for ln in lines3 if ln["applied"]]
     assert acted, f"the fresh controller did not act:\n{_brief(lines3)}"
     down = acted[0]
-    assert down["final"] == 1 and down["replicas"]["spec"] == 3 and down["guard"] is None, down
+    assert down["desired"] == 1 and down["replicas"]["spec"] == 3 and down["guard"] is None, down
     assert fleet_b.admin()["spec_replicas"] == 1

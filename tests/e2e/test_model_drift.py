@@ -189,7 +189,7 @@ def test_run_reports_drift_and_adapts_toward_the_engine(workdir, procs):
     from llmscale.perf.replica_tails import length_bucket as _bucket
     from llmscale.perf.replica_tails import tail_capacity_rps
 
-    s = back_line["signals"]
+    s = back_line["inputs"]
     shape = (
         MODEL,
         GPU,

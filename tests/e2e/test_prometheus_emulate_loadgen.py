@@ -50,7 +50,7 @@ MAX_REPLICAS = 4
 
 def _scale_up_is_explained(line: dict) -> str | None:
     """None when the logged signals are the reason for the proposal; else what does not add up."""
-    s = line["signals"]
+    s = line["inputs"]
     spec = line["replicas"]["spec"]
     cap = s["capacity_rps_per_replica"]
     if not cap or cap <= 0:
@@ -61,7 +61,7 @@ def _scale_up_is_explained(line: dict) -> str | None:
         # (the policy caps it at its max_replicas), more than the fleet has.
         usable = cap * s["target_utilization"]
         need = min(MAX_REPLICAS, math.ceil(s["forecast_rps"] / usable - 1e-9))
-        if line["proposed"] != need:
+        if line["desired_before_guards"] != need:
             return (
                 f"proposed {line['proposed']} != ceil(forecast {s['forecast_rps']}"
                 f" / (capacity {cap} x utilisation {s['target_utilization']}))"
@@ -128,7 +128,14 @@ def test_run_reading_prometheus_scales_emulate_up_under_loadgen(
     def context() -> str:
         lines = decision_lines(log_path)
         brief = [
-            (ln["rule"], ln["proposed"], ln["final"], ln["applied"], ln["replicas"], ln["signals"])
+            (
+                ln["rule"],
+                ln["desired_before_guards"],
+                ln["desired"],
+                ln["applied"],
+                ln["replicas"],
+                ln["inputs"],
+            )
             for ln in lines[-6:]
         ]
         return "\n".join([run.tail(), emulate.tail(8), f"last decisions: {brief}"])
@@ -143,10 +150,10 @@ def test_run_reading_prometheus_scales_emulate_up_under_loadgen(
 
     idle = wait_until(idle_ticks, 60, "a tick of llmscale run with data", context=context)
     for ln in idle:
-        assert ln["final"] == 1 and not ln["applied"], f"scaled with no load: {ln}"
+        assert ln["desired"] == 1 and not ln["applied"], f"scaled with no load: {ln}"
     with_data = [ln for ln in idle if ln["rule"] != "no-data"][-1]
     assert with_data["unknown_replicas"] == 0 and not with_data["metrics_outage"], with_data
-    assert with_data["signals"]["arrival_rps"] == 0.0, with_data
+    assert with_data["inputs"]["arrival_rps"] == 0.0, with_data
     n_idle = len(idle)
 
     loadgen = procs(
@@ -166,7 +173,7 @@ def test_run_reading_prometheus_scales_emulate_up_under_loadgen(
         if not loadgen.running() and loadgen.proc.returncode != 0:
             pytest.fail(f"loadgen failed\n{loadgen.tail()}")
         for ln in decision_lines(log_path)[n_idle:]:
-            if ln["applied"] and ln["final"] > ln["replicas"]["spec"]:
+            if ln["applied"] and ln["desired"] > ln["replicas"]["spec"]:
                 return ln
         return None
 
@@ -175,23 +182,23 @@ def test_run_reading_prometheus_scales_emulate_up_under_loadgen(
     # The decision log says why, with the numbers.
     assert up["policy"] == "slo" and up["mode"] == "apply", up
     assert up["policy_version"].startswith("slo:") and len(up["trace_id"]) == 32, up
-    assert up["replicas"]["spec"] == 1 and up["final"] > 1 and up["proposed"] > 1, up
+    assert up["replicas"]["spec"] == 1 and up["desired"] > 1 and up["desired_before_guards"] > 1, up
     assert up["unknown_replicas"] == 0 and not up["metrics_outage"] and up["actuation_error"] is None, up
-    assert up["signals"]["arrival_rps"] > 0 and up["signals"]["queue_waiting"] is not None, up
+    assert up["inputs"]["arrival_rps"] > 0 and up["inputs"]["queue_waiting"] is not None, up
     why_not = _scale_up_is_explained(up)
     assert why_not is None, f"{why_not}: {up}"
 
     # The emulated fleet grew to what was decided, and Prometheus found the new replicas (http_sd).
     grown = wait_until(
-        lambda: (doc := emulate.admin())["spec_replicas"] >= up["final"] and doc,
+        lambda: (doc := emulate.admin())["spec_replicas"] >= up["desired"] and doc,
         10, "emulate's spec to grow", context=context,
     )  # fmt: skip
-    assert len(grown["replicas"]) >= up["final"], grown
+    assert len(grown["replicas"]) >= up["desired"], grown
     prom.wait_for('up{job="llm"} == 1', lambda r: len(r) >= 2, timeout_s=30)
 
     # A later tick sees the new replicas through the cluster view (starting or ready).
     def sees_growth() -> bool:
-        return any(ln["replicas"]["spec"] >= up["final"] for ln in decision_lines(log_path))
+        return any(ln["replicas"]["spec"] >= up["desired"] for ln in decision_lines(log_path))
 
     wait_until(sees_growth, 20, "a tick that sees the grown fleet", context=context)
 
@@ -201,5 +208,5 @@ def test_run_reading_prometheus_scales_emulate_up_under_loadgen(
     assert "SIGTERM: stopping" in run.stderr()
     # The controller never scaled down under load, and never beyond its bounds.
     for ln in decision_lines(log_path):
-        assert 1 <= ln["final"] <= MAX_REPLICAS, ln
-        assert not (ln["applied"] and ln["final"] < ln["replicas"]["spec"]), f"scale-down under load: {ln}"
+        assert 1 <= ln["desired"] <= MAX_REPLICAS, ln
+        assert not (ln["applied"] and ln["desired"] < ln["replicas"]["spec"]), f"scale-down under load: {ln}"

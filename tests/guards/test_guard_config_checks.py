@@ -14,8 +14,11 @@ from llmscale.types import Decision, FleetView, Signals
     [
         # A negative step put the floor above the fleet: 10 - (-3) = 13 for a wish of 1.
         pytest.param("max_down_step", -3, "max_down_step = -3, must be >= 0", id="down-step-negative"),
-        pytest.param("max_up_step", -1, "max_up_step = -1, must be >= 0", id="up-step-negative"),
-        pytest.param("gpu_budget", -8, "gpu_budget = -8, must be >= 0", id="budget-negative"),
+        pytest.param("max_up_step", -1, "max_up_step = -1, must be >= 1", id="up-step-negative"),
+        # 0 never scaled up in a backtest, while `run` refused it (issue 19): one range for both
+        pytest.param("max_up_step", 0, "max_up_step = 0, must be >= 1", id="up-step-zero"),
+        pytest.param("max_replicas", 10**11, "max_replicas = 100000000000, must be <= 10,000", id="huge"),
+        pytest.param("gpu_budget", -8, "gpu_budget = -8, must be >= 1", id="budget-negative"),
         pytest.param("gpus_per_replica", 0, "gpus_per_replica = 0, must be >= 1", id="gpus-per-replica"),
         # NaN compares false with everything: a NaN cooldown never held anything back.
         pytest.param("cooldown_up_s", float("nan"), "cooldown_up_s = nan, must be a finite number", id="nan"),

@@ -494,3 +494,36 @@ def test_the_total_limit_holds_across_clients(make_served: MakeServed) -> None:
 def test_the_per_client_limit_is_validated() -> None:
     with pytest.raises(ConfigError, match=r"max_streams_per_peer = 9, must be in 1\.\.max_streams"):
         serve(KedaScaler("llm", "serving"), max_streams=8, max_streams_per_peer=9)
+
+
+def test_requests_held_at_the_activator_make_the_scaled_object_active_at_zero(served: Served):
+    """At 0 replicas a request held at the front door is demand KEDA must see at once: IsActive and
+    the stream turn true on it, before the policy's next decision, and false once none is held."""
+    served.scaler.scale_to(0, 10.0)
+    stream = StreamReader.open(served.stub, ref())
+    try:
+        assert stream.next() is False
+        assert served.stub.IsActive(ref(), timeout=RPC_TIMEOUT_S).result is False
+        served.scaler.set_held_requests(1)
+        assert stream.next() is True
+        assert served.stub.IsActive(ref(), timeout=RPC_TIMEOUT_S).result is True
+        # still active when the decision follows; the replica count served is the decision's
+        served.scaler.scale_to(1, 11.0)
+        stream.assert_silent(0.3)
+        served.scaler.set_held_requests(0)  # served: nothing held, one replica still decided
+        stream.assert_silent(0.3)
+        served.scaler.scale_to(0, 20.0)
+        assert stream.next() is False
+        served.scaler.set_held_requests(None)  # unknown holds nothing up: still inactive
+        assert served.stub.IsActive(ref(), timeout=RPC_TIMEOUT_S).result is False
+    finally:
+        stream.cancel()
+
+
+def test_held_requests_before_the_first_decision_serve_nothing(served: Served):
+    served.scaler.set_held_requests(3)
+    with pytest.raises(grpc.RpcError) as e:
+        served.stub.IsActive(ref(), timeout=RPC_TIMEOUT_S)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    served.scaler.scale_to(0, 1.0)
+    assert served.stub.IsActive(ref(), timeout=RPC_TIMEOUT_S).result is True

@@ -271,7 +271,7 @@ def test_two_run_processes_one_actor_and_a_failover_that_keeps_the_cooldown(
             apps.patch_namespaced_deployment_scale("vllm", kube_namespace, {"spec": {"replicas": 2}})
             wait_for(
                 "a to scale back to 3",
-                lambda: any(r["leader"] and r["applied"] and r["final"] == 3 for r in _records(log_a)),
+                lambda: any(r["leader"] and r["applied"] and r["desired"] == 3 for r in _records(log_a)),
                 30.0,
             )
 
@@ -307,11 +307,11 @@ def test_two_run_processes_one_actor_and_a_failover_that_keeps_the_cooldown(
     applied_a = [r for r in recs_a if r["applied"]]
     (a_scale,) = applied_a
     # b took over within a lease duration (plus its retry and a tick, and process scheduling).
-    assert took["ts_unix"] - killed_s < LEASE_S + RETRY_S + 0.5 + 3.0, took["ts_unix"] - killed_s
+    assert took["time_s"] - killed_s < LEASE_S + RETRY_S + 0.5 + 3.0, took["time_s"] - killed_s
     # The cooldown a started held b's scale-up, and b did hold while leading (a real test of it).
-    assert scaled["ts_unix"] - a_scale["ts_unix"] >= cooldown_up_s
-    before = [r for r in recs_b if r["leader"] and r["ts_unix"] < scaled["ts_unix"]]
-    assert any(r["guard"] == "cooldown" and r["final"] == 2 for r in before), before[-3:]
+    assert scaled["time_s"] - a_scale["time_s"] >= cooldown_up_s
+    before = [r for r in recs_b if r["leader"] and r["time_s"] < scaled["time_s"]]
+    assert any(r["guard"] == "cooldown" and r["desired"] == 2 for r in before), before[-3:]
     assert not any(r["applied"] for r in before)
     # Only leaders act, each in its own term; a's leadership ended before b's began.
     for r in recs_a + recs_b:
@@ -319,9 +319,9 @@ def test_two_run_processes_one_actor_and_a_failover_that_keeps_the_cooldown(
     assert {r["lease_term"] for r in recs_a if r["leader"]} == {a_scale["lease_term"]}
     terms_b = {r["lease_term"] for r in recs_b if r["leader"]}
     assert terms_b == {scaled["lease_term"]} and scaled["lease_term"] > a_scale["lease_term"]
-    assert max(r["ts_unix"] for r in recs_a if r["leader"]) < took["ts_unix"]
+    assert max(r["time_s"] for r in recs_a if r["leader"]) < took["time_s"]
     standby = [r for r in recs_b if not r["leader"]]
-    assert standby and all(r["ts_unix"] < took["ts_unix"] for r in standby)
+    assert standby and all(r["time_s"] < took["time_s"] for r in standby)
     assert history.error is None, history.error
     # The Deployment's own history: the admin's 2, a's 3, the admin's 2, b's 3, nothing else.
     assert [n for _, n in history.changes] == [3, 2, 3, 2, 3], history.changes

@@ -85,7 +85,8 @@ BAD_FIELDS = [
     (
         "guards.max_down_step",
         -2,
-        "guards.max_down_step: Input should be greater than or equal to 1",
+        # 0 holds the fleet, in a backtest and live alike (guards.GUARD_RANGES)
+        "guards.max_down_step: Input should be greater than or equal to 0",
         "down-step",
     ),
     (
@@ -238,6 +239,9 @@ BAD_FIELDS = [
     ("state.store", "file", "state.path: required", "state-path"),
     ("slo.ttft_s", 0, "slo.ttft_s: Input should be greater than 0", "slo"),
     ("extra", 1, "extra: Extra inputs are not permitted", "top-level-typo"),
+    ("tick_deadline_s", 0.5, "tick_deadline_s: Input should be greater than or equal to 1", "tick-deadline"),
+    ("metrics.scrape.max_page_bytes", 10, "metrics.scrape.max_page_bytes:", "page-bytes"),
+    ("metrics.scrape.follow_redirects", "always", "metrics.scrape.follow_redirects:", "redirects"),
 ]
 
 
@@ -255,7 +259,7 @@ def test_bad_field_names_file_and_path(tmp_path, path, value, message):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        pytest.param("target: [unclosed", "llmscale.yaml: not valid YAML", id="yaml"),
+        pytest.param("target: [unclosed", "llmscale.yaml: line 1 not valid YAML", id="yaml"),
         pytest.param("- a list", "expected a mapping of sections", id="not-a-mapping"),
         pytest.param("", "llmscale.yaml: target: Field required", id="empty"),
     ],
@@ -325,7 +329,9 @@ def test_policies_plan_with_the_targets_cold_start(target_extra, expected_s):
 def test_a_binary_file_is_a_config_error_not_a_traceback(tmp_path):
     p = tmp_path / "llmscale.yaml"
     p.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
-    with pytest.raises(ConfigError, match=r"^llmscale.yaml: not a YAML text file \(byte \d+ is not UTF-8"):
+    with pytest.raises(
+        ConfigError, match=r"^llmscale.yaml: line \d+: byte \d+ is not UTF-8: not a YAML text file"
+    ):
         load_config(p)
 
 

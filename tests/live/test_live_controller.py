@@ -78,8 +78,8 @@ def test_shadow_logs_both_and_only_the_primary_acts():
     assert cluster.calls == [(3, 0.0)]
     line = json.loads(out.getvalue().splitlines()[0])
     assert line["mode"] == "shadow"
-    assert line["final"] == 3 and line["applied"] is True
-    assert line["shadow"]["final"] == 7 and line["shadow"]["policy"] == "static"
+    assert line["desired"] == 3 and line["applied"] is True
+    assert line["shadow"]["desired"] == 7 and line["shadow"]["policy"] == "static"
     assert line["shadow"]["policy_version"].startswith("static:")
     assert sample_value(c.metrics, "llmscale_shadow_desired_replicas", {"policy": "static"}) == 7
 

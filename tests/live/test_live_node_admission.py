@@ -112,7 +112,7 @@ def test_a_scale_up_no_node_can_take_is_held_and_says_why(
         assert proc.returncode == 0, err
         assert _spec(emulate) == 1
         held = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
-        assert held and all(r["proposed"] == 3 and r["final"] == 1 for r in held)
+        assert held and all(r["desired_before_guards"] == 3 and r["desired"] == 1 for r in held)
         assert all(r["guard"] == "node-check" and r["admission"]["held_by"] == "node" for r in held)
         failed = held[-1]["admission"]["nodes"]['node="n1"']["failed"]
         assert [f.split()[0] for f in failed] == ["cpu_throttled", "disk_io"], failed
@@ -124,4 +124,4 @@ def test_a_scale_up_no_node_can_take_is_held_and_says_why(
         assert proc.returncode == 0, err
     assert _spec(emulate) == 3
     last = json.loads((tmp_path / "decisions.jsonl").read_text().splitlines()[-1])
-    assert last["final"] == 3 and last["admission"]["held_by"] is None and last["applied"] is True
+    assert last["desired"] == 3 and last["admission"]["held_by"] is None and last["applied"] is True

@@ -105,7 +105,7 @@ def test_a_scaling_tick_writes_its_record_then_its_state_then_scales():
     # The saved state is the one the scale leads to: its clock, its decision.
     assert state["guard_state"]["last_change_s"] == 1000.0 and state["last_decision"]["final"] == 1
     line = journal.events[1][1]
-    assert line["applied"] is True and line["final"] == 1 and line["error"] is None
+    assert line["applied"] is True and line["desired"] == 1 and line["error"] is None
 
 
 def test_a_tick_whose_record_cannot_be_written_does_not_scale():
@@ -131,7 +131,7 @@ def test_a_tick_whose_state_cannot_be_saved_does_not_scale_and_says_why():
     assert cluster.calls == []
     ((kind, line),) = journal.events
     assert kind == "log" and line["error"].startswith("ActuationError: state store: connection refused")
-    assert line["applied"] is False and line["final"] is None
+    assert line["applied"] is False and line["desired"] is None
 
 
 def test_a_failed_scale_is_a_second_line_of_the_same_tick_and_the_saved_state_is_put_back():
@@ -173,7 +173,7 @@ def test_a_failed_tick_writes_a_record_with_its_error_and_every_replica_unknown(
     assert len(lines) == 2
     failed = lines[1]
     assert failed["error"].startswith("ActuationError: emulate admin API GET")
-    assert failed["final"] is None and failed["applied"] is False and failed["ts_unix"] == 15.0
+    assert failed["desired"] is None and failed["applied"] is False and failed["time_s"] == 15.0
     assert failed["trace_id"] and failed["trace_id"] != lines[0]["trace_id"]
     # The gauge says what the controller knows during the outage: 3 replicas, none seen.
     assert failed["unknown_replicas"] == 3

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -79,7 +81,7 @@ def test_run_scales_the_emulated_fleet_and_logs_why(tmp_path, emulate):
     assert spec == 3
     lines = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
     assert len(lines) == 2
-    assert lines[0]["applied"] is True and lines[0]["final"] == 3 and lines[0]["rule"] == "fixed"
+    assert lines[0]["applied"] is True and lines[0]["desired"] == 3 and lines[0]["rule"] == "fixed"
     assert lines[0]["replicas"]["spec"] == 1 and lines[0]["unknown_replicas"] == 0
     assert json.loads((tmp_path / "state.json").read_text())["last_decision"]["final"] == 3
 
@@ -103,11 +105,50 @@ def test_dry_run_touches_nothing_and_sigterm_stops_cleanly(tmp_path, emulate):
     assert proc.returncode == 0, err
     assert "SIGTERM: stopping" in err
     first = json.loads(log.read_text().splitlines()[0])
-    assert first["mode"] == "dry-run" and first["final"] == 3 and first["applied"] is False
+    assert first["mode"] == "dry-run" and first["desired"] == 3 and first["applied"] is False
     assert (
         httpx.get(emulate.base_url + "/admin/replicas", timeout=5, headers=AUTH).json()["spec_replicas"] == 1
     )
     assert not (tmp_path / "state.json").exists()
+
+
+def test_sigterm_ends_run_while_its_tick_hangs(tmp_path, emulate):
+    """Issue 19: a tick blocked (here: a replica that accepts the scrape and never answers, under a
+    120 s time-out) no longer holds SIGTERM until it ends: the loop polls its stop event while the
+    tick runs in a worker thread, and the process exits in seconds."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(silent.accept()[0]), daemon=True).start()
+    url = f"http://127.0.0.1:{silent.getsockname()[1]}/metrics"
+    cfg = _config(
+        tmp_path,
+        emulate.base_url,
+        metrics={
+            "source": "scrape",
+            "scrape": {"static_targets": [{"name": "r0", "url": url}], "timeout_s": 120},
+        },
+    )
+    proc = _run("--config", str(cfg), "--mode", "dry-run")
+    try:
+        deadline = time.monotonic() + 90
+        while not accepted:  # the first tick is in its scrape
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no scrape within 90 s"
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        silent.close()
+        for conn in accepted:
+            conn.close()
+    assert proc.returncode == 0, err
+    assert "SIGTERM: stopping" in err
+    assert took < 20.0, took  # was: until the 120 s scrape time-out
 
 
 def test_the_token_can_come_from_files_named_in_the_config(tmp_path, emulate):

@@ -95,10 +95,15 @@ def test_decision_log_lines_are_json_with_trace_and_version(tmp_path):
     assert lines[0]["trace_id"] != lines[1]["trace_id"] and len(lines[0]["trace_id"]) == 32
     assert lines[0]["policy_version"] == lines[1]["policy_version"]
     assert lines[0]["policy_version"].startswith("static:") and "@llmscale-" in lines[0]["policy_version"]
-    assert lines[0]["ts"] == "2023-11-14T22:13:20.000Z" and lines[0]["ts_unix"] == 1700000000.0
+    assert lines[0]["ts"] == "2023-11-14T22:13:20.000Z" and lines[0]["time_s"] == 1700000000.0
     first = lines[0]
-    assert first["mode"] == "apply" and first["proposed"] == 3 and first["final"] == 3 and first["applied"]
-    assert first["signals"] == {"replicas": 3.0} and first["rule"] == "fixed"
+    assert (
+        first["mode"] == "apply"
+        and first["desired_before_guards"] == 3
+        and first["desired"] == 3
+        and first["applied"]
+    )
+    assert first["inputs"] == {"replicas": 3.0} and first["rule"] == "fixed"
     assert first["replicas"]["spec"] == 2 and first["actuation_error"] is None and first["shadow"] is None
 
 

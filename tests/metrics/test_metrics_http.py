@@ -188,12 +188,32 @@ def test_a_reset_before_any_answer_on_a_reused_connection_is_retried_once():
             id="compressed-transfer",
         ),
         pytest.param(Reply(b"HTTP/1.1 100 Continue\r\n\r\n"), Unsupported, id="100-continue"),
+        # Issue 19: past max_body_bytes (1 MiB here) on every framing, before the bytes are held.
+        pytest.param(
+            Reply(b"HTTP/1.1 200 OK\r\nContent-Length: 2000000\r\n\r\n", "hang"),
+            HttpError,
+            id="length-past-limit",
+        ),
+        pytest.param(
+            Reply(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1e8480\r\n", "hang"),
+            HttpError,
+            id="one-chunk-past-limit",
+        ),
+        pytest.param(Reply(chunked(*[PAGE * 100] * 8)), HttpError, id="chunks-past-limit"),
+        pytest.param(
+            Reply(b"HTTP/1.1 200 OK\r\n\r\n" + PAGE * 500, "close"), HttpError, id="until-close-past-limit"
+        ),
+        pytest.param(
+            Reply(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"0" * 70_000, "hang"),
+            HttpError,
+            id="endless-chunk-size",
+        ),
     ],
 )
 def test_broken_or_unsupported_answers_raise_and_drop_the_connection(reply, error):
     async def scenario() -> None:
         async with Scripted(lambda k: reply if k == 0 else Reply(ok(PAGE))) as srv:
-            client = LeanClient()
+            client = LeanClient(max_body_bytes=1 << 20)
             with pytest.raises(error):
                 await client.get(srv.url(), deadline())
             assert await client.get(srv.url(), deadline()) == (200, PAGE)  # a fresh connection

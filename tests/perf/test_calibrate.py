@@ -147,14 +147,15 @@ def test_serve_result_json_gives_an_itl_target(tmp_path: Path) -> None:
 
 
 def test_profile_files_are_validated(tmp_path: Path) -> None:
-    good = CalibrationProfile("llama-3-8b", "h100-80gb", 1, {"bandwidth": 1.2, "host": 0.7})
+    good = CalibrationProfile("llama-3-8b", "h100-80gb", 1, {"bandwidth": 1.1, "host": 0.7})
     good.save(tmp_path / "p.yaml")
-    assert load_profile(tmp_path / "p.yaml").factor("bandwidth") == pytest.approx(1.2)
+    assert load_profile(tmp_path / "p.yaml").factor("bandwidth") == pytest.approx(1.1)
     for text, msg in (
         ("format: nope\n", "format"),
         ("format: llmscale calibration profile v1\ntp: 1\nfactors: {bandwidth: .nan}\n", "bandwidth"),
         ("format: llmscale calibration profile v1\ntp: 1\nfactors: {speed: 2}\n", "speed"),
         ("format: llmscale calibration profile v1\ntp: 1\nfactors: {host: 50}\n", "host"),
+        ("format: llmscale calibration profile v1\ntp: 1\nfactors: {kv_reread: 2}\n", "kv_reread"),
         ("format: llmscale calibration profile v1\ntp: x\nfactors: {}\n", "tp"),
         ("[unclosed", "YAML"),
     ):
@@ -166,9 +167,9 @@ def test_profile_files_are_validated(tmp_path: Path) -> None:
 
 
 def test_backtest_uses_the_profile(tmp_path: Path) -> None:
-    """A profile whose engine streams weights 2x faster gives a faster fleet in the backtest."""
+    """A profile whose engine spends a third of vLLM's host time gives a faster fleet in the backtest."""
     fast = tmp_path / "fast.yaml"
-    CalibrationProfile("llama-3-8b", "h100-80gb", 1, {"bandwidth": 2.0}).save(fast)
+    CalibrationProfile("llama-3-8b", "h100-80gb", 1, {"bandwidth": 1.1, "host": 0.3}).save(fast)
     runs = {}
     for name, extra in (("base", []), ("fast", ["--calibration", str(fast)])):
         out = tmp_path / f"{name}.json"

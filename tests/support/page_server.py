@@ -25,6 +25,9 @@ class Page:
     body: str = ""
     status: int = 200
     delay_s: float = 0.0
+    #: bytes sent as they are instead of ``body`` (e.g. gzip-encoded), and extra response headers
+    raw: bytes | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 class PageServer:
@@ -43,8 +46,17 @@ class PageServer:
     def url(self, path: str) -> str:
         return self.base_url + path
 
-    def set(self, path: str, body: str = "", *, status: int = 200, delay_s: float = 0.0) -> None:
-        self.pages[path] = Page(body, status, delay_s)
+    def set(
+        self,
+        path: str,
+        body: str = "",
+        *,
+        status: int = 200,
+        delay_s: float = 0.0,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.pages[path] = Page(body, status, delay_s, raw, tuple((headers or {}).items()))
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = request.path
@@ -54,6 +66,10 @@ class PageServer:
             return web.Response(status=404, text="no such page\n")
         if page.delay_s:
             await asyncio.sleep(page.delay_s)
+        if page.raw is not None or page.headers:
+            body = page.body.encode() if page.raw is None else page.raw
+            headers = {"Content-Type": "text/plain", **dict(page.headers)}
+            return web.Response(status=page.status, body=body, headers=headers)
         return web.Response(status=page.status, text=page.body, content_type="text/plain")
 
     async def _start(self) -> None:

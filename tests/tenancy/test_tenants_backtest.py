@@ -83,6 +83,12 @@ def test_a_tenant_hits_its_quota() -> None:
     )
     # The pool had room (2 GPUs = four 3g positions): the quota, not the pool, was the limit.
     assert all(ln["admission"]["room"]["pool"] > ln["admission"]["room"]["quota"] for ln in quota_lines)
+    # The core applied the verdict: each held line's desired is what was admitted, under the
+    # quota's guard name (controller/core.py's settle), never above the spec plus the admitted.
+    for ln in quota_lines:
+        adm = ln["admission"]
+        assert ln["guard"] == "mig-quota" and ln["desired"] == ln["desired_after_admission"], ln
+        assert ln["desired"] < ln["desired_before_guards"] and ln["guard_note"].endswith(adm["note"]), ln
     # The neighbour is untouched: its own slices, its own SLO.
     assert code.held_ticks == {"quota": 0, "pool": 0, "node": 0}
     assert code.result.summary["slo_attainment"] >= 0.99

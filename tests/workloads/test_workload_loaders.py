@@ -40,11 +40,32 @@ def test_azure_fixture_values(write: Write) -> None:
 def test_azure_timezone_suffix_is_honoured(write: Write) -> None:
     text = (
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"
-        "2024-05-10 00:00:00.000000+00:00,10,5\n"
-        "2024-05-10 02:00:01.500000+02:00,10,5\n"  # 00:00:01.5 UTC
+        "2024-05-10 02:00:00.000000+02:00,10,5\n"
+        "2024-05-10 02:00:01.500000+02:00,10,5\n"
     )
     w = load_trace(write("tz.csv", text))
     np.testing.assert_allclose(w.arrival_s, [0.0, 1.5])
+
+
+@pytest.mark.parametrize(
+    ("rows", "line", "needle"),
+    [
+        # rows 10 s apart as written, one at +05:00: converted, they spanned 18,010 s (issue 19)
+        pytest.param(
+            ("18:00:00+00:00", "18:00:10+05:00", "18:00:20Z"), 3, r"UTC offset \+05:00", id="two-zones"
+        ),
+        pytest.param(
+            ("18:00:00", "18:00:10+05:00", "18:00:20"), 3, "the first row's has none", id="one-zoned"
+        ),
+        pytest.param(("18:00:00Z", "18:00:10", "18:00:20Z"), 3, "has no UTC offset", id="one-naive"),
+        pytest.param(("18:00:00+99:99", "18:00:10+99:99"), 2, "is no time zone", id="impossible"),
+    ],
+)
+def test_azure_mixed_or_impossible_zones_are_refused(write: Write, rows, line, needle) -> None:
+    text = "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"2023-11-16 {r},10,10\n" for r in rows)
+    with pytest.raises(TraceFormatError, match=needle) as err:
+        load_trace(write("tz.csv", text))
+    assert err.value.line == line and err.value.field == "TIMESTAMP"
 
 
 def test_mooncake_fixture_values(write: Write) -> None:

@@ -1,10 +1,12 @@
 """A decision log (or a Prometheus range) as columns of numbers, one row per controller tick.
 
-Two writers, one reader: ``llmscale backtest --decisions`` writes a tick's numbers under
-``inputs`` and its time as ``time_s``; ``llmscale run``'s decision log writes them under
-``signals`` with ``ts_unix`` (``controller/decision_log.py``), and repeats a trace id when a
-scale failed after its line was written (the reader keeps the last line of each trace id, as
-that module asks). Failed ticks (``error`` set, no numbers) are skipped.
+One format, two writers: ``llmscale backtest --decisions`` and ``llmscale run``'s decision log
+(``controller/decision_log.py``) both write a tick's record with
+:meth:`llmscale.types.TickRecord.as_json` (its numbers under ``inputs``, its time as ``time_s``,
+the replicas after guards as ``desired``); a live line adds a trace id, repeated when a scale
+failed after its line was written (the reader keeps the last line of each trace id, as that
+module asks). Live logs written before the formats merged name these ``signals``, ``ts_unix`` and
+``final``: they are read too. Failed ticks (``error`` set, no numbers) are skipped.
 
 A line carries the fleet's numbers under ``observed`` (``controller/core.py``'s
 ``LOGGED_SIGNALS``: load, throughput, P99, queue entropy, bandwidth, diagnostics), and the
@@ -176,20 +178,27 @@ def _row(path: Path, lineno: int, doc: Any) -> tuple[str, str | None, dict[str, 
 
 def read_decision_log(path: str | Path, *, policy: str | None = None) -> TickTable:
     """Read a decision log (either writer) for one policy. Raises ConfigError naming file and line."""
+    from llmscale.documents import no_duplicate_keys
+    from llmscale.edge import MAX_LOG_BYTES, InputFileError, read_input_text
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: cannot read the decision log: {e}") from e
+        text = read_input_text(p, MAX_LOG_BYTES, what="a decision log")
+    except InputFileError as e:
+        raise ConfigError(f"{e.path}: cannot read the decision log: {e.problem}") from e
     by_policy: dict[str, list[dict[str, Any]]] = {}
     by_trace: dict[str, tuple[str, int]] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            doc = json.loads(line)
+            # strict as the other documents (llmscale.documents): a repeated key is no line we wrote
+            doc = json.loads(line, object_pairs_hook=no_duplicate_keys)
         except json.JSONDecodeError as e:
             raise ConfigError(f"{p}:{lineno}, column {e.colno}: not JSON ({e.msg})") from e
+        except (ValueError, RecursionError) as e:  # a duplicate key; brackets thousands deep
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+            raise ConfigError(f"{p}:{lineno}: not accepted JSON: {why}") from e
         got = _row(p, lineno, doc)
         if got is None:
             continue

@@ -1,12 +1,14 @@
 """The quantities of a decision log, read from Prometheus over a time range (``--prometheus``).
 
-One range query per quantity (:func:`llmscale.metrics.prometheus.query_range_values`), each
+One range query per quantity (:func:`llmscale.metrics.prometheus.query_ranges`), each
 aggregated to one series: the fleet's rates and latencies from vLLM's own metrics (``selector``
 picks its series, e.g. ``job="vllm"``), the signals only llmscale computes (queue entropy,
 bandwidth P95, ghost replicas, tenant drift) from the controller's ``llmscale_signal_value``,
 and the replica counts from its ``llmscale_spec_replicas`` / ``llmscale_desired_replicas``
 (``controller/server.py``). A query with no data leaves its column out, as a decision log
-that never logged it would; each step of the range is one tick.
+that never logged it would; each step of the range is one tick. Each query ends within
+``timeout_s``; an answer that is not Prometheus's, or none in time, is a one-line
+:class:`~llmscale.metrics.promapi.PrometheusError` (exit code 2) naming the server and the query.
 """
 
 from __future__ import annotations
@@ -58,15 +60,13 @@ def read_prometheus_range(
     step_s: float = 15.0,
     selector: str = "",
     window: str = "1m",
+    timeout_s: float = 30.0,
 ) -> TickTable:
     """A :class:`TickTable` with one row per step of ``[start_s, end_s]``. Raises ConfigError
-    when Prometheus cannot be asked or no query has any data."""
-    from llmscale.metrics.prometheus import query_range_values
+    when no query has any data, a PrometheusError when Prometheus gives no usable answer."""
+    from llmscale.metrics.prometheus import query_ranges
 
-    series = {
-        name: query_range_values(url, q, start_s, end_s, step_s)
-        for name, q in range_queries(selector, window).items()
-    }
+    series = query_ranges(url, range_queries(selector, window), start_s, end_s, step_s, timeout_s=timeout_s)
     times = sorted({t for s in series.values() for t in s})
     if not times:
         raise ConfigError(f"{url}: no data between {start_s} and {end_s} for any query of `llmscale analyze`")

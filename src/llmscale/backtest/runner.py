@@ -17,11 +17,12 @@ from typing import IO, Any
 
 from llmscale.backtest.results import PolicyResult, summarize
 from llmscale.clock import ManualClock
+from llmscale.cluster.sim import SimCluster
 from llmscale.controller.core import Controller, initial_state, tick
 from llmscale.controller.loop import scale_if_changed
 from llmscale.deployment import Deployment, guard_config
 from llmscale.errors import ConfigError
-from llmscale.guards import GuardConfig
+from llmscale.guards import MAX_REPLICAS, GuardConfig
 from llmscale.perf.cold_start import START_TIERS
 from llmscale.policies.base import POLICIES, Policy, create_policy
 from llmscale.policies.static import StaticPolicy
@@ -41,11 +42,6 @@ __all__ = [
     "run_policy",
     "series_step_for",
 ]
-
-#: Most replicas a backtest may hold: 10,000 (80,000 GPUs at TP 8). The default workload's peak
-#: minute needs 7; each simulated replica carries its own queues, KV blocks and histograms, and a
-#: typo such as --max-replicas 10000000 would let an autoscaler build a fleet that never finishes.
-MAX_REPLICAS = 10_000
 
 
 @dataclass(frozen=True)
@@ -301,6 +297,7 @@ def run_policy(
     reads = frozenset((*declared, *getattr(policy, "reads", ())))  # a policy object may declare its own
     sub_tick = decisions_out is not None or bool(SUB_TICK_SIGNALS & reads)
     source = SimMetricSource(fleet, sub_tick=sub_tick)
+    cluster = SimCluster(fleet)
     clock = ManualClock()
     controller = Controller(policy, guards, deployment, assess=decisions_out is not None)
     # The core schedules its ticks (every policy.tick_s, the first one tick in); this loop only
@@ -331,13 +328,13 @@ def run_policy(
         if t >= next_tick:
             now_s = clock.now_s()
             record, state, next_tick = tick(controller, state, source.observe(now_s))
-            if scale_if_changed(fleet, record.final, guards, now_s):
+            # Only actuation here: every step that shapes the decision is the core's.
+            if scale_if_changed(cluster, record.final, guards, now_s):
                 record = replace(record, applied=True)
-            standby = record.proposed.inputs.get("standby_replicas")
-            if standby is not None:
-                # The policy's standby pool (policies/standby.py): sleeping replicas it keeps beside
-                # the desired ones. Not a guarded count: it adds no serving capacity.
-                fleet.set_standby(int(standby), now_s)
+            if record.standby is not None:
+                # The policy's standby pool (Decision.standby, policies/standby.py): sleeping
+                # replicas kept beside the desired ones. Not guarded: it adds no serving capacity.
+                cluster.set_standby(record.standby, now_s)
             if decisions_out is not None:
                 line = record.as_json()
                 if len(fleet.start_log) > logged:

@@ -8,8 +8,12 @@ instances of that profile. Every tenant runs the ordinary controller loop
 between the guards and the actuator sits the pool's admission
 (:func:`llmscale.tenancy.pool.admit`): a scale-up goes only as far as the
 tenant's quota, a free placement of its profile in the pool and a node that
-passes seed 003 3.1's checks allow. The decision line of every tick carries the
-tenant and an ``admission`` object naming the limit that held the rest.
+passes seed 003 3.1's checks allow. The core applies its verdict
+(:func:`~llmscale.controller.core.settle`, as for the live loop's node checks): the
+record's ``desired`` is what was admitted, its ``guard`` names the limit
+(``mig-quota``, ``mig-pool``, ``node-check``), and a scale-up held whole starts no
+cooldown. The decision line of every tick carries the tenant and an ``admission``
+object with what each limit had room for.
 
 The configuration (``llmscale tenants tenants.yaml``)::
 
@@ -42,15 +46,23 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmscale.backtest.results import PolicyResult, summarize
 from llmscale.backtest.runner import BacktestSettings, SeriesRecorder, series_step_for
-from llmscale.controller.core import Controller, ControllerState, initial_state, tick
+from llmscale.controller.core import (
+    AdmissionVerdict,
+    Controller,
+    ControllerState,
+    TickFacts,
+    initial_state,
+    settle,
+    tick,
+)
 from llmscale.deployment import guard_config
 from llmscale.errors import ConfigError
 from llmscale.policies.base import create_policy
@@ -64,7 +76,18 @@ from llmscale.tenancy.pool import Admission, MigPool, admit
 from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
-__all__ = ["TenantResult", "TenantsResult", "TenantsSpec", "load_tenants", "parse_tenants", "run_tenants"]
+__all__ = [
+    "TenantResult",
+    "TenantsResult",
+    "TenantsSpec",
+    "load_tenant_quota",
+    "load_tenants",
+    "parse_tenants",
+    "run_tenants",
+]
+
+if TYPE_CHECKING:
+    from llmscale.controller.admission import MigQuota
 
 _LIMITS = ("quota", "pool", "node")
 
@@ -161,23 +184,47 @@ class TenantsSpec:
 
 def load_tenants(path: Path) -> TenantsSpec:
     """Read and check ``path``; every error is a ConfigError naming the file and the key path."""
-    import yaml
+    return parse_tenants(_read_tenants_file(path), source=str(path), base_dir=path.parent)
 
+
+def load_tenant_quota(path: Path, tenant: str) -> MigQuota:
+    """``tenant``'s MIG quota from the tenants file ``path``, for ``llmscale run``
+    (``admission.mig_quota``): the file is checked as ``llmscale tenants`` checks it, but no
+    workload is loaded. Raises ConfigError naming the file and the key path."""
+    from llmscale.controller.admission import MigQuota
+    from llmscale.tenancy.mig import get_mig_gpu
+
+    cfg = _validate(_read_tenants_file(path), str(path))
+    t = cfg.tenants.get(tenant)
+    if t is None:
+        raise ConfigError(f"{path}: tenants: no tenant {tenant!r}; the file has {', '.join(cfg.tenants)}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the tenants file: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (a binary file?)") from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}:{where} not valid YAML: {getattr(e, 'problem', None) or e}") from e
+        profile = get_mig_gpu(cfg.pool.gpu).profile(t.profile).name
+    except ConfigError as e:
+        raise ConfigError(f"{path}: tenants.{tenant}.profile: {e}") from e
+    return MigQuota(tenant, profile, t.quota)
+
+
+def _read_tenants_file(path: Path) -> dict[str, Any]:
+    from llmscale.documents import read_yaml_file
+
+    data = read_yaml_file(path, "the tenants file")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with `pool:` and `tenants:`")
-    return parse_tenants(data, source=str(path), base_dir=path.parent)
+    return data
+
+
+def _validate(data: Mapping[str, Any], source: str) -> _TenantsCfg:
+    try:
+        return _TenantsCfg.model_validate(dict(data))
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        msg = first["msg"].removeprefix("Value error, ")
+        got = first.get("input")
+        if isinstance(got, int | float | str) and not isinstance(got, bool) and repr(got) not in msg:
+            msg = f"{msg} (got {got!r})"
+        raise ConfigError(f"{source}: {where}: {msg}") from e
 
 
 def parse_tenants(
@@ -187,16 +234,7 @@ def parse_tenants(
     from llmscale.policies.config_file import check_policy_params
     from llmscale.tenancy.mig import get_mig_gpu
 
-    try:
-        cfg = _TenantsCfg.model_validate(dict(data))
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        msg = first["msg"].removeprefix("Value error, ")
-        got = first.get("input")
-        if isinstance(got, int | float | str) and not isinstance(got, bool) and repr(got) not in msg:
-            msg = f"{msg} (got {got!r})"
-        raise ConfigError(f"{source}: {where}: {msg}") from e
+    cfg = _validate(data, source)
 
     def fail(where: str, msg: str) -> ConfigError:
         return ConfigError(f"{source}: {where}: {msg}")
@@ -225,6 +263,9 @@ def parse_tenants(
             params = check_policy_params({t.policy: t.params})[t.policy]
         except ConfigError as e:
             raise fail(f"{where}.policy", str(e)) from e
+        if params.get("standby_replicas", 0) != 0:
+            # Sleeping replicas hold a slice each, which the pool's admission does not count.
+            raise fail(f"{where}.params.standby_replicas", "a standby pool is not supported on a MIG pool")
         max_replicas = t.max_replicas if t.max_replicas is not None else max(1, t.quota)
         if t.initial_replicas > t.quota:
             raise fail(f"{where}.initial_replicas", f"{t.initial_replicas} exceeds the quota ({t.quota})")
@@ -491,17 +532,32 @@ def _node_failures(
     return out
 
 
+#: the guard name a decision line gives a scale-up each limit held (``tenancy/pool.py``'s held_by)
+ADMISSION_GUARDS = {"quota": "mig-quota", "pool": "mig-pool", "node": "node-check"}
+
+
+def admission_verdict(adm: Admission, base: int) -> AdmissionVerdict | None:
+    """The core's input for a tenant's admission: at most ``base`` (the replicas it has, active or
+    reclaimable) plus those admitted; None when all were admitted."""
+    if adm.held_by is None:
+        return None
+    return AdmissionVerdict(
+        base + adm.admitted,
+        ADMISSION_GUARDS[adm.held_by],
+        adm.note or f"{adm.held_by} admits {adm.admitted} of {adm.requested} new replica(s)",
+    )
+
+
 def _tick(
     r: _Run, pool: MigPool, failures: dict[int, tuple[str, ...]], now: float, out: IO[str] | None
 ) -> None:
-    record, r.state, _ = tick(r.controller, r.state, r.source.observe(now))
+    before = r.state
+    record, state, _ = tick(r.controller, before, r.source.observe(now))
     fleet = r.fleet
-    desired = record.final
     active = sum(1 for rep in fleet.replicas if rep.phase < Phase.DRAINING)
     reclaim = sum(1 for rep in fleet.replicas if rep.phase == Phase.DRAINING and rep.drain_until_idle)
-    new_needed = max(0, desired - active - reclaim)
+    new_needed = max(0, record.final - active - reclaim)
     adm: Admission | None = None
-    target = desired
     if new_needed > 0:
         adm = admit(
             pool,
@@ -511,11 +567,15 @@ def _tick(
             held=len(r.placements),
             node_failures=failures,
         )
-        target = min(desired, active + reclaim + adm.admitted)
         r.admitted += adm.admitted
         if adm.held_by is not None:
             r.held_ticks[adm.held_by] += 1
             r.held_replicas[adm.held_by] += adm.requested - adm.admitted
+    # The core holds what the pool did not admit, and puts the guard clocks back when nothing was:
+    # a scale-up held whole starts no cooldown (the live loop's node admission does the same).
+    verdict = None if adm is None else admission_verdict(adm, active + reclaim)
+    record, r.state = settle(record, state, before, TickFacts(admission=verdict))
+    target = record.final
     applied = target != fleet.spec_replicas
     if applied:
         fleet.scale_to(target, now, drain_until_idle=r.controller.guards.drain_aware)
@@ -529,9 +589,8 @@ def _tick(
             r.placements[name] = p
     r.max_held = max(r.max_held, len(r.placements))
     if out is not None:
-        line = record.as_json()
+        line = replace(record, applied=applied).as_json()
         line["tenant"] = r.spec.name
-        line["applied"] = applied
         line["desired_after_admission"] = target
         line["admission"] = None if adm is None else adm.as_json()
         line["slices_held"] = len(r.placements)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from llmscale.types import ReplicaView
 
-__all__ = ["Cluster"]
+__all__ = ["Cluster", "StandbyCapable"]
 
 
 class Cluster(Protocol):
@@ -28,3 +28,16 @@ class Cluster(Protocol):
     def replicas_view(self) -> tuple[ReplicaView, ...]:
         """Every replica not yet gone, with its lifecycle phase."""
         ...
+
+
+@runtime_checkable
+class StandbyCapable(Protocol):
+    """A cluster that can keep replicas asleep (vLLM sleep mode) beside its spec: not serving,
+    woken in seconds instead of a cold start."""
+
+    @property
+    def standby_replicas(self) -> int:
+        """Replicas asleep now."""
+
+    def set_standby(self, n: int, now_s: float) -> None:
+        """Put replicas to sleep or wake them so that ``n`` (>= 0) sleep; raises ActuationError."""

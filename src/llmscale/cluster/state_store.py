@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from llmscale.cluster.kubernetes import ErrorReason, KubeActuationError
-from llmscale.errors import ActuationError
+from llmscale.errors import ActuationError, ConfigError
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -77,10 +77,13 @@ def _encode(state: dict[str, Any]) -> str:
 
 
 def _decode(text: str, where: str) -> dict[str, Any] | None:
+    from llmscale.documents import loads_json
+
     try:
-        value = json.loads(text)
-    except ValueError as e:
-        log.warning("ignoring unreadable controller state in %s: %s", where, e)
+        # strict: a duplicate key or thousands of nested brackets is no state we wrote
+        value = loads_json(text, where)
+    except ConfigError as e:
+        log.warning("ignoring unreadable controller state: %s", e)
         return None
     if not isinstance(value, dict):
         log.warning("ignoring controller state in %s: a JSON object was expected, got %s", where, type(value))
@@ -99,12 +102,15 @@ class FileStateStore:
         self.path = Path(path)
 
     def load(self) -> dict[str, Any] | None:
+        from llmscale.edge import InputFileError, read_input_text
+
         try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            log.warning("cannot read controller state %s: %s", self.path, e)
+            # bounded like what save() writes; a binary file or a FIFO is refused, not read
+            text = read_input_text(self.path, _MAX_STATE_BYTES, what="controller state")
+        except InputFileError as e:
+            if e.problem == "file not found":
+                return None
+            log.warning("cannot read controller state %s", e)
             return None
         return _decode(text, str(self.path))
 

@@ -9,12 +9,21 @@ It never scrapes, scales, sleeps or reads a clock: time is the observation's ``t
 Two thin adapters drive it (NVIDIA Dynamo's planner core is split the same way, its replay and
 its live loop only fulfilling the ticks the core schedules):
 
-- the backtest (``backtest/runner.py``): simulated time; it runs the fleet up to the next tick,
-  observes the simulator, ticks, and scales the simulated fleet to the record's ``final``;
+- the backtest (``backtest/runner.py``, and ``backtest/tenants.py`` for tenants on one MIG pool):
+  simulated time; it runs the fleet up to the next tick, observes the simulator, ticks, and
+  scales the simulated fleet to the record's ``final`` and its standby pool to ``standby``;
 - the live controller (``controller/live.py``): wall time; it observes Prometheus or pod pages
   aligned with the cluster, runs the model-drift hook between :func:`observe` and
-  :func:`decide`, adds what a real fleet needs (outage hold, leases, persisted state,
-  actuation errors) and sleeps until the time the core returned.
+  :func:`decide`, adds what only a real fleet has (leases, persisted state, actuation errors)
+  and sleeps until the time the core returned.
+
+Every step that changes a decision is here, whichever adapter runs it: the policy, the guards,
+the hold on a total metrics outage (:func:`total_outage`, read off the observation), and
+:func:`settle`, which applies what the adapter learnt around the decision (:class:`TickFacts`:
+the resource layer's admission of a scale-up, whether this replica leads, whether the scale
+failed) and rolls the guard state back, in one place, whenever no scale follows from the guards'
+number. ``tests/controller/test_adapter_parity.py`` runs the live controller and the backtest on
+one simulated trace and compares their decision logs line for line.
 
 ``tests/controller/test_core_purity.py`` checks that this module's import closure holds nothing
 that does I/O.
@@ -31,19 +40,23 @@ from llmscale.policies.base import Policy
 from llmscale.signals.fleet import window_signals
 from llmscale.signals.window import FleetWindow
 from llmscale.slo import ttft_target_s
-from llmscale.types import Observation, Signals, TickRecord
+from llmscale.types import Observation, Phase, Signals, TickRecord
 
 __all__ = [
     "LOGGED_SIGNALS",
     "WINDOW_LEN",
+    "AdmissionVerdict",
     "Controller",
     "ControllerState",
+    "TickFacts",
     "decide",
     "fleet_state",
     "initial_state",
     "next_tick_after",
     "observe",
+    "settle",
     "tick",
+    "total_outage",
 ]
 
 #: observations kept for windowed signals (at a 15 s tick: the last 5 minutes)
@@ -112,6 +125,36 @@ class ControllerState:
     next_tick_s: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class AdmissionVerdict:
+    """The resource layer's answer to a tick's scale-up: how far it may go.
+
+    Live (``controller/admission.py``), a tenant's MIG quota and seed 003 3.1's node checks (no
+    node passes: ``limit`` is the current spec); in the tenants backtest, the quota, the pool's
+    free placements and the node checks (``tenancy/pool.py``'s ``admit``: 1 of 2 new replicas
+    admitted, ``limit`` is the spec + 1).
+    """
+
+    #: the most replicas the target may have after this tick (>= 0)
+    limit: int
+    #: the guard name the record gives a held scale-up (``node-check``, ``mig-quota``, ...)
+    guard: str
+    #: why, for the record's ``guard_note``
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TickFacts:
+    """What an adapter learnt about a tick around the core's decision, for :func:`settle`."""
+
+    #: the resource layer's verdict on the decision's scale-up (None: not asked, or none needed)
+    admission: AdmissionVerdict | None = None
+    #: this replica may act (leader election); a standby decides and logs but never scales
+    leading: bool = True
+    #: the scale was asked for and failed (an ActuationError), or fenced off by a lost lease
+    scale_failed: bool = False
+
+
 def initial_state(controller: Controller, first_tick_s: float) -> ControllerState:
     """A fresh state whose first tick is due at ``first_tick_s``."""
     return ControllerState(policy_state=controller.policy.initial_state(), next_tick_s=first_tick_s)
@@ -121,7 +164,9 @@ def tick(
     controller: Controller, state: ControllerState, observation: Observation
 ) -> tuple[TickRecord, ControllerState, float]:
     """One tick at ``observation.time_s``: the record (``applied`` False: the adapter actuates),
-    the next state and when the next tick is due."""
+    the next state and when the next tick is due. An adapter that learns more about the tick
+    (an admission verdict: ``backtest/tenants.py``) settles the record and state with
+    :func:`settle` against the state it passed here."""
     state, signals = observe(state, observation)
     record, state = decide(controller, state, signals, observation.time_s)
     return record, state, state.next_tick_s
@@ -144,6 +189,15 @@ def decide(
     policy, guards = controller.policy, controller.guards
     decision, policy_state = policy.decide(signals, state.policy_state, now_s)
     outcome, guard_state = apply_guards(decision, signals, guards, state.guard_state, now_s)
+    final, guard, guard_note = outcome.desired, outcome.guard, outcome.note
+    spec = signals.fleet.spec_replicas
+    outage = bool(state.window) and total_outage(state.window[-1])
+    if outage and final < spec:
+        # No replica reported: the load is unknown, not zero (Knative's ErrNoData for the whole
+        # fleet), whatever the guards let through. No scale follows: no cooldown starts either.
+        final, guard = spec, "metrics-outage"
+        guard_note = _join(guard_note, "no replica reported metrics: load unknown, not zero")
+        guard_state = state.guard_state
     assess = controller.assess
     d = controller.deployment
     slo = (None, None, 0.0) if d is None else (d.slo_ttft_s, d.slo_tpot_s, d.slo_ttft_per_1k_tokens_s)
@@ -152,12 +206,14 @@ def decide(
         policy=policy.name,
         fleet=signals.fleet,
         proposed=decision,
-        final=outcome.desired,
-        guard=outcome.guard,
-        guard_note=outcome.note,
+        final=final,
+        guard=guard,
+        guard_note=guard_note,
         applied=False,
         fleet_state=(decision.fleet_state or fleet_state(signals, *slo)) if assess else None,
         observed={name: signals.get(name) for name in LOGGED_SIGNALS} if assess else None,
+        standby=decision.standby,
+        metrics_outage=outage,
     )
     return record, ControllerState(
         policy_state=policy_state,
@@ -166,6 +222,55 @@ def decide(
         indexed=state.indexed,
         next_tick_s=next_tick_after(state.next_tick_s, controller.cadence_s, now_s),
     )
+
+
+def settle(
+    record: TickRecord, decided: ControllerState, before: ControllerState, facts: TickFacts
+) -> tuple[TickRecord, ControllerState]:
+    """Apply what the adapter learnt around the decision to ``record`` and ``decided`` (the state
+    :func:`decide` returned from ``before``); returns both settled. Idempotent: an adapter may
+    settle again once it learns more (the live loop after a failed scale).
+
+    An admission ``limit`` below ``record.final`` holds the scale-up there, under the verdict's
+    guard name. The guard state is ``before``'s, as if the tick had proposed no change, whenever
+    no scale follows from it: a scale-up held at the current spec (the next tick asks again,
+    instead of waiting out a cooldown no scale started), a standby replica (its clocks are the
+    leader's, read from the store when it takes over), a scale that failed or was fenced off.
+    A partly admitted scale-up (2 wanted, 1 admitted) scales, and keeps the cooldown it starts.
+    """
+    spec = record.fleet.spec_replicas
+    state = decided
+    a = facts.admission
+    if a is not None and a.limit < record.final:
+        record = replace(
+            record, final=max(spec, a.limit), guard=a.guard, guard_note=_join(record.guard_note, a.note)
+        )
+        if record.final == spec:
+            state = replace(state, guard_state=before.guard_state)
+    if not facts.leading or facts.scale_failed:
+        state = replace(state, guard_state=before.guard_state)
+    return record, state
+
+
+#: a replica in these phases should answer its /metrics: no data from it is a scrape error
+SCRAPED_PHASES = (Phase.READY, Phase.DRAINING)
+
+
+def total_outage(obs: Observation) -> bool:
+    """Replicas that should report exist and none did; or the source saw nothing of a fleet
+    that should exist (a cluster without pod discovery, e.g. KEDA, and the source down).
+
+    Replicas still starting are not an outage: their /metrics are not up yet. The simulator
+    never has one (it scrapes every replica that is up), so a backtest's lines never show it.
+    """
+    scraped = [s for s in obs.replicas if s.phase in SCRAPED_PHASES]
+    if scraped:
+        return not any(s.ok for s in scraped)
+    return not obs.replicas and obs.fleet.spec_replicas > 0
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
 
 
 def next_tick_after(due_s: float, cadence_s: float, now_s: float) -> float:

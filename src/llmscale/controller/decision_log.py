@@ -1,5 +1,14 @@
 """The live controller's decision log: one JSON line per tick, saying what it decided and why.
 
+The decision itself is written as the backtest writes it, by the one function both call
+(:meth:`llmscale.types.TickRecord.as_json`: ``time_s``, ``replicas``, ``desired_before_guards``,
+``desired``, ``rule``, ``inputs``, ``guard``, ``applied``, ``fleet_state``, ``observed``, and
+``standby`` for a policy with a standby pool), so ``llmscale analyze`` reads one format and
+``tests/controller/test_adapter_parity.py`` compares the two logs field for field. The live line
+adds what only a live tick has around it (before the release that merged the formats it named
+``time_s`` / ``inputs`` / ``desired_before_guards`` / ``desired`` as ``ts_unix`` / ``signals`` /
+``proposed`` / ``final``; ``analyze`` still reads such logs).
+
 A line carries a trace id (so an alert or an operator's question can point at one tick),
 the policy version (name + hash of its parameters and guards + llmscale version: two lines
 with the same version came from the same decision function), the fleet by phase, the
@@ -7,7 +16,7 @@ numbers that fired the rule, the proposal before guards and the result after the
 guard changed it and why, whether the target was scaled, and the shadow policy's answer.
 
 Every tick writes a line, a failed one too: its ``error`` says why, and the fields it never
-got to (``proposed``, ``final``, ``replicas``, ...) are null. A tick that scales writes its
+got to (``desired_before_guards``, ``desired``, ``replicas``, ...) are null. A tick that scales writes its
 line *before* it acts (``applied: true`` says the scale was asked for), so a tick whose line
 cannot be written does not act; if the scale then fails, a second line with the same
 ``trace_id`` records it (``applied: false``, ``actuation_error``). Readers keep the last line
@@ -53,16 +62,19 @@ class DecisionLogError(LlmscaleError):
 _RECORD_FIELDS = (
     "policy",
     "replicas",
-    "proposed",
-    "final",
+    "desired_before_guards",
+    "desired",
     "rule",
-    "signals",
+    "inputs",
     "note",
     "guard",
     "guard_note",
     "applied",
     "fleet_state",
 )
+
+#: what a line says of the shadow policy's decision (besides its policy and version)
+_SHADOW_FIELDS = ("desired_before_guards", "desired", "rule", "inputs", "note", "guard", "guard_note")
 
 
 @dataclass(frozen=True)
@@ -106,7 +118,6 @@ class LogEntry:
         ts = datetime.fromtimestamp(t, tz=UTC)
         doc: dict[str, Any] = {
             "ts": ts.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-            "ts_unix": round(t, 3),
             "trace_id": self.trace_id,
             "target": self.target,
             "mode": self.mode,
@@ -115,31 +126,17 @@ class LogEntry:
             "metrics_outage": self.metrics_outage,
         }
         if r is not None:
-            body = r.as_json()
-            body.pop("time_s")
-            # The record's names are the backtest's; say them once more the way the brief reads:
-            # "signals" are the numbers that fired the rule, "proposed" / "final" before / after guards.
-            doc.update(body)
-            doc["signals"] = doc.pop("inputs")
-            doc["proposed"] = doc.pop("desired_before_guards")
-            doc["final"] = doc.pop("desired")
+            doc.update(r.as_json())  # the backtest's line, verbatim
         else:
+            doc["time_s"] = round(t, 3)
             doc.update(dict.fromkeys(_RECORD_FIELDS))
             doc["applied"] = False
         doc["error"] = self.error
         doc["actuation_error"] = dict(self.actuation_error) if self.actuation_error else None
         if self.shadow is not None:
             s = self.shadow.as_json()
-            doc["shadow"] = {
-                "policy": s["policy"],
-                "policy_version": self.shadow_version,
-                "proposed": s["desired_before_guards"],
-                "final": s["desired"],
-                "rule": s["rule"],
-                "signals": s["inputs"],
-                "note": s["note"],
-                "guard": s["guard"],
-                "guard_note": s["guard_note"],
+            doc["shadow"] = {"policy": s["policy"], "policy_version": self.shadow_version} | {
+                k: s[k] for k in _SHADOW_FIELDS
             }
         else:
             doc["shadow"] = None

@@ -311,9 +311,11 @@ class DriftMonitor:
     def model_for(self, scale: FactorScale) -> PerfModel:
         """The deployment's step-time model with the profile's factors times ``scale`` (not cached:
         ~0.1 ms to build; the elasticities ask for a handful per tick)."""
+        from llmscale.perf.catalogue import get_gpu
         from llmscale.perf.profile import profile_coefficients
 
-        return PerfModel(self._model, self._gpu, self._tp, profile_coefficients(self._calibration, scale))
+        coeffs = profile_coefficients(self._calibration, scale, family=get_gpu(self._gpu).family)
+        return PerfModel(self._model, self._gpu, self._tp, coeffs)
 
     @property
     def factors(self) -> dict[str, float]:

@@ -10,7 +10,10 @@ scheduled: every policy's own ``tick_s`` (Knative's 2 s, HPA's 15 s), unless the
   a replica the metric source missed is *unknown*, never absent or idle;
 - modes: ``apply`` scales, ``dry-run`` decides and logs only, ``shadow`` runs a second
   policy on the same signals with its own guard state and logs both side by side;
-- a total metrics outage (no replica reports) never scales down, whatever the guards say;
+- the core holds a scale-down through a total metrics outage (no replica reports) and settles
+  what this loop learns around its decision (:func:`~llmscale.controller.core.settle`): the node
+  layer's admission of a scale-up, whether this replica leads, a fenced or failed scale; the
+  policy's standby pool is kept through :class:`~llmscale.cluster.base.StandbyCapable`;
 - a tick that scales first saves the guard state the scale leads to, then writes its
   decision record, and only then scales: a tick whose state or record cannot be written
   does not act (a saved state is then put back), and a controller killed between the save
@@ -24,7 +27,14 @@ scheduled: every policy's own ``tick_s`` (Knative's 2 s, HPA's 15 s), unless the
   decision log, so an unwritable store or log stops it before its first tick;
 - the only broad ``except`` is at the top of :meth:`LiveController.tick`: a failing tick is
   logged, counted and recorded with its error (every replica it knew of counts as unknown),
-  and the loop goes on.
+  and the loop goes on;
+- :meth:`LiveController.run` runs each tick in a worker thread under a deadline
+  (``tick_deadline_s``, default the larger of 3 ticks and 30 s): a tick past it is abandoned,
+  counted and recorded as failed, may no longer scale (its scale raises ActuationError), and no
+  new tick starts while it still runs; :meth:`LiveController.healthy` (``/healthz``) turns false
+  when no tick has decided for ``unhealthy_after_ticks`` ticks (and two deadlines), so a
+  liveness probe restarts a controller stuck in anything; ``stop`` (SIGTERM) ends ``run`` within
+  0.1 s whatever the tick is blocked on (issue 19: a tick that looped for minutes ignored both).
 
 In ``dry-run`` and for the shadow policy the guard state advances as if the decision had
 been applied: the log then shows the cadence of actions the policy would take (one
@@ -40,9 +50,19 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from llmscale.clock import Clock, WallClock
-from llmscale.cluster.base import Cluster
+from llmscale.cluster.base import Cluster, StandbyCapable
 from llmscale.config import Mode
-from llmscale.controller.core import Controller, ControllerState, decide, next_tick_after, observe
+from llmscale.controller.admission import check_scale_up
+from llmscale.controller.core import (
+    SCRAPED_PHASES,
+    Controller,
+    ControllerState,
+    TickFacts,
+    decide,
+    next_tick_after,
+    observe,
+    settle,
+)
 from llmscale.controller.decision_log import DecisionLog, DecisionLogError, LogEntry, new_trace_id
 from llmscale.controller.persist import (
     StateFormatError,
@@ -63,7 +83,7 @@ __all__ = ["ClusterAlignedSource", "Elector", "LiveController", "PolicyRun", "ac
 
 
 if TYPE_CHECKING:
-    from llmscale.controller.admission import NodeAdmission
+    from llmscale.controller.admission import MigQuota, NodeAdmission
     from llmscale.controller.drift import DriftMonitor
 
 
@@ -87,8 +107,11 @@ class Elector(Protocol):
 
 log = logging.getLogger(__name__)
 
+#: how often run() looks at ``stop`` while a tick runs: SIGTERM ends the loop within this
+_STOP_POLL_S = 0.1
+
 #: a replica in these phases should answer its /metrics: no data from it is a scrape error
-_SCRAPED_PHASES = (Phase.READY, Phase.DRAINING)
+_SCRAPED_PHASES = SCRAPED_PHASES
 
 
 class ClusterAlignedSource:
@@ -202,6 +225,7 @@ class LiveController:
         drift: DriftMonitor | None = None,
         elector: Elector | None = None,
         admission: NodeAdmission | None = None,
+        quota: MigQuota | None = None,
     ) -> None:
         """``tick_s``: seconds between ticks, overriding the primary policy's own ``tick_s`` (None:
         the policy's cadence; the shadow policy decides at the primary's ticks). ``deployment``:
@@ -214,7 +238,8 @@ class LiveController:
         hook (``controller/drift.py``), run on each tick's signals before the policies.
         ``elector``: leader election (``cluster/leader.py``); only the leader acts and saves state.
         ``admission``: seed 003 3.1's node checks (``controller/admission.py``): a scale-up no node
-        can take is held at the current spec.
+        can take is held at the current spec. ``quota``: the tenant's MIG quota (the same file and
+        check as ``llmscale tenants``), checked before the nodes.
         """
         if mode is Mode.SHADOW and shadow is None:
             raise ConfigError("mode shadow needs a shadow policy")
@@ -248,6 +273,7 @@ class LiveController:
         self.drift = drift
         self.elector = elector
         self.admission = admission
+        self.quota = quota
         #: whether this replica led at its previous tick: a standby that becomes the leader
         #: reloads the saved state first, so it honours the cooldowns its predecessor started
         self._was_leading = elector is None
@@ -369,42 +395,24 @@ class LiveController:
         if self.drift is not None:
             signals = self.drift.tick(now_s, window, signals)
         obs = window[-1]
+        held = getattr(self.cluster, "set_held_requests", None)
+        if callable(held):  # KEDA: requests held at the activator make the ScaledObject active at once
+            held(obs.gateway_queue)
         run = self.primary
+        # The core decides, holds a scale-down through a total metrics outage, and settles what
+        # this adapter learns: the resource layer's admission of a scale-up (the tenant's MIG
+        # quota, then the nodes), and whether it leads.
         record, state = decide(self._core(run), observed, signals, now_s)
-        outage = _total_outage(obs)
+        outage = record.metrics_outage
         if outage:
             log.warning(
                 "metrics outage for %s: none of %d replica(s) reported; holding any scale-down",
                 self.target, len(obs.replicas),
             )  # fmt: skip
-            if record.final < obs.fleet.spec_replicas:
-                record = replace(
-                    record,
-                    final=obs.fleet.spec_replicas,
-                    guard="metrics-outage",
-                    guard_note=_join(
-                        record.guard_note, "no replica reported metrics: load unknown, not zero"
-                    ),
-                )
-                state = replace(state, guard_state=before.guard_state)
-
-        admitted = None
-        if self.admission is not None and record.final > obs.fleet.spec_replicas:
-            admitted = self.admission.check()
-            if admitted.held:
-                log.warning(
-                    "holding %s at %d: no node passes the node checks (%s)",
-                    self.target, obs.fleet.spec_replicas,
-                    "; ".join(f"{n}: {', '.join(v['failed'])}" for n, v in admitted.nodes.items()),
-                )  # fmt: skip
-                record = replace(
-                    record,
-                    final=obs.fleet.spec_replicas,
-                    guard="node-check",
-                    guard_note=_join(record.guard_note, "no node can take a replica (seed 003 3.1)"),
-                )
-                # No scale happens: no cooldown starts; the next tick asks the nodes again.
-                state = replace(state, guard_state=before.guard_state)
+        verdict, admitted = check_scale_up(obs.fleet, record.final, self.quota, self.admission)
+        if verdict is not None:
+            log.warning("holding %s's scale-up at %d: %s", self.target, verdict.limit, verdict.note)
+        record, state = settle(record, state, before, TickFacts(admission=verdict, leading=leading))
 
         current = self.cluster.spec_replicas
         # A KEDA scaler serves nothing until its first decision is published, even one that
@@ -419,10 +427,9 @@ class LiveController:
         record = replace(record, applied=changes)
 
         if not leading:
-            # A standby's guard clocks are the leader's, which it reads from the store when it
-            # takes over; clocks advanced here as if its decisions were applied would hold a
-            # new leader for cooldowns no scale started (or hide that it forgot the real ones).
-            state = replace(state, guard_state=before.guard_state)
+            # Fenced before anything was saved: settled as a standby, whose guard clocks are the
+            # leader's (the core puts back the ones before the tick).
+            record, state = settle(record, state, before, TickFacts(leading=False))
 
         shadow_record = None
         shadow_state = self.shadow_state
@@ -443,7 +450,7 @@ class LiveController:
             shadow_version=self.shadow.version if self.shadow else None,
             tick_duration_s=max(0.0, self._timer.now_s() - t0),
             drift=self.drift.last.as_json() if self.drift is not None and self.drift.last else None,
-            admission=admitted.as_json() if admitted is not None else None,
+            admission=admitted,
             **self._lease_fields(leading),
         )
         saved = before.guard_state, self.last_decision
@@ -480,7 +487,7 @@ class LiveController:
                 lease_term=None,
                 actuation_error={"reason": "not_leader", "message": "lease lost before the scale"},
             )
-            state = replace(state, guard_state=before.guard_state)
+            record, state = settle(record, state, before, TickFacts(scale_failed=True))
             decision = self.last_decision
             self.last_failure = "lost the lease before the scale"
             error = dict(entry.actuation_error or {})
@@ -496,7 +503,7 @@ class LiveController:
                     "scaling %s %d -> %d failed (%s): %s", self.target, current, record.final, reason, e
                 )
                 # The scale did not happen: no cooldown starts, the next tick decides afresh.
-                state = replace(state, guard_state=before.guard_state)
+                record, state = settle(record, state, before, TickFacts(scale_failed=True))
                 decision = self.last_decision
                 if changes:
                     self._restore(*saved)
@@ -508,6 +515,26 @@ class LiveController:
                 if changes:
                     direction = "up" if record.final > current else "down"
                     self.metrics.scale_actions.labels(direction=direction).inc()
+        if (
+            record.standby is not None
+            and self.primary_acts
+            and leading
+            and (error is None or error.get("reason") != "not_leader")
+            and isinstance(self.cluster, StandbyCapable)
+        ):
+            # The policy's standby pool (Decision.standby), kept on every tick that has one, as the
+            # backtest does: a declarative target the cluster reconciles (a drained replica may
+            # have gone instead of falling asleep). Not guarded: it serves nothing.
+            try:
+                self.cluster.set_standby(record.standby, now_s)
+            except ActuationError as e:
+                reason = actuation_reason(e)
+                self.metrics.actuation_errors.labels(reason=reason).inc()
+                log.warning("keeping %d of %s asleep failed (%s): %s", record.standby, self.target, reason, e)
+                error = {"reason": reason, "message": f"standby {record.standby}: {e}"}
+                entry = replace(entry, record=record, actuation_error=error)
+                self.last_failure = f"keeping {record.standby} asleep failed ({reason}): {e}"
+                self._write(entry)
         if error is None:
             self.last_failure = None
         self.state = state
@@ -524,7 +551,9 @@ class LiveController:
 
     def _write(self, entry: LogEntry) -> None:
         if self.decision_log is not None:
-            self.decision_log.write(entry)
+            # An abandoned tick's worker may still write while run() records it as failed.
+            with _WRITE_LOCK:
+                self.decision_log.write(entry)
 
     def _record_failure(self, now_s: float, t0: float, trace_id: str, error: str) -> None:
         """A failed tick's line, and its unknowns: every serving replica the controller knew of,
@@ -598,37 +627,135 @@ class LiveController:
         last = self.last_tick_s
         return last is not None and self.clock.now_s() - last < 3.0 * self.tick_s
 
+    #: seconds a tick may run under :meth:`run` before it is abandoned; None: the larger of three
+    #: tick intervals and 30 s (a scrape's own time-outs are 2 s a target; 30 s is never a tick)
+    tick_deadline_s: float | None = None
+    #: tick intervals without a decision after which :meth:`healthy` is false (at least two deadlines)
+    unhealthy_after_ticks: int = 10
+    #: the controller's time when run() started (None: not running)
+    _run_started_s: float | None = None
+
+    @property
+    def deadline_s(self) -> float:
+        """Seconds a tick may run (see ``tick_deadline_s``)."""
+        return self.tick_deadline_s if self.tick_deadline_s is not None else max(3.0 * self.tick_s, 30.0)
+
+    def healthy(self) -> bool:
+        """Whether the loop decides: a tick completed within the last ``unhealthy_after_ticks``
+        intervals (and two deadlines) of the controller's clock, counted from when :meth:`run`
+        started. True before ``run`` (starting up). ``/healthz`` answers it, so a liveness probe
+        restarts a controller whose ticks hang or fail, e.g. at 15 s ticks after 150 s."""
+        since = self._run_started_s
+        if since is None:
+            return True
+        last = self.last_tick_s
+        ref = since if last is None else max(since, last)
+        limit = max(self.unhealthy_after_ticks * self.tick_s, 2.0 * self.deadline_s)
+        return self.clock.now_s() - ref < limit
+
     def run(self, stop: threading.Event, *, max_ticks: int | None = None) -> int:
         """Tick when the core says the next tick is due, until ``stop`` is set or ``max_ticks``
-        ticks ran; returns ticks run.
+        ticks ran; returns ticks run (a tick abandoned past its deadline counts).
 
         A tick that overruns its interval starts the next one at once, without trying to catch
         up on the missed ones (:func:`~llmscale.controller.core.next_tick_after`: a burst of
-        ticks would only repeat the same observation).
+        ticks would only repeat the same observation). Each tick runs in a worker thread under
+        :attr:`deadline_s` (see the module docstring); ``stop`` ends the loop within 0.1 s.
         """
+        self._run_started_s = self.clock.now_s()
+        if not isinstance(self.cluster, _FencedCluster):
+            self.cluster = _FencedCluster(self.cluster)
         n = 0
         while not stop.is_set():
             delay = self.state.next_tick_s - self.clock.now_s()
             if delay > 0 and stop.wait(delay):
                 break
-            self.tick(self.clock.now_s())
+            if not self._tick_within_deadline(self.clock.now_s(), stop):
+                break
             n += 1
             if max_ticks is not None and n >= max_ticks:
                 break
         return n
 
+    def _tick_within_deadline(self, now_s: float, stop: threading.Event) -> bool:
+        """Run :meth:`tick` in a worker thread for at most :attr:`deadline_s`; False when ``stop``
+        was set meanwhile (the tick is left to itself: the process is ending)."""
+        fence = self.cluster
+        assert isinstance(fence, _FencedCluster)
+        late = fence.abandoned
+        if late is not None and late.is_alive():
+            # The abandoned tick still runs: a second one would race it on the state. Record the
+            # tick interval as failed, so the log shows every interval and /healthz the hang.
+            self._fail_tick(
+                now_s, f"the tick abandoned past its {self.deadline_s:g} s deadline is still running"
+            )
+            return not stop.is_set()
+        done = threading.Event()
 
-def _total_outage(obs: Observation) -> bool:
-    """Replicas that should report exist and none did; or the source saw nothing of a fleet
-    that should exist (a cluster without pod discovery, e.g. KEDA, and the source down).
+        def work() -> None:
+            try:
+                self.tick(now_s)
+            finally:
+                done.set()
 
-    Replicas still starting are not an outage: their /metrics are not up yet.
+        worker = threading.Thread(target=work, name="llmscale-tick", daemon=True)
+        t0 = self._timer.now_s()
+        worker.start()
+        while not done.wait(_STOP_POLL_S):
+            if stop.is_set():
+                fence.abandon(worker)
+                return False
+            if self._timer.now_s() - t0 > self.deadline_s:
+                fence.abandon(worker)
+                log.error("tick at %.3f passed its %g s deadline: abandoned", now_s, self.deadline_s)
+                self._fail_tick(
+                    now_s, f"tick abandoned: still running after its {self.deadline_s:g} s deadline"
+                )
+                return True
+        return True
+
+    def _fail_tick(self, now_s: float, why: str) -> None:
+        """Count and record a tick that did not decide; the next one is due one interval later."""
+        self.failed_ticks += 1
+        self.last_failure = why
+        self.metrics.tick_errors.inc()
+        self._record_failure(now_s, self._timer.now_s(), new_trace_id(), why)
+        self.state = replace(
+            self.state, next_tick_s=next_tick_after(self.state.next_tick_s, self.tick_s, now_s)
+        )
+
+
+_WRITE_LOCK = threading.Lock()
+
+
+class _FencedCluster:
+    """The controller's cluster, refusing scales from a tick :meth:`LiveController.run` abandoned.
+
+    A tick past its deadline decided on an observation that old; if it ever reaches its scale,
+    the scale raises :class:`ActuationError`, which the tick records (the guard state is put back)
+    as for any failed scale. Everything else is the cluster's own.
     """
-    scraped = [s for s in obs.replicas if s.phase in _SCRAPED_PHASES]
-    if scraped:
-        return not any(s.ok for s in scraped)
-    return not obs.replicas and obs.fleet.spec_replicas > 0
 
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+        self.abandoned: threading.Thread | None = None
 
-def _join(a: str, b: str) -> str:
-    return f"{a}; {b}" if a else b
+    def abandon(self, worker: threading.Thread) -> None:
+        self.abandoned = worker
+
+    def scale_to(self, n: int, now_s: float, **kw: Any) -> None:
+        if threading.current_thread() is self.abandoned:
+            raise ActuationError(f"not scaling to {n}: this tick was abandoned past its deadline")
+        self._cluster.scale_to(n, now_s, **kw)
+
+    def set_standby(self, n: int, now_s: float) -> None:
+        if threading.current_thread() is self.abandoned:
+            raise ActuationError(f"not keeping {n} asleep: this tick was abandoned past its deadline")
+        if not isinstance(self._cluster, StandbyCapable):
+            # as a plain attribute look-up would: isinstance(fenced, StandbyCapable) stays False
+            raise AttributeError("set_standby")
+        self._cluster.set_standby(n, now_s)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cluster, name)
+

@@ -150,11 +150,20 @@ class ControllerMetrics:
 class ControllerServer:
     """Serves ``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port`` (port 0: a free one)."""
 
-    def __init__(self, host: str, port: int, metrics: ControllerMetrics, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        metrics: ControllerMetrics,
+        ready: Callable[[], bool],
+        healthy: Callable[[], bool] | None = None,
+    ) -> None:
+        """``healthy`` answers ``/healthz`` (None: always healthy while serving); ``ready`` ``/readyz``."""
         self._host = host
         self._port = port
         self._metrics = metrics
         self._ready = ready
+        self._healthy = healthy
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -167,7 +176,7 @@ class ControllerServer:
         return str(host), int(port)
 
     def start(self) -> None:
-        handler = _handler(self._metrics, self._ready)
+        handler = _handler(self._metrics, self._ready, self._healthy)
         httpd = ThreadingHTTPServer((self._host, self._port), handler)
         httpd.daemon_threads = True
         self._httpd = httpd
@@ -193,14 +202,18 @@ class ControllerServer:
         self.stop()
 
 
-def _handler(metrics: ControllerMetrics, ready: Callable[[], bool]) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    metrics: ControllerMetrics, ready: Callable[[], bool], healthy: Callable[[], bool] | None
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 self._send(200, metrics.render(), CONTENT_TYPE_LATEST)
             elif path == "/healthz":
-                self._send(200, b"ok\n")
+                # Liveness: a loop that has not decided for many ticks (a hung tick) is restarted.
+                ok = healthy is None or healthy()
+                self._send(200 if ok else 503, b"ok\n" if ok else b"no decision for too long\n")
             elif path == "/readyz":
                 ok = ready()
                 self._send(200 if ok else 503, b"ready\n" if ok else b"no recent tick\n")

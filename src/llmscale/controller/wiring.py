@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from llmscale.clock import Clock, UnixClock
@@ -157,6 +158,7 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
 
     s = m.scrape
     targets: Callable[[], list[Any]]
+    activator = None if s.activator_url is None else str(s.activator_url)
     if s.static_targets is not None:
         fixed = [(t.name, t.url) for t in s.static_targets]
         targets = lambda: fixed  # noqa: E731 (a constant provider)
@@ -165,10 +167,19 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
 
         token = admin_token(s.emulate_token_file, what="metrics.scrape.emulate_token_file")
         targets = EmulateTargets(s.emulate_url, s.path, s.timeout_s, token=token)
+        if activator is None:  # emulate's front door is the activator of its fleet
+            activator = str(s.emulate_url).rstrip("/") + "/metrics"
     else:
         targets = _pod_targets(kube, s.port, s.path, s.dcgm_port)
     scrape: MetricSource = PodScrapeSource(
-        targets, timeout_s=s.timeout_s, max_sample_age_s=s.max_sample_age_s
+        targets,
+        timeout_s=s.timeout_s,
+        max_sample_age_s=s.max_sample_age_s,
+        max_page_bytes=s.max_page_bytes,
+        max_page_lines=s.max_page_lines,
+        follow_redirects=s.follow_redirects,
+        max_clock_ahead_s=s.max_clock_ahead_s,
+        activator_url=activator,
     )
     return scrape
 
@@ -195,6 +206,7 @@ def _prometheus_source(cfg: LiveConfig) -> MetricSource:
         max_sample_age_s=p.max_sample_age_s,
         timeout_s=p.timeout_s,
         queue_per_s=p.queue_per_s,
+        activator_query=p.activator_query,
     )
     return source
 
@@ -361,6 +373,21 @@ def build_admission(cfg: LiveConfig) -> Any:
     )
 
 
+def build_quota(cfg: LiveConfig, config_name: str | None = None) -> Any:
+    """The tenant's MIG quota before a scale-up, when configured: the tenants file is read and
+    checked now, so a wrong file or tenant stops ``run`` before its first tick."""
+    mq = cfg.admission.mig_quota
+    if mq is None:
+        return None
+    from llmscale.backtest.tenants import load_tenant_quota
+
+    try:
+        return load_tenant_quota(Path(mq.tenants_file), mq.tenant)
+    except ConfigError as e:
+        where = f"{config_name}: " if config_name else ""
+        raise ConfigError(f"{where}admission.mig_quota: {e}") from e
+
+
 def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: str | None = None) -> Runtime:
     """Every part of ``llmscale run``, connected; the server is built, not started.
 
@@ -403,10 +430,12 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
             config_name=config_name,
             elector=elector,
             admission=build_admission(cfg),
+            quota=build_quota(cfg, config_name),
         )
     except BaseException:
         _close_all(closers)
         raise
+    controller.tick_deadline_s = cfg.tick_deadline_s
     listen = cfg.server.listen
-    server = ControllerServer(listen.host, listen.port, metrics, controller.ready)
+    server = ControllerServer(listen.host, listen.port, metrics, controller.ready, controller.healthy)
     return Runtime(controller, server, closers)

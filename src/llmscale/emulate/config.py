@@ -27,10 +27,12 @@ def admin_token(token_file: str | None = None, *, what: str = "token_file") -> s
     that cannot be read or is empty is a ConfigError naming ``what``.
     """
     if token_file is not None:
+        from llmscale.edge import MAX_TOKEN_BYTES, InputFileError, read_input_text
+
         try:
-            token = Path(token_file).read_text().strip()
-        except OSError as e:
-            raise ConfigError(f"{what} {token_file}: cannot read it: {e.strerror}") from e
+            token = read_input_text(Path(token_file), MAX_TOKEN_BYTES, what="a token").strip()
+        except InputFileError as e:
+            raise ConfigError(f"{what} {e.path}: cannot read it: {e.problem}") from e
         if not token:
             raise ConfigError(f"{what} {token_file}: the file is empty")
         return token
@@ -91,6 +93,12 @@ class EmulateConfig:
     hbm_glitches: tuple[HbmGlitch, ...] = ()
     #: seed 004 4.4's adaptive batch fuse on every replica; None = off
     adaptive_batch: AdaptiveBatchConfig | None = None
+    #: vLLM's ``--enable-sleep-mode``: each replica serves ``POST /sleep?level=1``, ``POST /wake_up``
+    #: and ``GET /is_sleeping`` (emulate/standby.py), and the admin API ``POST /admin/standby``
+    sleep_mode: bool = False
+    #: how long waking a level-1 sleeper takes, s of simulated time; None: the catalogue's sleeping
+    #: tier (perf.start_tiers: 1.6 s for Llama-3-8B on one H100)
+    wake_s: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.replicas <= self.max_replicas:
@@ -103,7 +111,7 @@ class EmulateConfig:
         # accepted (`--pending-s nan` started a fleet whose replicas never became ready).
         if not (math.isfinite(self.time_scale) and self.time_scale > 0):
             raise ConfigError(f"time_scale = {self.time_scale}, must be a finite number > 0")
-        for name in ("pending_s", "loading_s", "warmup_s"):
+        for name in ("pending_s", "loading_s", "warmup_s", "wake_s"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"{name} = {value}, must be a finite number >= 0")

@@ -85,9 +85,10 @@ class ReplicaInfo:
 
 def build_sim_config(cfg: EmulateConfig) -> SimConfig:
     """The simulator settings for ``cfg``: catalogue cold start unless a phase duration is given."""
-    from llmscale.perf import cold_start
+    from llmscale.perf import cold_start, start_tiers
 
     cs = cold_start(cfg.model, cfg.gpu, cfg.tp)
+    wake_s = start_tiers(cfg.model, cfg.gpu, cfg.tp).sleeping.total_s if cfg.wake_s is None else cfg.wake_s
     return SimConfig(
         max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens,
@@ -96,6 +97,7 @@ def build_sim_config(cfg: EmulateConfig) -> SimConfig:
         pending_s=cs.pending_s if cfg.pending_s is None else cfg.pending_s,
         loading_s=cs.loading_s if cfg.loading_s is None else cfg.loading_s,
         warmup_s=cs.warmup_s if cfg.warmup_s is None else cfg.warmup_s,
+        wake_s=wake_s,
         grace_s=cfg.grace_s,
         timeout_s=cfg.timeout_s,
         seed=cfg.seed,
@@ -276,6 +278,9 @@ class Emulator:
         for r in self.fleet.replicas:
             if r.name == name:
                 return r
+        for r in self.fleet.sleeping:  # a standby replica keeps its name, its port and its page
+            if r.name == name:
+                return r
         return None
 
     def phase_of(self, name: str) -> Phase:
@@ -288,9 +293,10 @@ class Emulator:
         return self._replica(name)
 
     def replicas(self) -> list[ReplicaInfo]:
+        """Every replica not gone: those in service, then the sleeping ones (sleep mode)."""
         return [
             ReplicaInfo(r.name, r.phase, r.created_s, r.phase_since_s, int(r.max_seqs))
-            for r in self.fleet.replicas
+            for r in (*self.fleet.replicas, *self.fleet.sleeping)
         ]
 
     @property

@@ -67,6 +67,7 @@ _HELP = {
     V.CACHE_CONFIG_INFO: "Information of the LLMEngine CacheConfig",
     **DCGM_HELP,  # dcgm-exporter's help strings, next to the formulas that produce the values
     DERIVED.DRAM_ACTIVE_P95_60S: "P95 of DCGM_FI_PROF_DRAM_ACTIVE sampled every 100 ms over the last 60 s.",
+    V.ENGINE_SLEEP_STATE: "Engine sleep state; awake = 1 serving, weights_offloaded = 1 in level-1 sleep.",
 }
 
 
@@ -146,7 +147,10 @@ class ReplicaCollector(Collector):
         *,
         stats: Callable[[], RequestStats] | None = None,
         cache_info: CacheConfigInfo | None = None,
+        sleep_state: Callable[[], bool] | None = None,
     ) -> None:
+        """``sleep_state``: whether the replica sleeps now (emulate's sleep mode), exported as vLLM's
+        ``vllm:engine_sleep_state``; None: not exported (vLLM without sleep mode)."""
         view = cast(Fleet, _OneReplicaFleet(fleet, replica))  # duck-typed: only the attributes read
         # sub_tick: the replica's HBM bytes per 100 ms of its own (simulated) time, from every
         # span of iterations it runs, for the 60 s P95 gauge below
@@ -156,6 +160,7 @@ class ReplicaCollector(Collector):
         self._replica = replica
         self._stats = stats
         self._cache_info = cache_info
+        self._sleep_state = sleep_state
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self._name = replica.name
@@ -172,6 +177,8 @@ class ReplicaCollector(Collector):
         )
 
     def collect(self) -> Iterator[Metric]:
+        if self._sleep_state is not None:
+            yield self._sleep_family(self._sleep_state())
         obs = self._source.observe(self._now_s())
         if not obs.replicas or not obs.replicas[0].ok:
             return  # Pending: no container, nothing to expose
@@ -196,6 +203,18 @@ class ReplicaCollector(Collector):
             h.add_metric([v for _, v in self._vllm_labels], buckets, hist.sum)
             yield h
         yield from self.engine_families()
+
+    def _sleep_family(self, asleep: bool) -> GaugeMetricFamily:
+        """vLLM's one-hot ``vllm:engine_sleep_state``: awake, or weights_offloaded (level 1; the
+        emulator sleeps at level 1 only, so discard_all stays 0)."""
+        keys = [k for k, _ in self._vllm_labels]
+        values = [v for _, v in self._vllm_labels]
+        family = GaugeMetricFamily(
+            V.ENGINE_SLEEP_STATE, _HELP[V.ENGINE_SLEEP_STATE], labels=[*keys, "sleep_state"]
+        )
+        for state, on in (("awake", not asleep), ("weights_offloaded", asleep), ("discard_all", False)):
+            family.add_metric([*values, state], 1.0 if on else 0.0)
+        return family
 
     def _bw_p95(self, sample: ReplicaSample, now_s: float) -> float:
         """Seed 004's bandwidth saturation of this replica: the P95 of its 100 ms samples in 60 s.

@@ -1,17 +1,20 @@
 """HTTP for the emulated fleet: a front door, one listener per replica, the admin API.
 
-The front door routes through the simulator's own router (least outstanding)
-and serves the OpenAI API plus, when enabled, the admin API of
+The front door routes through the simulator's own router (least outstanding),
+holds requests while no replica is ready and counts them on its own ``/metrics``
+(activator.py), and serves the OpenAI API plus, when enabled, the admin API of
 docs/notes/live-controller-contracts.md behind the checks of admin_guard.py
 (off by default: ``/admin/*`` then answers 404). Each replica gets its own listener
 from the moment its container exists (Loading) until it is gone: the OpenAI
-API answers 503 until it is Ready (and again while it drains), ``/metrics``
-answers throughout. One asyncio task drives the simulator: it runs the fleet
-to the present, wakes the handlers whose requests produced tokens, opens and
-closes replica listeners as phases change, and sleeps until the next thing
-that can change (at most ``tick_s`` while tokens stream). A client that
-disconnects cancels its handler (aiohttp's handler cancellation), which aborts
-its simulated request: its batch slot and KV blocks are free at once, as in vLLM.
+API answers 503 until it is Ready (and again while it drains or sleeps), ``/metrics``
+answers throughout; with sleep mode it also serves vLLM's ``/sleep``, ``/wake_up`` and
+``/is_sleeping`` (standby.py), and keeps its listener while asleep. One asyncio
+task drives the simulator: it runs the fleet to the present, wakes the handlers
+whose requests produced tokens, opens and closes replica listeners as phases
+change, and sleeps until the next thing that can change (at most ``tick_s``
+while tokens stream). A client that disconnects cancels its handler (aiohttp's
+handler cancellation), which aborts its simulated request: its batch slot and KV
+blocks are free at once, as in vLLM.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from llmscale.emulate.activator import ActivatorCollector, render_activator
 from llmscale.emulate.admin_guard import admin_refusal, allowed_origins, read_admin_body
 from llmscale.emulate.config import EmulateConfig
 from llmscale.emulate.engine import Emulator, Flight, Outcome
@@ -44,6 +48,7 @@ from llmscale.emulate.openai_api import (
     unix_time,
     usage_chunk_object,
 )
+from llmscale.emulate.standby import add_sleep_routes, asleep, standby_state
 from llmscale.emulate.tokens import load_token_counter
 from llmscale.errors import ConfigError
 from llmscale.types import Phase
@@ -148,6 +153,7 @@ class EmulateServer:
         self._front_sock: socket.socket | None = None
         self._driver: asyncio.Task[None] | None = None
         self.front_port = 0
+        self.activator = ActivatorCollector(self.emu)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -230,7 +236,8 @@ class EmulateServer:
 
     def _reconcile(self) -> None:
         """Open a listener for every replica past Pending; close those of replicas gone."""
-        live = {r.name: r for r in self.emu.fleet.replicas}
+        # Sleeping replicas keep their listener (vLLM's process is up): /is_sleeping, /wake_up, /metrics.
+        live = {r.name: r for r in (*self.emu.fleet.replicas, *self.emu.fleet.sleeping)}
         for name, r in live.items():
             if r.phase >= Phase.LOADING and name not in self._listeners:
                 self._open(name)
@@ -250,6 +257,7 @@ class EmulateServer:
             lambda: self.emu.fleet.now,
             stats=lambda: self.emu.stats_of(name),
             cache_info=self._cache_info,
+            sleep_state=(lambda: asleep(self.emu, name)) if self.cfg.sleep_mode else None,
         )
         listener = _Listener(name, sock, self._app(name), collector)
         self._listeners[name] = listener
@@ -286,6 +294,8 @@ class EmulateServer:
         app.router.add_post("/v1/chat/completions", _chat_completions)
         app.router.add_get("/v1/models", _models)
         app.router.add_get("/health", _health)
+        if replica is None:
+            app.router.add_get("/metrics", _front_metrics)
         if admin:
             app.router.add_get("/admin/replicas", _admin_replicas)
             app.router.add_post("/admin/scale", _admin_scale)
@@ -294,6 +304,12 @@ class EmulateServer:
             app.router.add_route("*", "/admin{tail:.*}", _admin_off)
         else:
             app.router.add_get("/metrics", _metrics)
+            if self.cfg.sleep_mode:
+                # a /sleep waits for the replica's requests at most the drain grace (wall s)
+                bound_s = self.cfg.grace_s / self.cfg.time_scale + 5.0
+                add_sleep_routes(app, self.emu, replica, bound_s=bound_s)
+        if admin and self.cfg.sleep_mode:
+            app.router.add_post("/admin/standby", _admin_standby)
         return app
 
     def admin_document(self) -> dict[str, Any]:
@@ -301,6 +317,7 @@ class EmulateServer:
         ports = self.replica_ports()
         return {
             "spec_replicas": self.emu.spec_replicas,
+            **(standby_state(self.emu) if self.cfg.sleep_mode else {}),
             "now_s": round(self.emu.fleet.now, 6),
             "replicas": [
                 {
@@ -483,6 +500,13 @@ async def _metrics(request: web.Request) -> web.Response:
     )
 
 
+async def _front_metrics(request: web.Request) -> web.Response:
+    """The front door's own page: the requests it holds for want of a ready replica (activator.py)."""
+    srv = _endpoint(request).server
+    srv.emu.advance()  # requests timed out at the gateway leave the count now, not at the next loop turn
+    return web.Response(body=render_activator(srv.activator), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
 async def _present(srv: EmulateServer) -> None:
     """Bring the fleet and the listeners to now, so every replica past Pending has its port."""
     srv.emu.advance()
@@ -548,6 +572,42 @@ async def _admin_scale(request: web.Request) -> web.Response:
         srv.emu.scale_to(n, drain_until_idle=drain)
     except ConfigError as e:
         return _json_error(ApiError(400, str(e), param="replicas"))
+    await _present(srv)
+    return web.json_response(srv.admin_document())
+
+
+async def _admin_standby(request: web.Request) -> web.Response:
+    """``POST /admin/standby {"replicas": k}``: keep k replicas asleep beside the spec (emulate/standby.py).
+
+    The orchestrator's part of the pool: a surplus is deleted, a shortfall starts replicas that sleep
+    once ready; one call may add at most ``--admin-max-scale-up``.
+    """
+    srv = _endpoint(request).server
+    try:
+        body = json.loads(await read_admin_body(request))
+    except ApiError as e:
+        return _json_error(e)
+    except ValueError:
+        return _json_error(ApiError(400, "the request body is not JSON"))
+    k = body.get("replicas") if isinstance(body, dict) else None
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= srv.cfg.max_replicas:
+        return _json_error(
+            ApiError(400, f'expected {{"replicas": <int in [0, {srv.cfg.max_replicas}]>}}', param="replicas")
+        )
+    fleet = srv.emu.fleet
+    pool = len(fleet.sleeping) + len(fleet.standby_starting)
+    if k - pool > srv.cfg.admin_max_scale_up:
+        return _json_error(
+            ApiError(
+                400,
+                f"replicas = {k} would add {k - pool} to a pool of {pool}; one call may add at most "
+                f"{srv.cfg.admin_max_scale_up} (--admin-max-scale-up)",
+                param="replicas",
+            )
+        )
+    now = srv.emu.advance()
+    fleet.set_standby(k, now)
+    srv.emu.wake.set()
     await _present(srv)
     return web.json_response(srv.admin_document())
 

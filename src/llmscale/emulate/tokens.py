@@ -53,11 +53,15 @@ def load_token_counter(path: str | None) -> TokenCounter:
     """
     if path is None:
         return TokenCounter(estimate_tokens, "estimate")
+    from llmscale.edge import MAX_DOCUMENT_BYTES, input_problem
+
     file = Path(path)
-    if file.is_dir():
+    problem = input_problem(file, MAX_DOCUMENT_BYTES, directory_ok=True)  # a name too long, a FIFO
+    if problem is None and file.is_dir():
         file = file / "tokenizer.json"
-    if not file.is_file():
-        raise ConfigError(f"--tokenizer {path}: no tokenizer.json there")
+        problem = input_problem(file, MAX_DOCUMENT_BYTES)
+    if problem is not None:
+        raise ConfigError(f"--tokenizer {path}: no tokenizer.json there ({problem})")
     try:
         from tokenizers import Tokenizer
     except ImportError as e:

@@ -33,8 +33,9 @@ _READ_BYTES = 64 * 1024
 _MIN_FREE = 16 * 1024
 #: a header block longer than this is not a metrics endpoint's answer
 _MAX_HEAD_BYTES = 64 * 1024
-#: nor a body longer than this (a 500-series vLLM page is ~20 KiB; DCGM node pages ~100 KiB)
-_MAX_BODY_BYTES = 256 * 1024 * 1024
+#: nor a body longer than this by default (a 500-series vLLM page is ~20 KiB; DCGM node pages
+#: ~100 KiB): a 50 MB page once raised the controller to 550 MB, past its pod's 512Mi (issue 19)
+_MAX_BODY_BYTES = 8 * 1024 * 1024
 
 
 class HttpError(Exception):
@@ -66,7 +67,8 @@ class _Connection(asyncio.BufferedProtocol):
     ~0.3 ms more per 19 KiB answer than reading into a reused buffer (~6x).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_body_bytes: int = _MAX_BODY_BYTES) -> None:
+        self.max_body_bytes = max_body_bytes
         self.transport: asyncio.Transport | None = None
         self.reusable = False  # set when an answer ends cleanly and the server keeps the connection
         self.got_bytes = False  # any byte of the current answer arrived (a stale connection has none)
@@ -195,8 +197,8 @@ class _Connection(asyncio.BufferedProtocol):
         if self._chunked:
             return self._advance_chunks()
         if self._length is None:
-            if n - self._head_end > _MAX_BODY_BYTES:
-                raise HttpError("body too large")
+            if n - self._head_end > self.max_body_bytes:
+                raise HttpError(f"body larger than {self.max_body_bytes} bytes")
             return None  # until the connection closes (connection_lost)
         have = n - self._head_end
         if have < self._length:
@@ -236,8 +238,10 @@ class _Connection(asyncio.BufferedProtocol):
         elif transfer:
             self._chunked = True
         elif length:
-            if not length.isdigit() or int(length) > _MAX_BODY_BYTES:
+            if not length.isdigit():
                 raise HttpError(f"bad Content-Length {length[:40]!r}")
+            if int(length) > self.max_body_bytes:
+                raise HttpError(f"body of {int(length)} bytes (limit {self.max_body_bytes})")
             self._length = int(length)
         else:
             self._keep = False  # the body ends with the connection
@@ -247,6 +251,8 @@ class _Connection(asyncio.BufferedProtocol):
         while True:
             eol = buf.find(b"\r\n", self._pos, n)
             if eol < 0:
+                if n - self._pos > _MAX_HEAD_BYTES:  # a size line that never ends
+                    raise HttpError("chunk size line too long")
                 return None
             size_text = bytes(buf[self._pos : eol]).split(b";", 1)[0].strip()
             try:
@@ -256,19 +262,23 @@ class _Connection(asyncio.BufferedProtocol):
             if size == 0:
                 end = buf.find(b"\r\n\r\n", eol, n)  # the last chunk, then trailers (if any), a blank line
                 if end < 0:
+                    if n - eol > _MAX_HEAD_BYTES:
+                        raise HttpError("trailer block too large")
                     return None
                 if end + 4 != n:
                     raise HttpError("bytes after the last chunk")
                 self.reusable = self._keep
                 return self._status, b"".join(self._chunks)
+            if self._chunked_bytes + size > self.max_body_bytes:  # before its bytes are buffered
+                raise HttpError(f"body larger than {self.max_body_bytes} bytes")
             start, stop = eol + 2, eol + 2 + size
             if n < stop + 2:
                 return None
             if buf[stop : stop + 2] != b"\r\n":
                 raise HttpError("chunk not followed by CRLF")
             self._chunked_bytes += size
-            if self._chunked_bytes > _MAX_BODY_BYTES:
-                raise HttpError("body too large")
+            if self._chunked_bytes > self.max_body_bytes:
+                raise HttpError(f"body larger than {self.max_body_bytes} bytes")
             self._chunks.append(self._body(start, stop))
             self._pos = stop + 2
 
@@ -286,15 +296,19 @@ def _header(lowered: str, name: str) -> str:
 class LeanClient:
     """GETs over kept-alive connections, one idle connection kept per origin (host, port).
 
-    ``headers`` are sent with every request (e.g. ``Authorization``). :meth:`get`
+    ``headers`` are sent with every request (e.g. ``Authorization``); an answer's body longer
+    than ``max_body_bytes`` raises :class:`HttpError` (the connection is dropped as it passes). :meth:`get`
     raises :class:`Unsupported` for what a full client must fetch, :class:`HttpError`
     for a malformed answer and ``OSError`` for connection failures. A request on a
     reused connection that the server closed while idle (its keep-alive time-out)
     is sent again once on a new connection, as browsers and aiohttp do for a GET.
     """
 
-    def __init__(self, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, headers: Mapping[str, str] | None = None, *, max_body_bytes: int = _MAX_BODY_BYTES
+    ) -> None:
         self._extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self._max_body_bytes = max_body_bytes
         self._requests: dict[str, _Request] = {}
         self._idle: dict[_Origin, list[_Connection]] = {}
 
@@ -331,7 +345,9 @@ class LeanClient:
                 break  # closed while idle: once more on a new connection
         loop = asyncio.get_running_loop()
         async with asyncio.timeout_at(deadline):
-            _, conn = await loop.create_connection(_Connection, req.origin.host, req.origin.port)
+            _, conn = await loop.create_connection(
+                lambda: _Connection(self._max_body_bytes), req.origin.host, req.origin.port
+            )
         return await self._exchange(conn, req, deadline)
 
     async def _exchange(self, conn: _Connection, req: _Request, deadline: float) -> tuple[int, bytes]:

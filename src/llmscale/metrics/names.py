@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "ACTIVATOR",
     "DCGM",
     "DERIVED",
     "HISTOGRAM_BOUNDS",
@@ -95,6 +96,9 @@ class VllmMetric:
     REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"  # histogram, vllm_1_2_5_buckets
     ITERATION_TOKENS = "vllm:iteration_tokens_total"  # histogram, ITERATION_TOKENS_BUCKETS
     CACHE_CONFIG_INFO = "vllm:cache_config_info"  # gauge at 1, the cache settings as labels
+    #: gauge, label sleep_state (awake / weights_offloaded / discard_all): 1 on the engine's state
+    #: (vLLM's sleep mode; vllm/v1/metrics/loggers.py ``record_sleep_state``)
+    ENGINE_SLEEP_STATE = "vllm:engine_sleep_state"
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,21 @@ class DERIVED:
     """
 
     DRAM_ACTIVE_P95_60S = "llmscale:dram_active_p95_60s"  # ratio 0-1
+
+
+class ACTIVATOR:
+    """What a front door that holds requests while no replica is ready exports (llmscale's own names).
+
+    ``REQUESTS_HELD``: requests held now, waiting for a first replica to be ready. A fleet at zero
+    replicas has no engine to report a queue, so without this gauge the demand that should wake it
+    is invisible (a request held 30 s at emulate's front door read as ``queue_waiting 0``).
+    ``llmscale emulate`` exports it on its front door's ``/metrics``; the pod-scrape source reads it
+    from ``metrics.scrape.activator_url`` and the Prometheus source with
+    ``metrics.prometheus.activator_query``, into ``Observation.gateway_queue``, which
+    ``queue_waiting`` counts when no replica serves (docs/notes/live-controller-contracts.md).
+    """
+
+    REQUESTS_HELD = "llmscale:activator_requests_held"  # gauge, requests
 
 
 class SIM:

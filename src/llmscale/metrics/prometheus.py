@@ -16,16 +16,25 @@ One tick is one evaluation time and a batch of instant queries
 A replica is known (``ok=True``) when all its ``up`` series are 1 and fresh, and
 no metric llmscale reads has a negative, infinite or NaN value for it
 (``metrics/vetting.py``: such a value is a broken exporter, not a load).
-When Prometheus is unreachable, times out or answers 5xx, every replica of
-the last successful tick comes back unknown (``ok=False``) and the error is
-counted: the source never raises and never invents zeros. A single query that
-Prometheus refuses (4xx: a bad override) leaves that metric out and is
-counted; the other metrics still arrive.
+``activator_query`` (default ``sum(llmscale:activator_requests_held)``) reads the requests an
+activator holds while no replica is ready (``llmscale emulate``'s front door exports the gauge; see
+:class:`~llmscale.metrics.names.ACTIVATOR`) into ``Observation.gateway_queue``; it runs even when no
+replica exists, since that is when it matters. No series (nothing exports it) leaves
+``gateway_queue`` None, as does a refused query (counted as an error).
+
+When Prometheus is unreachable, misses a request's deadline (``timeout_s``, on the
+whole request: see :mod:`llmscale.metrics.promapi`), answers 5xx, or answers with
+something that is not its API's documented shape, every replica of the last
+successful tick comes back unknown (``ok=False``) and the error is counted: the
+source never raises and never invents zeros. A single query that Prometheus
+refuses (4xx: a bad override), or whose well-formed result is not an instant
+vector, leaves that metric out and is counted; the other metrics still arrive.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,28 +42,37 @@ from typing import Any
 from llmscale.errors import ConfigError
 from llmscale.metrics._loop import LoopThread
 from llmscale.metrics.exposition import build_histogram
+from llmscale.metrics.names import ACTIVATOR
+from llmscale.metrics.promapi import (
+    PrometheusError,
+    PrometheusRefused,
+    PrometheusUnavailable,
+    fetch,
+    new_client,
+    range_series,
+)
 from llmscale.metrics.promql import BACKENDS, QuerySet, default_queries, with_overrides
 from llmscale.metrics.scrape import fleet_view_of
-from llmscale.metrics.vetting import distrust
+from llmscale.metrics.vetting import HELD_MAX, distrust
 from llmscale.types import Histogram, Observation, Phase, ReplicaSample, SubTickSeries
 
-__all__ = ["PrometheusSource", "PrometheusUnavailable"]
+__all__ = [
+    "PrometheusError",
+    "PrometheusSource",
+    "PrometheusUnavailable",
+    "query_range_values",
+    "query_ranges",
+]
 
 _PHASES = {p.label: p for p in Phase}
+#: the activator's held requests, summed over every front door Prometheus scrapes
+DEFAULT_ACTIVATOR_QUERY = f"sum({ACTIVATOR.REQUESTS_HELD})"
 
 
 def _override(base: QuerySet, overrides: Mapping[str, str | None]) -> QuerySet:
     values = {k: v for k, v in overrides.items() if k not in base.histograms}
     hists = {k: v for k, v in overrides.items() if k in base.histograms}
     return with_overrides(base, values=values, histograms=hists)
-
-
-class PrometheusUnavailable(Exception):
-    """Prometheus could not answer this tick (connection, time-out, 5xx, not its API)."""
-
-
-class _QueryRefused(Exception):
-    """Prometheus answered, but refused or could not use one query (4xx, wrong result type)."""
 
 
 @dataclass(slots=True)
@@ -109,6 +127,7 @@ class PrometheusSource:
         time_of: Callable[[float], float] | None = None,
         headers: Mapping[str, str] | None = None,
         queue_per_s: bool = False,
+        activator_query: str | None = DEFAULT_ACTIVATOR_QUERY,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"prometheus url = {base_url!r}, must start with http:// or https://")
@@ -146,6 +165,9 @@ class PrometheusSource:
         #: Prometheus time of the last one-second queue sample read (the next range starts after it)
         self._queue_until: float | None = None
         self._queue_series: SubTickSeries | None = None
+        #: the requests an activator holds (None: not read); see the module docstring
+        self.activator_query = activator_query.strip() if activator_query else None
+        self._held: int | None = None
         self.errors_total = 0
         self.last_errors: dict[str, str] = {}
 
@@ -170,9 +192,12 @@ class PrometheusSource:
         """Query Prometheus once; never raises. ``now_s`` stamps the observation."""
         errors: dict[str, str] = {}
         at = None if self._time_of is None else self._time_of(now_s)
+        self._held = None
         try:
-            replicas = self._loop.run(lambda: self._tick(at, errors), timeout_s=self.timeout_s * 3 + 10)
-        except Exception as e:  # unreachable, time-out, 5xx: hold what we knew as unknown
+            replicas = self._loop.run(
+                lambda: self._bounded_tick(at, errors), timeout_s=self.timeout_s * 3 + 10
+            )
+        except Exception as e:  # unreachable, time-out, 5xx, malformed: hold what we knew as unknown
             errors["prometheus"] = str(e) or type(e).__name__
             samples = [ReplicaSample(name, phase, ok=False) for name, phase in sorted(self._known.items())]
         else:
@@ -184,7 +209,11 @@ class PrometheusSource:
             # Prometheus' clock to the observation's: the newest second ends at now_s
             queue = SubTickSeries(queue.period_s, now_s, queue.values)
         return Observation(
-            time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples), queue_per_s=queue
+            time_s=now_s,
+            fleet=fleet_view_of(samples),
+            replicas=tuple(samples),
+            queue_per_s=queue,
+            gateway_queue=self._held,
         )
 
     def _samples(self, replicas: dict[str, _Replica] | None, errors: dict[str, str]) -> list[ReplicaSample]:
@@ -217,11 +246,25 @@ class PrometheusSource:
 
     # -- querying (on the loop thread) ------------------------------------------------------
 
-    async def _tick(self, at: float | None, errors: dict[str, str]) -> dict[str, _Replica]:
-        import httpx
+    async def _bounded_tick(self, at: float | None, errors: dict[str, str]) -> dict[str, _Replica]:
+        """:meth:`_tick` within its three requests' deadlines (liveness, the batch, the queue range).
 
+        Each request ends within ``timeout_s`` already; this bound cancels the tick on the loop
+        itself (a time-out of :meth:`LoopThread.run` would leave it running there), so a tick
+        never outlives its ``observe``. Worked: timeout_s 5 -> every tick over by 15.5 s.
+        """
+        bound_s = self.timeout_s * 3 + 0.5
+        try:
+            async with asyncio.timeout(bound_s):
+                return await self._tick(at, errors)
+        except TimeoutError:
+            raise PrometheusUnavailable(
+                self.base_url, self.liveness_query, f"the tick's queries did not end within {bound_s:g} s"
+            ) from None
+
+    async def _tick(self, at: float | None, errors: dict[str, str]) -> dict[str, _Replica]:
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), headers=self._headers)
+            self._client = new_client(self.timeout_s, self._headers)
         label = self.replica_label
         up = await self._query(self.liveness_query, at)
         replicas: dict[str, _Replica] = {}
@@ -234,11 +277,13 @@ class PrometheusSource:
             r = replicas.get(name)
             if r is None:
                 r = replicas[name] = _Replica(up=v)
-            else:
-                r.up = min(r.up, v)  # several targets per pod: all must be up
+            elif v != 1.0:  # several targets per pod: all must be up (NaN is not up: min() would skip it)
+                r.up = v
             phase = None if self.phase_label is None else labels.get(self.phase_label)
             if phase in _PHASES:
                 r.phase = _PHASES[phase]
+        if self.activator_query is not None:
+            await self._read_held(at, errors)
         if not replicas:
             return replicas
 
@@ -254,10 +299,10 @@ class PrometheusSource:
                     exprs.append(q)
         results = await asyncio.gather(*(self._query(q, at) for q in exprs), return_exceptions=True)
         for what, res in zip(names, results, strict=True):
-            if isinstance(res, PrometheusUnavailable):
-                raise res
             if isinstance(res, BaseException):
-                if not isinstance(res, _QueryRefused):
+                # refused: that metric is left out; unavailable or malformed: the whole tick is
+                # unknown (a server that garbles one answer is not trusted for the others)
+                if not isinstance(res, PrometheusRefused):
                     raise res
                 errors[what] = str(res)
                 continue
@@ -265,6 +310,25 @@ class PrometheusSource:
         if self.queue_query is not None and at is not None:
             await self._queue_samples(at, errors)
         return replicas
+
+    async def _read_held(self, at: float | None, errors: dict[str, str]) -> None:
+        """The activator's held requests at ``at`` (one series, or none when nothing exports it)."""
+        try:
+            vector = await self._query(self.activator_query or "", at)
+        except PrometheusRefused as e:
+            errors["activator"] = str(e)
+            return
+        if len(vector) > 1:
+            errors["activator"] = f"{self.activator_query!r}: {len(vector)} series, need one (sum them)"
+            return
+        if vector:
+            v = vector[0][2]
+            # bounded as one replica's queue is (metrics/vetting.py): one absurd series must not
+            # take a fleet at zero to its maximum
+            if 0 <= v <= HELD_MAX:
+                self._held = round(v)
+            else:
+                errors["activator"] = f"{self.activator_query!r}: impossible value {v}"
 
     async def _queue_samples(self, at: float, errors: dict[str, str]) -> None:
         """The fleet's waiting queue each second since the last tick's (at most the last 30 s).
@@ -283,7 +347,7 @@ class PrometheusSource:
         first = at - (steps - 1)
         try:
             points = await self._range(self.queue_query or "", first, at, 1.0)
-        except _QueryRefused as e:
+        except PrometheusRefused as e:
             errors["queue_per_s"] = str(e)
             return
         self._queue_until = at
@@ -301,33 +365,15 @@ class PrometheusSource:
         self._queue_series = SubTickSeries(1.0, at, tuple(reversed(run)))
 
     async def _range(self, expr: str, start: float, end: float, step: float) -> list[tuple[float, float]]:
-        """One range query of a single series -> [(time, value)], NaN left out."""
-        import httpx
-
+        """One range query of a single series -> [(time, value)], NaN left out (raises PrometheusError)."""
         params = {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
-        try:
-            resp = await self._client.get(f"{self.base_url}/api/v1/query_range", params=params)
-        except httpx.HTTPError as e:
-            raise PrometheusUnavailable(f"{self.base_url}: {type(e).__name__}: {e}") from e
-        try:
-            doc = resp.json()
-        except ValueError as e:
-            raise _QueryRefused(f"{expr!r}: not a Prometheus API answer ({e})") from e
-        if resp.status_code != 200 or not isinstance(doc, dict) or doc.get("status") != "success":
-            reason = doc.get("error") if isinstance(doc, dict) else None
-            raise _QueryRefused(f"{expr!r}: {reason or f'HTTP {resp.status_code}'}")
-        result = (doc.get("data") or {}).get("result") or []
-        if len(result) > 1:
-            raise _QueryRefused(f"{expr!r}: {len(result)} series, need one")
-        out: list[tuple[float, float]] = []
-        try:
-            for t, v in result[0].get("values", []) if result else []:
-                x = float(v)
-                if x == x:
-                    out.append((float(t), x))
-        except (TypeError, ValueError) as e:
-            raise _QueryRefused(f"{expr!r}: malformed matrix ({e})") from e
-        return out
+        answer = await fetch(
+            self._client, self.base_url, "/api/v1/query_range", params, query=expr, timeout_s=self.timeout_s
+        )
+        answer.expect("matrix")
+        if len(answer.series) > 1:
+            raise PrometheusRefused(self.base_url, expr, f"{len(answer.series)} series, need one")
+        return [(t, v) for s in answer.series for t, v in s.points if v == v]
 
     def _fold(
         self,
@@ -342,11 +388,16 @@ class PrometheusSource:
         if part == "timestamp":
             for labels, _, v in vector:
                 r = replicas.get(labels.get(label, ""))
-                if r is not None:
+                if r is None:
+                    continue
+                if not math.isfinite(v):  # no time to judge freshness by: NaN would pass as fresh
+                    r.up_sample_s = -math.inf
+                else:
                     r.up_sample_s = v if r.up_sample_s is None else min(r.up_sample_s, v)
             for name, r in replicas.items():
-                if r.up_sample_s is None:
+                if r.up_sample_s is None or r.up_sample_s == -math.inf:
                     errors.setdefault(name, "no up sample time")
+                    r.up_sample_s = None
                 elif at is not None and at - r.up_sample_s > self.max_sample_age_s:
                     errors[name] = f"stale: last up sample {at - r.up_sample_s:.0f} s old"
                     r.up_sample_s = None
@@ -362,48 +413,29 @@ class PrometheusSource:
                 r.values[key] = v
             elif part == "buckets":
                 le = labels.get("le")
-                if le is None:
-                    errors[what] = "bucket series without an le label"
+                try:
+                    bound = float(le) if le is not None else math.nan
+                except ValueError:
+                    bound = math.nan
+                if bound != bound:
+                    errors[what] = f"bucket series with le = {le!r}, need a number"
                     return
-                r.buckets.setdefault(key, {})[float(le)] = v
+                r.buckets.setdefault(key, {})[bound] = v
             elif part == "sum":
                 r.sums[key] = v
             else:
                 r.counts[key] = v
 
     async def _query(self, expr: str, at: float | None) -> Vector:
-        """One instant query -> [(labels, sample time, value)]; raises PrometheusUnavailable/_QueryRefused."""
-        import httpx
-
+        """One instant query -> [(labels, sample time, value)]; raises a PrometheusError."""
         params = {"query": expr}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        try:
-            resp = await self._client.get(f"{self.base_url}/api/v1/query", params=params)
-        except httpx.HTTPError as e:
-            raise PrometheusUnavailable(f"{self.base_url}: {type(e).__name__}: {e}") from e
-        if resp.status_code >= 500:
-            raise PrometheusUnavailable(f"{self.base_url}: HTTP {resp.status_code} for {expr!r}")
-        try:
-            doc = resp.json()
-        except ValueError as e:
-            raise PrometheusUnavailable(f"{self.base_url}: not a Prometheus API answer ({e})") from e
-        if not isinstance(doc, dict):
-            raise PrometheusUnavailable(f"{self.base_url}: not a Prometheus API answer")
-        if resp.status_code != 200 or doc.get("status") != "success":
-            reason = doc.get("error") or f"HTTP {resp.status_code}"
-            raise _QueryRefused(f"{expr!r}: {doc.get('errorType', 'error')}: {reason}")
-        data = doc.get("data") or {}
-        if data.get("resultType") != "vector":
-            raise _QueryRefused(f"{expr!r}: result type {data.get('resultType')!r}, need an instant vector")
-        out: Vector = []
-        try:
-            for item in data.get("result") or []:
-                t, v = item["value"]
-                out.append((item.get("metric") or {}, float(t), float(v)))  # float() reads "NaN", "+Inf"
-        except (KeyError, TypeError, ValueError) as e:
-            raise _QueryRefused(f"{expr!r}: malformed vector ({type(e).__name__}: {e})") from e
-        return out
+        answer = await fetch(
+            self._client, self.base_url, "/api/v1/query", params, query=expr, timeout_s=self.timeout_s
+        )
+        answer.expect("vector")
+        return [(s.labels, t, v) for s in answer.series for t, v in s.points]
 
 
 #: seed 004's queue-entropy window, 30 one-second queue lengths (signals.gpu.ENTROPY_WINDOW_S; the
@@ -414,37 +446,32 @@ QUEUE_WINDOW_S = 30.0
 def query_range_values(
     base_url: str, expr: str, start_s: float, end_s: float, step_s: float, *, timeout_s: float = 30.0
 ) -> dict[float, float]:
-    """One PromQL range query that returns a single series: timestamp -> value (NaN skipped).
+    """One PromQL range query that returns a single series: timestamp -> value (NaN, +-Inf skipped).
 
     For offline analysis (``llmscale calibrate --prometheus``), not the controller's tick path.
-    Raises :class:`~llmscale.errors.ConfigError` naming the URL and the query when Prometheus
-    cannot be reached, refuses the query, or answers with more than one series.
+    Raises :class:`~llmscale.errors.ConfigError` for a range Prometheus would refuse, and a
+    :class:`~llmscale.metrics.promapi.PrometheusError` (exit code 2) naming the URL and the query
+    when Prometheus cannot be reached within ``timeout_s``, refuses the query, answers with more
+    than one series or with something that is not its API's answer.
     """
-    import httpx
+    return query_ranges(base_url, {"q": expr}, start_s, end_s, step_s, timeout_s=timeout_s)["q"]
 
+
+def query_ranges(
+    base_url: str,
+    queries: Mapping[str, str],
+    start_s: float,
+    end_s: float,
+    step_s: float,
+    *,
+    timeout_s: float = 30.0,
+) -> dict[str, dict[float, float]]:
+    """:func:`query_range_values` for several queries at once (name -> series), over one client."""
     if not (end_s > start_s and step_s > 0 and (end_s - start_s) / step_s <= 11_000):
         raise ConfigError(
             f"range {start_s}..{end_s} step {step_s}: end must follow start and the range hold "
             "at most 11,000 steps (Prometheus' limit)"
         )
-    url = base_url.rstrip("/") + "/api/v1/query_range"
-    params: dict[str, str | float] = {"query": expr, "start": start_s, "end": end_s, "step": step_s}
-    try:
-        r = httpx.get(url, params=params, timeout=timeout_s)
-        body = r.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise ConfigError(f"{base_url}: Prometheus query failed ({exc}): {expr}") from exc
-    if r.status_code != 200 or body.get("status") != "success":
-        raise ConfigError(f"{base_url}: Prometheus refused {expr!r}: {body.get('error', r.status_code)}")
-    result = body.get("data", {}).get("result", [])
-    if len(result) > 1:
-        raise ConfigError(f"{base_url}: {expr!r} returned {len(result)} series, expected one (aggregate it)")
-    out: dict[float, float] = {}
-    for t, v in result[0].get("values", []) if result else []:
-        try:
-            x = float(v)
-        except (TypeError, ValueError):
-            continue
-        if x == x:  # not NaN
-            out[float(t)] = x
-    return out
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ConfigError(f"timeout_s = {timeout_s}, must be a finite number > 0")
+    return range_series(base_url, queries, start_s, end_s, step_s, timeout_s=timeout_s)

@@ -14,11 +14,37 @@ described in ``last_errors``. So is a target whose page cannot be its load:
 * a stale page: the same bytes for longer than ``max_sample_age_s`` (a hung exporter, a
   cache in front of it: a live vLLM page moves every scrape, its process CPU counter at
   least), or samples stamped with a time older than that (exporters that stamp their
-  samples say how old they are; the clock is ``wall_clock``, Unix time).
+  samples say how old they are; the clock is ``wall_clock``, Unix time);
+* a page that cannot be one replica's (issue 19, ``metrics/vetting.py``): a read value past its
+  plausible range (a queue of 1e9), a histogram whose buckets fall, a read series written twice
+  or in more than 256 series, a sample stamped more than ``max_clock_ahead_s`` in the future, or
+  a read counter that went back since the last scrape other than a restart near zero (and at
+  most one restart a minute: counters that fall steadily are not resets);
+* a page larger than ``max_page_bytes`` (8 MiB; a vLLM page is ~20 KiB, a node's DCGM page
+  ~100 KiB) on every path, a compressed answer included (it is inflated at most that far: a
+  gzip bomb inflating to 1 GiB once took the controller to 5.5 GB), or with more than
+  ``max_page_lines`` lines; a redirect (not followed unless ``follow_redirects="same-host"``,
+  and then only to the same scheme, host and port: a 302 from a replica must not make another
+  URL's body its load).
+
+So the memory a scrape needs is bounded: a page in flight holds at most ``max_page_bytes`` (its
+read buffer up to twice that), and a parse of it a few times its size
+(``tests/metrics/test_scrape_limits.py`` measures the RSS of a controller scraping a 50 MB page
+and a gzip bomb: it stays within the 512Mi of deploy/).
 
 These checks cost ~30 us a page (hashing the emulator's 19 KB, 199-line page ~14 us,
 vetting its values ~16 us), against ~100 us to read it through its layout: ~15 ms of a
-500-replica tick.
+500-replica tick. Issue 19's (plausible ranges, cumulative buckets, series, counters across
+scrapes) cost ~4x the vetting before them: on one loaded 2-core run, 174 against 43-47 us a
+268-line emulate page (``vet_page`` + ``CounterHistory.went_back`` against the old ``distrust``,
+interleaved in one process), i.e. ~+40 us a page on the unloaded VM, ~20 ms of a 500-replica tick.
+
+An activator's page (``activator_url``: a front door that holds requests while no replica is
+ready, such as ``llmscale emulate``'s) is fetched with the replicas; its
+:attr:`~llmscale.metrics.names.ACTIVATOR.REQUESTS_HELD` becomes ``Observation.gateway_queue``, the
+demand of a fleet at zero that no replica can report. A failed or impossible activator page leaves
+``gateway_queue`` None (unknown, never 0) and counts as an error (``"activator"``). Its page is not
+held to the staleness limit: a front door that holds nothing serves the same bytes for hours.
 
 The target list comes from a callable, so the same source reads a static list
 or the pods a Kubernetes discovery function finds (the caller passes it: this
@@ -30,15 +56,18 @@ another target's fetch.
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import urljoin, urlsplit
 
 from llmscale.clock import Clock, UnixClock
 from llmscale.metrics._http import HttpError, LeanClient, Unsupported
 from llmscale.metrics._loop import LoopThread
-from llmscale.metrics.exposition import ExpositionError, PageReader, ParsedPage
-from llmscale.metrics.vetting import READ_HISTOGRAMS, READ_VALUES, distrust
+from llmscale.metrics.exposition import ExpositionError, PageReader, ParsedPage, parse_exposition
+from llmscale.metrics.names import ACTIVATOR
+from llmscale.metrics.vetting import HELD_MAX, CounterHistory, vet_page
 from llmscale.types import FleetView, Observation, Phase, ReplicaSample
 
 __all__ = ["PodScrapeSource", "ScrapeTarget", "TargetSpec", "fleet_view_of"]
@@ -61,6 +90,12 @@ class ScrapeTarget:
 
 #: a target as the callable may give it: a ScrapeTarget or a plain ``(replica, url)`` pair
 TargetSpec = ScrapeTarget | tuple[str, str]
+
+#: what a scrape does with a redirect: refuse it, or follow it within the same scheme, host and port
+RedirectPolicy = Literal["never", "same-host"]
+_REDIRECT_POLICIES = ("never", "same-host")
+#: hops a same-host redirect chain may take
+_MAX_REDIRECTS = 3
 
 
 def fleet_view_of(samples: Sequence[ReplicaSample]) -> FleetView:
@@ -124,6 +159,11 @@ class PodScrapeSource:
         lean_http: bool = True,
         max_sample_age_s: float = 60.0,
         wall_clock: Clock | None = None,
+        max_page_bytes: int = 8 * 1024 * 1024,
+        max_page_lines: int = 100_000,
+        follow_redirects: RedirectPolicy = "never",
+        max_clock_ahead_s: float = 10.0,
+        activator_url: str | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s = {timeout_s}, must be > 0")
@@ -131,6 +171,18 @@ class PodScrapeSource:
             raise ValueError(f"max_sample_age_s = {max_sample_age_s}, must be > 0 and finite")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency = {max_concurrency}, must be >= 1")
+        if max_page_bytes < 1024:
+            raise ValueError(f"max_page_bytes = {max_page_bytes}, must be >= 1024")
+        if max_page_lines < 1:
+            raise ValueError(f"max_page_lines = {max_page_lines}, must be >= 1")
+        if follow_redirects not in _REDIRECT_POLICIES:
+            raise ValueError(f"follow_redirects = {follow_redirects!r}, must be one of {_REDIRECT_POLICIES}")
+        if not 0 <= max_clock_ahead_s < float("inf"):
+            raise ValueError(f"max_clock_ahead_s = {max_clock_ahead_s}, must be >= 0 and finite")
+        self.max_page_bytes = max_page_bytes
+        self.max_page_lines = max_page_lines
+        self.follow_redirects = follow_redirects
+        self.max_clock_ahead_s = max_clock_ahead_s
         if callable(targets):
             self._targets_fn: Callable[[], Iterable[TargetSpec]] = targets
         else:
@@ -140,7 +192,13 @@ class PodScrapeSource:
         self.max_concurrency = max_concurrency
         self.dcgm_pod_label = dcgm_pod_label
         self.lean_http = lean_http
-        self._headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1", **(headers or {})}
+        # Identity: nothing to inflate from a server that honours it (one that does not is inflated
+        # at most to max_page_bytes, see _inflate).
+        self._headers = {
+            "Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+            "Accept-Encoding": "identity",
+            **(headers or {}),
+        }
         self._loop = LoopThread("llmscale-scrape")
         self._lean: LeanClient | None = None  # created and used on the loop thread only
         self._session: Any = None  # aiohttp.ClientSession for _full_urls, created on the loop thread
@@ -152,6 +210,10 @@ class PodScrapeSource:
         self._wall = wall_clock or UnixClock()
         #: per URL: the hash of its last page and the ``now_s`` that page first came
         self._pages: dict[str, tuple[int, float]] = {}
+        #: per URL: its read counters at the last scrape (counters only grow, or restart near 0)
+        self._counters = CounterHistory()
+        #: the activator's metrics page (see the module docstring), or None
+        self.activator_url = activator_url
         self.errors_total = 0
         self.last_errors: dict[str, str] = {}
 
@@ -200,23 +262,48 @@ class PodScrapeSource:
         errors: dict[str, str] = {}
         targets = self._list_targets(errors)
         urls = {t.url for t in targets} | {t.dcgm_url for t in targets if t.dcgm_url}
+        extra = () if self.activator_url is None else (self.activator_url,)
         if len(self._reader) > len(urls):  # targets went: their page layouts go too
             self._reader.retain(urls)
         if len(self._pages) > len(urls):
             self._pages = {u: v for u, v in self._pages.items() if u in urls}
+        if len(self._counters) > len(urls):
+            self._counters.retain(urls)
         # Generous outer bound: every fetch has its own time-out; this only guards a wedged loop.
         waves = 1 + len(targets) // self.max_concurrency
         try:
             pages = self._loop.run(
-                lambda: self._fetch_all(targets), timeout_s=self.timeout_s * 2 * waves + 30
+                lambda: self._fetch_all(targets, extra), timeout_s=self.timeout_s * 2 * waves + 30
             )
         except Exception as e:  # the loop itself failed: every replica is unknown this tick
             errors["scrape"] = f"scrape loop failed: {type(e).__name__}: {e}"
             pages = {}
         samples = self._samples(targets, pages, errors, now_s)
+        held = None if self.activator_url is None else self._held(pages.get(self.activator_url), errors)
         self.errors_total += len(errors)
         self.last_errors = errors
-        return Observation(time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples))
+        return Observation(
+            time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples), gateway_queue=held
+        )
+
+    def _held(self, body: bytes | str | None, errors: dict[str, str]) -> int | None:
+        """The requests the activator holds, from its page; None (and an error) when unknown."""
+        if not isinstance(body, bytes):
+            errors["activator"] = body if isinstance(body, str) else "not fetched"
+            return None
+        try:
+            page = parse_exposition(body.decode("utf-8", errors="replace"), source=self.activator_url)
+        except ExpositionError as e:
+            errors["activator"] = str(e)
+            return None
+        v = page.values.get(ACTIVATOR.REQUESTS_HELD)
+        # A front door holds what its memory holds: a million requests is the same bound as one
+        # replica's queue (metrics/vetting.py), so one absurd page cannot take the fleet to its maximum.
+        if v is None or not (0 <= v <= HELD_MAX):
+            what = "has no" if v is None else f"has an impossible value {v:g} of"
+            errors["activator"] = f"{self.activator_url}: the page {what} {ACTIVATOR.REQUESTS_HELD}"
+            return None
+        return round(v)
 
     def _samples(
         self,
@@ -234,12 +321,16 @@ class PodScrapeSource:
                 samples.append(ReplicaSample(t.replica, t.phase, ok=False))
                 continue
             try:
-                page = self._reader.parse(body.decode("utf-8", errors="replace"), key=t.url, source=t.url)
+                page = self._parse(body, key=t.url, source=t.url)
             except ExpositionError as e:
                 errors[t.replica] = str(e)
                 samples.append(ReplicaSample(t.replica, t.phase, ok=False))
                 continue
-            why = self._stale(t.url, body, now_s) or self._untrusted(page, wall_s)
+            why = (
+                self._stale(t.url, body, now_s)
+                or self._untrusted(page, wall_s)
+                or self._counters.went_back(t.url, page, now_s)
+            )
             if why is not None:
                 errors[t.replica] = f"{t.url}: {why}"
                 samples.append(ReplicaSample(t.replica, t.phase, ok=False))
@@ -251,6 +342,20 @@ class PodScrapeSource:
                 ReplicaSample(t.replica, t.phase, ok=True, values=values, histograms=page.histograms)
             )
         return samples
+
+    def _parse(
+        self, body: bytes, *, key: str, source: str, select: tuple[str, str] | None = None
+    ) -> ParsedPage:
+        """The page of ``body``; ExpositionError also for one with more than ``max_page_lines`` lines.
+
+        The line count is checked first (a C scan, ~2 us on a 20 KiB page): a page of 4 million
+        one-sample lines fits 8 MiB and would take ~500 MB of line objects to parse.
+        """
+        lines = body.count(b"\n")
+        if lines > self.max_page_lines:
+            raise ExpositionError(f"{lines} lines (limit {self.max_page_lines}): not parsed", source=source)
+        text = body.decode("utf-8", errors="replace")
+        return self._reader.parse(text, key=key, select=select, source=source)
 
     def _stale(self, url: str, body: bytes, now_s: float) -> str | None:
         """Why the page at ``url`` is stale: the same bytes for longer than the limit (None: fresh).
@@ -269,18 +374,10 @@ class PodScrapeSource:
         return None
 
     def _untrusted(self, page: ParsedPage, wall_s: float) -> str | None:
-        """Why ``page`` cannot be read as its replica's load: an impossible value or an old timestamp."""
-        why = distrust(page.values, page.histograms, page.nan)
-        if why is not None or not page.stamped_s:
-            return why
-        read = {n: t for n, t in page.stamped_s.items() if n in READ_VALUES or n in READ_HISTOGRAMS}
-        if not read:
-            return None
-        name, oldest = min(read.items(), key=lambda kv: kv[1])
-        age_s = wall_s - oldest
-        if age_s > self.max_sample_age_s:
-            return f"stale: {name} is stamped {age_s:.0f} s ago (limit {self.max_sample_age_s:g} s)"
-        return None
+        """Why ``page`` cannot be read as its replica's load (:func:`~llmscale.metrics.vetting.vet_page`)."""
+        return vet_page(
+            page, wall_s, max_sample_age_s=self.max_sample_age_s, max_clock_ahead_s=self.max_clock_ahead_s
+        )
 
     def _merge_dcgm(
         self,
@@ -303,8 +400,8 @@ class PodScrapeSource:
             return values
         select = None if self.dcgm_pod_label is None else (self.dcgm_pod_label, t.replica)
         try:
-            text = body.decode("utf-8", errors="replace")
-            gpu = self._reader.parse(text, key=t.dcgm_url, select=select, source=t.dcgm_url)
+            assert t.dcgm_url is not None
+            gpu = self._parse(body, key=t.dcgm_url, select=select, source=t.dcgm_url)
         except ExpositionError as e:
             errors[key] = str(e)
             return values
@@ -318,11 +415,15 @@ class PodScrapeSource:
 
     # -- fetching (on the loop thread) ------------------------------------------------------
 
-    async def _fetch_all(self, targets: tuple[ScrapeTarget, ...]) -> dict[str, bytes | str]:
-        """URL -> body (bytes) or the reason it failed (str). Each distinct URL is fetched once."""
-        urls = list(dict.fromkeys([t.url for t in targets] + [t.dcgm_url for t in targets if t.dcgm_url]))
+    async def _fetch_all(
+        self, targets: tuple[ScrapeTarget, ...], extra: tuple[str, ...] = ()
+    ) -> dict[str, bytes | str]:
+        """URL -> body (bytes) or the reason it failed (str). Each distinct URL is fetched once;
+        ``extra`` URLs (the activator's page) are fetched with the targets'."""
+        pages = [t.url for t in targets] + [t.dcgm_url for t in targets if t.dcgm_url]
+        urls = list(dict.fromkeys(pages + list(extra)))
         if self._lean is None:
-            self._lean = LeanClient(self._headers)
+            self._lean = LeanClient(self._headers, max_body_bytes=self.max_page_bytes)
         if set(urls) != self._urls:  # targets came or went: drop connections only gone ones used
             self._urls = set(urls)
             self._lean.forget(self._urls)
@@ -360,19 +461,75 @@ class PodScrapeSource:
             return f"{url}: {type(e).__name__}: {e}"
 
     async def _fetch_full(self, url: str, deadline: float) -> bytes | str:
-        """aiohttp's GET (redirects followed, answers decompressed, https), by ``deadline``."""
+        """aiohttp's GET (https, compressed answers, redirects as ``follow_redirects`` says), by
+        ``deadline``; at most ``max_page_bytes`` read and at most that many inflated."""
         import aiohttp
 
         if self._session is None:
             # limit=0: concurrency is bounded by the workers of _fetch_all, outside each time-out.
+            # auto_decompress=False: aiohttp would inflate a gzip bomb whole (see _inflate).
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60), headers=self._headers
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60),
+                headers=self._headers,
+                auto_decompress=False,
             )
         try:
-            async with asyncio.timeout_at(deadline), self._session.get(url) as resp:
-                if resp.status != 200:
-                    return f"{url}: HTTP {resp.status}"
-                body: bytes = await resp.read()
-                return body
+            async with asyncio.timeout_at(deadline):
+                where = url
+                for _ in range(_MAX_REDIRECTS + 1):
+                    async with self._session.get(where, allow_redirects=False) as resp:
+                        if resp.status in (301, 302, 303, 307, 308):
+                            nxt = urljoin(where, resp.headers.get("Location", ""))
+                            if self.follow_redirects == "never" or not _same_origin(url, nxt):
+                                return f"{url}: HTTP {resp.status} redirect to {nxt[:200]!r} not followed"
+                            where = nxt
+                            continue
+                        if resp.status != 200:
+                            return f"{url}: HTTP {resp.status}"
+                        return await self._read_bounded(url, resp)
+                return f"{url}: more than {_MAX_REDIRECTS} redirects"
         except aiohttp.ClientError as e:
             return f"{url}: {type(e).__name__}: {e}"
+
+    async def _read_bounded(self, url: str, resp: Any) -> bytes | str:
+        """The body of ``resp``, inflated, or why not: at most ``max_page_bytes`` either way."""
+        limit = self.max_page_bytes
+        length = resp.content_length
+        if length is not None and length > limit:
+            return f"{url}: page of {length} bytes (limit {limit})"
+        parts: list[bytes] = []
+        got = 0
+        async for chunk in resp.content.iter_chunked(64 * 1024):
+            got += len(chunk)
+            if got > limit:
+                return f"{url}: page larger than {limit} bytes"
+            parts.append(chunk)
+        body = b"".join(parts)
+        encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+        if encoding in ("", "identity"):
+            return body
+        return _inflate(url, body, encoding, limit)
+
+
+def _same_origin(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+
+
+def _inflate(url: str, body: bytes, encoding: str, limit: int) -> bytes | str:
+    """``body`` decompressed (gzip or deflate), or why not: never more than ``limit`` bytes out.
+
+    One ``decompress`` with ``max_length``: zlib stops there, so a 1 MiB gzip bomb of zeros (1 GiB
+    inflated) costs ``limit`` bytes, not the GiB aiohttp's own decompression allocated.
+    """
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        return f"{url}: Content-Encoding {encoding[:40]!r} not supported"
+    # wbits 32 + 15: a gzip or zlib header, detected; "deflate" is zlib-wrapped per RFC 9110.
+    d = zlib.decompressobj(32 + zlib.MAX_WBITS)
+    try:
+        out = d.decompress(body, limit + 1)
+    except zlib.error as e:
+        return f"{url}: bad {encoding} body: {e}"
+    if len(out) > limit or d.unconsumed_tail:
+        return f"{url}: page inflates past {limit} bytes ({encoding}): not read"
+    return out

@@ -9,6 +9,20 @@ summed to below zero), and the jump back from the negatives read as a 30x spike.
 sample makes its replica *unknown*, like a failed scrape: the guards hold scale-down, and a
 fleet whose replicas are all unknown never scales down.
 
+Beyond finite and >= 0, every read value must be *plausible* for one replica (issue 19): a queue of
+1e9 requests on one vLLM replica is a fault, not load (the ``slo`` policy once planned a fleet of
+~2e7 for it and took minutes per tick). :data:`PLAUSIBLE_MAX` bounds each read name: requests held
+by a replica at 1e6 (vLLM's default max_num_seqs is 256; a million waiting prompts of 1,000 tokens
+would be a GiB of token ids), ratios at 1.5 (0-1 by definition, slack for rounding), percentages
+at 101, MiB at 1e8 (100 TiB: 8 x 192 GB is 1.5e6), counters at 2**53 (past it a float cannot
+count one more: rates read 0). No sane page reaches them, so what the backtests and a healthy
+fleet see is unchanged; a page past one makes its replica unknown (held), never load.
+
+The page is also judged as a whole: a histogram of a read family whose cumulative buckets fall
+with ``le`` (beyond a torn scrape's few counts), a read series written twice (folded, a duplicated
+queue sample doubled the queue), or more than :data:`MAX_SERIES` series of one read name (10,000
+extra queue series were summed into the signal) make the replica unknown too.
+
 Only the names llmscale reads are judged (``metrics/names.py``'s tables, the DCGM fields, the
 simulator's own series): an exporter's unrelated series (a summary's NaN quantile, a Go
 runtime gauge) must not blind the controller to a healthy replica.
@@ -17,12 +31,27 @@ runtime gauge) must not blind the controller to a healthy replica.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from itertools import islice
+from operator import le
 
-from llmscale.metrics.names import DCGM, SIM, TGI, TRITON, VLLM, VLLM_OLD, Names
+from llmscale.metrics.exposition import ParsedPage
+from llmscale.metrics.names import DCGM, DERIVED, SIM, TGI, TRITON, VLLM, VLLM_OLD, Names
 from llmscale.types import HistogramView
 
-__all__ = ["READ_HISTOGRAMS", "READ_VALUES", "distrust"]
+__all__ = [
+    "HELD_MAX",
+    "MAX_SERIES",
+    "PLAUSIBLE_MAX",
+    "READ_COUNTERS",
+    "READ_HISTOGRAMS",
+    "READ_VALUES",
+    "CounterHistory",
+    "distrust",
+    "distrust_shape",
+    "implausible",
+    "vet_page",
+]
 
 _HISTOGRAM_FIELDS = ("ttft", "e2e", "itl", "tpot", "queue_time")
 
@@ -43,10 +72,99 @@ READ_VALUES: frozenset[str] = (
 )
 #: histogram families llmscale reads
 READ_HISTOGRAMS: frozenset[str] = _names(_TABLES, _HISTOGRAM_FIELDS)
+#: read scalar series that are counters (they only grow, but for a restart to zero)
+READ_COUNTERS: frozenset[str] = _names(_TABLES, ("preemptions", "prompt_tokens", "generation_tokens")) | (
+    frozenset(n for n in READ_VALUES if n.endswith("_total"))
+)
+
+#: a counter past 2**53 cannot count one more in a float (9.0e15 + 1 == 9.0e15)
+_COUNTER_MAX = float(2**53)
+HELD_MAX = 1e6  # requests waiting or running on one replica (or held by a front door)
+_RATIO_MAX = 1.5
+_PERCENT_MAX = 101.0
+_MIB_MAX = 1e8
+
+#: the largest value a sane replica reports, per read name (see the module docstring); a read
+#: name not listed is bounded by the counter limit only
+PLAUSIBLE_MAX: dict[str, float] = {
+    **{n: HELD_MAX for n in _names(_TABLES, ("running", "waiting"))},
+    **{n: _RATIO_MAX for n in _names(_TABLES, ("kv_usage",))},
+    DCGM.GPU_UTIL: _PERCENT_MAX,
+    DCGM.MEM_COPY_UTIL: _PERCENT_MAX,
+    DCGM.FB_USED: _MIB_MAX,
+    DCGM.FB_FREE: _MIB_MAX,
+    DCGM.GR_ENGINE_ACTIVE: _RATIO_MAX,
+    DCGM.SM_ACTIVE: _RATIO_MAX,
+    DCGM.SM_OCCUPANCY: _RATIO_MAX,
+    DCGM.DRAM_ACTIVE: _RATIO_MAX,
+    DCGM.TENSOR_ACTIVE: _RATIO_MAX,
+    DERIVED.DRAM_ACTIVE_P95_60S: _RATIO_MAX,
+    SIM.L2_MISS: _RATIO_MAX,
+    "nv_gpu_utilization": _RATIO_MAX,
+}
+
+#: sample names of what llmscale reads, as a page writes them (a histogram's three suffixes)
+_READ_SAMPLES: frozenset[str] = READ_VALUES | frozenset(
+    f"{f}_{suffix}" for f in READ_HISTOGRAMS for suffix in ("bucket", "count", "sum")
+)
+
+#: series of one read name a replica's page may hold: vLLM writes one per engine (data-parallel
+#: ranks: 8-64), a pod's DCGM fields one per GPU (8); 10,000 is a label explosion
+MAX_SERIES = 256
+#: how far a cumulative bucket may fall below the one before it and still be read (as PromQL's
+#: ensureMonotonic does): a torn scrape of prometheus_client's per-bucket locks, a few
+#: observations landing mid-render; 2 counts plus 0.1% of the histogram's count
+_TORN_COUNTS = 2.0
+_TORN_SHARE = 1e-3
 
 
 def _bad(v: float) -> bool:
     return not 0.0 <= v < math.inf  # False for NaN too: every comparison with NaN is False
+
+
+def implausible(values: Mapping[str, float]) -> str | None:
+    """Why a read value of ``values`` cannot be one replica's (past :data:`PLAUSIBLE_MAX`); None: all can.
+
+    E.g. ``vllm:num_requests_waiting = 1e9``: "implausible value(s): vllm:num_requests_waiting =
+    1e+09 (at most 1e+06 on one replica)". Cost: one look-up per read name on the page.
+    """
+    off = []
+    for name in values.keys() & READ_VALUES:
+        limit = PLAUSIBLE_MAX.get(name, _COUNTER_MAX)
+        if values[name] > limit:
+            off.append(f"{name} = {values[name]:.6g} (at most {limit:g} on one replica)")
+    if off:
+        off.sort()
+        return f"implausible value(s): {', '.join(off[:3])}{' ...' if len(off) > 3 else ''}"
+    return None
+
+
+def distrust_shape(series: Mapping[str, int], duplicates: Collection[str]) -> str | None:
+    """Why the page's series of read names cannot be folded into one replica's values; None: they can.
+
+    ``series``: per sample name, how many series the page holds of it (names with one may be left
+    out); ``duplicates``: sample names with a series written twice (``ParsedPage`` has both).
+    """
+    read_dups = sorted(n for n in duplicates if n in _READ_SAMPLES)
+    if read_dups:
+        return f"duplicate series of {', '.join(read_dups[:3])}: the page would count them twice"
+    # An intersection in C first: a page's series dict holds every histogram's _bucket name.
+    crowded = sorted((n, series[n]) for n in series.keys() & _READ_SAMPLES if series[n] > MAX_SERIES)
+    if crowded:
+        n, k = crowded[0]
+        return f"{k} series of {n} (at most {MAX_SERIES}): a label explosion, not one replica"
+    return None
+
+
+def _non_monotonic(cum: Sequence[float]) -> int | None:
+    """Index of the first bucket that falls below the one before it by more than a torn scrape."""
+    if all(map(le, cum, islice(cum, 1, None))):  # the usual case, in C
+        return None
+    slack = _TORN_COUNTS + _TORN_SHARE * cum[-1]
+    for i in range(1, len(cum)):
+        if cum[i] < cum[i - 1] - slack:
+            return i
+    return None
 
 
 def distrust(
@@ -70,10 +188,119 @@ def distrust(
         if off:
             shown = ", ".join(f"{n} = {values[n]!r}" for n in off[:3])
             return f"impossible value(s): {shown}{' ...' if len(off) > 3 else ''} (must be finite, >= 0)"
+    why = implausible(values)
+    if why is not None:
+        return why
     for family in histograms.keys() & READ_HISTOGRAMS:
         h = histograms[family]
         cum = h.cumulative
         if (cum and not (min(cum) >= 0.0 and sum(cum) < math.inf)) or _bad(h.count) or _bad(h.sum):
             tail = list(cum)[-3:]
             return f"impossible histogram {family}: counts ...{tail}, sum {h.sum!r} (must be finite, >= 0)"
+        if h.count > _COUNTER_MAX or h.sum > _COUNTER_MAX:
+            return f"implausible histogram {family}: count {h.count:.6g}, sum {h.sum:.6g} (at most 2**53)"
+        at = _non_monotonic(cum)
+        if at is not None:
+            return (
+                f"histogram {family} is not cumulative: {cum[at - 1]:g} observations up to "
+                f"le={h.bounds[at - 1]:g}, {cum[at]:g} up to le={h.bounds[at]:g}"
+            )
     return None
+
+
+def vet_page(
+    page: ParsedPage, wall_s: float, *, max_sample_age_s: float, max_clock_ahead_s: float
+) -> str | None:
+    """Why one parsed page cannot be read as its replica's load; None when it can.
+
+    :func:`distrust` of its values and histograms, :func:`distrust_shape` of its series, then its
+    read samples' timestamps (Unix seconds; exporters rarely stamp): the oldest older than
+    ``max_sample_age_s`` before ``wall_s`` is stale, the newest more than ``max_clock_ahead_s``
+    after it is not a fresh sample (a page stamped an hour ahead stayed "fresh" for an hour).
+    """
+    why = distrust(page.values, page.histograms, page.nan)
+    if why is None and (page.series or page.duplicates):
+        why = distrust_shape(page.series, page.duplicates)
+    if why is not None or not page.stamped_s:
+        return why
+    read = {n: t for n, t in page.stamped_s.items() if n in READ_VALUES or n in READ_HISTOGRAMS}
+    if not read:
+        return None
+    name, oldest = min(read.items(), key=lambda kv: kv[1])
+    age_s = wall_s - oldest
+    if age_s > max_sample_age_s:
+        return f"stale: {name} is stamped {age_s:.0f} s ago (limit {max_sample_age_s:g} s)"
+    ahead = {n: t for n, t in page.stamped_newest_s.items() if n in read}
+    if ahead:
+        name, newest = max(ahead.items(), key=lambda kv: kv[1])
+        ahead_s = newest - wall_s
+        if not ahead_s <= max_clock_ahead_s:
+            return (
+                f"{name} is stamped {ahead_s:.0f} s in the future "
+                f"(limit {max_clock_ahead_s:g} s): not a fresh sample"
+            )
+    return None
+
+
+#: a read counter that falls to at most this share of its last value (or to _RESET_FLOOR) restarted
+#: from zero; a smaller fall is a broken or hostile exporter (a restart a scrape ago leaves the
+#: counter at what one interval added: 2 s of a replica's 10 req/s against its lifetime's count)
+_RESET_SHARE = 0.1
+_RESET_FLOOR = 10.0
+#: a second restart of a replica's counters within this many seconds is not a restart (a replica
+#: that restarts every few seconds serves nothing; a page whose counters halve each scrape lies)
+_RESET_MIN_GAP_S = 60.0
+
+
+class CounterHistory:
+    """The read counters of each source at its last page, to tell a restart from a lie.
+
+    A counter only grows, or restarts near zero with its process. A page whose counters fall by
+    less (``vllm:e2e_request_latency_seconds_count`` 1,000 -> 990 -> 980 ...) was read as one
+    restart per scrape, each a burst of "new" requests that took ``slo`` to its maximum (issue 19).
+    Such a fall, or a second restart within a minute, is refused; the counters remembered are the
+    latest page's either way, so a replica that really restarted is read again from its next page.
+    Pinned by ``tests/metrics/test_page_validation.py`` and ``tests/metrics/test_fuzz_page_vetting.py``.
+    """
+
+    def __init__(self) -> None:
+        #: per source: its read counters at its last page, and the ``now_s`` of its last restart
+        self._last: dict[Hashable, tuple[dict[str, float], float | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def retain(self, keys: Collection[Hashable]) -> None:
+        """Forget sources not in ``keys`` (targets gone)."""
+        self._last = {k: v for k, v in self._last.items() if k in keys}
+
+    def went_back(self, key: Hashable, page: ParsedPage, now_s: float) -> str | None:
+        """Why ``page``'s read counters cannot follow the last page of ``key``; None when they can.
+
+        ``now_s``: the controller's time of this page (restarts are counted in it).
+        """
+        counters = {n: page.values[n] for n in page.values.keys() & READ_COUNTERS}
+        for family in page.histograms.keys() & READ_HISTOGRAMS:
+            h = page.histograms[family]
+            counters[f"{family}_count"] = h.count
+            counters[f"{family}_sum"] = h.sum
+        seen = self._last.get(key)
+        last_reset = None if seen is None else seen[1]
+        self._last[key] = (counters, last_reset)
+        if seen is None:
+            return None
+        old = seen[0]
+        falls = sorted((n, old[n], v) for n, v in counters.items() if n in old and v < old[n])
+        if not falls:
+            return None
+        for name, before, after in falls:
+            if after > _RESET_SHARE * before and after > _RESET_FLOOR:
+                return f"counter {name} went back from {before:g} to {after:g} (a restart starts near 0)"
+        if last_reset is not None and now_s - last_reset < _RESET_MIN_GAP_S:
+            name, before, after = falls[0]
+            return (
+                f"counter {name} reset again ({before:g} -> {after:g}) {now_s - last_reset:.0f} s after "
+                f"the last reset (at most one a {_RESET_MIN_GAP_S:g} s): not a restart"
+            )
+        self._last[key] = (counters, now_s)
+        return None

@@ -602,16 +602,47 @@ def _capacity_point(
     return ReplicaCapacity(rate, op.batch, op.mean_itl_s, prompt_tokens, output_tokens, replicas, within)
 
 
+#: up to this many terms :func:`_poisson_at_least` adds them all (every fleet a backtest runs); past
+#: it the work is bounded whatever the fleet size (see there)
+_POISSON_EXACT_TERMS = 4096
+#: half-width, in standard deviations, of the terms that carry a Poisson's mass: outside
+#: ``mean +- 12 sd`` (and 12 more terms) each term is below 1e-30
+_POISSON_SPAN_SD = 12.0
+
+
 def _poisson_at_least(mean: float, n: int) -> float:
     """P(N >= n) for N ~ Poisson(mean): one minus the first ``n`` terms, each in log space (no
-    underflow of exp(-mean) for a large fleet)."""
+    underflow of exp(-mean) for a large fleet).
+
+    The work is bounded whatever ``n`` and ``mean``: a fleet size read from a page that reported
+    a queue of 1e9 once asked for ~5e7 terms per call and the ``slo`` policy decided nothing for
+    minutes (issue 19). Up to :data:`_POISSON_EXACT_TERMS` terms the sum is the one every backtest
+    ran (decision logs unchanged); past it only the terms within 12 standard deviations of the
+    mean are added (at most ~4,100 of them: the rest are each below 1e-30), and past that many
+    the normal approximation with continuity correction (a Poisson of mean above ~29,000 is
+    normal to ~1e-3). ``tests/perf/test_bounded_tails.py`` pins both.
+    """
     if n <= 0:
         return 1.0
     if mean <= 0.0:
         return 0.0
+    if not math.isfinite(mean):
+        return 1.0
     log_mean = math.log(mean)
-    below = sum(math.exp(j * log_mean - mean - math.lgamma(j + 1.0)) for j in range(n))
-    return min(1.0, max(0.0, 1.0 - below))
+    if n <= _POISSON_EXACT_TERMS:
+        below = sum(math.exp(j * log_mean - mean - math.lgamma(j + 1.0)) for j in range(n))
+        return min(1.0, max(0.0, 1.0 - below))
+    sd = math.sqrt(mean)
+    lo = max(0, math.floor(mean - _POISSON_SPAN_SD * sd) - 12)
+    hi = math.ceil(mean + _POISSON_SPAN_SD * sd) + 12
+    if n <= lo:
+        return 1.0
+    if n > hi:
+        return 0.0
+    if hi - lo > _POISSON_EXACT_TERMS:
+        return min(1.0, max(0.0, 1.0 - _NORMAL.cdf((n - 0.5 - mean) / sd)))
+    at_least = sum(math.exp(j * log_mean - mean - math.lgamma(j + 1.0)) for j in range(n, hi + 1))
+    return min(1.0, max(0.0, at_least))
 
 
 def _share_reaching_busy_replica(replicas: int, held_per_replica: float) -> float:

@@ -572,19 +572,27 @@ def get_perf_model(
 
         try:
             mtime = Path(calibration).stat().st_mtime_ns
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise ConfigError(
-                f"{calibration}: calibration profile not found ({exc.strerror or exc})"
+                f"{calibration}: calibration profile not found ({getattr(exc, 'strerror', None) or exc})"
             ) from exc
     key = (m.name, g.name, int(tp), stack, calibration, mtime)
+    if calibration is not None and key not in _MODELS_CACHE:
+        from llmscale.perf.profile import check_profile_target
+
+        check_profile_target(calibration, m.name, g.name, int(tp))
     if scale is not None and not scale.identity:
         return _scaled_model(m, g, int(tp), stack, calibration, mtime, scale)
     pm = _MODELS_CACHE.get(key)
     if pm is None:
         coeffs = None
         if calibration is not None:
-            from llmscale.perf.profile import profile_coefficients
+            from llmscale.perf.bounds import check_physical
+            from llmscale.perf.profile import load_profile, profile_coefficients
 
+            # The profile was checked against its own GPU's data sheet when loaded; a profile
+            # of an H100 engine run on an A100 is checked again here, against the A100's.
+            check_physical(load_coefficients(), load_profile(calibration).factors, [g.family], calibration)
             coeffs = profile_coefficients(calibration)
         pm = PerfModel(m, g, tp, coeffs, stack=stack)
         _MODELS_CACHE[key] = pm
@@ -605,7 +613,7 @@ def _scaled_model(
     key: tuple[object, ...] = (m.name, g.name, tp, stack, calibration, mtime, scale)
     pm = _SCALED_CACHE.pop(key, None)
     if pm is None:
-        pm = PerfModel(m, g, tp, profile_coefficients(calibration, scale), stack=stack)
+        pm = PerfModel(m, g, tp, profile_coefficients(calibration, scale, family=g.family), stack=stack)
         while len(_SCALED_CACHE) >= _SCALED_CACHE_SIZE:
             del _SCALED_CACHE[next(iter(_SCALED_CACHE))]
     _SCALED_CACHE[key] = pm  # re-inserted: the most recently used is last

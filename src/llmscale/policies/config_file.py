@@ -30,8 +30,6 @@ __all__ = ["GUARDS_KEY", "check_policy_params", "load_policy_config"]
 
 #: the key of a policy's guard settings inside its parameters
 GUARDS_KEY = "guards"
-#: an upper bound no fleet reaches, for checking guard settings on their own
-_ANY_REPLICAS = 2**62
 
 
 def load_policy_config(path: Path) -> dict[str, dict[str, Any]]:
@@ -39,23 +37,9 @@ def load_policy_config(path: Path) -> dict[str, dict[str, Any]]:
 
     Raises ConfigError whose message starts with the file name.
     """
-    import yaml
+    from llmscale.documents import read_yaml_file
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the policy config: {e.strerror or e}") from e
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (a binary file?)") from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}:{where} not valid YAML: {problem}") from e
-    except RecursionError as e:  # thousands of nested brackets
-        raise ConfigError(f"{path}: not valid YAML: nested too deeply") from e
+    data = read_yaml_file(path, "the policy config")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -70,7 +54,7 @@ def load_policy_config(path: Path) -> dict[str, dict[str, Any]]:
 
 def check_policy_params(data: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
     """Check a policy-config document (already parsed); errors name the key path."""
-    from llmscale.guards import GUARD_FIELDS, GuardConfig
+    from llmscale.guards import GUARD_FIELDS, MAX_REPLICAS, GuardConfig
     from llmscale.policies.base import POLICIES, policy_names, validate_params
 
     known = policy_names()
@@ -112,7 +96,7 @@ def check_policy_params(data: Mapping[Any, Any]) -> dict[str, dict[str, Any]]:
             try:
                 # Bounds wide open underneath: min/max_replicas given alone are checked against
                 # the backtest's bounds when the policy is built, not against GuardConfig's defaults.
-                GuardConfig(min_replicas=0, max_replicas=_ANY_REPLICAS).merged(guards)
+                GuardConfig(min_replicas=0, max_replicas=MAX_REPLICAS).merged(guards)
             except ConfigError as e:
                 raise ConfigError(f"{name}.{GUARDS_KEY}.{e}") from e
             checked[GUARDS_KEY] = dict(guards)

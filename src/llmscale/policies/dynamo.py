@@ -167,6 +167,10 @@ def iteration_s(
     return perf.step(p, pairs, seqs, max(0, num_decode), max(0, round(decode_kv_tokens))).duration_s
 
 
+#: full chunks :func:`chunked_prefill_s` adds one by one before it prices the rest at once
+_MAX_CHUNK_STEPS = 10_000
+
+
 def chunked_prefill_s(
     perf: StepModel,
     queued_tokens: float,
@@ -178,8 +182,18 @@ def chunked_prefill_s(
     """``AggRegressionModel.estimate_next_ttft``: a new prompt behind ``queued_tokens``, chunk by chunk."""
     remaining = queued_tokens + isl
     total = 0.0
+    full = float(max_num_batched_tokens)
+    if remaining > _MAX_CHUNK_STEPS * full:
+        # Bounded whatever the queue a page reports: 1e12 queued tokens in 8,192-token chunks were
+        # 1.2e8 iterations of this loop (issue 19). Past 10,000 full chunks (82M tokens at 8,192,
+        # no backtest comes near) they are priced at once; the rest as before.
+        n = math.floor(remaining / full) - 1 if math.isfinite(remaining) else 0
+        if n <= 0:
+            return math.inf
+        total = n * iteration_s(perf, full, decode_kv, num_decode, isl)
+        remaining -= n * full
     while remaining > 0:
-        chunk = min(remaining, float(max_num_batched_tokens))
+        chunk = min(remaining, full)
         total += iteration_s(perf, chunk, decode_kv, num_decode, isl)
         remaining -= chunk
     return total

@@ -49,6 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmscale.errors import ConfigError
 from llmscale.policies._cliff import CliffConfig, keep_off_the_cliff
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import (
@@ -67,7 +68,11 @@ from llmscale.types import Decision, NoData, Signals
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
 
-__all__ = ["SloConfig", "SloPolicy", "SloState"]
+__all__ = ["MAX_SEARCHED_REPLICAS", "SloConfig", "SloPolicy", "SloState"]
+
+#: the largest fleet :meth:`SloPolicy.replicas_for` searches (a bound on its work, not a policy bound:
+#: the guards' max_replicas clamps the decision)
+MAX_SEARCHED_REPLICAS = 100_000
 
 
 @dataclass(frozen=True)
@@ -242,10 +247,10 @@ class SloPolicy:
         def carries(n: int) -> bool:
             return rate_rps <= n * self.capacity(prompt_tokens, output_tokens, ttft_target_s, n) * u + 1e-9
 
-        hi = max(
-            1,
-            math.ceil(rate_rps / (self.capacity(prompt_tokens, output_tokens, ttft_target_s, 1) * u) - 1e-9),
-        )
+        one = rate_rps / (self.capacity(prompt_tokens, output_tokens, ttft_target_s, 1) * u)
+        # Bounded search: a rate of 1e8 req/s (a page's queue of 1e9 read as growth) asked for a
+        # fleet of ~2e7 and its tail model (issue 19); no deployment holds MAX_SEARCHED_REPLICAS.
+        hi = MAX_SEARCHED_REPLICAS if not one < MAX_SEARCHED_REPLICAS else max(1, math.ceil(one - 1e-9))
         lo = 1
         while lo < hi:
             mid = (lo + hi) // 2
@@ -348,8 +353,9 @@ class SloPolicy:
         desired = max(c.min_replicas, min(c.max_replicas, desired))
         standby_state = state.standby
         standby_inputs: dict[str, float | None] = {}
+        standby: int | None = None
         if c.standby.enabled:
-            _, standby_state, standby_inputs = standby_pool(
+            standby, standby_state, standby_inputs = standby_pool(
                 # The excess over the level before this tick's arrivals moved it (alpha 0.4 would
                 # hide 40% of a step in the level it is measured against).
                 c.standby,
@@ -381,6 +387,7 @@ class SloPolicy:
                 tpot_signal: tpot_p99,
                 **cliff_inputs,
             },
+            standby=standby,
         )
         new_state = SloState(
             level_rps=level,
@@ -435,6 +442,12 @@ def _timeout(param: Any, deployment: Any) -> float | None:
     ),
 )
 def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
+    pool = params.get("standby_replicas")
+    if pool is not None and pool > ctx.max_replicas:
+        # A sleeping replica holds its GPUs like any other: a pool larger than the fleet's bound is
+        # no fleet this deployment may have (--standby-replicas 1000000 built a million replicas
+        # and ran out of memory after 50 s).
+        raise ConfigError(f"standby_replicas = {pool}, must be <= max_replicas ({ctx.max_replicas})")
     return SloPolicy(
         config_from(
             SloConfig,

@@ -208,7 +208,7 @@ class ThreeLayerPolicy:
 _PARAMS: dict[str, Param] = {
     **params_of(ThreeLayerConfig),
     "ttft_slo_s": Param(None, WINDOW_RANGE, kind=float, unit="s", help="default: the TTFT SLO"),
-    "gpu_budget": Param(None, f"[0, {COUNT_MAX}]", kind=int, help="GPUs (default: the deployment's)"),
+    "gpu_budget": Param(None, f"[1, {COUNT_MAX}]", kind=int, help="GPUs (default: the deployment's)"),
 }
 
 

@@ -119,6 +119,11 @@ class GpuCounterSpec:
     def from_perf(cls, perf: Any) -> GpuCounterSpec:
         """From a :class:`~llmscale.perf.step_time.PerfModel` (or anything with its attributes)."""
         gpu = perf.gpu
+        # The bound every calibration profile is held to (llmscale.perf.bounds), checked here
+        # too so that coefficients built by hand fail with the factor named, not a bare ValueError.
+        from llmscale.perf.bounds import check_physical
+
+        check_physical(perf.coeffs, {}, [gpu.family], f"{gpu.name} coefficients")
         return cls(
             peak_flops_s=float(gpu.peak_bf16_flops),
             step_flops_s=float(perf.kernel.step_flops_s),

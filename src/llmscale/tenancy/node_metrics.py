@@ -21,6 +21,7 @@ fails: no data, no scale-up.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping
 from typing import Final
@@ -49,37 +50,45 @@ def read_node_sample(
     timeout_s: float = 5.0,
     at_s: float | None = None,
 ) -> NodeSample:
-    """One instant query per reading against Prometheus at ``base_url``; a missing reading is None."""
-    import httpx
+    """One instant query per reading against Prometheus at ``base_url``; a missing reading is None.
+
+    Each query ends within ``timeout_s`` (the whole request: :mod:`llmscale.metrics.promapi`); one
+    that fails, times out, or is answered with anything but a single finite sample reads None,
+    and the node check fails on it (no data, no scale-up). Unlike the PromQL of the fleet, the
+    three are read concurrently on one client, so a node check takes one deadline, not three.
+    """
+    from llmscale.metrics.promapi import run_sync
 
     q = {**NODE_QUERIES, **(queries or {})}
-    values: dict[str, float | None] = {}
-    with httpx.Client(timeout=timeout_s) as client:
-        for key in ("free_memory_bytes", "cpu_throttled_ratio", "disk_io_util"):
-            expr = q[key].format(node=node_selector, window=window)
-            params = {"query": expr}
-            if at_s is not None:
-                params["time"] = f"{at_s:.3f}"
-            values[key] = _scalar(client, base_url.rstrip("/") + "/api/v1/query", params)
+    keys = ("free_memory_bytes", "cpu_throttled_ratio", "disk_io_util")
+    exprs = [q[key].format(node=node_selector, window=window) for key in keys]
+
+    async def read_all() -> list[float | None]:
+        from llmscale.metrics.promapi import new_client
+
+        async with new_client(timeout_s, connections=len(exprs)) as client:
+            return list(await asyncio.gather(*(_scalar(client, base_url, e, timeout_s, at_s) for e in exprs)))
+
+    values = dict(zip(keys, run_sync(read_all), strict=True))
     return NodeSample(values["free_memory_bytes"], values["cpu_throttled_ratio"], values["disk_io_util"])
 
 
-def _scalar(client: object, url: str, params: Mapping[str, str]) -> float | None:
-    import httpx
+async def _scalar(
+    client: object, base_url: str, expr: str, timeout_s: float, at_s: float | None
+) -> float | None:
+    from llmscale.metrics.promapi import PrometheusError, fetch
 
-    assert isinstance(client, httpx.Client)
+    params = {"query": expr}
+    if at_s is not None:
+        params["time"] = f"{at_s:.3f}"
     try:
-        resp = client.get(url, params=dict(params))
-        doc = resp.json()
-    except (httpx.HTTPError, ValueError):
+        answer = await fetch(
+            client, base_url.rstrip("/"), "/api/v1/query", params, query=expr, timeout_s=timeout_s
+        )
+        answer.expect("vector", "scalar")
+    except PrometheusError:
         return None
-    if resp.status_code != 200 or not isinstance(doc, dict) or doc.get("status") != "success":
+    if len(answer.series) != 1:
         return None
-    result = (doc.get("data") or {}).get("result") or []
-    if len(result) != 1:
-        return None
-    try:
-        v = float(result[0]["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
+    v = answer.series[0].points[0][1]
     return v if math.isfinite(v) else None

@@ -142,6 +142,17 @@ class Admission:
         }
 
 
+def quota_room_of(quota: int, held: int) -> int:
+    """New instances a tenant's quota still allows: a ResourceQuota on ``nvidia.com/mig-<profile>``
+    counts every pod holding one, draining ones included (quota 2, 2 held: none)."""
+    return max(0, quota - held)
+
+
+def quota_note(profile: str, quota: int, held: int) -> str:
+    """What a decision line says of a scale-up the quota held."""
+    return f"quota: {held} of {quota} {profile} held, room for {quota_room_of(quota, held)}"
+
+
 def admit(
     pool: MigPool,
     profile_name: str,
@@ -160,7 +171,7 @@ def admit(
     if requested < 0:
         raise ConfigError(f"requested = {requested}, must be >= 0")
     profile = pool.profile(profile_name)
-    quota_room = max(0, quota - held)
+    quota_room = quota_room_of(quota, held)
     pool_room = len(pool.room(profile, requested))
     healthy = frozenset(n for n in range(pool.num_nodes) if not node_failures.get(n))
     chosen = pool.room(profile, min(requested, quota_room), healthy)
@@ -184,7 +195,7 @@ def admit(
     if held_by is None:
         note = f"{admitted} x {profile.name} admitted" if requested else ""
     elif held_by == "quota":
-        note = f"quota: {held} of {quota} {profile.name} held, room for {quota_room}"
+        note = quota_note(profile.name, quota, held)
     elif held_by == "pool":
         note = f"pool: a free {profile.name} placement for {pool_room} of {requested}"
     else:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from llmscale.edge import MAX_TRACE_BYTES, InputFileError, input_problem, read_input_bytes, shown_path
 from llmscale.errors import TraceFormatError
 from llmscale.workloads.limits import MAX_ABS_TIME_S, MAX_TOKENS
 
@@ -56,31 +57,29 @@ def _file_start(path: Path) -> bytes:
         return b""
 
 
-def check_regular_file(path: Path) -> None:
-    """A trace is a regular file: reading /dev/zero never ends, and a named pipe without a writer
-    blocks before the first byte. Raises TraceFormatError."""
-    where = str(path)
-    if not path.exists():
-        raise TraceFormatError("file not found", path=where)
-    if path.is_dir():
-        raise TraceFormatError("is a directory, expected a file", path=where)
-    if not path.is_file():
-        raise TraceFormatError("not a regular file (a device or a pipe?), expected a trace file", path=where)
+def check_regular_file(path: Path, *, directory_ok: bool = False) -> None:
+    """A trace is a regular file of at most :data:`~llmscale.edge.MAX_TRACE_BYTES`: reading
+    /dev/zero never ends, and a named pipe without a writer blocks before the first byte.
+    Raises TraceFormatError."""
+    problem = input_problem(path, MAX_TRACE_BYTES, directory_ok=directory_ok)
+    if problem is not None:
+        raise TraceFormatError(problem, path=shown_path(path))
+
+
+def _read_bytes(path: Path, gunzip: bool) -> bytes:
+    """The file's bytes (inflated with ``gunzip``), bounded by MAX_TRACE_BYTES; TraceFormatError."""
+    try:
+        return read_input_bytes(path, MAX_TRACE_BYTES, gunzip=gunzip)
+    except InputFileError as exc:
+        raise TraceFormatError(exc.problem, path=shown_path(path)) from exc
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(_gzip_problem(exc, _file_start(path)), path=str(path)) from exc
 
 
 def read_text(path: Path) -> str:
     """Whole file as text; ``.gz`` files are decompressed. Raises TraceFormatError."""
     where = str(path)
-    check_regular_file(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceFormatError(f"cannot read file: {exc.strerror or exc}", path=where) from exc
-    if _is_gzip(path):
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceFormatError(_gzip_problem(exc, raw[:2]), path=where) from exc
+    raw = _read_bytes(path, _is_gzip(path))
     try:
         return raw.decode("utf-8-sig")  # -sig: tolerate the BOM spreadsheets write
     except UnicodeDecodeError as exc:
@@ -217,7 +216,20 @@ def parse_table(
         names = [name.strip() for name in next(csv.reader([lines[0]]))]
         header_line = int(line_numbers[0])
         lines, line_numbers = lines[1:], line_numbers[1:]
-        by_lower = {name.lower(): i for i, name in enumerate(names)}
+        by_lower: dict[str, int] = {}
+        for i, name in enumerate(names):
+            # Two columns of one name (case and blanks aside): the later one used to win without a
+            # word, so which of two ContextTokens columns was replayed depended on their order.
+            if name.lower() in by_lower and name:
+                first = names[by_lower[name.lower()]]
+                raise TraceFormatError(
+                    f"column {name!r} appears twice in the header (columns {by_lower[name.lower()] + 1} "
+                    f"and {i + 1}{'' if first == name else f', as {first!r}'}); keep one",
+                    path=path,
+                    line=header_line,
+                    field=name,
+                )
+            by_lower[name.lower()] = i
         for name in required:
             if name.lower() not in by_lower:
                 raise TraceFormatError(
@@ -318,30 +330,54 @@ def check_token_counts(arr: FloatArray, raw: Sequence[object], table: Table, nam
     return arr.astype(np.int64)
 
 
-def _split_timezone(values: list[str]) -> tuple[list[str], FloatArray | None]:
-    """Strip ``Z`` / ``+HH:MM`` suffixes (numpy datetime64 has no zones); offsets in seconds."""
+#: a UTC offset ending an ISO timestamp: ``Z`` or ``+HH:MM`` / ``-HH:MM``
+_ZONE = re.compile(r"(Z|[+-]\d\d:\d\d)$")
+#: offsets in use run from UTC-12:00 to UTC+14:00; anything past 14 hours is no zone
+_MAX_OFFSET_S = 14 * 3600
 
-    def has_zone(v: str) -> bool:
-        return v.endswith("Z") or (len(v) > 6 and v[-6] in "+-" and v[-3] == ":" and v[-5:-3].isdigit())
 
-    if not any(has_zone(v) for v in values[:1] + values[-1:]):
-        return values, None
+def _zone_of(value: str) -> str | None:
+    m = _ZONE.search(value)
+    if m is None or len(value) <= 6:
+        return None
+    return "+00:00" if m.group(1) == "Z" else m.group(1)
+
+
+def _split_timezone(table: Table, name: str, values: list[str]) -> list[str]:
+    """Strip one UTC offset shared by every row (numpy datetime64 has no zones).
+
+    Every row must be written in the same zone: all without an offset, or all with the same one
+    (``Z`` and ``+00:00`` are one). A trace of mixed offsets is refused at the first row that
+    differs, rather than converted: rows 10 s apart as written, one at ``+05:00``, became an
+    18,010 s trace, and a replay cannot tell a gap of hours from rows taken on two clocks (or
+    a daylight-saving change: convert such a trace to one zone first). An offset past 14 hours
+    or with minutes past 59 is refused. With one offset the relative times are those written.
+    """
+    first = _zone_of(values[0]) if values else None
+    last = _zone_of(values[-1]) if values else None
+    if first is None and last is None:
+        return values  # a zone in a middle row is refused by the parser's fallback, naming it
     naive: list[str] = []
-    offsets = np.zeros(len(values), dtype=np.float64)
     for i, v in enumerate(values):
-        if v.endswith("Z"):
-            naive.append(v[:-1])
-        elif has_zone(v):
-            sign = -1.0 if v[-6] == "-" else 1.0
-            try:
-                offsets[i] = sign * (int(v[-5:-3]) * 3600 + int(v[-2:]) * 60)
-            except ValueError:
-                naive.append(v)  # leave it for the parser to reject with a line number
-                continue
-            naive.append(v[:-6])
-        else:
-            naive.append(v)
-    return naive, offsets
+        zone = _zone_of(v)
+        if zone != first:
+            said = "no UTC offset" if zone is None else f"UTC offset {zone}"
+            was = "none" if first is None else first
+            raise table.error(
+                f"timestamp {v!r} has {said}, the first row's is {was}: write every row in one zone",
+                row=i,
+                field=name,
+            )
+        naive.append(v[: len(v) - (1 if v.endswith("Z") else 6)])
+    assert first is not None
+    hours, minutes = int(first[1:3]), int(first[4:6])
+    if minutes > 59 or hours * 3600 + minutes * 60 > _MAX_OFFSET_S:
+        raise table.error(
+            f"timestamp {values[0]!r}: UTC offset {first} is no time zone (they run from -12:00 to +14:00)",
+            row=0,
+            field=name,
+        )
+    return naive
 
 
 #: a plain decimal number (what a spreadsheet or a script writes for epoch seconds)
@@ -358,7 +394,8 @@ def parse_datetime_column(table: Table, name: str) -> FloatArray:
     ISO-like strings (``2023-11-16 18:17:03.9799600``) are parsed by numpy's
     datetime64[ns] in one call (about 50 ms per million rows), then converted to
     seconds relative to the first row so float64 keeps sub-microsecond resolution
-    (epoch seconds would keep only ~0.2 us). UTC offsets (``+00:00``, ``Z``) are honoured.
+    (epoch seconds would keep only ~0.2 us). One UTC offset shared by every row
+    (``+00:00``, ``Z``) is accepted; mixed offsets are refused (see :func:`_split_timezone`).
 
     A column whose first value is a plain number (``1700000000.25``) holds Unix
     epoch seconds (or any seconds): numpy would read ``1700000000`` as the year
@@ -370,7 +407,7 @@ def parse_datetime_column(table: Table, name: str) -> FloatArray:
     values = [v.strip() for v in table.columns[name]]
     if values and _NUMBER.fullmatch(values[0]):
         return _parse_epoch_seconds(table, name, values)
-    naive, offsets_s = _split_timezone(values)
+    naive = _split_timezone(table, name, values)
     _refuse_bare_numbers(table, name, naive)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy warns (not fails) on some odd strings: treat as bad
@@ -383,6 +420,13 @@ def parse_datetime_column(table: Table, name: str) -> FloatArray:
                     np.datetime64(value, "ns")
                     np.datetime64(value, "D")
                 except (ValueError, UserWarning, DeprecationWarning, OverflowError):
+                    if _zone_of(values[i]) is not None:
+                        raise table.error(
+                            f"timestamp {values[i]!r} has UTC offset {_zone_of(values[i])}, the first "
+                            "row's has none: write every row in one zone",
+                            row=i,
+                            field=name,
+                        ) from None
                     raise table.error(
                         f"unparseable timestamp {values[i]!r} (expected e.g. '2023-11-16 18:17:03.9799600')",
                         row=i,
@@ -411,8 +455,6 @@ def parse_datetime_column(table: Table, name: str) -> FloatArray:
             field=name,
         )
     rel_s: FloatArray = (ns - ns[0]).astype(np.float64) / 1e9
-    if offsets_s is not None:
-        rel_s = rel_s - (offsets_s - offsets_s[0])
     return rel_s
 
 

@@ -85,6 +85,7 @@ restarts its renewal process, as under the step shape.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -208,11 +209,24 @@ def _read_chunk(path: Path, key: int) -> _Client:
 
 
 def _chunk_files(path: Path) -> list[tuple[int, Path]]:
+    """The ``(N, file)`` of each ``chunk-N-trace.csv``, by N.
+
+    N is the client's number and seeds its windows, so two files of one number (``chunk-1`` and
+    ``chunk-01``, a copy left beside the original) would replay that client twice with the same
+    draws: every one of its arrivals doubled. They are refused, naming both.
+    """
     if path.is_dir():
-        found = [(int(m.group(1)), p) for p in path.iterdir() if (m := _CHUNK_NAME.search(p.name))]
+        found = sorted((int(m.group(1)), p) for p in path.iterdir() if (m := _CHUNK_NAME.search(p.name)))
         if not found:
             raise TraceFormatError("directory has no chunk-N-trace.csv files", path=str(path))
-        return sorted(found)
+        for (key, a), (next_key, b) in itertools.pairwise(found):
+            if key == next_key:
+                raise TraceFormatError(
+                    f"{a.name} and {b.name} are both chunk {key}: one client's rates would be "
+                    "replayed twice; keep one",
+                    path=str(path),
+                )
+        return found
     match = _CHUNK_NAME.search(path.name)
     return [(int(match.group(1)) if match else 0, path)]
 
@@ -428,8 +442,7 @@ def load_servegen(
     if rate_shape not in RATE_SHAPES:
         raise ConfigError(f"rate_shape = {rate_shape!r}, must be one of {', '.join(RATE_SHAPES)}")
     smooth = rate_shape == "smooth"
-    if not p.exists():
-        raise TraceFormatError("file not found", path=str(p))
+    _io.check_regular_file(p, directory_ok=True)
     seed = check_seed(seed)
     if not (math.isfinite(cv) and cv > 0):
         raise ConfigError(f"cv = {cv}, must be a finite number > 0")

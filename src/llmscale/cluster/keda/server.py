@@ -14,6 +14,9 @@ publishes its decision here, and a ScaledObject with a trigger of type ``externa
   the controller's adapters actuate through it exactly as through Kubernetes or the simulator.
 * :class:`ExternalScalerServicer` answers KEDA from those holders, keyed by the ScaledObject's
   namespace and name (what KEDA sends in ``ScaledObjectRef``; not the Deployment's name).
+* ``IsActive`` is true while the decision is above 0 or an activator holds requests
+  (:meth:`KedaScaler.set_held_requests`, fed by the live loop from ``Observation.gateway_queue``):
+  at zero replicas a request waiting at the front door activates the ScaledObject at once.
 * :func:`serve` starts a gRPC server on ``address`` (default ``127.0.0.1:0``, a free loopback port).
 
 Before the first decision there is nothing to serve: unary calls answer ``UNAVAILABLE`` and a stream
@@ -112,6 +115,7 @@ class KedaScaler:
         self._before_scale_down = before_scale_down
         self._cond = threading.Condition()
         self._decision: _Decision | None = None
+        self._held = 0  # requests an activator holds (set_held_requests)
         # Bumped whenever activity (desired > 0) changes or the first decision arrives; streams
         # compare it with the generation they last sent.
         self._activity_generation = 0
@@ -154,11 +158,39 @@ class KedaScaler:
             except LlmscaleError:  # best effort: a missing annotation must not hold a shrink
                 log.exception("KEDA scaler %s/%s: preparing the scale-down failed", self.namespace, self.name)
         with self._cond:
-            before = self._decision
+            before, was_active = self._decision, self._active_locked()
             self._decision = _Decision(desired=int(n), time_s=float(now_s))
-            if before is None or (before.desired > 0) != (n > 0):
+            if before is None or was_active != self._active_locked():
                 self._activity_generation += 1
                 self._cond.notify_all()
+
+    def set_held_requests(self, n: int | None) -> None:
+        """Requests an activator holds now for want of a ready replica (None: unknown, read as none).
+
+        Held demand makes the ScaledObject active at once, whatever the last decision said: at zero
+        replicas KEDA's activation is what starts the first one, and a request waiting at the front
+        door is the demand it must not miss (the policy's own 0 -> 1 follows at its next tick).
+        Wakes ``StreamIsActive`` subscribers when that changes activity.
+        """
+        held = max(0, int(n or 0))
+        with self._cond:
+            was_active = self._active_locked()
+            self._held = held
+            if self._decision is not None and was_active != self._active_locked():
+                self._activity_generation += 1
+                self._cond.notify_all()
+
+    @property
+    def held_requests(self) -> int:
+        """The last :meth:`set_held_requests` (0 before any)."""
+        with self._cond:
+            return self._held
+
+    def _active_locked(self) -> bool | None:
+        """Active: desired > 0 or held demand; None before the first decision. Hold ``_cond``."""
+        if self._decision is None:
+            return None
+        return self._decision.desired > 0 or self._held > 0
 
     def replicas_view(self) -> tuple[ReplicaView, ...]:
         """The injected view's replicas, or ``()`` when none was given."""
@@ -178,11 +210,17 @@ class KedaScaler:
         with self._cond:
             return None if self._decision is None else self._decision.time_s
 
-    def _activity(self) -> tuple[int | None, int]:
-        """(desired replicas or None, activity generation), read together."""
+    @property
+    def active(self) -> bool | None:
+        """What ``IsActive`` answers: desired > 0, or requests held at the activator; None before the
+        first decision."""
         with self._cond:
-            desired = None if self._decision is None else self._decision.desired
-            return desired, self._activity_generation
+            return self._active_locked()
+
+    def _activity(self) -> tuple[bool | None, int]:
+        """(active or None before the first decision, activity generation), read together."""
+        with self._cond:
+            return self._active_locked(), self._activity_generation
 
     def _wait_for_activity_change(
         self, seen_generation: int, timeout_s: float, stop: Callable[[], bool]
@@ -321,7 +359,8 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
 
     def IsActive(self, request: pb.ScaledObjectRef, context: grpc.ServicerContext) -> pb.IsActiveResponse:
         scaler = self._find(request, context)
-        return pb.IsActiveResponse(result=self._desired(scaler, context) > 0)
+        self._desired(scaler, context)  # UNAVAILABLE before the first decision
+        return pb.IsActiveResponse(result=bool(scaler.active))
 
     def StreamIsActive(
         self, request: pb.ScaledObjectRef, context: grpc.ServicerContext
@@ -372,10 +411,10 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
             return self._closing.is_set() or not context.is_active()
 
         while not done():
-            desired, generation = scaler._activity()
+            active, generation = scaler._activity()
             # No decision yet: send nothing (not a made-up false) and wait for the first one.
-            if desired is not None:
-                yield pb.IsActiveResponse(result=desired > 0)
+            if active is not None:
+                yield pb.IsActiveResponse(result=active)
             # Wait for a change after the state just sent (one made while the message was on its
             # way is seen at once); a time-out falls through to a keep-alive resend.
             scaler._wait_for_activity_change(generation, self._keepalive_s, done)

@@ -1,0 +1,197 @@
+"""Issue 19: a replica's page is judged as a whole before any of it is load.
+
+Each fault below was found from outside (an `emulate` replica behind a corrupting proxy) taking
+the `slo` policy to its maximum within seconds, or the controller past its memory limit. Here
+each is served by a real HTTP server and scraped by PodScrapeSource; the replica must come back
+*unknown* (``ok=False``, held by the guards) with a reason naming the fault, while a sane page
+next to it stays known, and the sane variant of each fault (a real restart, a torn scrape, a
+clock a few seconds ahead, a small gzip page) is still read.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+import pytest
+
+from llmscale.clock import ManualClock
+from llmscale.metrics.names import VLLM
+from llmscale.metrics.scrape import PodScrapeSource
+from llmscale.types import Observation
+
+LABELS = 'engine="0",model_name="llama-8b"'
+WALL0 = 1_700_000_000.0
+
+
+def page(
+    done: float = 40.0,
+    *,
+    waiting: float = 2.0,
+    buckets: tuple[float, float, float] | None = None,
+    extra: str = "",
+    stamp_ms: int | None = None,
+) -> str:
+    """One vLLM replica's page; ``buckets``: the E2E histogram's le=0.5, le=1, le=+Inf counts."""
+    b = buckets or (done / 2, done * 0.9, done)
+    st = "" if stamp_ms is None else f" {stamp_ms}"
+    return (
+        f"# TYPE {VLLM.running} gauge\n{VLLM.running}{{{LABELS}}} 3.0{st}\n"
+        f"# TYPE {VLLM.waiting} gauge\n{VLLM.waiting}{{{LABELS}}} {waiting}{st}\n{extra}"
+        f"# TYPE {VLLM.generation_tokens} counter\n{VLLM.generation_tokens}{{{LABELS}}} {done * 100}{st}\n"
+        f"# TYPE {VLLM.e2e} histogram\n"
+        f'{VLLM.e2e}_bucket{{{LABELS},le="0.5"}} {b[0]}{st}\n'
+        f'{VLLM.e2e}_bucket{{{LABELS},le="1.0"}} {b[1]}{st}\n'
+        f'{VLLM.e2e}_bucket{{{LABELS},le="+Inf"}} {b[2]}{st}\n'
+        f"{VLLM.e2e}_count{{{LABELS}}} {b[2]}{st}\n"
+        f"{VLLM.e2e}_sum{{{LABELS}}} {0.5 * done}{st}\n"
+    )
+
+
+@pytest.fixture
+def scraper():
+    made: list[PodScrapeSource] = []
+
+    def make(*paths: str, server, **kw):
+        kw.setdefault("wall_clock", ManualClock(WALL0))
+        s = PodScrapeSource([(p.strip("/"), server.url(p)) for p in paths], timeout_s=5.0, **kw)
+        made.append(s)
+        return s
+
+    try:
+        yield make
+    finally:
+        for s in made:
+            s.close()
+
+
+def _ok(obs: Observation) -> dict[str, bool]:
+    return {s.replica: s.ok for s in obs.replicas}
+
+
+def _one(page_server, scraper, bad: str, why: str, **kw) -> PodScrapeSource:
+    page_server.set("/good", page())
+    page_server.set("/bad", bad)
+    src = scraper("/good", "/bad", server=page_server, **kw)
+    obs = src.observe(0.0)
+    assert _ok(obs) == {"good": True, "bad": False}, src.last_errors
+    assert why in src.last_errors["bad"], src.last_errors
+    return src
+
+
+# ---- one page on its own -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        pytest.param(page(waiting=1e9), "implausible value(s): vllm:num_requests_waiting", id="queue-1e9"),
+        pytest.param(page(waiting=1e12), "implausible value(s)", id="queue-1e12"),
+        pytest.param(page(done=3e16), "implausible", id="counter-past-2**53"),
+        pytest.param(page(buckets=(30.0, 10.0, 40.0)), "is not cumulative", id="buckets-fall"),
+        pytest.param(
+            page(extra=f"{VLLM.waiting}{{{LABELS}}} 2.0\n"),
+            "duplicate series of vllm:num_requests_waiting",
+            id="duplicated-queue-sample",
+        ),
+        pytest.param(
+            page(extra=f'{VLLM.waiting}{{model_name="llama-8b",engine="0"}} 2.0\n'),
+            "duplicate series",
+            id="duplicate-with-labels-reordered",
+        ),
+        pytest.param(
+            page(extra="".join(f'{VLLM.waiting}{{engine="{i}"}} 1.0\n' for i in range(1, 10_001))),
+            "10001 series of vllm:num_requests_waiting",
+            id="label-explosion-10k",
+        ),
+        pytest.param(
+            page(stamp_ms=int((WALL0 + 3600) * 1000)), "stamped 3600 s in the future", id="stamped-1h-ahead"
+        ),
+    ],
+)
+def test_a_page_that_cannot_be_one_replicas_makes_it_unknown(page_server, scraper, bad, why) -> None:
+    _one(page_server, scraper, bad, why)
+
+
+@pytest.mark.parametrize(
+    "sane",
+    [
+        pytest.param(page(buckets=(30.0, 29.0, 40.0)), id="torn-scrape-1-count"),
+        pytest.param(page(stamp_ms=int((WALL0 + 5) * 1000)), id="clock-5s-ahead"),
+        pytest.param(
+            page(extra="".join(f'{VLLM.waiting}{{engine="{i}"}} 1.0\n' for i in range(1, 8))), id="8-engines"
+        ),
+        pytest.param(page(waiting=50_000.0), id="queue-50k"),
+    ],
+)
+def test_the_sane_variant_of_each_fault_is_read(page_server, scraper, sane: str) -> None:
+    page_server.set("/a", sane)
+    src = scraper("/a", server=page_server)
+    assert _ok(src.observe(0.0)) == {"a": True}, src.last_errors
+
+
+# ---- counters across scrapes ---------------------------------------------------------------
+
+
+def _scrape_series(page_server, scraper, dones: list[float], step_s: float = 2.0) -> list[bool]:
+    src = scraper("/a", server=page_server)
+    oks = []
+    for k, done in enumerate(dones):
+        page_server.set("/a", page(done))
+        oks.append(_ok(src.observe(k * step_s))["a"])
+    return oks
+
+
+def test_counters_that_fall_steadily_make_the_replica_unknown(page_server, scraper) -> None:
+    # 1,000 -> 990 -> 980 ...: each fall was read as a restart, a burst of "new" requests each tick.
+    oks = _scrape_series(page_server, scraper, [1000.0, 990.0, 980.0, 970.0])
+    assert oks == [True, False, False, False]
+
+
+def test_a_restart_to_near_zero_is_read_and_a_second_within_a_minute_is_not(page_server, scraper) -> None:
+    oks = _scrape_series(page_server, scraper, [1000.0, 1002.0, 1.0, 3.0, 5.0, 0.0, 2.0])
+    # The restart at tick 2 is read (counts from 1.0); the one at tick 5, 6 s later, is not.
+    assert oks == [True, True, True, True, True, False, True]
+
+
+def test_restarts_a_minute_apart_are_each_read(page_server, scraper) -> None:
+    oks = _scrape_series(page_server, scraper, [1000.0, 1.0, 500.0, 2.0], step_s=61.0)
+    assert oks == [True, True, True, True]
+
+
+# ---- the HTTP paths: size, compression, redirects ------------------------------------------
+
+
+def test_a_page_past_the_size_limit_is_not_read(page_server, scraper) -> None:
+    big = page() + "# padding\n" * 1_000_000  # 11 MB
+    _one(page_server, scraper, big, "limit 8388608")
+
+
+def test_a_page_with_too_many_lines_is_not_parsed(page_server, scraper) -> None:
+    _one(page_server, scraper, page() + "#\n" * 2000, "lines (limit 1000)", max_page_lines=1000)
+
+
+def _gzip_bomb(inflated: int) -> bytes:
+    c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = b"0" * (1 << 20)
+    return b"".join(c.compress(zeros) for _ in range(inflated >> 20)) + c.flush()
+
+
+def test_a_gzip_page_is_inflated_and_a_gzip_bomb_is_not(page_server, scraper) -> None:
+    page_server.set("/small", raw=gzip.compress(page().encode()), headers={"Content-Encoding": "gzip"})
+    page_server.set("/bomb", raw=_gzip_bomb(64 << 20), headers={"Content-Encoding": "gzip"})
+    src = scraper("/small", "/bomb", server=page_server)
+    assert _ok(src.observe(0.0)) == {"small": True, "bomb": False}
+    assert "inflates past 8388608 bytes" in src.last_errors["bomb"]
+
+
+def test_a_redirect_is_not_followed_unless_to_the_same_host_when_allowed(page_server, scraper) -> None:
+    page_server.set("/real", page())
+    page_server.set("/moved", status=302, headers={"Location": "/real"})
+    page_server.set("/away", status=302, headers={"Location": "http://203.0.113.7/metrics"})
+    never = scraper("/moved", server=page_server)
+    assert _ok(never.observe(0.0)) == {"moved": False}
+    assert "302 redirect" in never.last_errors["moved"] and "not followed" in never.last_errors["moved"]
+    same = scraper("/moved", "/away", server=page_server, follow_redirects="same-host")
+    assert _ok(same.observe(0.0)) == {"moved": True, "away": False}
+    assert "203.0.113.7" in same.last_errors["away"]
