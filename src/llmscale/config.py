@@ -235,6 +235,10 @@ class KubernetesConfig(_Section):
     kubeconfig: str | None = None
     context: str | None = None
     in_cluster: bool = False
+    #: how a scale-down picks its pods (docs/kubernetes-drain.md): auto reads the server version
+    #: (pod-deletion-cost from v1.22; deleting the least-loaded pods itself before); off leaves
+    #: the choice to Kubernetes. Pods' loads come from metrics.scrape's port and path.
+    scale_down_order: Literal["auto", "deletion-cost", "explicit", "annotate-only", "off"] = "auto"
 
 
 class KedaConfig(_Section):

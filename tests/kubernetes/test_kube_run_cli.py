@@ -123,6 +123,8 @@ def test_run_scales_a_deployment_through_the_scale_subresource(kube_cluster, kub
     applied = [rec for rec in lines if rec.get("applied")]
     assert applied and applied[0]["desired"] == 3, applied
     assert applied[0]["guard"] is None, applied[0]
+    # Said at start: this v1.20 server ignores pod-deletion-cost, so llmscale picks the pods itself.
+    assert f"Deployment {kube_namespace}/vllm: scale-downs: the API server is v1.20" in err, err[-3000:]
 
 
 def test_run_refuses_a_target_an_hpa_owns(kube_cluster, kube_namespace, tmp_path):

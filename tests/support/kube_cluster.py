@@ -29,6 +29,8 @@ lifecycle phases can be observed. ``fake-kubelet/max-bound: N`` plays a full GPU
 pool: at most N pods of the namespace carrying it are bound at once; the rest stay
 unbound with PodScheduled=False, reason Unschedulable, as kube-scheduler leaves a pod
 no node fits (the state the cluster autoscaler acts on), until a bound one is gone.
+A test that runs a terminating pod's preStop for real sets
+``FakeKubelet.on_terminate``.
 """
 
 from __future__ import annotations
@@ -188,6 +190,10 @@ class FakeKubelet:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fake-kubelet", daemon=True)
         self.errors: list[str] = []
+        #: a test's stand-in for a terminating pod's containers: called each tick while the pod
+        #: terminates, True once they exited (preStop done, process stopped), None for a pod it
+        #: does not run (the ``drain-s`` annotation then decides); must not block
+        self.on_terminate: Callable[[client.V1Pod], bool | None] | None = None
 
     def start(self) -> None:
         node = client.V1Node(
@@ -242,7 +248,11 @@ class FakeKubelet:
         if pod.metadata.deletion_timestamp is not None:
             if track.deleting_since_s is None:
                 track.deleting_since_s = now_s
-            if now_s - track.deleting_since_s >= _annotation_s(pod, "drain-s", 0.0):
+            hook = self.on_terminate
+            exited = hook(pod) if hook is not None else None
+            if exited is None:
+                exited = now_s - track.deleting_since_s >= _annotation_s(pod, "drain-s", 0.0)
+            if exited:
                 # What a kubelet does once the containers have exited.
                 self.core.delete_namespaced_pod(name, ns, grace_period_seconds=0, _request_timeout=5)
             return

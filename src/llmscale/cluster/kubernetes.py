@@ -13,6 +13,10 @@ protocol against a real API server:
 * ``check_ownership`` refuses to run next to another autoscaler (an HPA or a
   KEDA ScaledObject) on the same target: two controllers writing one scale
   fight, and the fleet flaps.
+* A scale-down, with ``pod_load`` given, first annotates every pod with its
+  ``pod-deletion-cost`` from its own /metrics and, on servers that ignore the
+  annotation, deletes the least-loaded pods itself (``prepare_scale_down``;
+  :mod:`llmscale.cluster.scale_down` has the rules).
 
 Every API call has a per-request time-out; 5xx, 429 and connection failures
 back off exponentially within a bounded total time and then raise
@@ -22,11 +26,12 @@ back off exponentially within a bounded total time and then raise
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -38,11 +43,17 @@ from llmscale.types import Phase, ReplicaView
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, V1Pod, V1Scale
 
+    from llmscale.cluster.scale_down import PodCandidate, PodLoad, ScaleDownOrder
+
+#: what reads the pods' loads: ``(name, ip)`` pairs -> ``{name: load or None (unknown)}``
+PodLoadReader = Callable[[Sequence[tuple[str, str]]], Mapping[str, "PodLoad | None"]]
+
 __all__ = [
     "ErrorReason",
     "KubeActuationError",
     "KubeScaleTarget",
     "KubernetesCluster",
+    "PodLoadReader",
     "RetryConfig",
     "pod_phase",
 ]
@@ -157,6 +168,16 @@ def _ts(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
+#: statuses of a pod write that mean the pod is gone (or replaced under its name): skipped
+_GONE = frozenset({404, 409})
+
+
+def _cost(candidate: PodCandidate) -> int:
+    from llmscale.cluster.scale_down import deletion_cost
+
+    return deletion_cost(candidate.load)
+
+
 def pod_phase(pod: V1Pod) -> tuple[Phase, float | None] | None:
     """A pod's lifecycle phase and the wall time (epoch s) it entered it; None for finished pods.
 
@@ -256,6 +277,8 @@ class KubernetesCluster:
         sleep: Callable[[float], None] = time.sleep,
         wall_time_s: Callable[[], float] = time.time,
         apps_api: Any = None,
+        pod_load: PodLoadReader | None = None,
+        scale_down_order: str = "auto",
     ) -> None:
         from kubernetes import client
 
@@ -276,6 +299,16 @@ class KubernetesCluster:
         )
         #: with leader election, the elector's ``is_leader``: every scale write asks it first
         self.may_write: Callable[[], bool] | None = None
+        #: reads each pod's load before a scale-down; None: no annotation, no choice (as before)
+        self.pod_load = pod_load
+        from llmscale.cluster.scale_down import ORDERS
+
+        if scale_down_order not in ("auto", *ORDERS):
+            raise ConfigError(
+                f"scale_down_order = {scale_down_order!r}, must be one of auto, {', '.join(ORDERS)}"
+            )
+        self._order_override = scale_down_order
+        self._order: ScaleDownOrder | None = None
 
     @classmethod
     def from_config(
@@ -407,11 +440,13 @@ class KubernetesCluster:
     def scale_to(self, n: int, now_s: float, *, drain_until_idle: bool = False) -> None:
         """Set ``spec.replicas`` to ``n``; pre: n >= 0. Raises KubeActuationError on failure.
 
-        ``drain_until_idle`` is accepted and ignored: the scale subresource cannot say which
-        pods go or how. Kubernetes picks the pods to delete (the ReplicaSet prefers
-        not-ready and younger pods; a StatefulSet removes the highest ordinal), and the
-        pod's own graceful termination does the draining: a preStop hook that waits until
-        the server is idle, bounded by ``terminationGracePeriodSeconds``.
+        A shrink with ``pod_load`` set first runs :meth:`prepare_scale_down` once (annotate
+        the pods' deletion costs; where the server ignores them, delete the least-loaded pods
+        itself), so the least-loaded pods go. The draining is the pod's own: its preStop hook
+        waits until its server has no running or waiting request, bounded by
+        ``terminationGracePeriodSeconds`` (deploy/vllm/). So ``drain_until_idle`` is the pod
+        spec's to honour, not this call's: a grace period longer than the longest generation
+        is "until idle"; at the deadline the kubelet kills, as the simulator's non-idle drain.
         """
         del now_s, drain_until_idle  # the server's time and the pod spec govern both
         from kubernetes.client import V1ObjectMeta, V1Scale, V1ScaleSpec
@@ -422,11 +457,16 @@ class KubernetesCluster:
                 f"cannot scale {self.target} to {n} replicas: must be >= 0", reason="other"
             )
         t = self.target
+        prepared = self.pod_load is None
         for attempt in range(self.retry.conflict_retries + 1):
             current = self._read_scale()
             meta = current.metadata
             if current.spec is not None and current.spec.replicas == n:
                 return
+            current_n = int(current.spec.replicas or 0) if current.spec is not None else 0
+            if not prepared and n < current_n:
+                prepared = True  # once: a 409 retry must not delete more pods
+                self.prepare_scale_down(current_n, n)
             # Only name, namespace and the read resourceVersion: the server rejects the
             # write with 409 if the object changed since that read.
             body = V1Scale(
@@ -451,6 +491,147 @@ class KubernetesCluster:
             "in a row (another writer is active; check for a second autoscaler or a GitOps sync)",
             reason="conflict",
         )
+
+    # -- choosing which pods a scale-down removes -------------------------------------------
+
+    def check_scale_down(self, *, via_keda: bool = False) -> ScaleDownOrder:
+        """How this target's scale-downs pick their pods (read once; see ``scale_down_order``).
+
+        Logs a warning naming the target and the reason when the server or the target kind
+        ignores pod-deletion-cost (a StatefulSet; a server older than v1.22, where llmscale
+        deletes the pods itself, or cannot under KEDA).
+        Called at start by ``llmscale run``; a failed /version read counts as an unknown version.
+        """
+        from llmscale.cluster.scale_down import scale_down_order, server_minor
+
+        if self._order is not None:
+            return self._order
+        minor: int | None = None
+        if self.target.kind == "Deployment" and self._order_override == "auto":
+            from kubernetes import client
+
+            version_api = client.VersionApi(self.api_client)
+            timeout = self.retry.request_timeout_s
+            try:
+                info = self._call("get", "version", lambda: version_api.get_code(_request_timeout=timeout))
+                minor = server_minor(info.major, info.minor)
+            except KubeActuationError as e:
+                log.warning("%s: cannot read the API server's version: %s", self.target, e)
+        order, warning = scale_down_order(
+            self.target.kind, minor, via_keda=via_keda, override=self._order_override
+        )
+        if warning:
+            log.warning("%s: scale-downs: %s", self.target, warning)
+        log.info("%s: scale-down order %s", self.target, order)
+        self._order = order
+        return order
+
+    def prepare_scale_down(self, current_n: int, n: int, *, via_keda: bool = False) -> list[str]:
+        """Before lowering ``current_n`` replicas to ``n``: annotate every live pod with its
+        deletion cost and, in ``explicit`` order, delete the chosen ready pods; returns the pods
+        deleted. Best effort: a failure is logged and the scale-down goes on (the preStop drain
+        protects whatever pod Kubernetes picks). No-op without ``pod_load``, for a non-leader,
+        or in ``off`` order.
+        """
+        from llmscale.cluster.scale_down import choose_victims
+
+        if self.pod_load is None or n >= current_n:
+            return []
+        if self.may_write is not None and not self.may_write():
+            return []
+        order = self.check_scale_down(via_keda=via_keda)
+        if order == "off":
+            return []
+        try:
+            candidates, uids = self._candidates()
+            self._annotate(candidates)
+            victims = choose_victims(candidates, current_n - n)
+            if order != "explicit":
+                return []
+            # Only ready victims: the ReplicaSet removes not-ready pods first by itself.
+            chosen = [v for v in victims if v.phase == Phase.READY]
+            for v in chosen:
+                self._delete_pod(v.name, uids[v.name])
+            if chosen:
+                log.info(
+                    "%s: deleted the least-loaded pods %s before scaling %d -> %d",
+                    self.target,
+                    ", ".join(f"{v.name} (cost {_cost(v)})" for v in chosen),
+                    current_n,
+                    n,
+                )
+            return [v.name for v in chosen]
+        except KubeActuationError as e:
+            log.warning(
+                "%s: could not choose the pods of the scale-down %d -> %d: %s", self.target, current_n, n, e
+            )
+            return []
+
+    def _candidates(self) -> tuple[list[PodCandidate], dict[str, str]]:
+        """Live (not terminating, not finished) pods with their phase and load; their uids."""
+        from llmscale.cluster.scale_down import PodCandidate
+
+        assert self.pod_load is not None
+        live: list[tuple[str, str, Phase, float, str | None]] = []  # name, uid, phase, created, ip
+        for pod in self._list_pods():
+            mapped = pod_phase(pod)
+            meta = pod.metadata
+            if mapped is None or mapped[0] == Phase.DRAINING or meta is None or not meta.name:
+                continue
+            ip = pod.status.pod_ip if pod.status is not None else None
+            live.append((meta.name, meta.uid or "", mapped[0], _ts(meta.creation_timestamp) or 0.0, ip))
+        loads = self.pod_load([(name, ip) for name, _, _, _, ip in live if ip])
+        out = [
+            PodCandidate(name=name, phase=phase, created_s=created_s, load=loads.get(name))
+            for name, _, phase, created_s, _ in live
+        ]
+        return out, {name: uid for name, uid, _, _, _ in live}
+
+    def _annotate(self, candidates: Sequence[PodCandidate]) -> None:
+        """Write each ready pod's deletion cost (int32, decimal).
+
+        Not-ready pods are left alone: the ReplicaSet removes them before any ready pod
+        whatever their cost, and a pod without an IP has no metrics to read.
+        """
+        from kubernetes.client.exceptions import ApiException
+
+        from llmscale.cluster.scale_down import DELETION_COST_ANNOTATION
+
+        core = self._apis.core
+        ns = self.target.namespace
+        timeout = self.retry.request_timeout_s
+
+        def patch(name: str, cost: int) -> Any:
+            body = {"metadata": {"annotations": {DELETION_COST_ANNOTATION: str(cost)}}}
+            return core.patch_namespaced_pod(name, ns, body, _request_timeout=timeout)
+
+        for c in candidates:
+            if c.phase != Phase.READY:
+                continue
+            cost = _cost(c)
+            try:
+                self._call("patch", "pods", functools.partial(patch, c.name, cost), passthrough=_GONE)
+            except ApiException:
+                continue  # 404: the pod went away meanwhile
+
+    def _delete_pod(self, name: str, uid: str) -> None:
+        """Delete pod ``name`` gracefully (its preStop drains it), only if it is still ``uid``."""
+        from kubernetes.client import V1DeleteOptions, V1Preconditions
+        from kubernetes.client.exceptions import ApiException
+
+        core = self._apis.core
+        ns = self.target.namespace
+        timeout = self.retry.request_timeout_s
+        body = V1DeleteOptions(preconditions=V1Preconditions(uid=uid))
+        try:
+            self._call(
+                "delete",
+                "pods",
+                lambda: core.delete_namespaced_pod(name, ns, body=body, _request_timeout=timeout),
+                passthrough=_GONE,
+            )
+        except ApiException as e:  # 404: gone already; 409: a new pod under that name
+            log.info("%s: pod %s not deleted: %s", self.target, name, _server_message(e))
 
     def _list_pods(self) -> list[V1Pod]:
         t = self.target

@@ -84,6 +84,9 @@ def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None
         cluster: Cluster = emulate
         return cluster, None
     kube = _kubernetes_cluster(cfg, clock)
+    # Read the server version now, so a target whose scale-downs llmscale cannot steer is
+    # named in a warning at start, not at its first shrink.
+    kube.check_scale_down(via_keda=kind == "keda")
     if kind == "kubernetes":
         return kube, kube
     from llmscale.cluster.keda import KedaScaler, serve
@@ -97,6 +100,8 @@ def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None
         # read at start is what the guards compare the first decision with.
         initial_replicas=kube.spec_replicas,
         replicas_view=kube.replicas_view,
+        # The pods carry their deletion costs before KEDA can read a lower count.
+        before_scale_down=lambda current, n: kube.prepare_scale_down(current, n, via_keda=True),
     )
     server, port = serve(
         scaler,
@@ -122,7 +127,26 @@ def _kubernetes_cluster(cfg: LiveConfig, clock: Clock) -> Any:
         selector=",".join(f"{k}={v}" for k, v in sorted(t.selector.items())),
     )
     k = cfg.actuator.kubernetes
-    return KubernetesCluster.from_config(target, kubeconfig=k.kubeconfig, context=k.context, clock=clock)
+    return KubernetesCluster.from_config(
+        target,
+        kubeconfig=k.kubeconfig,
+        context=k.context,
+        clock=clock,
+        pod_load=_pod_load(cfg),
+        scale_down_order=k.scale_down_order,
+    )
+
+
+def _pod_load(cfg: LiveConfig) -> Any:
+    """What reads each pod's load before a scale-down: its /metrics at metrics.scrape's port/path."""
+    from llmscale.cluster.scale_down import ScrapePodLoad
+    from llmscale.metrics.promql import BACKENDS
+
+    if cfg.actuator.kubernetes.scale_down_order == "off":
+        return None
+    s = cfg.metrics.scrape
+    names = BACKENDS[cfg.target.backend][0]
+    return ScrapePodLoad(port=s.port, path=s.path, timeout_s=s.timeout_s, names=names)
 
 
 def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:

@@ -32,6 +32,7 @@ and only a change of activity wakes the streams.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
@@ -42,7 +43,7 @@ import grpc
 
 from llmscale.cluster.keda import externalscaler_pb2 as pb
 from llmscale.cluster.keda import externalscaler_pb2_grpc as pb_grpc
-from llmscale.errors import ActuationError, ConfigError
+from llmscale.errors import ActuationError, ConfigError, LlmscaleError
 from llmscale.types import ReplicaView
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ DEFAULT_METRIC_NAME = "llmscale-desired-replicas"
 METRIC_NAME_KEY = "metricName"
 
 ReplicasViewFn = Callable[[], tuple[ReplicaView, ...]]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,7 @@ class KedaScaler:
         metric_name: str = DEFAULT_METRIC_NAME,
         initial_replicas: int = 0,
         replicas_view: ReplicasViewFn | None = None,
+        before_scale_down: Callable[[int, int], object] | None = None,
     ) -> None:
         """``name``/``namespace``: the ScaledObject KEDA asks about.
 
@@ -94,6 +98,10 @@ class KedaScaler:
         instance the target's scale spec read at start-up); it is never served to KEDA.
         ``replicas_view``: where :meth:`replicas_view` gets the replicas (pod discovery); KEDA
         itself tells nothing about them, so without it the view is empty.
+        ``before_scale_down(current, n)``: run before a lower count is published, e.g.
+        ``KubernetesCluster.prepare_scale_down(..., via_keda=True)``, which annotates the pods'
+        deletion costs so that the ReplicaSet, when the HPA applies the count, removes the
+        least-loaded pods; an error there is logged and the count is published anyway.
         """
         if not name:
             raise ConfigError("KEDA ScaledObject name is empty")
@@ -104,6 +112,7 @@ class KedaScaler:
         self.metric_name = metric_name
         self._initial_replicas = initial_replicas
         self._replicas_view = replicas_view
+        self._before_scale_down = before_scale_down
         self._cond = threading.Condition()
         self._decision: _Decision | None = None
         self._held = 0  # requests an activator holds (set_held_requests)
@@ -133,12 +142,21 @@ class KedaScaler:
     def scale_to(self, n: int, now_s: float, *, drain_until_idle: bool = False) -> None:
         """Publish ``n`` replicas, decided at ``now_s`` (controller time, s); pre: n >= 0.
 
-        Wakes ``StreamIsActive`` subscribers when activity (n > 0) changes. KEDA and the HPA pick
-        which pods go on a shrink, so ``drain_until_idle`` cannot be honoured and is ignored.
+        Wakes ``StreamIsActive`` subscribers when activity (n > 0) changes. On a shrink the
+        ``before_scale_down`` hook runs first, so the pods carry their deletion costs before KEDA
+        can read the lower count; the pods' preStop hook does the draining, so
+        ``drain_until_idle`` is the pod spec's to honour (see ``KubernetesCluster.scale_to``).
         Raises ActuationError for a negative ``n``.
         """
+        del drain_until_idle
         if n < 0:
             raise ActuationError(f"KEDA scaler {self.namespace}/{self.name}: replicas = {n}, must be >= 0")
+        current = self.spec_replicas
+        if self._before_scale_down is not None and n < current:
+            try:
+                self._before_scale_down(current, n)
+            except LlmscaleError:  # best effort: a missing annotation must not hold a shrink
+                log.exception("KEDA scaler %s/%s: preparing the scale-down failed", self.namespace, self.name)
         with self._cond:
             before, was_active = self._decision, self._active_locked()
             self._decision = _Decision(desired=int(n), time_s=float(now_s))
