@@ -970,8 +970,10 @@ def tune_cmd(
     check_output_path("--out", out)
     report = report if report is not None else out.with_name(out.stem + "-trials.html")
     check_output_path("--report", report)
+    # --storage as a file is a SQLite database Optuna writes: an output like the other two
+    storage_file = None if storage is None or "://" in storage else Path(storage)
     check_distinct_paths(
-        [("--out", out), ("--report", report)],
+        [("--out", out), ("--report", report), ("--storage", storage_file)],
         [
             *(("--trace", t) for t in trace or []),
             ("--policy-config", policy_config),
@@ -1777,6 +1779,15 @@ def tenants_cmd(
         [("CONFIG", config)],
     )
     spec = load_tenants(config)
+    # The tenants' traces are inputs too: known once the file is read, before anything is written.
+    check_distinct_paths(
+        [("--json", None if json_out in (None, "-") else Path(json_out)), ("--decisions", decisions)],
+        [
+            (f"tenants.{t.name}.workload.trace", Path(str(t.workload.meta["path"])))
+            for t in spec.tenants
+            if isinstance(t.workload.meta.get("path"), str)
+        ],
+    )
     if decisions is not None:
         with decisions.open("w", encoding="utf-8") as out:
             result = run_tenants(spec, decisions_out=out)

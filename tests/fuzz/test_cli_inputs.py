@@ -143,6 +143,11 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     (d / "deep.jsonl").write_text('{"time_s": 1, "inputs": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
     (d / "dupkey.jsonl").write_text('{"time_s": 1, "time_s": 2, "inputs": {}}\n')
+    (d / "tenants-trace.yaml").write_text(
+        "pool: {gpu: h100-80gb, gpus: 1}\n"
+        "tenants:\n  chat:\n    model: llama-3-8b\n    profile: 3g.40gb\n    quota: 1\n"
+        "    policy: static\n    max_replicas: 1\n    workload: {trace: trace.csv}\n"
+    )
     (d / "calib-bom.csv").write_bytes(b"\xef\xbb\xbf" + CALIBRATION_CSV.encode())
     (d / "run-dup.yaml").write_text(RUN_CONFIG.format(extra="policy: {name: static}\n"))
     (d / "run-upstep0.yaml").write_text(RUN_CONFIG.format(extra="guards: {max_up_step: 0}\n"))
@@ -333,11 +338,22 @@ ROWS: list[tuple[str, list[str], tuple[str, ...]]] = [
         ["calibrate", "{d}/calib-bom.csv", "--out", "{d}/calib-bom.csv"],
         ("--out",),
     ),
+    # ---- tune: its SQLite storage is an output too
+    (
+        "tune-storage-over-trace",
+        ["tune", "--policy", "slo", "--trace", "{d}/trace.csv", "--storage", "{d}/trace.csv"],
+        ("--storage", "--trace"),
+    ),
     # ---- tenants
     ("tenants-fifo", ["tenants", "{d}/fifo"], ("fifo",)),
     ("tenants-deep", ["tenants", "{d}/deep.yaml"], ("deep.yaml",)),
     ("tenants-dup-key", ["tenants", "{d}/tenants-dup.yaml"], ("tenants-dup.yaml", "duplicate key 'pool'")),
     ("tenants-binary", ["tenants", "{d}/binary.csv"], ("binary.csv",)),
+    (
+        "tenants-json-over-a-tenants-trace",
+        ["tenants", "{d}/tenants-trace.yaml", "--json", "{d}/trace.csv"],
+        ("--json", "tenants.chat.workload.trace"),
+    ),
     (
         "tenants-json-over-config",
         ["tenants", "{d}/tenants-dup.yaml", "--json", "{d}/tenants-dup.yaml"],
