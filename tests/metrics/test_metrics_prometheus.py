@@ -246,3 +246,34 @@ def test_config_errors(kwargs, message):
 def test_source_config_errors():
     with pytest.raises(ConfigError, match="http"):
         PrometheusSource("localhost:9090")
+
+
+def test_a_counter_that_falls_through_prometheus_is_unknown_not_a_burst(
+    page_server, prometheus_server, make_source
+):
+    """Counters read through Prometheus are judged as a scraped page's are (metrics/vetting.py's
+    CounterHistory): 15 -> 14 finished requests is no restart (that starts near 0) but a broken
+    exporter, and read as a reset it would be a burst of 14 "new" requests."""
+    srv = page_server
+
+    def page(count: float) -> str:
+        low = min(count, 2)
+        return vllm_page(waiting=1, running=2, kv=0.2, ttft_cumulative=(0, low, low, count), ttft_sum=9.0)
+
+    srv.set("/vllm-0/metrics", page(15))
+    prom = prometheus_server(scrape_interval_s=1.0, static_targets=[_group(srv.port, "vllm-0", "ready")])
+    count = "vllm:time_to_first_token_seconds_count"
+    prom.wait_for(count, lambda r: len(r) == 1 and float(r[0]["value"][1]) == 15.0)
+    src = make_source(prom.url, timeout_s=3.0, dcgm=False)
+    assert src.observe(1000.0).replicas[0].ok, src.last_errors
+
+    srv.set("/vllm-0/metrics", page(14))
+    prom.wait_for(count, lambda r: len(r) == 1 and float(r[0]["value"][1]) == 14.0)
+    fell = src.observe(1015.0).replicas[0]
+    assert not fell.ok and fell.values == {}
+    assert "went back" in src.last_errors["vllm-0"], src.last_errors
+
+    # A real restart (near zero) is read, once: the replica is known again at once.
+    srv.set("/vllm-0/metrics", page(1))
+    prom.wait_for(count, lambda r: len(r) == 1 and float(r[0]["value"][1]) == 1.0)
+    assert src.observe(1030.0).replicas[0].ok, src.last_errors

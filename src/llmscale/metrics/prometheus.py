@@ -41,7 +41,7 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.metrics._loop import LoopThread
-from llmscale.metrics.exposition import build_histogram
+from llmscale.metrics.exposition import ParsedPage, build_histogram
 from llmscale.metrics.names import ACTIVATOR
 from llmscale.metrics.promapi import (
     PrometheusError,
@@ -53,7 +53,7 @@ from llmscale.metrics.promapi import (
 )
 from llmscale.metrics.promql import BACKENDS, QuerySet, default_queries, with_overrides
 from llmscale.metrics.scrape import fleet_view_of
-from llmscale.metrics.vetting import HELD_MAX, distrust
+from llmscale.metrics.vetting import HELD_MAX, CounterHistory, distrust
 from llmscale.types import Histogram, Observation, Phase, ReplicaSample, SubTickSeries
 
 __all__ = [
@@ -153,6 +153,8 @@ class PrometheusSource:
         self._loop = LoopThread("llmscale-prometheus")
         self._client: Any = None  # httpx.AsyncClient, created on the loop thread
         self._known: dict[str, Phase] = {}
+        #: per replica: its read counters at the last tick (counters only grow, or restart near 0)
+        self._counters = CounterHistory()
         #: read the fleet's waiting queue once a second between ticks (seed 004's q[t]); needs the
         #: engines scraped every second, else the range query repeats one sample (its look-back)
         self.queue_query: str | None = None
@@ -201,7 +203,7 @@ class PrometheusSource:
             errors["prometheus"] = str(e) or type(e).__name__
             samples = [ReplicaSample(name, phase, ok=False) for name, phase in sorted(self._known.items())]
         else:
-            samples = self._samples(replicas, errors)
+            samples = self._samples(replicas, errors, now_s)
         self.errors_total += len(errors)
         self.last_errors = errors
         queue, self._queue_series = self._queue_series, None
@@ -216,7 +218,9 @@ class PrometheusSource:
             gateway_queue=self._held,
         )
 
-    def _samples(self, replicas: dict[str, _Replica] | None, errors: dict[str, str]) -> list[ReplicaSample]:
+    def _samples(
+        self, replicas: dict[str, _Replica] | None, errors: dict[str, str], now_s: float
+    ) -> list[ReplicaSample]:
         samples: list[ReplicaSample] = []
         current: dict[str, Phase] = {}
         for name, r in sorted((replicas or {}).items()):
@@ -229,7 +233,11 @@ class PrometheusSource:
                 h = build_histogram(buckets, r.sums.get(family, 0.0), r.counts.get(family))
                 if h is not None:
                     hists[family] = h
-            why = distrust(r.values, hists, r.nan)
+            # The same judgement as a scraped page's: a counter that falls other than a restart near
+            # zero is a broken exporter or a proxy, not load (each fall read as a reset is a burst).
+            why = distrust(r.values, hists, r.nan) or self._counters.went_back(
+                name, ParsedPage(values=r.values, histograms=hists), now_s
+            )
             if why is not None:
                 errors[name] = why
                 samples.append(ReplicaSample(name, r.phase, ok=False))
@@ -242,6 +250,8 @@ class PrometheusSource:
                 samples.append(ReplicaSample(name, phase, ok=False))
                 errors.setdefault(name, "no up series this tick")
         self._known = current
+        if len(self._counters) > len(current):
+            self._counters.retain(current)
         return samples
 
     # -- querying (on the loop thread) ------------------------------------------------------
