@@ -277,3 +277,27 @@ def test_a_counter_that_falls_through_prometheus_is_unknown_not_a_burst(
     srv.set("/vllm-0/metrics", page(1))
     prom.wait_for(count, lambda r: len(r) == 1 and float(r[0]["value"][1]) == 1.0)
     assert src.observe(1030.0).replicas[0].ok, src.last_errors
+
+
+def test_a_label_explosion_through_prometheus_is_unknown_not_summed(
+    page_server, prometheus_server, make_source
+):
+    """The value queries sum a replica's series (``sum by (pod)``), so 300 extra queue series would
+    read as a queue of 300+; the series query counts them per read name and holds the replica."""
+    srv = page_server
+    healthy = vllm_page(waiting=1, running=2, kv=0.2, ttft_cumulative=(0, 1, 2, 3), ttft_sum=1.0)
+    extra = "".join(f'vllm:num_requests_waiting{{engine="x{i}",model_name="m"}} 1\n' for i in range(300))
+    srv.set("/vllm-0/metrics", healthy + extra)
+    srv.set("/vllm-1/metrics", healthy)
+    prom = prometheus_server(
+        scrape_interval_s=1.0,
+        static_targets=[_group(srv.port, "vllm-0", "ready"), _group(srv.port, "vllm-1", "ready")],
+    )
+    prom.wait_for(
+        "count(vllm:num_requests_waiting)", lambda r: len(r) == 1 and float(r[0]["value"][1]) == 302
+    )
+    src = make_source(prom.url, timeout_s=3.0, dcgm=False)
+    by = {s.replica: s for s in src.observe(1000.0).replicas}
+    assert not by["vllm-0"].ok and by["vllm-0"].values == {}
+    assert "label explosion" in src.last_errors["vllm-0"], src.last_errors
+    assert by["vllm-1"].ok and by["vllm-1"].values[VLLM.waiting] == 1.0

@@ -53,7 +53,7 @@ from llmscale.metrics.promapi import (
 )
 from llmscale.metrics.promql import BACKENDS, QuerySet, default_queries, with_overrides
 from llmscale.metrics.scrape import fleet_view_of
-from llmscale.metrics.vetting import HELD_MAX, CounterHistory, distrust
+from llmscale.metrics.vetting import HELD_MAX, MAX_SERIES, CounterHistory, distrust
 from llmscale.types import Histogram, Observation, Phase, ReplicaSample, SubTickSeries
 
 __all__ = [
@@ -87,6 +87,8 @@ class _Replica:
     counts: dict[str, float] = field(default_factory=dict)
     #: metric names and histogram families that came back NaN for it
     nan: set[str] = field(default_factory=set)
+    #: why its series cannot be one replica's (a label explosion), or None
+    crowded: str | None = None
 
 
 Vector = list[tuple[Mapping[str, str], float, float]]  # (labels, sample time, value)
@@ -235,7 +237,7 @@ class PrometheusSource:
                     hists[family] = h
             # The same judgement as a scraped page's: a counter that falls other than a restart near
             # zero is a broken exporter or a proxy, not load (each fall read as a reset is a burst).
-            why = distrust(r.values, hists, r.nan) or self._counters.went_back(
+            why = r.crowded or distrust(r.values, hists, r.nan) or self._counters.went_back(
                 name, ParsedPage(values=r.values, histograms=hists), now_s
             )
             if why is not None:
@@ -307,6 +309,9 @@ class PrometheusSource:
                 if q:
                     names.append(f"{part} {family}")
                     exprs.append(q)
+        if self.queries.series:
+            names.append("series")
+            exprs.append(self.queries.series)
         results = await asyncio.gather(*(self._query(q, at) for q in exprs), return_exceptions=True)
         for what, res in zip(names, results, strict=True):
             if isinstance(res, BaseException):
@@ -395,6 +400,15 @@ class PrometheusSource:
     ) -> None:
         part, _, key = what.partition(" ")
         label = self.replica_label
+        if part == "series":
+            for labels, _, v in vector:
+                r = replicas.get(labels.get(label, ""))
+                if r is not None and v > MAX_SERIES and r.crowded is None:
+                    name = labels.get("__name__", "a read name")
+                    r.crowded = (
+                        f"{v:.0f} series of {name} (at most {MAX_SERIES}): a label explosion, not one replica"
+                    )
+            return
         if part == "timestamp":
             for labels, _, v in vector:
                 r = replicas.get(labels.get(label, ""))

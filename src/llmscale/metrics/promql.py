@@ -81,6 +81,10 @@ class QuerySet:
     replica_label: str
     values: Mapping[str, str] = field(default_factory=dict)
     histograms: Mapping[str, HistogramQuery] = field(default_factory=dict)
+    #: series per replica and read name, ``count by (pod, __name__) (...)``: the value queries sum
+    #: a replica's series, so a label explosion (10,000 queue series) would be summed into a queue
+    #: without it (None: not asked)
+    series: str | None = None
 
 
 def _selector(name: str, sel: str) -> str:
@@ -170,7 +174,22 @@ def default_queries(
     if dcgm:
         for name in _DCGM_FIELDS:
             values[name] = _value_query(name, dsel, dcgm_label)
-    return QuerySet(replica_label=replica_label, values=values, histograms=histograms)
+    # The engine's read names (both generations of vLLM's): the gauges and counters, and each
+    # histogram's _count (one per series of the family).
+    read = sorted(
+        {
+            n
+            for table in (names, old)
+            if table is not None
+            for n in [getattr(table, f) for f in _GAUGE_FIELDS]
+            + [f"{getattr(table, f)}_count" for f in _HISTOGRAM_FIELDS if getattr(table, f)]
+            if n
+        }
+    )
+    # metric names hold no regex metacharacters ([a-zA-Z_:][a-zA-Z0-9_:]*): joined as they are
+    matchers = ", ".join(m for m in (f'__name__=~"{"|".join(read)}"', sel) if m)
+    series = f"count by ({replica_label}, __name__) ({{{matchers}}})"
+    return QuerySet(replica_label=replica_label, values=values, histograms=histograms, series=series)
 
 
 def with_overrides(
@@ -206,4 +225,4 @@ def with_overrides(
             hists[k] = _histogram_query(m.group(1), _clean_selector(m.group(2) or "", k), base.replica_label)
         else:
             hists[k] = h
-    return QuerySet(replica_label=base.replica_label, values=vals, histograms=hists)
+    return QuerySet(replica_label=base.replica_label, values=vals, histograms=hists, series=base.series)
