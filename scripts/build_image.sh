@@ -113,6 +113,10 @@ else
         || die "buildah bud failed"
 fi
 "${BUILDAH[@]}" tag "$name" "ghcr.io/llmscale/llmscale:$version" "localhost/llmscale:latest" >/dev/null
+# Images of older contexts go: vfs storage keeps a full copy (~1 GB) of each.
+"${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' 2>/dev/null \
+    | grep '^localhost/llmscale:build-' | grep -vx "$name" \
+    | while read -r old; do "${BUILDAH[@]}" rmi "$old" >/dev/null 2>&1 || true; done
 if [[ -n "$push_ref" ]]; then
     log "pushing $name to $push_ref"
     "${BUILDAH[@]}" push "$name" "$push_ref" >&2
