@@ -16,11 +16,11 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import EmulateProcess, start_emulate, stop_emulate
 from llmscale.backtest.context_check import fleet_limit
 from llmscale.emulate import EmulateConfig
 from llmscale.emulate.engine import build_sim_config
 from llmscale.perf.catalogue import get_model
+from support.emulate_proc import EmulateProcess, start_emulate, stop_emulate
 
 #: Simulated seconds per wall second: the prefill of 8,188 tokens (~0.5 s simulated) takes ~0.1 s.
 FAST = "4.0"

@@ -20,8 +20,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import EmulateProcess, start_emulate, stop_emulate
 from llmscale.metrics.names import VllmMetric as V
+from support.emulate_proc import EmulateProcess, start_emulate, stop_emulate
 
 TOKEN = "faults-emulated-admin-token-7f3c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

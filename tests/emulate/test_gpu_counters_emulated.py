@@ -18,12 +18,12 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import EmulateProcess, start_emulate, stop_emulate
 from llmscale.emulate import EmulateConfig
 from llmscale.metrics.names import DCGM, DERIVED
 from llmscale.metrics.names import VllmMetric as V
 from llmscale.perf import get_perf_model
 from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
+from support.emulate_proc import EmulateProcess, start_emulate, stop_emulate
 
 MODEL = "meta-llama/Meta-Llama-3-8B"
 TIME_SCALE = 2.0  # simulated seconds per wall second: a 400-token answer streams in ~1.6 s

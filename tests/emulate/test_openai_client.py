@@ -33,13 +33,13 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ADMIN_TOKEN, TIME_SCALE, EmulateProcess
 from llmscale.emulate import EmulateConfig
 from llmscale.emulate.engine import build_sim_config
 from llmscale.metrics.names import DCGM, TTFT_BUCKETS_S
 from llmscale.metrics.names import VllmMetric as V
 from llmscale.perf import get_perf_model
 from llmscale.sim.fleet import Fleet
+from support.emulate_proc import ADMIN_TOKEN, TIME_SCALE, EmulateProcess
 
 MODEL = "meta-llama/Meta-Llama-3-8B"
 LATE_WALL_S = 0.5

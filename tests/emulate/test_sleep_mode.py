@@ -18,6 +18,7 @@ from llmscale.emulate import EmulateCluster, EmulateConfig, EmulatorThread
 from llmscale.metrics.names import VllmMetric
 from llmscale.perf import start_tiers
 from llmscale.types import Phase
+from support.emulate_proc import start_emulate, stop_emulate
 
 TOKEN = "sleep-mode-admin-token-9012"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -156,8 +157,6 @@ def test_admin_standby_refuses_what_it_cannot_do(fleet):
 
 
 def test_the_cli_flags_turn_sleep_mode_on_with_the_given_wake_time():
-    from conftest import start_emulate, stop_emulate
-
     ep = start_emulate("--replicas", "1", "--pending-s", "0", "--enable-sleep-mode", "--wake-s", "0.5")
     try:
         (url,) = ep.replica_urls.values()

@@ -24,8 +24,11 @@ fixed points and keeps the lowest cost. The roofline blend exponent is a fixed c
 fitted (a free exponent ran to its upper bound: the GEMM profiles want a near-hard max()).
 Residual = source weight x soft-L1 of the log ratio ``log(predicted / measured)`` (quadratic
 up to ~10 %, linear beyond), each source weighted 1/sqrt(its points) within its stage.
-Sorted data, fixed starts and bounds: deterministic, and the staged optimum does not move
-with a library's last digits (tests/perf/test_perf_fidelity.py refits and compares).
+Sorted data, fixed starts and bounds: deterministic on one machine. Not across machines: the
+engine stage has several basins of near-equal cost, and a library's last digits (or the compiled
+kernel against its Python source) decide which one a start reaches, so a refit elsewhere can
+land on other coefficients of the same quality (tests/perf/test_perf_fidelity.py marks the
+comparison as a known failure until the stage is made well-posed).
 
 numpy and scipy are imported inside the functions that need them: the run-time package
 does not depend on them.

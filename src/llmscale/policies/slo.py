@@ -49,13 +49,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from llmscale.errors import ConfigError
 from llmscale.policies._cliff import CliffConfig, keep_off_the_cliff
 from llmscale.policies.base import PolicyContext, register
 from llmscale.policies.params import (
     NONNEG_RANGE,
     TICK_RANGE,
     WINDOW_RANGE,
+    DeploymentFitError,
     Param,
     config_from,
     param,
@@ -447,7 +447,12 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
         # A sleeping replica holds its GPUs like any other: a pool larger than the fleet's bound is
         # no fleet this deployment may have (--standby-replicas 1000000 built a million replicas
         # and ran out of memory after 50 s).
-        raise ConfigError(f"standby_replicas = {pool}, must be <= max_replicas ({ctx.max_replicas})")
+        # A rule of the deployment, not of the parameter alone: only building the policy finds it.
+        raise DeploymentFitError(
+            f"standby_replicas = {pool}, must be <= max_replicas ({ctx.max_replicas}) of the deployment "
+            f"({ctx.model} on {ctx.tp} x {ctx.gpu})",
+            "standby_replicas",
+        )
     return SloPolicy(
         config_from(
             SloConfig,
