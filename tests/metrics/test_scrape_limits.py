@@ -14,17 +14,17 @@ from __future__ import annotations
 import json
 import os
 import socket
-import struct
 import subprocess
 import sys
 import threading
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from llmscale.metrics.names import VLLM
+
+REPO = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import json, re, sys
@@ -51,21 +51,16 @@ print(json.dumps({
 
 
 def gzip_bomb(inflated_mib: int) -> bytes:
-    """A valid gzip member of ``inflated_mib`` MiB of b"0" (~1 KiB per MiB), built in ~1 s.
+    """A valid gzip member of ``inflated_mib`` MiB of b"0": the chaos benchmark's builder, one copy."""
+    import importlib.util
 
-    After a full flush the compressor starts afresh, so each MiB compresses to the same bytes:
-    one MiB is compressed and its block repeated (compressing 1 GiB takes ~30 s here).
-    """
-    chunk = b"0" * (1 << 20)
-    c = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
-    block = c.compress(chunk) + c.flush(zlib.Z_FULL_FLUSH)
-    crc = 0
-    for _ in range(inflated_mib):
-        crc = zlib.crc32(chunk, crc)
-    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
-    return (
-        header + block * inflated_mib + c.flush() + struct.pack("<II", crc, (inflated_mib << 20) & 0xFFFFFFFF)
-    )
+    spec = importlib.util.spec_from_file_location("chaos_bench", REPO / "benchmarks" / "chaos.py")
+    assert spec is not None and spec.loader is not None
+    chaos = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = chaos  # its dataclasses look their module up while being built
+    spec.loader.exec_module(chaos)
+    bomb: bytes = chaos.gzip_bomb(inflated_mib)
+    return bomb
 
 
 class RawServer:
