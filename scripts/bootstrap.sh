@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # Create .venv and install llmscale into it (with test extras when asked), once per change of pyproject.toml.
 # Usage: scripts/bootstrap.sh [--test]
+# Needs: Python >= 3.11 with python3-venv; gcc and python3-dev unless LLMSCALE_PURE_PYTHON=1 (scripts/prereqs.sh
+# installs them with apt-get as root or through sudo; LLMSCALE_BOOTSTRAP_INSTALL=no only names them);
+# PyPI (pip) for the Python packages.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"
 py="${PYTHON:-python3}"
-if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
-  echo "llmscale needs Python >= 3.11 (found: $("$py" --version 2>&1))" >&2
-  exit 1
-fi
-if [ ! -x .venv/bin/python ]; then
-  "$py" -m venv .venv
-fi
+# shellcheck source=scripts/prereqs.sh
+. scripts/prereqs.sh
 stamp=".venv/.llmscale-installed${extras}"
 # setup.py compiles the simulator's hot modules with mypyc: a change to them must rebuild too.
 want="$(cat pyproject.toml setup.py src/llmscale/perf/kernel.py src/llmscale/sim/request.py \
   src/llmscale/sim/histogram.py src/llmscale/sim/replica.py src/llmscale/sim/fleet.py \
   | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  # Only when something must be built: python3-venv, gcc, python3-dev (installed with apt-get as root
+  # or through sudo, else each one named with the command that installs it).
+  ensure_prereqs "$py" || exit 1
+  if [ ! -x .venv/bin/python ]; then
+    "$py" -m venv .venv
+  fi
   echo "installing llmscale${extras} into .venv (first time: a few minutes, the simulator is compiled with mypyc) ..." >&2
   if [ "${LLMSCALE_PURE_PYTHON:-0}" = "1" ]; then
     find src -name '*.so' -delete  # leave no stale compiled module shadowing the sources
