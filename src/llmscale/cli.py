@@ -148,8 +148,9 @@ def _load_workload(
 
 
 _BURST_SHARE_HELP = (
-    "Seed 004 4.4's high-entropy bursts: this share of the requests (0: none) regrouped into 50 ms "
-    "bursts at Poisson times (1 a second), each joining the burst nearest its own arrival."
+    "High-entropy bursts (a Poisson-uniform burst mixture): this share of the requests (0: none) "
+    "regrouped into 50 ms bursts at Poisson times (1 a second), each joining the burst nearest its "
+    "own arrival."
 )
 
 
@@ -162,12 +163,12 @@ def _fault_settings(hbm_glitch: list[str] | None, adaptive_batch: bool) -> dict[
 
 
 _HBM_GLITCH_HELP = (
-    "HBM-bandwidth glitches (seed 004 4.4): START_S:DURATION_S[:REPLICA_SHARE[:RETAINED_SHARE]]; "
+    "HBM-bandwidth glitches (a periodic glitch train): START_S:DURATION_S[:REPLICA_SHARE[:RETAINED_SHARE]]; "
     "every 83 ms the oldest REPLICA_SHARE (1) of the replicas keep RETAINED_SHARE (8/128) of their "
     "memory bandwidth for 17 % of the period. Repeat for several windows."
 )
 _ADAPTIVE_BATCH_HELP = (
-    "Seed 004 4.4's adaptive batch fuse on every replica: below 16/128 of its bandwidth for more "
+    "The adaptive batch fuse on every replica: below 16/128 of its bandwidth for more "
     "than 3 periods of 83 ms, max_num_seqs halves (down to 32); 4 healthy periods double it back."
 )
 
@@ -504,8 +505,8 @@ def backtest(
         typer.Option(
             "--policy",
             help="Policy to run; repeat or comma-separate. Default: slo, static and the peers people run "
-            "today (HPA, KEDA, Knative, AIBrix, Ray Serve, Dynamo, llm-d WVA); 'all' adds every policy "
-            "of the design documents (see `llmscale policies`).",
+            "today (HPA, KEDA, Knative, AIBrix, Ray Serve, Dynamo, llm-d WVA); 'all' adds every registered "
+            "policy (see `llmscale policies`).",
         ),
     ] = None,
     replicas: Annotated[
@@ -1756,7 +1757,7 @@ def diagnose_cmd(
     help=(
         "Backtest several models sharing a pool of MIG-partitioned GPUs: each tenant's trace, model, "
         "MIG profile, policy and quota from CONFIG (see llmscale.backtest.tenants); scale-ups are admitted "
-        "within the quota, the pool's free placements and seed 003 3.1's node checks."
+        "within the quota, the pool's free placements and the node checks (memory, CPU throttling, disk IO)."
     ),
 )
 def tenants_cmd(
@@ -1805,7 +1806,7 @@ def tenants_cmd(
 @app.command(
     "node-check",
     help=(
-        "Seed 003 3.1's node checks, read now from Prometheus (node-exporter and cAdvisor): free memory "
+        "The node checks, read now from Prometheus (node-exporter and cAdvisor): free memory "
         "> 2 GiB, CPU throttling < 10%, disk IO < 70%. Exit 0 when the node may take a replica, 1 if not."
     ),
 )
