@@ -185,13 +185,13 @@ def test_llama_cpp_rows_are_recognised_and_refused(shared_data: Path, tmp_path: 
 
 
 @pytest.mark.shared_data
-def test_the_readmes_calibration_example_is_what_calibrate_prints(shared_data: Path, tmp_path: Path) -> None:
-    """The README quotes the held-out error of the TensorRT-LLM H100 example; the fit has one answer."""
+def test_the_docs_calibration_example_is_what_calibrate_prints(shared_data: Path, tmp_path: Path) -> None:
+    """docs/calibration.md quotes the TensorRT-LLM H100 example's held-out error; the fit has one answer."""
     import re
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    m = re.search(r"are predicted within ([\d.]+)% median \(([\d.]+)% before\)", readme)
-    assert m, "the README's calibration example moved"
+    page = (Path(__file__).resolve().parents[2] / "docs" / "calibration.md").read_text()
+    m = re.search(r"are predicted within ([\d.]+)% median \(([\d.]+)% before\)", page)
+    assert m, "docs/calibration.md's worked example moved"
     r = _cli(
         "calibrate",
         str(shared_data / "calibration" / "argonne" / "e2e_batch_latency.csv"),
