@@ -1,9 +1,9 @@
-"""Make the README's pictures: the `llmscale tune` trials page and the `llmscale analyze` page,
+"""Make the docs' pictures: the `llmscale tune` trials page and the `llmscale analyze` page,
 each rendered by headless Chromium (Debian's, offline) and saved as a PNG under docs/images/.
 
     .venv/bin/python scripts/readme_pictures.py [--chromium /usr/bin/chromium]
 
-What it runs (a few minutes on 2 cores; the commands are the README's own):
+What it runs (a few minutes on 2 cores; the commands are the docs' own):
   llmscale tune --workload flash-crowd --duration-s 900 --rate-scale 0.1 --trials 24 ...
   llmscale backtest --policy knative-kpa --duration-s 1800 --decisions d.jsonl --no-oracle
   llmscale analyze d.jsonl --policy knative-kpa --report analyze.html

@@ -189,3 +189,25 @@ def test_page_commands_run(page: Path, tmp_path: Path) -> None:
         ran += 1
     if ran == 0:
         pytest.skip(f"../shared/data not found at {SHARED_DATA}: every command of this page reads it")
+
+
+def test_an_unknown_command_or_option_fails_the_parse(tmp_path: Path) -> None:
+    # The check above is only as good as this: a page with a misspelt option or command must fail.
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```bash\n"
+        "llmscale backtest --policy slo \\\n    --no-such-option 3   # a comment\n"
+        "./llmscale no-such-command &\n"
+        "echo not llmscale\n"
+        "```\n",
+        encoding="utf-8",
+    )
+    found = _commands(page)
+    assert [c.argv for c in found] == [
+        ("backtest", "--policy", "slo", "--no-such-option", "3"),
+        ("no-such-command",),
+    ]
+    for command in found:
+        with pytest.raises(Exception, match="no-such") as failure:
+            _parse(command.argv)
+        assert hasattr(failure.value, "format_message") or isinstance(failure.value, AssertionError)

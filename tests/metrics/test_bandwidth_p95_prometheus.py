@@ -1,4 +1,4 @@
-"""The README's live recipe for seed 004's bandwidth P95, run for real: Prometheus scrapes an emulated
+"""docs/kubernetes.md's live recipe for the bandwidth P95, run for real: Prometheus scrapes an emulated
 replica every 100 ms and ``quantile_over_time(0.95, DCGM_FI_PROF_DRAM_ACTIVE[60s])`` agrees with the
 P95 the replica's page computes from its own 100 ms samples (``llmscale:dram_active_p95_60s``).
 

@@ -1,6 +1,6 @@
 """Several tenants on one MIG pool, backtested together: quota, pool and node checks hold scale-ups.
 
-The scenario of the README's worked example: ``chat`` (Llama-3-8B on H100 3g.40gb) meets a
+The scenario of docs/tenancy.md's worked example: ``chat`` (Llama-3-8B on H100 3g.40gb) meets a
 x4 flash crowd from minute 5 to minute 13 (4 -> 16 req/s; one 3g replica carries ~6.4 req/s
 within the SLO); ``code`` (Qwen2-7B, 3g.40gb) serves a steady 2 req/s beside it.
 """
