@@ -11,14 +11,16 @@
 #                      installs it, and returns 1.
 
 missing_prereqs() {
-  local py="$1" cc include
+  local py="$1" cc include version
   if ! command -v "$py" >/dev/null 2>&1; then
     # Nothing else can be checked without an interpreter.
     echo "python3|no Python interpreter '$py' on PATH (llmscale needs Python >= 3.11)"
     return 0
   fi
   if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' 2>/dev/null; then
-    echo "python3|$py is $("$py" --version 2>&1), llmscale needs Python >= 3.11 (Debian 12's python3 is 3.11)"
+    version="$("$py" --version 2>&1)" || true
+    version="${version%%$'\n'*}"
+    echo "python3|$py is ${version:-an interpreter that does not run}, llmscale needs Python >= 3.11 (Debian 12's python3 is 3.11)"
     return 0
   fi
   if ! "$py" -c 'import ensurepip, venv' >/dev/null 2>&1; then

@@ -115,6 +115,16 @@ def test_old_python_is_refused(tmp_path: Path) -> None:
     assert "Python 3.9.2, llmscale needs Python >= 3.11" in found["python3"]
 
 
+def test_python_that_does_not_run(tmp_path: Path) -> None:
+    # A python3 on PATH that cannot start (a pyenv shim without pyenv, a broken symlink target).
+    py = _exe(tmp_path / "python3", "exit 127")
+    found = _lines(_run("missing_prereqs", str(py), tmp_path).stdout)
+    assert found == {
+        "python3": f"{py} is an interpreter that does not run, llmscale needs Python >= 3.11 "
+        "(Debian 12's python3 is 3.11)"
+    }
+
+
 def test_no_python_at_all(tmp_path: Path) -> None:
     found = _lines(_run("missing_prereqs", "python3", tmp_path).stdout)
     assert found == {"python3": "no Python interpreter 'python3' on PATH (llmscale needs Python >= 3.11)"}
