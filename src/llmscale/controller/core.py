@@ -153,6 +153,10 @@ class TickFacts:
     leading: bool = True
     #: the scale was asked for and failed (an ActuationError), or fenced off by a lost lease
     scale_failed: bool = False
+    #: the spec read again just before actuation (None: not read again, as in the backtest). It
+    #: differs from the observation's when someone else scaled in between (an admin's patch, a
+    #: former leader's last scale): the decision was made for a fleet that is no longer there.
+    spec_now: int | None = None
 
 
 def initial_state(controller: Controller, first_tick_s: float) -> ControllerState:
@@ -237,9 +241,21 @@ def settle(
     instead of waiting out a cooldown no scale started), a standby replica (its clocks are the
     leader's, read from the store when it takes over), a scale that failed or was fenced off.
     A partly admitted scale-up (2 wanted, 1 admitted) scales, and keeps the cooldown it starts.
+
+    A spec that moved between the observation and the actuation (observed 3, an admin scaled to
+    2 since) holds the fleet where it now is, under the guard ``spec-moved``: acting on the old
+    decision would scale 2 -> 3 as if no change were asked, so without the cooldown a change
+    starts (3 -> 3 starts none). The next tick observes 2 and decides with its guards.
     """
     spec = record.fleet.spec_replicas
     state = decided
+    if facts.spec_now is not None and facts.spec_now != spec:
+        if record.guard != SPEC_MOVED:
+            note = f"the spec moved {spec} -> {facts.spec_now} after the observation; deciding next tick"
+            record = replace(
+                record, final=facts.spec_now, guard=SPEC_MOVED, guard_note=_join(record.guard_note, note)
+            )
+        return record, replace(state, guard_state=before.guard_state)
     a = facts.admission
     if a is not None and a.limit < record.final:
         record = replace(
@@ -251,6 +267,9 @@ def settle(
         state = replace(state, guard_state=before.guard_state)
     return record, state
 
+
+#: the guard of a decision held because the spec moved under it (see :func:`settle`)
+SPEC_MOVED = "spec-moved"
 
 #: a replica in these phases should answer its /metrics: no data from it is a scrape error
 SCRAPED_PHASES = (Phase.READY, Phase.DRAINING)
