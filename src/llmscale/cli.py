@@ -1824,9 +1824,17 @@ def node_check_cmd(
     url = urlparse(prometheus)
     if url.scheme not in ("http", "https") or not url.netloc:
         raise ConfigError(f"--prometheus {prometheus!r}: must be an http(s) URL, e.g. http://prometheus:9090")
-    sample = read_node_sample(prometheus, node, window=window)
+    errors: list[str] = []
+    sample = read_node_sample(prometheus, node, window=window, errors=errors)
     failed = check_node(sample)
-    typer.echo(json.dumps({"node": node, "readings": sample.as_json(), "failed": list(failed)}))
+    doc = {"node": node, "readings": sample.as_json(), "failed": list(failed)}
+    if errors:
+        doc["errors"] = errors
+    typer.echo(json.dumps(doc))
+    # 2: the node could not be checked (Prometheus unreachable or answering malformed), as for
+    # any unreadable input; 1: it was checked and fails; a scale-up is held on either.
+    if errors:
+        raise typer.Exit(2)
     if failed:
         raise typer.Exit(1)
 
