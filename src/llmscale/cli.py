@@ -582,6 +582,14 @@ def backtest(
     jobs: Annotated[
         int, typer.Option(help="Policies simulated in parallel processes (default: CPU count).")
     ] = 0,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="Run each policy and seed as a task on this existing Ray cluster (e.g. 10.0.0.5:6379, "
+            "or auto): the same results as a local run, on the cluster's CPUs (--jobs is then unused).",
+        ),
+    ] = None,
     calibration: Annotated[
         Path | None,
         typer.Option(
@@ -774,6 +782,7 @@ def backtest(
             jobs=jobs,
             want_decisions=decisions is not None,
             on_progress=on_progress,
+            ray_address=ray,
         )
         for label in labels:
             on_progress(label, float("inf"))
