@@ -531,6 +531,13 @@ def backtest(
         float | None, typer.Option(help="Start of the window to replay (s from the first request).")
     ] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
+    start_at: Annotated[
+        str | None,
+        typer.Option(
+            help="Wall time of the run's first second, for the guards' schedule (ISO 8601, e.g. "
+            "2026-03-02T07:00:00+01:00; default: the trace's first timestamp, else a Monday 00:00 UTC)."
+        ),
+    ] = None,
     rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
     burst_share: Annotated[float, typer.Option(help=_BURST_SHARE_HELP)] = 0.0,
     hbm_glitch: Annotated[list[str] | None, typer.Option(help=_HBM_GLITCH_HELP)] = None,
@@ -731,6 +738,9 @@ def backtest(
         settings = replace(settings, policy_params=params)
     # The faults join after sizing: the defaults are sized for the fleet as it runs when healthy.
     settings = replace(settings, sim=replace(settings.sim, **faults))
+    from llmscale.backtest.calendar import run_start_unix_s
+
+    settings = replace(settings, start_unix_s=run_start_unix_s(w.meta, start_at, start_s or 0.0))
     try:
         check_policies(names, settings)
     except ConfigError as e:

@@ -104,6 +104,9 @@ class Controller:
     deployment: Deployment | None = None
     tick_s: float | None = None
     assess: bool = True
+    #: Unix time of ``now_s`` 0, which places the guards' schedule on the calendar: 0 live (the
+    #: time line is Unix seconds), the run's start time in a backtest (``--start-at``)
+    clock_epoch_s: float = 0.0
 
     @property
     def cadence_s(self) -> float:
@@ -192,7 +195,9 @@ def decide(
     signals the primary saw."""
     policy, guards = controller.policy, controller.guards
     decision, policy_state = policy.decide(signals, state.policy_state, now_s)
-    outcome, guard_state = apply_guards(decision, signals, guards, state.guard_state, now_s)
+    outcome, guard_state = apply_guards(
+        decision, signals, guards, state.guard_state, now_s, controller.clock_epoch_s
+    )
     final, guard, guard_note = outcome.desired, outcome.guard, outcome.note
     spec = signals.fleet.spec_replicas
     outage = bool(state.window) and total_outage(state.window[-1])
