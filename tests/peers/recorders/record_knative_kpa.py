@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
-import tempfile
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from go_harness import go_version, resolve, run_harness
 
 HERE = Path(__file__).resolve().parent
 TABLE = HERE.parent / "tables" / "knative_kpa.json"
@@ -85,42 +85,19 @@ def scenarios() -> list[dict[str, object]]:
 
 
 def record(serving_git: Path, tag: str) -> dict[str, object]:
-    commit = subprocess.run(
-        ["git", f"--git-dir={serving_git}", "rev-parse", f"{tag}^{{commit}}"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="knative-kpa-") as tmp:
-        root = Path(tmp) / "serving"
-        shutil.copytree(HERE / "knative_kpa" / "serving", root)
-        for rel in REAL_FILES:
-            text = subprocess.run(
-                ["git", f"--git-dir={serving_git}", "show", f"{commit}:{rel}"],
-                capture_output=True, text=True, check=True,
-            ).stdout  # fmt: skip
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(text)
-        stubs = HERE / "knative_kpa" / "stubs"
-        lines = ["module knative.dev/serving", "", "go 1.19", ""]
-        lines += [f"require {m} v0.0.0" for m in STUB_MODULES]
-        lines += [f"replace {m} => {stubs / d}" for m, d in STUB_MODULES.items()]
-        (root / "go.mod").write_text("\n".join(lines) + "\n")
-        # offline: every import resolves to the stubs or the module itself
-        env = {**os.environ, "GOPROXY": "off", "GOFLAGS": "-mod=mod", "GOWORK": "off", "GOTOOLCHAIN": "local",
-               "GOCACHE": str(Path(tmp) / "cache"), "GOPATH": str(Path(tmp) / "gopath")}  # fmt: skip
-        run = subprocess.run(
-            ["go", "run", "./cmd/record"], cwd=root, env=env, input=json.dumps(scenarios()),
-            capture_output=True, text=True,
-        )  # fmt: skip
-        if run.returncode != 0:
-            raise SystemExit(f"go run failed:\n{run.stderr}")
-        go_version = subprocess.run(["go", "version"], capture_output=True, text=True).stdout.strip()
+    commit = resolve(serving_git, tag)
+    stubs = {m: HERE / "knative_kpa" / "stubs" / d for m, d in STUB_MODULES.items()}
+    out = run_harness(
+        HERE / "knative_kpa" / "serving", "knative.dev/serving", serving_git, commit, REAL_FILES, stubs,
+        json.dumps(scenarios()),
+    )  # fmt: skip
     return {
         "source": "knative/serving",
         "tag": tag,
         "commit": commit,
         "files": list(REAL_FILES),
-        "recorded_with": go_version,
-        "scenarios": json.loads(run.stdout),
+        "recorded_with": go_version(),
+        "scenarios": json.loads(out),
     }
 
 
