@@ -64,7 +64,8 @@ def test_backtest_on_ray_writes_what_a_local_run_writes(ray_cluster, tmp_path):
     assert ray_doc["oracle"] is not None and ray_doc["oracle"]["gpu_hours"] > 0
     assert _results(ray_doc) == _results(local_doc)
     assert len(ray_lines) > 10 and ray_lines == local_lines
-    assert ray_out == local_out  # the table printed
+    # the table printed, but for where the files went
+    assert ray_out.replace(str(tmp_path / "ray"), "OUT") == local_out.replace(str(tmp_path / "local"), "OUT")
 
 
 def test_backtest_refuses_a_ray_address_nothing_listens_on(tmp_path):
