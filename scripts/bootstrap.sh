@@ -13,10 +13,11 @@ py="${PYTHON:-python3}"
 # shellcheck source=scripts/prereqs.sh
 . scripts/prereqs.sh
 stamp=".venv/.llmscale-installed${extras}"
+dynamo_wheel="ai-dynamo==1.6.1"
 # setup.py compiles the simulator's hot modules with mypyc: a change to them must rebuild too.
 want="$(cat pyproject.toml setup.py src/llmscale/perf/kernel.py src/llmscale/sim/request.py \
   src/llmscale/sim/histogram.py src/llmscale/sim/replica.py src/llmscale/sim/fleet.py \
-  | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}"
+  | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}-${dynamo_wheel}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # Only when something must be built: python3-venv, gcc, python3-dev (installed with apt-get as root
   # or through sudo, else each one named with the command that installs it).
@@ -30,5 +31,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   fi
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extras}" >&2
+  if [ -n "$extras" ]; then
+    # NVIDIA Dynamo's planner, whose capacity search tests/peers runs beside llmscale's port. Its
+    # declared dependencies are the Rust runtime and GPU stack, none of which that module needs.
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "$dynamo_wheel" >&2
+  fi
   echo "$want" > "$stamp"
 fi

@@ -532,6 +532,13 @@ def backtest(
         float | None, typer.Option(help="Start of the window to replay (s from the first request).")
     ] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
+    start_at: Annotated[
+        str | None,
+        typer.Option(
+            help="Wall time of the run's first second, for the guards' schedule (ISO 8601, e.g. "
+            "2026-03-02T07:00:00+01:00; default: the trace's first timestamp, else a Monday 00:00 UTC)."
+        ),
+    ] = None,
     rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
     burst_share: Annotated[float, typer.Option(help=_BURST_SHARE_HELP)] = 0.0,
     hbm_glitch: Annotated[list[str] | None, typer.Option(help=_HBM_GLITCH_HELP)] = None,
@@ -583,6 +590,14 @@ def backtest(
     jobs: Annotated[
         int, typer.Option(help="Policies simulated in parallel processes (default: CPU count).")
     ] = 0,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="Run each policy and seed as a task on this existing Ray cluster (e.g. 10.0.0.5:6379, "
+            "or auto): the same results as a local run, on the cluster's CPUs (--jobs is then unused).",
+        ),
+    ] = None,
     calibration: Annotated[
         Path | None,
         typer.Option(
@@ -724,6 +739,9 @@ def backtest(
         settings = replace(settings, policy_params=params)
     # The faults join after sizing: the defaults are sized for the fleet as it runs when healthy.
     settings = replace(settings, sim=replace(settings.sim, **faults))
+    from llmscale.backtest.calendar import run_start_unix_s
+
+    settings = replace(settings, start_unix_s=run_start_unix_s(w.meta, start_at, start_s or 0.0))
     try:
         check_policies(names, settings)
     except ConfigError as e:
@@ -775,6 +793,7 @@ def backtest(
             jobs=jobs,
             want_decisions=decisions is not None,
             on_progress=on_progress,
+            ray_address=ray,
         )
         for label in labels:
             on_progress(label, float("inf"))
@@ -1826,9 +1845,17 @@ def node_check_cmd(
     url = urlparse(prometheus)
     if url.scheme not in ("http", "https") or not url.netloc:
         raise ConfigError(f"--prometheus {prometheus!r}: must be an http(s) URL, e.g. http://prometheus:9090")
-    sample = read_node_sample(prometheus, node, window=window)
+    errors: list[str] = []
+    sample = read_node_sample(prometheus, node, window=window, errors=errors)
     failed = check_node(sample)
-    typer.echo(json.dumps({"node": node, "readings": sample.as_json(), "failed": list(failed)}))
+    doc = {"node": node, "readings": sample.as_json(), "failed": list(failed)}
+    if errors:
+        doc["errors"] = errors
+    typer.echo(json.dumps(doc))
+    # 2: the node could not be checked (Prometheus unreachable or answering malformed), as for
+    # any unreadable input; 1: it was checked and fails; a scale-up is held on either.
+    if errors:
+        raise typer.Exit(2)
     if failed:
         raise typer.Exit(1)
 

@@ -364,6 +364,10 @@ def _guard_overrides_model() -> type[BaseModel]:
     spec: dict[str, Any] = {}
     for f in fields(GuardConfig):
         kind = hints[f.name]
+        if f.name == "schedule":
+            # the rules' own checks (llmscale.schedules) run when GuardConfig is built from them
+            spec[f.name] = (list[dict[str, Any]], Field(default=None))
+            continue
         numeric = kind in (int, float, int | None, float | None)
         limits = GUARD_RANGES.get(f.name, {"ge": 0}) if numeric else {}
         # The field's own type: null only where GuardConfig takes None (a limit switched off), so

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from llmscale.errors import ConfigError
+from llmscale.schedules import ScheduleRule, parse_schedule, scheduled_bounds
 from llmscale.types import Decision, Signals
 
 __all__ = [
@@ -105,12 +106,29 @@ class GuardConfig:
     #: a GPU budget for the whole target (None = unlimited): scale-ups beyond it are refused
     gpu_budget: int | None = None
     gpus_per_replica: int = 1
+    #: bounds by time of day and day of week (:mod:`llmscale.schedules`): while a rule's window is
+    #: open its min/max replace the ones above; YAML gives a list of mappings
+    schedule: tuple[ScheduleRule, ...] = ()
 
     def __post_init__(self) -> None:
         # Types first: a value from a YAML file may be a string, a list or a bool where a number
         # belongs, and the range checks below would then raise TypeError, or pass NaN silently.
         for f in fields(self):
-            _check_type(f.name, getattr(self, f.name), _GUARD_TYPES[f.name])
+            if f.name != "schedule":
+                _check_type(f.name, getattr(self, f.name), _GUARD_TYPES[f.name])
+        object.__setattr__(self, "schedule", parse_schedule(self.schedule))
+        for rule in self.schedule:
+            floor, ceiling = rule.min_replicas, rule.max_replicas
+            if floor is not None and ceiling is None and floor > self.max_replicas:
+                raise ConfigError(
+                    f"schedule rule {rule.name or rule.cron!r}: min_replicas = {rule.min_replicas} above "
+                    f"max_replicas = {self.max_replicas} (give the rule its own max_replicas)"
+                )
+            for bound in (rule.min_replicas, rule.max_replicas):
+                if bound is not None and bound > MAX_REPLICAS:
+                    raise ConfigError(
+                        f"schedule rule {rule.name or rule.cron!r}: {bound} replicas, above {MAX_REPLICAS:,}"
+                    )
         if self.min_replicas < 0:
             raise ConfigError(f"min_replicas = {self.min_replicas}, must be >= 0")
         if self.max_replicas < self.min_replicas:
@@ -231,8 +249,10 @@ def apply_guards(
     cfg: GuardConfig,
     state: GuardState,
     now_s: float,
+    clock_epoch_s: float = 0.0,
 ) -> tuple[GuardOutcome, GuardState]:
-    """Guard a proposal at ``now_s``. Post: min_replicas <= desired <= max_replicas."""
+    """Guard a proposal at ``now_s``. Post: min_replicas <= desired <= max_replicas (the
+    schedule's, when one of its windows is open at Unix time ``now_s + clock_epoch_s``)."""
     fleet = signals.fleet
     current = fleet.spec_replicas
     proposal = decision.desired
@@ -372,11 +392,13 @@ def apply_guards(
         if desired > fits:
             change("gpu-budget", max(current, fits), f"GPU budget {cfg.gpu_budget} fits {fits} replica(s)")
 
-    # 10. Bounds, always last.
-    if desired < cfg.min_replicas:
-        change("bounds", cfg.min_replicas, f"below min_replicas {cfg.min_replicas}")
-    elif desired > cfg.max_replicas:
-        change("bounds", cfg.max_replicas, f"above max_replicas {cfg.max_replicas}")
+    # 10. Bounds, always last: the schedule's while one of its windows is open.
+    lo, hi, rules = scheduled_bounds(cfg.schedule, cfg.min_replicas, cfg.max_replicas, now_s + clock_epoch_s)
+    named = f" (schedule {', '.join(rules)})" if rules else ""
+    if desired < lo:
+        change("schedule" if rules else "bounds", lo, f"below min_replicas {lo}{named}")
+    elif desired > hi:
+        change("schedule" if rules else "bounds", hi, f"above max_replicas {hi}{named}")
 
     new_state = GuardState(
         last_up_s=now_s if desired > current else state.last_up_s,

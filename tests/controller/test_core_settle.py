@@ -62,6 +62,9 @@ def _decided(replicas: int = 6, ok: bool = True, **guards: object):
         pytest.param(TickFacts(admission=AdmissionVerdict(8, "mig-pool")), 6, None, False, id="admitted-all"),
         pytest.param(TickFacts(leading=False), 6, None, True, id="standby-replica"),
         pytest.param(TickFacts(scale_failed=True), 6, None, True, id="scale-failed"),
+        # an admin scaled 2 -> 3 after the observation: nothing acts on a decision made for 2
+        pytest.param(TickFacts(spec_now=3), 3, "spec-moved", True, id="spec-moved"),
+        pytest.param(TickFacts(spec_now=2), 6, None, False, id="spec-read-again-unchanged"),
     ],
 )  # fmt: skip
 def test_settle_holds_and_rolls_back_in_one_place(facts, final, guard, rolled_back):

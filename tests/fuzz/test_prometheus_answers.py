@@ -592,6 +592,26 @@ def test_node_readings_are_none_or_finite_on_any_answer(reply: Reply) -> None:
         assert v is None or (usable and math.isfinite(v))
 
 
+@_fuzz(15)
+@given(reply=replies())
+def test_node_check_exit_says_whether_the_node_could_be_checked(reply: Reply) -> None:
+    """``node-check`` exits 2 with the reasons when Prometheus's answer cannot be read (as for any
+    unreadable input), 1 when it was read and the node fails (no sample, NaN, two series: a check
+    that fails), 0 when it passes; never a traceback."""
+    with answer_server(lambda path, params: reply) as server:
+        code, out, err = run_cli(["node-check", "--prometheus", server.url, "--node", 'instance="n1"'])
+        assert server.wait_open_at_most(0) == 0
+    assert "Traceback" not in err, err
+    doc = json.loads(out)
+    kind = classify(reply, "vector", "scalar")
+    if kind == "ok":
+        assert code in (0, 1) and "errors" not in doc, (code, doc)
+        assert code == (1 if doc["failed"] else 0)
+    else:  # refused or malformed: the node could not be checked
+        assert code == 2 and doc["failed"], (code, doc)
+        assert doc["errors"] and all(isinstance(e, str) and "\n" not in e for e in doc["errors"]), doc
+
+
 # -- vllm bench serve results -----------------------------------------------------------------------
 
 SERVE_OK: dict[str, Any] = {

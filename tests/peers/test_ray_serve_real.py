@@ -1,4 +1,4 @@
-"""ray-serve beside Ray Serve 2.60's own policy, in process, on scripted ticks (optional: ``.[peers]``).
+"""ray-serve beside Ray Serve 2.60's own policy, in process, on scripted ticks.
 
 Ray's ``replica_queue_length_autoscaling_policy`` runs through the controller's
 config path (``AutoscalingConfig.policy`` -> ``_resolve_policy_callable`` ->
@@ -9,8 +9,8 @@ the module's ``time`` is replaced, so its delay timer reads the scripted
 and every decision must be equal. A second test holds llmscale's look-back mean
 to Ray's ``time_weighted_average``.
 
-Skipped unless ``ray[serve]==2.60.0`` is installed (285 MB, kept out of the
-default environment): ``pip install -e '.[peers]'``.
+``ray[serve]==2.60.0`` comes with the test extra (285 MB, kept out of the default
+environment); without it this module fails to import, it never skips.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import random
 
 import pytest
 
+# ./run-tests installs ray[serve] (the test extra): a missing one fails here, it never skips
+import ray.serve.autoscaling_policy as ray_policy
+
 from llmscale.policies.ray_serve import RayServeConfig, decide_replicas, time_weighted_mean
 
 pytestmark = pytest.mark.peers
 
-ray_policy = pytest.importorskip(
-    "ray.serve.autoscaling_policy", reason="needs ray[serve]==2.60.0: pip install -e '.[peers]'"
-)
 
 
 class FakeTime:

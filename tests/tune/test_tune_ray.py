@@ -1,9 +1,8 @@
 """`llmscale tune --ray ADDRESS`: the same search, its trials run as tasks on a Ray cluster.
 
-The test starts a local Ray instance bound to 127.0.0.1 (2 CPUs, no dashboard) in this process,
-runs `llmscale tune --ray <its address>` as a separate process, as a user would against a
-cluster, and checks that every trial ran on the Ray node. ``ray.shutdown()`` then ends the
-processes the instance started, and only those.
+The test starts a local Ray instance (``support/ray_local.py``) in this process, runs `llmscale
+tune --ray <its address>` as a separate process, as a user would against a cluster, and checks
+that every trial ran on the Ray node.
 """
 
 from __future__ import annotations
@@ -17,37 +16,16 @@ import optuna
 import pytest
 
 from llmscale.policies.config_file import load_policy_config
+from support.ray_local import LOOPBACK_ONLY, local_ray
 
 ray = pytest.importorskip("ray", reason="needs ray (the test extra): pip install -e '.[test]'")
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
-#: Ray replaces a loopback address with the machine's own "remotely reachable" one, unless it is
-#: told that this is no cluster (ray._private.ray_constants.ENABLE_RAY_CLUSTER, read from this
-#: variable at import): then every part of the local instance stays on 127.0.0.1.
-LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-
-
 @pytest.fixture
 def ray_cluster(monkeypatch):
-    from ray._private import ray_constants
-
-    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)
-    for key, value in LOOPBACK_ONLY.items():
-        monkeypatch.setenv(key, value)
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-        object_store_memory=100 * 1024 * 1024,
-        log_to_driver=False,
-    )
-    try:
-        ctx = ray.get_runtime_context()
-        yield {"address": ctx.gcs_address, "node_id": ctx.get_node_id()}
-    finally:
-        ray.shutdown()
+    yield from local_ray(monkeypatch)
 
 
 def test_tune_runs_its_trials_on_ray(ray_cluster, tmp_path):
@@ -104,6 +82,6 @@ def test_tune_refuses_a_ray_address_nothing_listens_on(tmp_path):
     ],
 )
 def test_ray_address_forms_probed(address, expected):
-    from llmscale.tune.executors import _host_port
+    from llmscale.backtest.ray_fanout import host_port
 
-    assert _host_port(address) == expected
+    assert host_port(address) == expected

@@ -143,6 +143,13 @@ def _run_here(
     return result, (sink.lines if sink else [])
 
 
+def _run_job(
+    workload: Workload, name: str, settings: BacktestSettings, oracle: OracleSettings, want_decisions: bool
+) -> tuple[PolicyResult, list[str]]:
+    """One job on a Ray worker: :func:`_run_here` with no progress (the workload from the store)."""
+    return _run_here(name, workload, settings, oracle, want_decisions, None)
+
+
 def run_backtest(
     workload: Workload,
     policies: Sequence[str],
@@ -153,6 +160,7 @@ def run_backtest(
     jobs: int = 1,
     want_decisions: bool = False,
     on_progress: Callable[[str, float], None] | None = None,
+    ray_address: str | None = None,
 ) -> tuple[list[PolicyResult], PolicyResult | None, list[str]]:
     """Run each policy (and the oracle) on the same workload; returns (results, oracle, decision lines)."""
     return run_backtest_seeds(
@@ -164,6 +172,7 @@ def run_backtest(
         jobs=jobs,
         want_decisions=want_decisions,
         on_progress=on_progress,
+        ray_address=ray_address,
     )[0]
 
 
@@ -182,12 +191,14 @@ def run_backtest_seeds(
     jobs: int = 1,
     want_decisions: bool = False,
     on_progress: Callable[[str, float], None] | None = None,
+    ray_address: str | None = None,
 ) -> list[tuple[list[PolicyResult], PolicyResult | None, list[str]]]:
     """:func:`run_backtest` for each (workload, settings) pair, every run a job of one pool.
 
     ``workloads[k]`` runs with ``settings[k]`` (normally the same but for the simulator's seed).
     Progress is reported under :func:`seed_label`. Returns one (results, oracle, decision lines)
-    per seed, in order.
+    per seed, in order. With ``ray_address`` every job is a task on that Ray cluster
+    (:mod:`llmscale.backtest.ray_fanout`) and ``jobs`` is not used: the cluster's CPUs are.
     """
     if len(workloads) != len(settings) or not workloads:
         raise ValueError(f"one settings per workload: {len(workloads)} workloads, {len(settings)} settings")
@@ -196,7 +207,22 @@ def run_backtest_seeds(
     n = len(workloads)
     keys = [(name, k) for k in range(n) for name in names]
     outputs: dict[tuple[str, int], tuple[PolicyResult, list[str]]] = {}
-    if jobs <= 1 or len(keys) == 1:
+    if ray_address:
+        from llmscale.backtest.ray_fanout import run_jobs
+
+        def done(key: tuple[str, int]) -> None:
+            if on_progress:
+                on_progress(seed_label(*key, n), float("inf"))
+
+        outputs = run_jobs(
+            ray_address,
+            [(name, k) for name in schedule(names) for k in range(n)],
+            workloads,
+            _run_job,
+            lambda key: (key[0], settings[key[1]], oracle, want_decisions),
+            done,
+        )
+    elif jobs <= 1 or len(keys) == 1:
         for name, k in keys:
             label = seed_label(name, k, n)
             progress = _Throttled(label, on_progress) if on_progress else None

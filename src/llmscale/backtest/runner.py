@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
+from llmscale.backtest.calendar import DEFAULT_START_UNIX_S
 from llmscale.backtest.results import PolicyResult, summarize
 from llmscale.clock import ManualClock
 from llmscale.cluster.sim import SimCluster
@@ -67,6 +68,9 @@ class BacktestSettings:
     policy_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: after the last arrival, keep simulating at most this long for in-flight work
     drain_horizon_s: float = 1800.0
+    #: Unix time of the run's t = 0, which places a guards' ``schedule`` on the calendar
+    #: (:func:`llmscale.backtest.calendar.run_start_unix_s`; nothing else reads it)
+    start_unix_s: float = DEFAULT_START_UNIX_S
 
     def __post_init__(self) -> None:
         GuardConfig(self.min_replicas, self.max_replicas)  # validates the bounds
@@ -304,7 +308,9 @@ def run_policy(
     source = SimMetricSource(fleet, sub_tick=sub_tick)
     cluster = SimCluster(fleet)
     clock = ManualClock()
-    controller = Controller(policy, guards, deployment, assess=decisions_out is not None)
+    controller = Controller(
+        policy, guards, deployment, assess=decisions_out is not None, clock_epoch_s=settings.start_unix_s
+    )
     # The core schedules its ticks (every policy.tick_s, the first one tick in); this loop only
     # fulfils them and interleaves the report's samples.
     state = initial_state(controller, first_tick_s=controller.cadence_s)

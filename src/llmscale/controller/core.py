@@ -104,6 +104,9 @@ class Controller:
     deployment: Deployment | None = None
     tick_s: float | None = None
     assess: bool = True
+    #: Unix time of ``now_s`` 0, which places the guards' schedule on the calendar: 0 live (the
+    #: time line is Unix seconds), the run's start time in a backtest (``--start-at``)
+    clock_epoch_s: float = 0.0
 
     @property
     def cadence_s(self) -> float:
@@ -153,6 +156,10 @@ class TickFacts:
     leading: bool = True
     #: the scale was asked for and failed (an ActuationError), or fenced off by a lost lease
     scale_failed: bool = False
+    #: the spec read again just before actuation (None: not read again, as in the backtest). It
+    #: differs from the observation's when someone else scaled in between (an admin's patch, a
+    #: former leader's last scale): the decision was made for a fleet that is no longer there.
+    spec_now: int | None = None
 
 
 def initial_state(controller: Controller, first_tick_s: float) -> ControllerState:
@@ -188,7 +195,9 @@ def decide(
     signals the primary saw."""
     policy, guards = controller.policy, controller.guards
     decision, policy_state = policy.decide(signals, state.policy_state, now_s)
-    outcome, guard_state = apply_guards(decision, signals, guards, state.guard_state, now_s)
+    outcome, guard_state = apply_guards(
+        decision, signals, guards, state.guard_state, now_s, controller.clock_epoch_s
+    )
     final, guard, guard_note = outcome.desired, outcome.guard, outcome.note
     spec = signals.fleet.spec_replicas
     outage = bool(state.window) and total_outage(state.window[-1])
@@ -237,9 +246,21 @@ def settle(
     instead of waiting out a cooldown no scale started), a standby replica (its clocks are the
     leader's, read from the store when it takes over), a scale that failed or was fenced off.
     A partly admitted scale-up (2 wanted, 1 admitted) scales, and keeps the cooldown it starts.
+
+    A spec that moved between the observation and the actuation (observed 3, an admin scaled to
+    2 since) holds the fleet where it now is, under the guard ``spec-moved``: acting on the old
+    decision would scale 2 -> 3 as if no change were asked, so without the cooldown a change
+    starts (3 -> 3 starts none). The next tick observes 2 and decides with its guards.
     """
     spec = record.fleet.spec_replicas
     state = decided
+    if facts.spec_now is not None and facts.spec_now != spec:
+        if record.guard != SPEC_MOVED:
+            note = f"the spec moved {spec} -> {facts.spec_now} after the observation; deciding next tick"
+            record = replace(
+                record, final=facts.spec_now, guard=SPEC_MOVED, guard_note=_join(record.guard_note, note)
+            )
+        return record, replace(state, guard_state=before.guard_state)
     a = facts.admission
     if a is not None and a.limit < record.final:
         record = replace(
@@ -251,6 +272,9 @@ def settle(
         state = replace(state, guard_state=before.guard_state)
     return record, state
 
+
+#: the guard of a decision held because the spec moved under it (see :func:`settle`)
+SPEC_MOVED = "spec-moved"
 
 #: a replica in these phases should answer its /metrics: no data from it is a scrape error
 SCRAPED_PHASES = (Phase.READY, Phase.DRAINING)

@@ -55,6 +55,7 @@ from llmscale.config import Mode
 from llmscale.controller.admission import check_scale_up
 from llmscale.controller.core import (
     SCRAPED_PHASES,
+    SPEC_MOVED,
     Controller,
     ControllerState,
     TickFacts,
@@ -413,9 +414,12 @@ class LiveController:
         verdict, admitted = check_scale_up(obs.fleet, record.final, self.quota, self.admission)
         if verdict is not None:
             log.warning("holding %s's scale-up at %d: %s", self.target, verdict.limit, verdict.note)
-        record, state = settle(record, state, before, TickFacts(admission=verdict, leading=leading))
-
         current = self.cluster.spec_replicas
+        record, state = settle(
+            record, state, before, TickFacts(admission=verdict, leading=leading, spec_now=current)
+        )
+        if record.guard == SPEC_MOVED:
+            log.info("%s: %s", self.target, record.guard_note)
         # A KEDA scaler serves nothing until its first decision is published, even one that
         # equals the starting spec (KEDA would see UNAVAILABLE and the ScaledObject its fallback).
         unpublished = getattr(self.cluster, "has_decision", True) is False

@@ -68,7 +68,7 @@ from llmscale.policies.params import (
 )
 from llmscale.types import Decision, NoData, Signals
 
-__all__ = ["KpaConfig", "KpaPolicy", "KpaState"]
+__all__ = ["KpaConfig", "KpaPolicy", "KpaState", "KpaStep", "kpa_scale"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,77 @@ def _window_mean(samples: tuple[tuple[float, float], ...], now_s: float, window_
 
 
 @dataclass(frozen=True)
+class KpaStep:
+    """One evaluation of Knative's ``Scale`` from its window averages (:func:`kpa_scale`)."""
+
+    desired: int
+    rule: str
+    panic_time_s: float | None
+    max_panic_pods: int
+    delay_window: tuple[tuple[float, int], ...]
+    max_up: int
+    max_down: int
+    dspc: int
+    dppc: int
+
+
+def kpa_scale(
+    cfg: KpaConfig,
+    ready_pods: int,
+    stable: float,
+    panic: float,
+    now_s: float,
+    panic_time_s: float | None,
+    max_panic_pods: int,
+    delay_window: tuple[tuple[float, int], ...] = (),
+    reachable: bool = True,
+) -> KpaStep:
+    """Knative's ``Scale`` after the metric client answered: the rate-limited stable and panic
+    counts, the panic state and its ratchet, the scale-down delay; before bounds and scale to zero.
+
+    ``reachable`` False (a revision no route sends traffic to) drops the scale-down floor to 0,
+    as Knative does; the policy's revision is always reachable. Checked against Knative's own code
+    on recorded ticks (``tests/peers/test_knative_recorded.py``).
+    """
+    ready = float(max(1, ready_pods))
+    max_up = math.ceil(cfg.max_scale_up_rate * ready)
+    max_down = math.floor(ready / cfg.max_scale_down_rate) if reachable else 0
+    dspc = math.ceil(stable / cfg.target_concurrency)
+    dppc = math.ceil(panic / cfg.target_concurrency)
+    stable_pods = int(min(max(dspc, max_down), max_up))
+    panic_pods = int(min(max(dppc, max_down), max_up))
+
+    over = dppc / ready >= cfg.panic_threshold_pct / 100.0
+    panic_time = panic_time_s
+    max_panic = max_panic_pods
+    if over:
+        panic_time = now_s  # enter, or extend the panic
+    elif panic_time is not None and panic_time + cfg.stable_window_s < now_s:
+        panic_time, max_panic = None, 0  # the surge has reached the stable window
+
+    desired = stable_pods
+    rule = "stable"
+    if panic_time is not None:
+        desired = max(stable_pods, panic_pods)
+        rule = "panic"
+        if desired > max_panic:
+            max_panic = desired
+        elif desired < max_panic:
+            rule = "panic-no-scale-down"
+        desired = max_panic
+
+    if cfg.scale_down_delay_s > 0 and reachable:
+        delay_window = (
+            *(d for d in delay_window if now_s - d[0] < cfg.scale_down_delay_s),
+            (now_s, desired),
+        )
+        delayed = max(n for _, n in delay_window)
+        if delayed != desired:
+            desired, rule = delayed, "scale-down-delayed"
+    return KpaStep(desired, rule, panic_time, max_panic, delay_window, max_up, max_down, dspc, dppc)
+
+
+@dataclass(frozen=True)
 class KpaPolicy:
     config: KpaConfig
     name: str = "knative-kpa"
@@ -154,42 +225,14 @@ class KpaPolicy:
         # The sample just added is inside both windows.
         assert stable is not None and panic is not None
 
+        step = kpa_scale(
+            cfg, fleet.ready, stable, panic, now_s, state.panic_time_s, state.max_panic_pods,
+            state.delay_window,
+        )  # fmt: skip
+        desired, rule, panic_time = step.desired, step.rule, step.panic_time_s
+        max_panic, delay_window = step.max_panic_pods, step.delay_window
         ready = float(max(1, fleet.ready))
-        max_up = math.ceil(cfg.max_scale_up_rate * ready)
-        max_down = math.floor(ready / cfg.max_scale_down_rate)
-        dspc = math.ceil(stable / cfg.target_concurrency)
-        dppc = math.ceil(panic / cfg.target_concurrency)
-        stable_pods = int(min(max(dspc, max_down), max_up))
-        panic_pods = int(min(max(dppc, max_down), max_up))
-
-        over = dppc / ready >= cfg.panic_threshold_pct / 100.0
-        panic_time = state.panic_time_s
-        max_panic = state.max_panic_pods
-        if over:
-            panic_time = now_s  # enter, or extend the panic
-        elif panic_time is not None and panic_time + cfg.stable_window_s < now_s:
-            panic_time, max_panic = None, 0  # the surge has reached the stable window
-
-        desired = stable_pods
-        rule = "stable"
-        if panic_time is not None:
-            desired = max(stable_pods, panic_pods)
-            rule = "panic"
-            if desired > max_panic:
-                max_panic = desired
-            elif desired < max_panic:
-                rule = "panic-no-scale-down"
-            desired = max_panic
-
-        delay_window = state.delay_window
-        if cfg.scale_down_delay_s > 0:
-            delay_window = (
-                *(d for d in delay_window if now_s - d[0] < cfg.scale_down_delay_s),
-                (now_s, desired),
-            )
-            delayed = max(n for _, n in delay_window)
-            if delayed != desired:
-                desired, rule = delayed, "scale-down-delayed"
+        max_up, max_down, dspc, dppc = step.max_up, step.max_down, step.dspc, step.dppc
 
         desired = clamp(desired, cfg.min_replicas, cfg.max_replicas)
         zero_since = None

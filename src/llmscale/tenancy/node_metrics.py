@@ -49,6 +49,7 @@ def read_node_sample(
     queries: Mapping[str, str] | None = None,
     timeout_s: float = 5.0,
     at_s: float | None = None,
+    errors: list[str] | None = None,
 ) -> NodeSample:
     """One instant query per reading against Prometheus at ``base_url``; a missing reading is None.
 
@@ -56,6 +57,8 @@ def read_node_sample(
     that fails, times out, or is answered with anything but a single finite sample reads None,
     and the node check fails on it (no data, no scale-up). Unlike the PromQL of the fleet, the
     three are read concurrently on one client, so a node check takes one deadline, not three.
+    ``errors``, when given, collects why a reading could not be had (Prometheus unreachable or
+    answering malformed): a reading Prometheus answered with no sample is missing, not an error.
     """
     from llmscale.metrics.promapi import run_sync
 
@@ -67,14 +70,15 @@ def read_node_sample(
         from llmscale.metrics.promapi import new_client
 
         async with new_client(timeout_s, connections=len(exprs)) as client:
-            return list(await asyncio.gather(*(_scalar(client, base_url, e, timeout_s, at_s) for e in exprs)))
+            reads = (_scalar(client, base_url, e, timeout_s, at_s, errors) for e in exprs)
+            return list(await asyncio.gather(*reads))
 
     values = dict(zip(keys, run_sync(read_all), strict=True))
     return NodeSample(values["free_memory_bytes"], values["cpu_throttled_ratio"], values["disk_io_util"])
 
 
 async def _scalar(
-    client: object, base_url: str, expr: str, timeout_s: float, at_s: float | None
+    client: object, base_url: str, expr: str, timeout_s: float, at_s: float | None, errors: list[str] | None
 ) -> float | None:
     from llmscale.metrics.promapi import PrometheusError, fetch
 
@@ -86,7 +90,9 @@ async def _scalar(
             client, base_url.rstrip("/"), "/api/v1/query", params, query=expr, timeout_s=timeout_s
         )
         answer.expect("vector", "scalar")
-    except PrometheusError:
+    except PrometheusError as e:
+        if errors is not None:
+            errors.append(str(e))
         return None
     if len(answer.series) != 1:
         return None

@@ -16,16 +16,14 @@ else the cluster's CPUs (each trial is one single-threaded simulation and asks R
 
 from __future__ import annotations
 
-import logging
 import multiprocessing as mp
-import os
-import socket
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import replace
 from typing import Any, Protocol
 
+from llmscale.backtest.ray_fanout import connect
 from llmscale.errors import ConfigError
 from llmscale.tune.objective import TrialOutcome, TuneCase, evaluate
 
@@ -125,78 +123,19 @@ def _evaluate_remote(policy: str, params: Mapping[str, Any], cases: tuple[TuneCa
     return replace(outcome, ran_on=f"ray node {ray.get_runtime_context().get_node_id()}")
 
 
-#: How long the reachability probe waits for the cluster's port. A head node on a LAN answers in
-#: milliseconds; 5 s allows a slow VPN without leaving a user staring at a silent terminal.
-PROBE_TIMEOUT_S = 5.0
-
-#: Where ``ray start --head`` records the address of the cluster it started on this machine
-#: (what ``--ray auto`` connects to).
-RAY_CURRENT_CLUSTER = "/tmp/ray/ray_current_cluster"
-
-
-def _host_port(address: str) -> tuple[str, int] | None:
-    """``host:port`` of a Ray address (``host:port``, ``ray://host:port``; ``auto`` read from the
-    file ``ray start`` writes), or None when the form is not one to probe."""
-    if address == "auto":
-        address = os.environ.get("RAY_ADDRESS", "")
-        if not address or address == "auto":
-            try:
-                with open(RAY_CURRENT_CLUSTER, encoding="utf-8") as f:
-                    address = f.read().strip()
-            except OSError:
-                return None  # no local cluster recorded: ray.init says so itself, at once
-    address = address.removeprefix("ray://")
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        return None
-    return host.strip("[]"), int(port)
-
-
-def _check_reachable(address: str) -> None:
-    """Refuse an address nothing listens on before handing it to ``ray.init``.
-
-    Ray's client retries a GCS it cannot reach without an end (found from outside: ``--ray
-    127.0.0.1:1`` printed a reconnect warning every 35 s and never returned), so a typo in the
-    address hung ``tune``. One TCP connect with a bound tells a refused or silent port apart from
-    a cluster in a few seconds at most.
-    """
-    target = _host_port(address)
-    if target is None:
-        return
-    try:
-        with socket.create_connection(target, timeout=PROBE_TIMEOUT_S):
-            pass
-    except OSError as e:
-        reason = "no answer" if isinstance(e, TimeoutError) else (e.strerror or str(e))
-        raise ConfigError(
-            f"--ray {address}: cannot reach a Ray cluster at {target[0]}:{target[1]} ({reason} "
-            f"within {PROBE_TIMEOUT_S:g} s); give the address `ray start --head` printed"
-        ) from e
-
-
 class RayExecutor:
     """Trials as Ray tasks on the cluster at ``address`` (``ray start --head`` prints it)."""
 
     def __init__(self, policy: str, cases: Sequence[TuneCase], address: str, jobs: int | None) -> None:
-        try:
-            import ray
-        except ImportError as e:
-            raise ConfigError(
-                "--ray needs the ray package: pip install 'llmscale[ray]' (or ray itself)"
-            ) from e
+        # Only a cluster that is already running: tune never starts one behind the user's back.
+        ray = connect(address)
         self._ray = ray
-        _check_reachable(address)
-        try:
-            # Only a cluster that is already running: tune never starts one behind the user's back.
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise ConfigError(f"--ray {address}: cannot connect to a Ray cluster there: {e}") from e
         self._policy = policy
         # Once into the object store: every task reads the same copy, not a pickle per trial.
         self._cases_ref = ray.put(tuple(cases))
         # max_retries=0: a trial that raised is a failed trial, not one to run again.
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_evaluate_remote)
-        cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+        cpus = int(ray.cluster_resources().get("CPU", 1))
         self.slots = jobs if jobs else max(1, cpus)
         self._refs: dict[Any, int] = {}
 

@@ -1,0 +1,3 @@
+module k8s.io/klog/v2
+
+go 1.19

@@ -1,0 +1,6 @@
+package resources
+
+type EndpointsCounter interface {
+	ReadyCount() (int, error)
+	NotReadyCount() (int, error)
+}

@@ -1,0 +1,3 @@
+package types
+
+type NamespacedName struct{ Namespace, Name string }

@@ -1,0 +1,3 @@
+package metric
+
+type MeterProvider interface{}

@@ -1,0 +1,3 @@
+module go.uber.org/zap
+
+go 1.19
