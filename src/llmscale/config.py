@@ -241,8 +241,24 @@ class KubernetesConfig(_Section):
     scale_down_order: Literal["auto", "deletion-cost", "explicit", "annotate-only", "off"] = "auto"
 
 
+class TlsFiles(_Section):
+    """A server's certificate and key (PEM files) and, optionally, the CA its clients must present
+    a certificate from (mTLS)."""
+
+    cert_file: str = Field(min_length=1)
+    key_file: str = Field(min_length=1)
+    client_ca_file: str | None = Field(default=None, min_length=1)
+
+
 class KedaConfig(_Section):
     listen: Address = Field(default_factory=lambda: Address(host="127.0.0.1", port=9090))
+    #: TLS on the gRPC server (KEDA's trigger metadata ``caCert``; with ``client_ca_file`` also
+    #: ``tlsClientCert``/``tlsClientKey``); null: plain text
+    tls: TlsFiles | None = None
+    #: where the replica count comes from: ``kubernetes`` (the target's scale spec and pods, needs
+    #: credentials) or ``metrics`` (the replicas the metric source reports; no Kubernetes API is
+    #: used, so ``run`` starts without credentials, e.g. to try the scaler beside ``emulate``)
+    replicas_from: Literal["kubernetes", "metrics"] = "kubernetes"
     metric_name: str = "llmscale-desired-replicas"
     #: the ScaledObject that asks (default: the target's name)
     scaled_object: str | None = None
@@ -621,7 +637,21 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
     pods_from_kube = (
         cfg.metrics.source == "scrape" and scrape.static_targets is None and not scrape.emulate_url
     )
-    if not cfg.target.selector and (cfg.actuator.kind in ("kubernetes", "keda") or pods_from_kube):
+    keda_standalone = cfg.actuator.kind == "keda" and cfg.actuator.keda.replicas_from == "metrics"
+    if keda_standalone:
+        if pods_from_kube:
+            raise fail(
+                "actuator.keda.replicas_from",
+                "metrics needs a source that finds replicas without Kubernetes: metrics.source "
+                "prometheus, or metrics.scrape with static_targets or emulate_url",
+            )
+        if cfg.state.store == "configmap":
+            raise fail(
+                "state.store",
+                "configmap needs the Kubernetes API; with replicas_from metrics use file or none",
+            )
+    kube_actuator = cfg.actuator.kind == "kubernetes" or (cfg.actuator.kind == "keda" and not keda_standalone)
+    if not cfg.target.selector and (kube_actuator or pods_from_kube):
         # An empty selector would count every pod of the namespace as a replica.
         raise fail("target.selector", "required to find the target's pods, e.g. {app: llama}")
     if pods_from_kube and cfg.actuator.kind == "emulate":

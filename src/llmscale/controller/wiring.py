@@ -26,6 +26,7 @@ from llmscale.errors import ConfigError
 from llmscale.metrics.source import MetricSource
 
 __all__ = [
+    "ObservedReplicas",
     "Runtime",
     "build_cluster",
     "build_drift",
@@ -69,9 +70,53 @@ def policy_run(cfg: LiveConfig, spec: PolicySpec, extra_guards: dict[str, Any] |
     return PolicyRun(policy, guards, policy_version(spec.name, spec.params, user))
 
 
-def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None]]) -> tuple[Cluster, Any]:
-    """The actuator, and the KubernetesCluster behind it (None with emulate) for pods and state."""
+class ObservedReplicas:
+    """A MetricSource wrapper that remembers how many replicas its last observation reported.
+
+    The KEDA scaler without a Kubernetes API (``actuator.keda.replicas_from: metrics``) takes its
+    count before the first decision from here: 3 pods in Prometheus -> spec 3, so a first decision
+    of 3 publishes nothing new and a guard compares 5 with 3, not with 0.
+    """
+
+    def __init__(self) -> None:
+        self.source: MetricSource | None = None
+        self.count = 0
+
+    def observe(self, now_s: float) -> Any:
+        assert self.source is not None  # wrap() ran before the first tick
+        obs = self.source.observe(now_s)
+        self.count = len(obs.replicas)
+        return obs
+
+    def wrap(self, source: MetricSource) -> MetricSource:
+        self.source = source
+        wrapped: MetricSource = self
+        return wrapped
+
+    def __call__(self) -> int:
+        return self.count
+
+    def __getattr__(self, name: str) -> Any:
+        # errors_total, close, ...: what the loop reads from the source it wraps
+        if name == "source":
+            raise AttributeError(name)
+        return getattr(self.source, name)
+
+
+def build_cluster(
+    cfg: LiveConfig,
+    clock: Clock,
+    closers: list[Callable[[], None]],
+    observed: ObservedReplicas | None = None,
+) -> tuple[Cluster, Any]:
+    """The actuator, and the KubernetesCluster behind it (None with emulate, or KEDA whose replicas
+    come from the metrics: then ``observed`` wraps the source and gives the count) for pods and state."""
     kind = cfg.actuator.kind
+    if kind == "keda" and cfg.actuator.keda.replicas_from == "metrics":
+        if observed is None:
+            raise ConfigError("actuator.keda.replicas_from metrics: no observed-replicas counter given")
+        scaler = _keda_scaler(cfg, closers, initial_replicas=observed)
+        return scaler, None
     if kind == "emulate":
         from llmscale.emulate.cluster import EmulateCluster
         from llmscale.emulate.config import admin_token
@@ -89,13 +134,9 @@ def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None
     kube.check_scale_down(via_keda=kind == "keda")
     if kind == "kubernetes":
         return kube, kube
-    from llmscale.cluster.keda import KedaScaler, serve
-
-    keda_cfg = cfg.actuator.keda
-    scaler = KedaScaler(
-        keda_cfg.scaled_object or cfg.target.name,
-        cfg.target.namespace,
-        metric_name=keda_cfg.metric_name,
+    keda = _keda_scaler(
+        cfg,
+        closers,
         # KEDA tells nothing about pods: the Kubernetes view counts them, and the scale spec
         # read at start is what the guards compare the first decision with.
         initial_replicas=kube.spec_replicas,
@@ -103,17 +144,35 @@ def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None
         # The pods carry their deletion costs before KEDA can read a lower count.
         before_scale_down=lambda current, n: kube.prepare_scale_down(current, n, via_keda=True),
     )
+    return keda, kube
+
+
+def _keda_scaler(cfg: LiveConfig, closers: list[Callable[[], None]], **scaler_kw: Any) -> Cluster:
+    """The KEDA scaler for the target, served on actuator.keda.listen (with its TLS, if any)."""
+    from llmscale.cluster.keda import KedaScaler, ServerTls, serve
+
+    keda_cfg = cfg.actuator.keda
+    scaler = KedaScaler(
+        keda_cfg.scaled_object or cfg.target.name,
+        cfg.target.namespace,
+        metric_name=keda_cfg.metric_name,
+        **scaler_kw,
+    )
+    t = keda_cfg.tls
+    tls = None if t is None else ServerTls.from_files(t.cert_file, t.key_file, t.client_ca_file)
     server, port = serve(
         scaler,
         str(keda_cfg.listen),
         max_streams=keda_cfg.max_streams,
         max_streams_per_peer=keda_cfg.max_streams_per_peer,
         max_workers=max(16, keda_cfg.max_streams + 8),
+        tls=tls,
     )
-    log.info("KEDA external scaler on %s:%d", keda_cfg.listen.host, port)
+    mtls = "" if t is None else (" (TLS, client certificates required)" if t.client_ca_file else " (TLS)")
+    log.info("KEDA external scaler on %s:%d%s", keda_cfg.listen.host, port, mtls)
     closers.append(server.stop)
     keda: Cluster = scaler
-    return keda, kube
+    return keda
 
 
 def _kubernetes_cluster(cfg: LiveConfig, clock: Clock) -> Any:
@@ -396,8 +455,11 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
     clock = clock or UnixClock()
     closers: list[Callable[[], None]] = []
     try:
-        cluster, kube = build_cluster(cfg, clock, closers)
+        observed = ObservedReplicas()
+        cluster, kube = build_cluster(cfg, clock, closers, observed)
         source = build_source(cfg, kube)
+        if cfg.actuator.kind == "keda" and cfg.actuator.keda.replicas_from == "metrics":
+            source = observed.wrap(source)
         close_source = getattr(source, "close", None)
         if callable(close_source):
             closers.append(close_source)
