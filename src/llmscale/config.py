@@ -38,6 +38,7 @@ __all__ = [
     "ActuatorConfig",
     "Address",
     "DriftConfig",
+    "HpaConfig",
     "LeaderElectionConfig",
     "LiveConfig",
     "MetricsConfig",
@@ -45,9 +46,11 @@ __all__ = [
     "PolicySpec",
     "ShadowSpec",
     "TargetConfig",
+    "TlsFiles",
     "check_run_files",
     "load_config",
     "parse_config",
+    "replicas_from_metrics",
 ]
 
 
@@ -271,6 +274,24 @@ class KedaConfig(_Section):
     _addr = field_validator("listen", mode="before")(_parse_address)
 
 
+class HpaConfig(_Section):
+    """``actuator.kind: hpa``: the decision served as an external metric (docs/hpa-external-metrics.md)."""
+
+    #: HTTPS listen address of the ``external.metrics.k8s.io`` server (the APIService's port)
+    listen: Address = Field(default_factory=lambda: Address(host="127.0.0.1", port=6443))
+    #: the serving certificate (its SAN must be the Service's name, <svc>.<namespace>.svc) and the
+    #: request-header CA that signs the API server's front-proxy client certificate
+    tls: TlsFiles
+    #: common names the front-proxy certificate may carry (the API server's
+    #: --requestheader-allowed-names); empty: any certificate the CA signed
+    allowed_names: tuple[str, ...] = ()
+    metric_name: str = Field(default="llmscale-desired-replicas", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    #: as actuator.keda.replicas_from
+    replicas_from: Literal["kubernetes", "metrics"] = "kubernetes"
+
+    _addr = field_validator("listen", mode="before")(_parse_address)
+
+
 class EmulateConfig(_Section):
     url: HttpUrl
     #: a file holding emulate's admin token (default: $LLMSCALE_EMULATE_ADMIN_TOKEN); the token
@@ -279,9 +300,10 @@ class EmulateConfig(_Section):
 
 
 class ActuatorConfig(_Section):
-    kind: Literal["kubernetes", "keda", "emulate"] = "kubernetes"
+    kind: Literal["kubernetes", "keda", "hpa", "emulate"] = "kubernetes"
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
     keda: KedaConfig = Field(default_factory=KedaConfig)
+    hpa: HpaConfig | None = None
     emulate: EmulateConfig | None = None
 
 
@@ -581,6 +603,15 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> LiveCo
     return cfg
 
 
+def replicas_from_metrics(cfg: LiveConfig) -> bool:
+    """True when the actuator publishes its decision (keda, hpa) and counts replicas from the
+    metric source: no Kubernetes API is used at all."""
+    a = cfg.actuator
+    if a.kind == "keda":
+        return a.keda.replicas_from == "metrics"
+    return a.kind == "hpa" and a.hpa is not None and a.hpa.replicas_from == "metrics"
+
+
 def _check_semantics(cfg: LiveConfig, source: str) -> None:
     """Cross-field rules pydantic's per-field validation cannot express."""
 
@@ -637,11 +668,13 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
     pods_from_kube = (
         cfg.metrics.source == "scrape" and scrape.static_targets is None and not scrape.emulate_url
     )
-    keda_standalone = cfg.actuator.kind == "keda" and cfg.actuator.keda.replicas_from == "metrics"
+    if cfg.actuator.kind == "hpa" and cfg.actuator.hpa is None:
+        raise fail("actuator.hpa", "required when actuator.kind is hpa (at least tls: cert_file, key_file)")
+    keda_standalone = replicas_from_metrics(cfg)
     if keda_standalone:
         if pods_from_kube:
             raise fail(
-                "actuator.keda.replicas_from",
+                f"actuator.{cfg.actuator.kind}.replicas_from",
                 "metrics needs a source that finds replicas without Kubernetes: metrics.source "
                 "prometheus, or metrics.scrape with static_targets or emulate_url",
             )
@@ -650,7 +683,9 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
                 "state.store",
                 "configmap needs the Kubernetes API; with replicas_from metrics use file or none",
             )
-    kube_actuator = cfg.actuator.kind == "kubernetes" or (cfg.actuator.kind == "keda" and not keda_standalone)
+    kube_actuator = cfg.actuator.kind == "kubernetes" or (
+        cfg.actuator.kind in ("keda", "hpa") and not keda_standalone
+    )
     if not cfg.target.selector and (kube_actuator or pods_from_kube):
         # An empty selector would count every pod of the namespace as a replica.
         raise fail("target.selector", "required to find the target's pods, e.g. {app: llama}")

@@ -16,7 +16,7 @@ from typing import Any
 
 from llmscale.clock import Clock, UnixClock
 from llmscale.cluster.base import Cluster
-from llmscale.config import LiveConfig, PolicySpec, deployment_of
+from llmscale.config import LiveConfig, PolicySpec, deployment_of, replicas_from_metrics
 from llmscale.controller.decision_log import DecisionLog, policy_version
 from llmscale.controller.live import LiveController, PolicyRun
 from llmscale.controller.persist import StateStore
@@ -31,6 +31,7 @@ __all__ = [
     "build_cluster",
     "build_drift",
     "build_elector",
+    "build_external_metrics",
     "build_runtime",
     "build_source",
     "build_store",
@@ -112,11 +113,11 @@ def build_cluster(
     """The actuator, and the KubernetesCluster behind it (None with emulate, or KEDA whose replicas
     come from the metrics: then ``observed`` wraps the source and gives the count) for pods and state."""
     kind = cfg.actuator.kind
-    if kind == "keda" and cfg.actuator.keda.replicas_from == "metrics":
+    if replicas_from_metrics(cfg):
         if observed is None:
-            raise ConfigError("actuator.keda.replicas_from metrics: no observed-replicas counter given")
-        scaler = _keda_scaler(cfg, closers, initial_replicas=observed)
-        return scaler, None
+            raise ConfigError(f"actuator.{kind}.replicas_from metrics: no observed-replicas counter given")
+        published = _published(cfg, closers, initial_replicas=observed)
+        return published, None
     if kind == "emulate":
         from llmscale.emulate.cluster import EmulateCluster
         from llmscale.emulate.config import admin_token
@@ -131,10 +132,10 @@ def build_cluster(
     kube = _kubernetes_cluster(cfg, clock)
     # Read the server version now, so a target whose scale-downs llmscale cannot steer is
     # named in a warning at start, not at its first shrink.
-    kube.check_scale_down(via_keda=kind == "keda")
+    kube.check_scale_down(via_keda=kind in ("keda", "hpa"))
     if kind == "kubernetes":
         return kube, kube
-    keda = _keda_scaler(
+    keda = _published(
         cfg,
         closers,
         # KEDA tells nothing about pods: the Kubernetes view counts them, and the scale spec
@@ -145,6 +146,49 @@ def build_cluster(
         before_scale_down=lambda current, n: kube.prepare_scale_down(current, n, via_keda=True),
     )
     return keda, kube
+
+
+def _published(cfg: LiveConfig, closers: list[Callable[[], None]], **scaler_kw: Any) -> Cluster:
+    """The decision holder of a keda or hpa actuator; the KEDA gRPC server is started here, the
+    external metrics server (which also reads the controller's signals) by :func:`build_runtime`."""
+    if cfg.actuator.kind == "hpa":
+        from llmscale.cluster.keda import KedaScaler
+
+        # The same holder as KEDA's (a Cluster whose scale_to publishes the decision): the HPA
+        # reads it through the external metrics API instead of KEDA's gRPC.
+        assert cfg.actuator.hpa is not None  # checked at load
+        hpa: Cluster = KedaScaler(
+            cfg.target.name, cfg.target.namespace, metric_name=cfg.actuator.hpa.metric_name, **scaler_kw
+        )
+        return hpa
+    return _keda_scaler(cfg, closers, **scaler_kw)
+
+
+def build_external_metrics(cfg: LiveConfig, published: Any, metrics: ControllerMetrics) -> Any:
+    """The ``external.metrics.k8s.io`` server of ``actuator.kind: hpa`` (None otherwise), not started."""
+    h = cfg.actuator.hpa
+    if cfg.actuator.kind != "hpa" or h is None:
+        return None
+    from llmscale.controller.external_metrics import ExternalMetricsServer, MetricsSnapshot
+
+    def snapshot() -> MetricsSnapshot:
+        decision = published.decision
+        if decision is None:
+            return MetricsSnapshot(None, {}, 0.0)
+        return MetricsSnapshot(decision[0], metrics.last_signals, decision[1])
+
+    return ExternalMetricsServer(
+        snapshot,
+        namespace=cfg.target.namespace,
+        target=cfg.target.label,
+        metric_name=h.metric_name,
+        host=h.listen.host,
+        port=h.listen.port,
+        cert_file=h.tls.cert_file,
+        key_file=h.tls.key_file,
+        client_ca_file=h.tls.client_ca_file,
+        allowed_names=h.allowed_names,
+    )
 
 
 def _keda_scaler(cfg: LiveConfig, closers: list[Callable[[], None]], **scaler_kw: Any) -> Cluster:
@@ -458,7 +502,7 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
         observed = ObservedReplicas()
         cluster, kube = build_cluster(cfg, clock, closers, observed)
         source = build_source(cfg, kube)
-        if cfg.actuator.kind == "keda" and cfg.actuator.keda.replicas_from == "metrics":
+        if replicas_from_metrics(cfg):
             source = observed.wrap(source)
         close_source = getattr(source, "close", None)
         if callable(close_source):
@@ -467,6 +511,11 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
         primary = policy_run(cfg, cfg.policy)
         shadow = policy_run(cfg, cfg.shadow, cfg.shadow.guard_overrides()) if cfg.shadow is not None else None
         metrics = ControllerMetrics(cfg.target.label, cfg.metrics.source)
+        external = build_external_metrics(cfg, cluster, metrics)
+        if external is not None:
+            external.start()
+            closers.append(external.stop)
+            log.info("external.metrics.k8s.io served on %s:%d (HTTPS)", external.host, external.port)
         drift, runs = build_drift(cfg, [primary] + ([shadow] if shadow is not None else []), metrics.registry)
         primary, shadow = runs[0], (runs[1] if shadow is not None else None)
         decisions = DecisionLog(cfg.decision_log.path)

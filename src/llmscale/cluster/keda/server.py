@@ -183,6 +183,13 @@ class KedaScaler:
         return initial() if callable(initial) else initial
 
     @property
+    def decision(self) -> tuple[int, float] | None:
+        """(replicas, controller time s) of the last decision; None before the first."""
+        with self._cond:
+            d = self._decision
+        return None if d is None else (d.desired, d.time_s)
+
+    @property
     def has_decision(self) -> bool:
         """False until the first ``scale_to``: until then KEDA is answered UNAVAILABLE."""
         with self._cond:
