@@ -255,8 +255,8 @@ class TlsFiles(_Section):
 
 class KedaConfig(_Section):
     listen: Address = Field(default_factory=lambda: Address(host="127.0.0.1", port=9090))
-    #: TLS on the gRPC server (KEDA's trigger metadata ``caCert``; with ``client_ca_file`` also
-    #: ``tlsClientCert``/``tlsClientKey``); null: plain text
+    #: TLS on the gRPC server (KEDA's trigger sets ``enableTLS`` and, from its TriggerAuthentication,
+    #: ``caCert``; with ``client_ca_file`` also ``tlsClientCert``/``tlsClientKey``); null: plain text
     tls: TlsFiles | None = None
     #: where the replica count comes from: ``kubernetes`` (the target's scale spec and pods, needs
     #: credentials) or ``metrics`` (the replicas the metric source reports; no Kubernetes API is

@@ -1,7 +1,7 @@
 """The KEDA external scaler over TLS and mTLS, with real grpcio and the stubs of KEDA's own proto,
 and ``llmscale run`` serving it without Kubernetes credentials (replicas from the metrics).
 
-KEDA's ``external`` trigger verifies the scaler with ``caCert`` and, for mTLS, presents
+KEDA's ``external`` trigger (``enableTLS``) verifies the scaler with ``caCert`` and, for mTLS, presents
 ``tlsClientCert``/``tlsClientKey``; the clients here do the same with grpcio's SSL credentials.
 """
 

@@ -81,9 +81,10 @@ class _Decision:
 class ServerTls:
     """TLS of the gRPC server, as KEDA's ``external`` trigger speaks it.
 
-    KEDA's trigger metadata ``caCert`` verifies :attr:`cert_pem`; its ``tlsClientCert`` /
-    ``tlsClientKey`` are the client certificate that :attr:`client_ca_pem`, when set, requires
-    (mTLS): a client without a certificate signed by that CA is refused in the handshake.
+    KEDA's trigger (metadata ``enableTLS: "true"``) verifies :attr:`cert_pem` with the ``caCert``
+    of its TriggerAuthentication; ``tlsClientCert`` / ``tlsClientKey`` there are the client
+    certificate that :attr:`client_ca_pem`, when set, requires (mTLS): a client without a
+    certificate signed by that CA is refused in the handshake.
     """
 
     cert_pem: bytes
@@ -549,7 +550,7 @@ def serve(
 ) -> tuple[KedaServer, int]:
     """Serve ``scalers`` to KEDA on ``address`` (host:port, port 0 = a free one); returns (server, port).
 
-    Plain-text gRPC without ``tls`` (KEDA's ``external`` trigger without ``caCert``); with it, TLS
+    Plain-text gRPC without ``tls`` (KEDA's ``external`` trigger without ``enableTLS``); with it, TLS
     and, when ``tls.client_ca_pem`` is set, a client certificate required (mTLS). ``max_streams``
     must leave worker threads for unary calls: pre: max_streams < max_workers; one client
     address holds at most ``max_streams_per_peer`` of them (see ExternalScalerServicer).
