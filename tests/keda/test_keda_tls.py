@@ -23,7 +23,9 @@ import yaml
 from llmscale.cluster.keda import KedaScaler, ServerTls, serve
 from llmscale.cluster.keda import externalscaler_pb2 as pb
 from llmscale.cluster.keda import externalscaler_pb2_grpc as pb_grpc
+from llmscale.controller.wiring import ObservedReplicas
 from llmscale.errors import ConfigError
+from llmscale.types import FleetView, Observation, Phase, ReplicaSample
 from support.certs import Ca, Leaf, make_ca
 
 RPC_TIMEOUT_S = 5.0
@@ -201,3 +203,25 @@ def test_run_with_keda_needs_no_kubernetes_when_replicas_come_from_the_metrics(t
     assert got == 4.0, err[-3000:]
     assert proc.returncode == 0, err[-3000:]
     assert "KEDA external scaler on 127.0.0.1" in err and "client certificates required" in err, err[-3000:]
+
+
+class _ThreeReplicas:
+    """A metric source that sees three replicas (one of them unknown)."""
+
+    def observe(self, now_s: float) -> Observation:
+        samples = tuple(ReplicaSample(f"vllm-{i}", Phase.READY, ok=i < 2) for i in range(3))
+        return Observation(now_s, FleetView(spec_replicas=0), samples)
+
+
+def test_without_kubernetes_the_spec_before_a_decision_is_what_the_source_saw() -> None:
+    """3 replicas in the metrics -> spec 3 before the first decision, so the guards compare a
+    first decision with 3, not with 0 (a first 3 publishes nothing new; 5 is a scale-up of 2)."""
+    observed = ObservedReplicas()
+    scaler = KedaScaler("llm", "serving", initial_replicas=observed)
+    source = observed.wrap(_ThreeReplicas())
+    assert scaler.spec_replicas == 0  # nothing observed yet
+    source.observe(10.0)
+    assert scaler.spec_replicas == 3
+    assert scaler.decision is None and not scaler.has_decision
+    scaler.scale_to(5, now_s=11.0)
+    assert scaler.spec_replicas == 5 and scaler.decision == (5, 11.0)

@@ -158,7 +158,11 @@ def _published(cfg: LiveConfig, closers: list[Callable[[], None]], **scaler_kw: 
         # reads it through the external metrics API instead of KEDA's gRPC.
         assert cfg.actuator.hpa is not None  # checked at load
         hpa: Cluster = KedaScaler(
-            cfg.target.name, cfg.target.namespace, metric_name=cfg.actuator.hpa.metric_name, **scaler_kw
+            cfg.target.name,
+            cfg.target.namespace,
+            metric_name=cfg.actuator.hpa.metric_name,
+            role="external metric",
+            **scaler_kw,
         )
         return hpa
     return _keda_scaler(cfg, closers, **scaler_kw)

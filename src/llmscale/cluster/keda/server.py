@@ -136,6 +136,7 @@ class KedaScaler:
         initial_replicas: int | Callable[[], int] = 0,
         replicas_view: ReplicasViewFn | None = None,
         before_scale_down: Callable[[int, int], object] | None = None,
+        role: str = "KEDA scaler",
     ) -> None:
         """``name``/``namespace``: the ScaledObject KEDA asks about.
 
@@ -149,6 +150,8 @@ class KedaScaler:
         ``KubernetesCluster.prepare_scale_down(..., via_keda=True)``, which annotates the pods'
         deletion costs so that the ReplicaSet, when the HPA applies the count, removes the
         least-loaded pods; an error there is logged and the count is published anyway.
+        ``role``: what the messages call this holder ("external metric" when the HPA reads the
+        decision through the external metrics API instead of KEDA).
         """
         if not name:
             raise ConfigError("KEDA ScaledObject name is empty")
@@ -157,6 +160,7 @@ class KedaScaler:
         self.name = name
         self.namespace = namespace
         self.metric_name = metric_name
+        self.role = role
         self._initial_replicas = initial_replicas
         self._replicas_view = replicas_view
         self._before_scale_down = before_scale_down
@@ -207,13 +211,15 @@ class KedaScaler:
         """
         del drain_until_idle
         if n < 0:
-            raise ActuationError(f"KEDA scaler {self.namespace}/{self.name}: replicas = {n}, must be >= 0")
+            raise ActuationError(f"{self.role} {self.namespace}/{self.name}: replicas = {n}, must be >= 0")
         current = self.spec_replicas
         if self._before_scale_down is not None and n < current:
             try:
                 self._before_scale_down(current, n)
             except LlmscaleError:  # best effort: a missing annotation must not hold a shrink
-                log.exception("KEDA scaler %s/%s: preparing the scale-down failed", self.namespace, self.name)
+                log.exception(
+                    "%s %s/%s: preparing the scale-down failed", self.role, self.namespace, self.name
+                )
         with self._cond:
             before, was_active = self._decision, self._active_locked()
             self._decision = _Decision(desired=int(n), time_s=float(now_s))
