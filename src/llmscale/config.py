@@ -670,8 +670,8 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
     )
     if cfg.actuator.kind == "hpa" and cfg.actuator.hpa is None:
         raise fail("actuator.hpa", "required when actuator.kind is hpa (at least tls: cert_file, key_file)")
-    keda_standalone = replicas_from_metrics(cfg)
-    if keda_standalone:
+    standalone = replicas_from_metrics(cfg)
+    if standalone:
         if pods_from_kube:
             raise fail(
                 f"actuator.{cfg.actuator.kind}.replicas_from",
@@ -684,7 +684,7 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
                 "configmap needs the Kubernetes API; with replicas_from metrics use file or none",
             )
     kube_actuator = cfg.actuator.kind == "kubernetes" or (
-        cfg.actuator.kind in ("keda", "hpa") and not keda_standalone
+        cfg.actuator.kind in ("keda", "hpa") and not standalone
     )
     if not cfg.target.selector and (kube_actuator or pods_from_kube):
         # An empty selector would count every pod of the namespace as a replica.

@@ -175,6 +175,13 @@ def build_external_metrics(cfg: LiveConfig, published: Any, metrics: ControllerM
         return None
     from llmscale.controller.external_metrics import ExternalMetricsServer, MetricsSnapshot
 
+    if h.tls.client_ca_file is None:
+        log.warning(
+            "actuator.hpa.tls.client_ca_file is not set: anyone who reaches %s may read the external "
+            "metrics; set it to the API server's request-header CA",
+            h.listen,
+        )
+
     def snapshot() -> MetricsSnapshot:
         decision = published.decision
         if decision is None:
