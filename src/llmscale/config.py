@@ -38,6 +38,7 @@ __all__ = [
     "ActuatorConfig",
     "Address",
     "DriftConfig",
+    "HpaConfig",
     "LeaderElectionConfig",
     "LiveConfig",
     "MetricsConfig",
@@ -45,9 +46,11 @@ __all__ = [
     "PolicySpec",
     "ShadowSpec",
     "TargetConfig",
+    "TlsFiles",
     "check_run_files",
     "load_config",
     "parse_config",
+    "replicas_from_metrics",
 ]
 
 
@@ -241,8 +244,24 @@ class KubernetesConfig(_Section):
     scale_down_order: Literal["auto", "deletion-cost", "explicit", "annotate-only", "off"] = "auto"
 
 
+class TlsFiles(_Section):
+    """A server's certificate and key (PEM files) and, optionally, the CA its clients must present
+    a certificate from (mTLS)."""
+
+    cert_file: str = Field(min_length=1)
+    key_file: str = Field(min_length=1)
+    client_ca_file: str | None = Field(default=None, min_length=1)
+
+
 class KedaConfig(_Section):
     listen: Address = Field(default_factory=lambda: Address(host="127.0.0.1", port=9090))
+    #: TLS on the gRPC server (KEDA's trigger sets ``enableTLS`` and, from its TriggerAuthentication,
+    #: ``caCert``; with ``client_ca_file`` also ``tlsClientCert``/``tlsClientKey``); null: plain text
+    tls: TlsFiles | None = None
+    #: where the replica count comes from: ``kubernetes`` (the target's scale spec and pods, needs
+    #: credentials) or ``metrics`` (the replicas the metric source reports; no Kubernetes API is
+    #: used, so ``run`` starts without credentials, e.g. to try the scaler beside ``emulate``)
+    replicas_from: Literal["kubernetes", "metrics"] = "kubernetes"
     metric_name: str = "llmscale-desired-replicas"
     #: the ScaledObject that asks (default: the target's name)
     scaled_object: str | None = None
@@ -255,6 +274,24 @@ class KedaConfig(_Section):
     _addr = field_validator("listen", mode="before")(_parse_address)
 
 
+class HpaConfig(_Section):
+    """``actuator.kind: hpa``: the decision served as an external metric (docs/hpa-external-metrics.md)."""
+
+    #: HTTPS listen address of the ``external.metrics.k8s.io`` server (the APIService's port)
+    listen: Address = Field(default_factory=lambda: Address(host="127.0.0.1", port=6443))
+    #: the serving certificate (its SAN must be the Service's name, <svc>.<namespace>.svc) and the
+    #: request-header CA that signs the API server's front-proxy client certificate
+    tls: TlsFiles
+    #: common names the front-proxy certificate may carry (the API server's
+    #: --requestheader-allowed-names); empty: any certificate the CA signed
+    allowed_names: tuple[str, ...] = ()
+    metric_name: str = Field(default="llmscale-desired-replicas", pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    #: as actuator.keda.replicas_from
+    replicas_from: Literal["kubernetes", "metrics"] = "kubernetes"
+
+    _addr = field_validator("listen", mode="before")(_parse_address)
+
+
 class EmulateConfig(_Section):
     url: HttpUrl
     #: a file holding emulate's admin token (default: $LLMSCALE_EMULATE_ADMIN_TOKEN); the token
@@ -263,9 +300,10 @@ class EmulateConfig(_Section):
 
 
 class ActuatorConfig(_Section):
-    kind: Literal["kubernetes", "keda", "emulate"] = "kubernetes"
+    kind: Literal["kubernetes", "keda", "hpa", "emulate"] = "kubernetes"
     kubernetes: KubernetesConfig = Field(default_factory=KubernetesConfig)
     keda: KedaConfig = Field(default_factory=KedaConfig)
+    hpa: HpaConfig | None = None
     emulate: EmulateConfig | None = None
 
 
@@ -569,6 +607,15 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> LiveCo
     return cfg
 
 
+def replicas_from_metrics(cfg: LiveConfig) -> bool:
+    """True when the actuator publishes its decision (keda, hpa) and counts replicas from the
+    metric source: no Kubernetes API is used at all."""
+    a = cfg.actuator
+    if a.kind == "keda":
+        return a.keda.replicas_from == "metrics"
+    return a.kind == "hpa" and a.hpa is not None and a.hpa.replicas_from == "metrics"
+
+
 def _check_semantics(cfg: LiveConfig, source: str) -> None:
     """Cross-field rules pydantic's per-field validation cannot express."""
 
@@ -625,7 +672,25 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
     pods_from_kube = (
         cfg.metrics.source == "scrape" and scrape.static_targets is None and not scrape.emulate_url
     )
-    if not cfg.target.selector and (cfg.actuator.kind in ("kubernetes", "keda") or pods_from_kube):
+    if cfg.actuator.kind == "hpa" and cfg.actuator.hpa is None:
+        raise fail("actuator.hpa", "required when actuator.kind is hpa (at least tls: cert_file, key_file)")
+    standalone = replicas_from_metrics(cfg)
+    if standalone:
+        if pods_from_kube:
+            raise fail(
+                f"actuator.{cfg.actuator.kind}.replicas_from",
+                "metrics needs a source that finds replicas without Kubernetes: metrics.source "
+                "prometheus, or metrics.scrape with static_targets or emulate_url",
+            )
+        if cfg.state.store == "configmap":
+            raise fail(
+                "state.store",
+                "configmap needs the Kubernetes API; with replicas_from metrics use file or none",
+            )
+    kube_actuator = cfg.actuator.kind == "kubernetes" or (
+        cfg.actuator.kind in ("keda", "hpa") and not standalone
+    )
+    if not cfg.target.selector and (kube_actuator or pods_from_kube):
         # An empty selector would count every pod of the namespace as a replica.
         raise fail("target.selector", "required to find the target's pods, e.g. {app: llama}")
     if pods_from_kube and cfg.actuator.kind == "emulate":

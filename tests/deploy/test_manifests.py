@@ -61,7 +61,12 @@ def _port(address: str) -> int:
 
 
 def _scaled_objects() -> list[tuple[Path, dict]]:
-    return [(p, d) for p in sorted((DEPLOY / "keda").glob("*.yaml")) for d in _docs(p)]
+    return [
+        (p, d)
+        for p in sorted((DEPLOY / "keda").glob("*.yaml"))
+        if p.name != "kustomization.yaml"
+        for d in _docs(p)
+    ]
 
 
 # ---- every manifest -------------------------------------------------------------------
@@ -405,7 +410,8 @@ def test_prometheus_dir_has_only_rules_and_tests() -> None:
 
 
 def _rbac(kind: str) -> dict:
-    docs = [d for p in sorted((DEPLOY / "rbac").glob("*.yaml")) for d in _docs(p) if d["kind"] == kind]
+    files = [p for p in sorted((DEPLOY / "rbac").glob("*.yaml")) if p.name != "kustomization.yaml"]
+    docs = [d for p in files for d in _docs(p) if d["kind"] == kind]
     assert len(docs) == 1, f"deploy/rbac: expected one {kind}, found {len(docs)}"
     return docs[0]
 

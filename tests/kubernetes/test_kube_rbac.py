@@ -36,7 +36,7 @@ LLMSCALE = Path(sys.executable).with_name("llmscale")
 def load_manifests(namespace: str, target_name: str) -> list[dict[str, Any]]:
     """The shipped YAML with the namespace and the target name filled in, as an operator would."""
     docs = []
-    for path in sorted(RBAC_DIR.glob("*.yaml")):
+    for path in sorted(p for p in RBAC_DIR.glob("*.yaml") if p.name != "kustomization.yaml"):
         for doc in yaml.safe_load_all(path.read_text()):
             if not doc:
                 continue

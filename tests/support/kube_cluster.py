@@ -56,18 +56,23 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from support.certs import make_ca
+
 __all__ = [
+    "FRONT_PROXY_CN",
     "FakeKubelet",
     "KubeCluster",
     "kube_binaries",
     "kube_cluster",
     "kube_namespace",
     "make_client",
+    "start_process",
 ]
 
 KUBE_VERSION = "v1.20.2"
 NODE_NAME = "fake-node"
 ADMIN_TOKEN = "llmscale-test-admin-token"
+FRONT_PROXY_CN = "front-proxy-client"
 STARTUP_TIMEOUT_S = 90.0  # a busy 2-core machine: the API server alone is ~4 s when idle
 
 
@@ -139,6 +144,11 @@ class _Process:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout_s)
         self._log.close()
+
+
+def start_process(name: str, argv: list[str], log_path: Path) -> _Process:
+    """A server process in its own process group (``.stop()`` ends it, ``.alive()``, ``.log_tail()``)."""
+    return _Process(name, argv, log_path)
 
 
 def _wait(what: str, check: Callable[[], bool], timeout_s: float, procs: list[_Process]) -> None:
@@ -376,6 +386,9 @@ class KubeCluster:
     workdir: Path
     host: str
     ca_file: str
+    #: the request-header CA that signed the API server's front-proxy client certificate
+    #: (CN ``FRONT_PROXY_CN``): what an aggregated API server verifies its callers with
+    front_proxy_ca_file: str = ""
     processes: list[_Process] = field(default_factory=list)
     kubelet: FakeKubelet | None = None
 
@@ -448,13 +461,18 @@ def start_cluster(workdir: Path) -> KubeCluster:
         check=True,
         capture_output=True,
     )
+    # The aggregation layer's front proxy (APIServices such as llmscale's external metrics API):
+    # the API server presents this client certificate, signed by the request-header CA, to the
+    # servers it proxies to.
+    front_ca = make_ca(workdir / "front-proxy", "front-proxy-ca")
+    front_client = front_ca.issue("front-proxy-client", cn=FRONT_PROXY_CN, client=True)
     tokens = workdir / "tokens.csv"
     tokens.write_text(f"{ADMIN_TOKEN},admin,admin,system:masters\n")
 
     etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
     host = f"https://127.0.0.1:{api_port}"
     ca_file = str(cert_dir / "apiserver.crt")
-    cluster = KubeCluster(workdir=workdir, host=host, ca_file=ca_file)
+    cluster = KubeCluster(workdir=workdir, host=host, ca_file=ca_file, front_proxy_ca_file=str(front_ca.cert))
     try:
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         peer_url = f"http://127.0.0.1:{etcd_peer}"
@@ -503,6 +521,13 @@ def start_cluster(workdir: Path) -> KubeCluster:
                 "--service-cluster-ip-range=10.96.0.0/16",
                 "--disable-admission-plugins=ServiceAccount",
                 "--enable-priority-and-fairness=false",
+                f"--requestheader-client-ca-file={front_ca.cert}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CN}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={front_client.cert}",
+                f"--proxy-client-key-file={front_client.key}",
                 "--v=0",
             ],
             workdir / "kube-apiserver.log",

@@ -54,6 +54,8 @@ class ControllerMetrics:
     def __init__(self, target: str, source_kind: str) -> None:
         self.target = target
         self.source_kind = source_kind
+        #: every valid signal of the last tick (``observe_signals``), for the external metrics API
+        self.last_signals: dict[str, float] = {}
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.desired = Gauge(
             "llmscale_desired_replicas", "Replicas decided, after guards", ["target", "policy"], registry=r
@@ -140,6 +142,8 @@ class ControllerMetrics:
     def observe_signals(self, values: Mapping[str, float | None]) -> None:
         """Replace the signal gauges: a signal invalid this tick disappears rather than going stale."""
         self.signal.clear()
+        # One dict assigned whole: the external metrics server's threads read it without a lock.
+        self.last_signals = {name: v for name, v in values.items() if v is not None}
         for name, v in values.items():
             if v is not None:
                 self.signal.labels(signal=name).set(v)

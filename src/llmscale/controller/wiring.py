@@ -16,7 +16,7 @@ from typing import Any
 
 from llmscale.clock import Clock, UnixClock
 from llmscale.cluster.base import Cluster
-from llmscale.config import LiveConfig, PolicySpec, deployment_of
+from llmscale.config import LiveConfig, PolicySpec, deployment_of, replicas_from_metrics
 from llmscale.controller.decision_log import DecisionLog, policy_version
 from llmscale.controller.live import LiveController, PolicyRun
 from llmscale.controller.persist import StateStore
@@ -26,10 +26,12 @@ from llmscale.errors import ConfigError
 from llmscale.metrics.source import MetricSource
 
 __all__ = [
+    "ObservedReplicas",
     "Runtime",
     "build_cluster",
     "build_drift",
     "build_elector",
+    "build_external_metrics",
     "build_runtime",
     "build_source",
     "build_store",
@@ -69,9 +71,53 @@ def policy_run(cfg: LiveConfig, spec: PolicySpec, extra_guards: dict[str, Any] |
     return PolicyRun(policy, guards, policy_version(spec.name, spec.params, user))
 
 
-def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None]]) -> tuple[Cluster, Any]:
-    """The actuator, and the KubernetesCluster behind it (None with emulate) for pods and state."""
+class ObservedReplicas:
+    """A MetricSource wrapper that remembers how many replicas its last observation reported.
+
+    The KEDA scaler without a Kubernetes API (``actuator.keda.replicas_from: metrics``) takes its
+    count before the first decision from here: 3 pods in Prometheus -> spec 3, so a first decision
+    of 3 publishes nothing new and a guard compares 5 with 3, not with 0.
+    """
+
+    def __init__(self) -> None:
+        self.source: MetricSource | None = None
+        self.count = 0
+
+    def observe(self, now_s: float) -> Any:
+        assert self.source is not None  # wrap() ran before the first tick
+        obs = self.source.observe(now_s)
+        self.count = len(obs.replicas)
+        return obs
+
+    def wrap(self, source: MetricSource) -> MetricSource:
+        self.source = source
+        wrapped: MetricSource = self
+        return wrapped
+
+    def __call__(self) -> int:
+        return self.count
+
+    def __getattr__(self, name: str) -> Any:
+        # errors_total, close, ...: what the loop reads from the source it wraps
+        if name == "source":
+            raise AttributeError(name)
+        return getattr(self.source, name)
+
+
+def build_cluster(
+    cfg: LiveConfig,
+    clock: Clock,
+    closers: list[Callable[[], None]],
+    observed: ObservedReplicas | None = None,
+) -> tuple[Cluster, Any]:
+    """The actuator, and the KubernetesCluster behind it (None with emulate, or KEDA whose replicas
+    come from the metrics: then ``observed`` wraps the source and gives the count) for pods and state."""
     kind = cfg.actuator.kind
+    if replicas_from_metrics(cfg):
+        if observed is None:
+            raise ConfigError(f"actuator.{kind}.replicas_from metrics: no observed-replicas counter given")
+        published = _published(cfg, closers, initial_replicas=observed)
+        return published, None
     if kind == "emulate":
         from llmscale.emulate.cluster import EmulateCluster
         from llmscale.emulate.config import admin_token
@@ -86,16 +132,12 @@ def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None
     kube = _kubernetes_cluster(cfg, clock)
     # Read the server version now, so a target whose scale-downs llmscale cannot steer is
     # named in a warning at start, not at its first shrink.
-    kube.check_scale_down(via_keda=kind == "keda")
+    kube.check_scale_down(via_keda=kind in ("keda", "hpa"))
     if kind == "kubernetes":
         return kube, kube
-    from llmscale.cluster.keda import KedaScaler, serve
-
-    keda_cfg = cfg.actuator.keda
-    scaler = KedaScaler(
-        keda_cfg.scaled_object or cfg.target.name,
-        cfg.target.namespace,
-        metric_name=keda_cfg.metric_name,
+    keda = _published(
+        cfg,
+        closers,
         # KEDA tells nothing about pods: the Kubernetes view counts them, and the scale spec
         # read at start is what the guards compare the first decision with.
         initial_replicas=kube.spec_replicas,
@@ -103,17 +145,89 @@ def build_cluster(cfg: LiveConfig, clock: Clock, closers: list[Callable[[], None
         # The pods carry their deletion costs before KEDA can read a lower count.
         before_scale_down=lambda current, n: kube.prepare_scale_down(current, n, via_keda=True),
     )
+    return keda, kube
+
+
+def _published(cfg: LiveConfig, closers: list[Callable[[], None]], **scaler_kw: Any) -> Cluster:
+    """The decision holder of a keda or hpa actuator; the KEDA gRPC server is started here, the
+    external metrics server (which also reads the controller's signals) by :func:`build_runtime`."""
+    if cfg.actuator.kind == "hpa":
+        from llmscale.cluster.keda import KedaScaler
+
+        # The same holder as KEDA's (a Cluster whose scale_to publishes the decision): the HPA
+        # reads it through the external metrics API instead of KEDA's gRPC.
+        assert cfg.actuator.hpa is not None  # checked at load
+        hpa: Cluster = KedaScaler(
+            cfg.target.name,
+            cfg.target.namespace,
+            metric_name=cfg.actuator.hpa.metric_name,
+            role="external metric",
+            **scaler_kw,
+        )
+        return hpa
+    return _keda_scaler(cfg, closers, **scaler_kw)
+
+
+def build_external_metrics(cfg: LiveConfig, published: Any, metrics: ControllerMetrics) -> Any:
+    """The ``external.metrics.k8s.io`` server of ``actuator.kind: hpa`` (None otherwise), not started."""
+    h = cfg.actuator.hpa
+    if cfg.actuator.kind != "hpa" or h is None:
+        return None
+    from llmscale.controller.external_metrics import ExternalMetricsServer, MetricsSnapshot
+
+    if h.tls.client_ca_file is None:
+        log.warning(
+            "actuator.hpa.tls.client_ca_file is not set: anyone who reaches %s may read the external "
+            "metrics; set it to the API server's request-header CA",
+            h.listen,
+        )
+
+    def snapshot() -> MetricsSnapshot:
+        decision = published.decision
+        if decision is None:
+            return MetricsSnapshot(None, {}, 0.0)
+        return MetricsSnapshot(decision[0], metrics.last_signals, decision[1])
+
+    return ExternalMetricsServer(
+        snapshot,
+        namespace=cfg.target.namespace,
+        target=cfg.target.label,
+        metric_name=h.metric_name,
+        host=h.listen.host,
+        port=h.listen.port,
+        cert_file=h.tls.cert_file,
+        key_file=h.tls.key_file,
+        client_ca_file=h.tls.client_ca_file,
+        allowed_names=h.allowed_names,
+    )
+
+
+def _keda_scaler(cfg: LiveConfig, closers: list[Callable[[], None]], **scaler_kw: Any) -> Cluster:
+    """The KEDA scaler for the target, served on actuator.keda.listen (with its TLS, if any)."""
+    from llmscale.cluster.keda import KedaScaler, ServerTls, serve
+
+    keda_cfg = cfg.actuator.keda
+    scaler = KedaScaler(
+        keda_cfg.scaled_object or cfg.target.name,
+        cfg.target.namespace,
+        metric_name=keda_cfg.metric_name,
+        **scaler_kw,
+    )
+    t = keda_cfg.tls
+    tls = None if t is None else ServerTls.from_files(t.cert_file, t.key_file, t.client_ca_file)
     server, port = serve(
         scaler,
         str(keda_cfg.listen),
         max_streams=keda_cfg.max_streams,
         max_streams_per_peer=keda_cfg.max_streams_per_peer,
         max_workers=max(16, keda_cfg.max_streams + 8),
+        tls=tls,
     )
-    log.info("KEDA external scaler on %s:%d", keda_cfg.listen.host, port)
+    mtls = "" if t is None else (" (TLS, client certificates required)" if t.client_ca_file else " (TLS)")
+    log.info("KEDA external scaler on %s:%d%s", keda_cfg.listen.host, port, mtls)
     closers.append(server.stop)
     keda: Cluster = scaler
-    return keda, kube
+    return keda
 
 
 def _kubernetes_cluster(cfg: LiveConfig, clock: Clock) -> Any:
@@ -396,8 +510,11 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
     clock = clock or UnixClock()
     closers: list[Callable[[], None]] = []
     try:
-        cluster, kube = build_cluster(cfg, clock, closers)
+        observed = ObservedReplicas()
+        cluster, kube = build_cluster(cfg, clock, closers, observed)
         source = build_source(cfg, kube)
+        if replicas_from_metrics(cfg):
+            source = observed.wrap(source)
         close_source = getattr(source, "close", None)
         if callable(close_source):
             closers.append(close_source)
@@ -405,6 +522,11 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
         primary = policy_run(cfg, cfg.policy)
         shadow = policy_run(cfg, cfg.shadow, cfg.shadow.guard_overrides()) if cfg.shadow is not None else None
         metrics = ControllerMetrics(cfg.target.label, cfg.metrics.source)
+        external = build_external_metrics(cfg, cluster, metrics)
+        if external is not None:
+            external.start()
+            closers.append(external.stop)
+            log.info("external.metrics.k8s.io served on %s:%d (HTTPS)", external.host, external.port)
         drift, runs = build_drift(cfg, [primary] + ([shadow] if shadow is not None else []), metrics.registry)
         primary, shadow = runs[0], (runs[1] if shadow is not None else None)
         decisions = DecisionLog(cfg.decision_log.path)

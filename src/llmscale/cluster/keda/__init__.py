@@ -10,6 +10,7 @@ from llmscale.cluster.keda.server import (
     ExternalScalerServicer,
     KedaScaler,
     KedaServer,
+    ServerTls,
     serve,
 )
 
@@ -19,5 +20,6 @@ __all__ = [
     "ExternalScalerServicer",
     "KedaScaler",
     "KedaServer",
+    "ServerTls",
     "serve",
 ]

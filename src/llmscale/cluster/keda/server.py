@@ -37,6 +37,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import grpc
@@ -55,6 +56,7 @@ __all__ = [
     "ExternalScalerServicer",
     "KedaScaler",
     "KedaServer",
+    "ServerTls",
     "peer_host",
     "serve",
 ]
@@ -75,6 +77,49 @@ class _Decision:
     time_s: float
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """TLS of the gRPC server, as KEDA's ``external`` trigger speaks it.
+
+    KEDA's trigger (metadata ``enableTLS: "true"``) verifies :attr:`cert_pem` with the ``caCert``
+    of its TriggerAuthentication; ``tlsClientCert`` / ``tlsClientKey`` there are the client
+    certificate that :attr:`client_ca_pem`, when set, requires (mTLS): a client without a
+    certificate signed by that CA is refused in the handshake.
+    """
+
+    cert_pem: bytes
+    key_pem: bytes
+    client_ca_pem: bytes | None = None
+
+    @classmethod
+    def from_files(cls, cert_file: str, key_file: str, client_ca_file: str | None = None) -> ServerTls:
+        """Read the PEM files; raises ConfigError naming the file that cannot be read."""
+
+        def read(path: str, what: str) -> bytes:
+            try:
+                data = Path(path).read_bytes()
+            except OSError as e:
+                raise ConfigError(f"{what} {path!r} cannot be read: {e.strerror or e}") from e
+            if b"-----BEGIN" not in data:
+                raise ConfigError(f"{what} {path!r} is not PEM (no -----BEGIN line)")
+            return data
+
+        return cls(
+            cert_pem=read(cert_file, "actuator.keda.tls.cert_file"),
+            key_pem=read(key_file, "actuator.keda.tls.key_file"),
+            client_ca_pem=None
+            if client_ca_file is None
+            else read(client_ca_file, "actuator.keda.tls.client_ca_file"),
+        )
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.ssl_server_credentials(
+            [(self.key_pem, self.cert_pem)],
+            root_certificates=self.client_ca_pem,
+            require_client_auth=self.client_ca_pem is not None,
+        )
+
+
 class KedaScaler:
     """One ScaledObject's current decision; a ``Cluster`` whose actuator is KEDA.
 
@@ -88,28 +133,34 @@ class KedaScaler:
         namespace: str = "default",
         *,
         metric_name: str = DEFAULT_METRIC_NAME,
-        initial_replicas: int = 0,
+        initial_replicas: int | Callable[[], int] = 0,
         replicas_view: ReplicasViewFn | None = None,
         before_scale_down: Callable[[int, int], object] | None = None,
+        role: str = "KEDA scaler",
     ) -> None:
         """``name``/``namespace``: the ScaledObject KEDA asks about.
 
         ``initial_replicas``: what :attr:`spec_replicas` reports before the first decision (for
-        instance the target's scale spec read at start-up); it is never served to KEDA.
+        instance the target's scale spec read at start-up, or a function giving the replicas the
+        metric source saw at its last observation when no Kubernetes API is at hand); it is never
+        served to KEDA.
         ``replicas_view``: where :meth:`replicas_view` gets the replicas (pod discovery); KEDA
         itself tells nothing about them, so without it the view is empty.
         ``before_scale_down(current, n)``: run before a lower count is published, e.g.
         ``KubernetesCluster.prepare_scale_down(..., via_keda=True)``, which annotates the pods'
         deletion costs so that the ReplicaSet, when the HPA applies the count, removes the
         least-loaded pods; an error there is logged and the count is published anyway.
+        ``role``: what the messages call this holder ("external metric" when the HPA reads the
+        decision through the external metrics API instead of KEDA).
         """
         if not name:
             raise ConfigError("KEDA ScaledObject name is empty")
-        if initial_replicas < 0:
+        if isinstance(initial_replicas, int) and initial_replicas < 0:
             raise ConfigError(f"initial_replicas = {initial_replicas}, must be >= 0")
         self.name = name
         self.namespace = namespace
         self.metric_name = metric_name
+        self.role = role
         self._initial_replicas = initial_replicas
         self._replicas_view = replicas_view
         self._before_scale_down = before_scale_down
@@ -131,7 +182,17 @@ class KedaScaler:
     def spec_replicas(self) -> int:
         """The last decision (replicas); ``initial_replicas`` before the first one."""
         with self._cond:
-            return self._initial_replicas if self._decision is None else self._decision.desired
+            if self._decision is not None:
+                return self._decision.desired
+        initial = self._initial_replicas
+        return initial() if callable(initial) else initial
+
+    @property
+    def decision(self) -> tuple[int, float] | None:
+        """(replicas, controller time s) of the last decision; None before the first."""
+        with self._cond:
+            d = self._decision
+        return None if d is None else (d.desired, d.time_s)
 
     @property
     def has_decision(self) -> bool:
@@ -150,13 +211,15 @@ class KedaScaler:
         """
         del drain_until_idle
         if n < 0:
-            raise ActuationError(f"KEDA scaler {self.namespace}/{self.name}: replicas = {n}, must be >= 0")
+            raise ActuationError(f"{self.role} {self.namespace}/{self.name}: replicas = {n}, must be >= 0")
         current = self.spec_replicas
         if self._before_scale_down is not None and n < current:
             try:
                 self._before_scale_down(current, n)
             except LlmscaleError:  # best effort: a missing annotation must not hold a shrink
-                log.exception("KEDA scaler %s/%s: preparing the scale-down failed", self.namespace, self.name)
+                log.exception(
+                    "%s %s/%s: preparing the scale-down failed", self.role, self.namespace, self.name
+                )
         with self._cond:
             before, was_active = self._decision, self._active_locked()
             self._decision = _Decision(desired=int(n), time_s=float(now_s))
@@ -489,10 +552,12 @@ def serve(
     max_workers: int = 16,
     max_streams: int = 8,
     max_streams_per_peer: int | None = None,
+    tls: ServerTls | None = None,
 ) -> tuple[KedaServer, int]:
     """Serve ``scalers`` to KEDA on ``address`` (host:port, port 0 = a free one); returns (server, port).
 
-    Plain-text gRPC, as KEDA's ``external`` trigger uses without ``enableTLS``. ``max_streams``
+    Plain-text gRPC without ``tls`` (KEDA's ``external`` trigger without ``enableTLS``); with it, TLS
+    and, when ``tls.client_ca_pem`` is set, a client certificate required (mTLS). ``max_streams``
     must leave worker threads for unary calls: pre: max_streams < max_workers; one client
     address holds at most ``max_streams_per_peer`` of them (see ExternalScalerServicer).
     Anyone who reaches the port can call it: in a cluster, deploy/controller/networkpolicy.yaml
@@ -512,7 +577,11 @@ def serve(
     # protoc's gRPC module is untyped (see pyproject's mypy override for the generated modules)
     pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     try:
-        port = server.add_insecure_port(address)
+        port = (
+            server.add_insecure_port(address)
+            if tls is None
+            else server.add_secure_port(address, tls.credentials())
+        )
     except RuntimeError as e:
         raise ConfigError(f"KEDA scaler address {address!r} cannot be bound: {e}") from e
     if port == 0:
