@@ -1,4 +1,4 @@
-"""Tests of the HTML backtest report (`llmscale.report.html`).
+"""Tests of the HTML backtest report (`llmscale.report` page, figures and decimation).
 
 The browser tests open the report in Debian's Chromium (headless, offline) and check from the
 rendered DOM that every chart was drawn by plotly.js, and that a screenshot is not blank. They need
@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from llmscale.report import build_figures, render_report
-from llmscale.report.html import CHART_IDS, MAX_POINTS_PER_LINE, decimate_indices
+from llmscale.report.decimation import MAX_POINTS_PER_LINE, decimate_indices
+from llmscale.report.figures import CHART_IDS
 from support.chromium import CHROMIUM, run_chromium
 from support.chromium import chromium as _chromium
 
@@ -260,7 +261,7 @@ def _many_policies_doc(n_policies: int, points: int) -> dict[str, Any]:
 
 
 def expected_traces(n_series: int, n_points: int, oracle: bool) -> dict[str, int]:
-    """Traces per chart, as documented in `llmscale.report.html` (`n_series` rows with a series,
+    """Traces per chart, as documented in `llmscale.report.figures` (`n_series` rows with a series,
     `n_points` Pareto points of real policies)."""
     return {
         "chart-pareto": n_points + int(oracle) + int(n_points > 0),
