@@ -93,16 +93,34 @@ def _floats(values: Any, n: int | None = None) -> np.ndarray:
     return out
 
 
-def _extract(row: Row) -> _Series | None:
-    """The row's time series, or ``None`` when it has none (summary-only results are legal)."""
+def _after_end(t: np.ndarray, end_s: float | None, *, centred: bool = False) -> np.ndarray:
+    """Samples that start after the trace ended: the sample at ``t`` covers the step before it (the
+    per-minute ones, ``centred``, the minute around it), so one whose step begins at or past
+    ``end_s`` holds no request of the trace.
+
+    A backtest runs on after the last arrival (requests in flight finish); those samples read
+    arrival rate 0, nothing running, utilisation falling, which a reader takes for an outage in the
+    last minute. Worked: 10 s samples, a 900 s trace: t = 900 stays (890-900 s), t = 910 goes; the
+    minute centred at 930 s (900-960 s) goes too.
+    """
+    if end_s is None or t.size < 2:
+        return np.zeros(t.shape, dtype=bool)
+    steps = np.diff(t[np.isfinite(t)])
+    step = float(np.median(steps)) if steps.size else 0.0
+    return (t - (step / 2.0 if centred else step)) >= end_s
+
+
+def _extract(row: Row, end_s: float | None = None) -> _Series | None:
+    """The row's time series up to the trace's end ``end_s`` (s; None: all of it), or ``None`` when it
+    has none (summary-only results are legal)."""
     series = row.series
     if series is None:
         return None
     t = _floats(series.get("t_s"))
-    keep = np.isfinite(t)
+    keep = np.isfinite(t) & ~_after_end(t, end_s)
     minute_t = _floats(series.get("minute_t_s"))
     ttft = _floats(series.get("ttft_p99_s_per_minute"), minute_t.size)
-    minute_keep = np.isfinite(minute_t)
+    minute_keep = np.isfinite(minute_t) & ~_after_end(minute_t, end_s, centred=True)
     if not keep.any() and not minute_keep.any():
         return None
     cols = {key: _floats(series.get(key), t.size)[keep] for key in _SERIES_KEYS if key in series}

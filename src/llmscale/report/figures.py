@@ -161,7 +161,7 @@ def _fig_load(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
         figure=_figure(),
     )
     budget = _budget(n * 7)
-    y_max, rps_max = 1.0, 1.0
+    rps_max = 1.0
     lifecycle = _lifecycle(data)
     for k, (_row, s) in enumerate(data, start=1):
         stack = {key: np.nan_to_num(s.get(key), nan=0.0) for key, _, _ in lifecycle}
@@ -217,10 +217,13 @@ def _fig_load(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
             col=1,
             secondary_y=True,
         )
-        y_max = max(y_max, float(np.nanmax(np.concatenate([total, desired, [0.0]]))))
+        # Each panel on its own policy's scale: one shared 0-64 axis (a policy that ran 64) left a
+        # policy of four replicas a sliver two pixels high. Worked: peak 4 -> axis 0 to 4.32.
+        y_max = max(1.0, float(np.nanmax(np.concatenate([total, desired, [0.0]]))))
+        fig.update_yaxes(range=[0, y_max * 1.08], row=k, col=1, secondary_y=False)
         rps_max = max(rps_max, float(np.nanmax(np.concatenate([arrival, [0.0]]))))
-    # One scale for every panel, so panel heights compare directly across policies.
-    fig.update_yaxes(range=[0, y_max * 1.08], title_text="replicas", secondary_y=False, rangemode="tozero")
+    fig.update_yaxes(title_text="replicas", secondary_y=False, rangemode="tozero")
+    # The arrival rate is the same trace in every panel: one scale for it.
     fig.update_yaxes(
         range=[0, rps_max * 1.08],
         title_text="req/s",
@@ -366,7 +369,7 @@ def _fig_util(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
                 row=k,
                 col=1,
             )
-    fig.update_yaxes(range=[0, 105], ticksuffix=" %", dtick=25)
+    fig.update_yaxes(range=[0, 105], ticksuffix=" %", dtick=25, title_text="% busy / used")
     fig.update_xaxes(title_text=tax.title, row=n, col=1)
     fig.update_xaxes(showticklabels=True)
     for annotation, (row, _) in zip(fig.layout.annotations, data, strict=False):
@@ -391,6 +394,10 @@ def _fig_pareto(rows: Sequence[Row]) -> go.Figure:
     # With dozens of policies the point labels would pile up into an unreadable smear; then only the
     # oracle keeps its label and the policies are identified by legend and hover.
     label_policies = sum(not row.is_oracle for row, _, _ in points) <= 12
+    # Labels sit below their point and lean inwards (a point in the left half of the x range is
+    # labelled to its right): a centred label above the cheapest point (the oracle, at the left edge
+    # and near 100 %) ran out of the plot area and was clipped.
+    x_mid = (min(g for _, g, _ in points) + max(g for _, g, _ in points)) / 2.0
     for row, gpu_h, att in points:
         fig.add_trace(
             go.Scatter(
@@ -400,7 +407,7 @@ def _fig_pareto(rows: Sequence[Row]) -> go.Figure:
                 legendgroup=row.policy,
                 mode="markers+text" if label_policies or row.is_oracle else "markers",
                 text=[_esc(row.label)],
-                textposition="top center",
+                textposition="bottom right" if gpu_h <= x_mid else "bottom left",
                 textfont={"color": row.color},
                 marker={
                     "color": row.color,
@@ -430,7 +437,9 @@ def _fig_pareto(rows: Sequence[Row]) -> go.Figure:
     xs = [g for _, g, _ in points]
     ys = [a for _, _, a in points]
     x_pad = max((max(xs) - min(xs)) * 0.12, max(xs) * 0.05, 1e-3)
-    y_pad = max((max(ys) - min(ys)) * 0.15, 0.5)
+    # Below the lowest point a label needs about a fifth of a 400 px plot for its line of text
+    # when every point sits within a few tenths of a percent: 25 % of the span, at least 0.5.
+    y_pad = max((max(ys) - min(ys)) * 0.25, 0.5)
     fig.update_xaxes(title_text="GPU-hours (← cheaper)", range=[max(min(xs) - x_pad, 0), max(xs) + x_pad])
     fig.update_yaxes(
         title_text="SLO attainment (%) (↑ better)", range=[min(ys) - y_pad, min(max(ys) + y_pad, 101)]
@@ -449,7 +458,8 @@ def build_figures(doc: Mapping[str, Any]) -> dict[str, go.Figure]:
     document lacks the data for it (it then shows a "no data" note), so a report always renders.
     """
     rows = rows_of(doc)
-    data = [(row, s) for row in rows if (s := _extract(row)) is not None]
+    end_s = number(section(doc, "workload").get("duration_s"))
+    data = [(row, s) for row in rows if (s := _extract(row, end_s)) is not None]
     tax = _time_axis([s for _, s in data])
     config = section(doc, "config")
     figures = {

@@ -131,8 +131,7 @@ def _fmt_any(value: Any) -> str:
         return fmt_float(value, 4)
     if isinstance(value, str):
         return value
-    text = json.dumps(value, default=str, ensure_ascii=False, separators=(", ", ": "))
-    return text if len(text) <= 160 else text[:157] + "…"
+    return json.dumps(value, default=str, ensure_ascii=False, separators=(", ", ": "))
 
 
 _WORKLOAD_FIELDS: tuple[tuple[str, str, Any], ...] = (
@@ -154,21 +153,67 @@ _CONFIG_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("initial_replicas", "initial replicas", _fmt_any),
     ("tick_s", "control tick", lambda v: f"{fmt_float(v)} s" if number(v) is not None else _fmt_any(v)),
     ("seed", "seed", _fmt_any),
+    ("slo_ttft_per_1k_tokens_s", "TTFT SLO per 1k prompt tokens", lambda v: f"{fmt_seconds(v)} s"),
+    ("policy_params", "policy parameters", None),
 )
+#: Units of the keys no field table names, by suffix (``sim_pending_s`` reads "pending (s)").
+_UNITS = (("_s", "s"), ("_ms", "ms"), ("_rps", "req/s"), ("_mib", "MiB"), ("_gb", "GB"))
+
+
+def _label(key: Any) -> str:
+    """A readable label for a key no field table names: words, not an identifier.
+
+    Worked: ``sim_max_num_seqs`` -> "max num seqs (simulator)", ``sim_pending_s`` -> "pending (s,
+    simulator)", ``mean_rps`` -> "mean (req/s)".
+    """
+    text = str(key)
+    notes = []
+    for suffix, unit in _UNITS:
+        if text.endswith(suffix) and len(text) > len(suffix):
+            text = text[: -len(suffix)]
+            notes.append(unit)
+            break
+    if text.startswith("sim_"):
+        text = text[4:]
+        notes.append("simulator")
+    words = text.replace("_", " ").strip() or str(key)
+    return f"{words} ({', '.join(notes)})" if notes else words
+
+
+def _value_html(value: Any) -> str:
+    """A value as HTML: a mapping as a nested list with labelled keys (a policy's parameters, the
+    trace's source), a list of numbers or words on one line, anything else as text; never cut."""
+    if isinstance(value, Mapping | list | tuple) and not value:
+        return '<span class="muted">none</span>'
+    if isinstance(value, Mapping):
+        body = "".join(
+            f"<dt>{html.escape(_label(k))}</dt><dd>{_value_html(v)}</dd>" for k, v in value.items()
+        )
+        return f'<dl class="nested">{body}</dl>'
+    if isinstance(value, list | tuple) and all(not isinstance(v, Mapping | list | tuple) for v in value):
+        return (
+            html.escape(", ".join(_fmt_any(v) for v in value)) if value else '<span class="muted">none</span>'
+        )
+    if isinstance(value, list | tuple):
+        return "".join(_value_html(v) for v in value)  # one nested list after another
+    return html.escape(_fmt_any(value))
 
 
 def _definition_list(mapping: Any, fields: Sequence[tuple[str, str, Any]]) -> str:
-    """``<dl>`` of known fields (nicely formatted) followed by any other keys (generic)."""
+    """``<dl>`` of known fields (nicely formatted) followed by any other keys, labelled in words
+    (:func:`_label`), nested mappings as nested lists (:func:`_value_html`); a ``None`` formatter
+    means "render the value as it is structured"."""
     if not isinstance(mapping, Mapping) or not mapping:
         return '<p class="muted">not recorded</p>'
-    items: list[tuple[str, str]] = []
+    items: list[tuple[str, str]] = []  # (label, HTML)
     known = set()
     for key, label, fmt in fields:
         known.add(key)
         if key in mapping and mapping[key] is not None:
-            items.append((label, fmt(mapping[key])))
-    items.extend((str(key), _fmt_any(value)) for key, value in mapping.items() if key not in known)
-    body = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in items)
+            value = mapping[key]
+            items.append((label, _value_html(value) if fmt is None else html.escape(fmt(value))))
+    items.extend((_label(key), _value_html(value)) for key, value in mapping.items() if key not in known)
+    body = "".join(f"<dt>{html.escape(k)}</dt><dd>{v}</dd>" for k, v in items)
     return f"<dl>{body}</dl>"
 
 
@@ -222,6 +267,7 @@ header .sub { color: #555; margin: 0 0 16px; }
   margin: 0 0 8px; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: 3px 16px; margin: 0; font-size: .92rem; }
 dt { color: #666; } dd { margin: 0; font-variant-numeric: tabular-nums; overflow-wrap: anywhere; }
+dl.nested { font-size: .95em; padding-left: 8px; border-left: 2px solid #eceef2; margin: 1px 0 3px; }
 nav { margin: 18px 0 0; font-size: .9rem; } nav a { margin-right: 14px; color: #1a4f9c; }
 section { margin-top: 22px; }
 section h2 { font-size: 1.15rem; margin: 0 0 4px; }
