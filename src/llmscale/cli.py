@@ -1269,8 +1269,17 @@ def emulate_cmd(
     tokenizer: Annotated[
         str | None,
         typer.Option(
-            help="A local tokenizer.json (or a directory with one) to count prompt tokens with; needs the "
-            "`tokenizers` package, never downloads. Default: about 4 characters a token."
+            help="A local tokenizer.json (or a directory with one) to count prompt tokens with, or "
+            "'builtin' for the small one llmscale ships; never downloads. Default: about 4 characters "
+            "a token."
+        ),
+    ] = None,
+    vllm_version: Annotated[
+        str | None,
+        typer.Option(
+            help="The vLLM release to play (0.10.0 or later; default the newest modelled): its error "
+            "body (flat before 0.10.1, nested from it), its /metrics names (0.10 keeps the names "
+            "deprecated in 0.9), /version."
         ),
     ] = None,
     admin_api: Annotated[
@@ -1299,6 +1308,7 @@ def emulate_cmd(
 
     from llmscale.emulate import EmulateConfig, serve
     from llmscale.emulate.config import admin_token
+    from llmscale.emulate.versions import DEFAULT_VLLM_VERSION
 
     if max_seconds is not None and not (math.isfinite(max_seconds) and max_seconds > 0):
         raise ConfigError(f"--max-seconds = {max_seconds}, must be a finite number > 0")
@@ -1334,12 +1344,14 @@ def emulate_cmd(
         **_fault_settings(hbm_glitch, adaptive_batch),
         sleep_mode=enable_sleep_mode,
         wake_s=wake_s,
+        vllm_version=DEFAULT_VLLM_VERSION if vllm_version is None else vllm_version,
     )
 
     def ready(server: Any) -> None:
         # One line per fact, flushed: scripts and tests read the ports from here.
         print(f"front door: {server.base_url} (model {server.served_model})", flush=True)
         print(f"prompt tokens: {server.tokens.source}", flush=True)
+        print(f"vLLM version played: {server.version.text}", flush=True)
         print(f"admin API: {'on, bearer token required' if admin_api else 'off'}", flush=True)
         for name, p in sorted(server.replica_ports().items()):
             print(f"replica {name}: http://{host}:{p}", flush=True)

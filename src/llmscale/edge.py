@@ -63,7 +63,7 @@ def check_output_path(option: str, path: Path) -> None:
     where = f"{option} {shown_path(path)}"
     try:
         if stat.S_ISLNK(os.lstat(path).st_mode):
-            # The writers follow a link (report.html.write_page), so the file it names is what counts;
+            # The writers follow a link (report.page.write_page), so the file it names is what counts;
             # probing the link itself made a dangling link look like an existing file (EEXIST).
             path = path.resolve()
     except (FileNotFoundError, NotADirectoryError):

@@ -17,7 +17,7 @@ import pytest
 from llmscale.backtest.compare import build_document
 from llmscale.backtest.runner import BacktestSettings, run_policy
 from llmscale.report import build_figures, render_report
-from llmscale.report.html import CHART_LOAD
+from llmscale.report.figures import CHART_LOAD
 from llmscale.workloads import make_preset, window
 
 POLICY = "keda-queue"

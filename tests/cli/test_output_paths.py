@@ -74,7 +74,7 @@ def test_a_dangling_symlink_is_checked_as_the_file_it_names(tmp_path: Path):
 
 
 def test_write_page_follows_a_symlink_and_keeps_it(tmp_path: Path):
-    from llmscale.report.html import write_page
+    from llmscale.report.page import write_page
 
     link = tmp_path / "latest.html"
     link.symlink_to(tmp_path / "run-1.html")
@@ -92,7 +92,7 @@ def test_write_page_writes_a_special_file_in_place(tmp_path: Path):
     import stat
     import threading
 
-    from llmscale.report.html import write_page
+    from llmscale.report.page import write_page
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

@@ -1,4 +1,4 @@
-"""Tests of the HTML backtest report (`llmscale.report.html`).
+"""Tests of the HTML backtest report (`llmscale.report` page, figures and decimation).
 
 The browser tests open the report in Debian's Chromium (headless, offline) and check from the
 rendered DOM that every chart was drawn by plotly.js, and that a screenshot is not blank. They need
@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from llmscale.report import build_figures, render_report
-from llmscale.report.html import CHART_IDS, MAX_POINTS_PER_LINE, decimate_indices
+from llmscale.report.decimation import MAX_POINTS_PER_LINE, decimate_indices
+from llmscale.report.figures import CHART_IDS
 from support.chromium import CHROMIUM, run_chromium
 from support.chromium import chromium as _chromium
 
@@ -260,7 +261,7 @@ def _many_policies_doc(n_policies: int, points: int) -> dict[str, Any]:
 
 
 def expected_traces(n_series: int, n_points: int, oracle: bool) -> dict[str, int]:
-    """Traces per chart, as documented in `llmscale.report.html` (`n_series` rows with a series,
+    """Traces per chart, as documented in `llmscale.report.figures` (`n_series` rows with a series,
     `n_points` Pareto points of real policies)."""
     return {
         "chart-pareto": n_points + int(oracle) + int(n_points > 0),
@@ -511,6 +512,108 @@ class _ChartDom(HTMLParser):
                 self.charts[chart]["legend"].append(data)
 
 
+#: A policy that ran few replicas beside ones that ran many: its panel must use its own scale.
+SMALL_POLICY = "small-fleet"
+#: Samples the backtest writes after the trace's end (the fleet finishing what is in flight).
+DRAIN_SAMPLES = 6
+
+
+def _reader_doc() -> dict[str, Any]:
+    """:func:`make_doc` plus what the reader fixes are checked on: a policy whose fleet is a quarter
+    of the others', samples after the trace's end that read 0 (a backtest's drain), and a
+    configuration with raw keys, a nested mapping and a long list."""
+    doc = make_doc()
+    small = json.loads(json.dumps(doc["results"][0]))
+    small["policy"] = SMALL_POLICY
+    # A quarter of the fleet misses its SLO often; the oracle meets it always: the Pareto chart's
+    # y range then spans 45-100 %, where a label above the oracle's point ran out of the plot.
+    small["slo_attainment"] = 0.45
+    doc["oracle"]["slo_attainment"] = 1.0
+    series = small["series"]
+    for key in ("replicas_pending", "replicas_loading", "replicas_warmup", "replicas_ready",
+                "replicas_draining", "desired_replicas"):  # fmt: skip
+        series[key] = [
+            None if v is None else max(v // 4, 1 if key == "replicas_ready" else 0) for v in series[key]
+        ]
+    doc["results"].append(small)
+    for r in [*doc["results"], doc["oracle"]]:
+        ser = r["series"]
+        n = len(ser["t_s"])
+        for key, values in ser.items():
+            if key in ("minute_t_s", "ttft_p99_s_per_minute") or len(values) != n:
+                continue
+            tail = (
+                [ser["t_s"][-1] + STEP_S * (k + 1) for k in range(DRAIN_SAMPLES)]
+                if key == "t_s"
+                else ([values[-1]] * DRAIN_SAMPLES if key == "gpu_hours_cum" else [0] * DRAIN_SAMPLES)
+            )
+            ser[key] = [*values, *tail]
+    doc["config"].update(
+        sim_max_num_seqs=256,
+        sim_pending_s=30.0,
+        policy_params={"queue-pid": {"kp": 0.5, "target_queue": 4.0, "windows_s": [30, 60, 120, 300, 600]}},
+        sim_hbm_glitches=[
+            {"start_s": 600.0 + 60 * k, "duration_s": 20.0, "bw_factor": 0.5} for k in range(8)
+        ],
+    )
+    return doc
+
+
+#: Runs in the page once every chart has drawn: writes, into <pre id="llmscale-measure">, each
+#: chart's axes as plotly laid them out (range, title, overlay), its plot rectangle and the boxes
+#: of its point labels in page pixels, and the last x of every trace.
+_MEASURE_JS = """
+(function () {
+  function measure() {
+    var charts = document.querySelectorAll(".llmscale-chart");
+    for (var i = 0; i < charts.length; i++) {
+      if (!charts[i].getAttribute("data-llmscale-rendered")) { setTimeout(measure, 50); return; }
+    }
+    var out = {};
+    charts.forEach(function (gd) {
+      var fl = gd._fullLayout, axes = {};
+      Object.keys(fl).forEach(function (k) {
+        if (/^[xy]axis[0-9]*$/.test(k)) {
+          var a = fl[k];
+          axes[k] = {range: [Number(a.range[0]), Number(a.range[1])], overlaying: a.overlaying || "",
+                     title: (a.title && a.title.text) || "", domain: a.domain};
+        }
+      });
+      var svg = gd.querySelector("svg.main-svg").getBoundingClientRect(), s = fl._size;
+      var texts = [];
+      gd.querySelectorAll("g.textpoint text").forEach(function (t) {
+        var r = t.getBoundingClientRect();
+        texts.push({text: t.textContent, left: r.left, top: r.top, right: r.right, bottom: r.bottom});
+      });
+      out[gd.id] = {
+        axes: axes,
+        plot: {left: svg.left + s.l, top: svg.top + s.t,
+               right: svg.left + s.l + s.w, bottom: svg.top + s.t + s.h},
+        texts: texts,
+        traces: gd._fullData.map(function (tr) {
+          var x = tr.x;
+          return {name: tr.name, yaxis: tr.yaxis, last_x: x && x.length ? Number(x[x.length - 1]) : null};
+        })
+      };
+    });
+    var pre = document.createElement("pre");
+    pre.id = "llmscale-measure";
+    pre.textContent = JSON.stringify(out);
+    document.body.appendChild(pre);
+  }
+  measure();
+})();
+"""
+
+
+def _measured(rendered: dict[str, Any]) -> dict[str, Any]:
+    m = re.search(r'<pre id="llmscale-measure">(.*?)</pre>', rendered["dom"], re.S)
+    assert m, "the measuring script wrote nothing: did every chart render?"
+    import html as html_mod
+
+    return json.loads(html_mod.unescape(m.group(1)))
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The fixture report, its dumped DOM after plotly ran, and a screenshot of it.
@@ -521,11 +624,17 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not CHROMIUM.exists():
         return {}
     base = tmp_path_factory.mktemp("browser")
-    doc = make_doc()
+    doc = _reader_doc()
     report = render_report(doc, base / "report.html")
+    # The DOM is dumped from a copy that also measures what plotly drew (_MEASURE_JS).
+    measured = base / "report-measured.html"
+    measured.write_text(
+        report.read_text(encoding="utf-8").replace("</body>", f"<script>{_MEASURE_JS}</script></body>"),
+        encoding="utf-8",
+    )
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    dom = run_chromium(["--dump-dom", report.as_uri()], base / "profile-dom")
+    dom = run_chromium(["--dump-dom", measured.as_uri()], base / "profile-dom")
     timings["dump_dom_s"] = time.perf_counter() - start
     assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-3000:]
     shot = base / "report.png"
@@ -545,7 +654,7 @@ def test_every_chart_renders_in_chromium(rendered: dict[str, Any]) -> None:
     parser.feed(rendered["dom"])
     charts = parser.charts
     assert list(charts) == list(CHART_IDS), f"chart divs in the DOM: {list(charts)}"
-    expected = expected_traces(n_series=4, n_points=3, oracle=True)
+    expected = expected_traces(n_series=5, n_points=4, oracle=True)  # _reader_doc: 4 policies + oracle
     for chart_id, info in charts.items():
         assert info["errors"] == 0, f"{chart_id}: plotly raised (see .llmscale-error)"
         assert "js-plotly-plot" in info["classes"], f"{chart_id}: plotly never initialised the div"
@@ -597,3 +706,93 @@ def test_screenshot_is_not_blank(rendered: dict[str, Any]) -> None:
     for top in range(0, height, 500):
         band = rows[top : top + 500]
         assert sum(1 for row in band if row.strip(b"\0")) > 0.1 * len(band), f"blank band at y={top}"
+
+
+# --------------------------------------------------------------------------------------------------
+# What a reader needs, measured in the rendered page
+# --------------------------------------------------------------------------------------------------
+
+
+def _peak_replicas(result: dict[str, Any], end_s: float) -> float:
+    ser = result["series"]
+    keep = [i for i, t in enumerate(ser["t_s"]) if t - STEP_S < end_s]
+    stacked = [
+        sum(ser[k][i] or 0 for k in ser if k.startswith("replicas_") and k != "replicas_sleeping")
+        for i in keep
+    ]
+    desired = [ser["desired_replicas"][i] or 0 for i in keep]
+    return float(max(1, *stacked, *desired))
+
+
+@pytest.mark.browser
+def test_each_replica_panel_is_on_its_own_policys_scale(rendered: dict[str, Any]) -> None:
+    """Found from outside: every panel shared one 0-64 axis, so a four-replica policy was a sliver.
+    Each panel's replica axis now tops out 8 % above that policy's own peak."""
+    _chromium()
+    doc = rendered["doc"]
+    load = _measured(rendered)["chart-load-replicas"]
+    primary = sorted(
+        (k for k, a in load["axes"].items() if k.startswith("yaxis") and not a["overlaying"]),
+        key=lambda k: int(k[5:] or 1),
+    )
+    results = [*doc["results"], doc["oracle"]]
+    assert len(primary) == len(results)
+    tops = []
+    for axis, result in zip(primary, results, strict=True):
+        lo, hi = load["axes"][axis]["range"]
+        peak = _peak_replicas(result, doc["workload"]["duration_s"])
+        assert lo == 0 and hi == pytest.approx(peak * 1.08, rel=1e-6), (result["policy"], hi, peak)
+        tops.append(hi)
+    small = tops[[r["policy"] for r in results].index(SMALL_POLICY)]
+    assert small < 0.5 * max(tops), tops  # the small fleet fills its panel instead of a sliver
+
+
+@pytest.mark.browser
+def test_pareto_labels_sit_inside_the_plot_area(rendered: dict[str, Any]) -> None:
+    _chromium()
+    pareto = _measured(rendered)["chart-pareto"]
+    plot = pareto["plot"]
+    labels = {t["text"]: t for t in pareto["texts"]}
+    assert "oracle (lower bound)" in labels, list(labels)
+    for text, box in labels.items():
+        inside = (
+            box["left"] >= plot["left"] - 0.5
+            and box["right"] <= plot["right"] + 0.5
+            and box["top"] >= plot["top"] - 0.5
+            and box["bottom"] <= plot["bottom"] + 0.5
+        )
+        assert inside, f"label {text!r} at {box} leaves the plot area {plot}"
+
+
+@pytest.mark.browser
+def test_dcgm_panels_have_a_y_title_and_series_end_with_the_trace(rendered: dict[str, Any]) -> None:
+    """The backtest's drain after the last arrival (rate 0, nothing running) read as an outage in
+    the last minute: no trace is drawn past the trace's end."""
+    _chromium()
+    measured = _measured(rendered)
+    util = measured["chart-util"]
+    titles = [a["title"] for k, a in util["axes"].items() if k.startswith("yaxis")]
+    assert titles and all(t for t in titles), titles
+    end_min = rendered["doc"]["workload"]["duration_s"] / 60.0
+    for chart in ("chart-load-replicas", "chart-queue", "chart-util", "chart-gpu-hours", "chart-ttft"):
+        ends = [t["last_x"] for t in measured[chart]["traces"] if t["last_x"] is not None]
+        assert ends and max(ends) <= end_min + 1e-6, (chart, max(ends), end_min)
+
+
+@pytest.mark.browser
+def test_the_configuration_card_is_readable(rendered: dict[str, Any]) -> None:
+    """Found from outside: raw keys (``sim_max_num_seqs``) and a JSON blob cut off at 160 characters."""
+    import html as html_mod
+
+    _chromium()
+    card = re.search(r'<div class="card"><h2>Config</h2>(.*?)</dl></div>', rendered["dom"], re.S)
+    assert card, "no Config card in the page"
+    labels = [html_mod.unescape(x) for x in re.findall(r"<dt>(.*?)</dt>", card.group(1))]
+    text = html_mod.unescape(re.sub(r"<[^>]+>", " ", card.group(1)))
+    assert labels and not [label for label in labels if "_" in label], labels
+    assert "…" not in text and "{" not in text, text
+    for shown in ("max num seqs (simulator)", "pending (s, simulator)", "policy parameters", "target queue",
+                  "30, 60, 120, 300, 600", "bw factor"):  # fmt: skip
+        assert shown in labels or shown in text, (shown, labels)
+    # every glitch of the long list is there (the old card cut the JSON at 160 characters)
+    assert text.count("bw factor") == 8

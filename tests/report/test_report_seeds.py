@@ -12,7 +12,7 @@ from llmscale.backtest.results import PolicyResult
 from llmscale.backtest.seeds import add_seed_statistics
 from llmscale.report import comparison_view
 from llmscale.report._common import rows_of
-from llmscale.report.html import _table_html
+from llmscale.report.page import _table_html
 
 SEEDS = [7, 8, 9]
 # Per-seed (attainment, GPU-hours) per policy of _doc(), oracle last. "predictive" and

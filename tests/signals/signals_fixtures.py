@@ -127,7 +127,7 @@ def synthetic_fleet(
             )
             values[VLLM_OLD.kv_usage] = values[VLLM.kv_usage]
             values[DCGM.GR_ENGINE_ACTIVE] = 0.9
-            values[SIM.KV_BLOCKS_TOTAL] = 28_000.0
+            values[SIM.KV_BLOCKS] = 28_000.0
             samples.append(ReplicaSample(f"replica-{i}", Phase.READY, True, values, hists))
         out.append(
             Observation(

@@ -1,6 +1,6 @@
 """``llmscale analyze --report``: one self-contained HTML page of the analyses.
 
-Built like the backtest's report (``report/html.py``, whose page pieces it reuses): plotly.js
+Built like the backtest's report (``report/page.py``, whose page pieces it reuses): plotly.js
 inlined, figures as JSON drawn by the same boot script, which marks each chart div with
 ``data-llmscale-rendered`` once plotly has drawn it (the browser test waits for it).
 """
@@ -17,15 +17,8 @@ import numpy as np
 from llmscale.analyze.analysis import Analysis, per_replica
 from llmscale.analyze.knee import Knee
 from llmscale.report._common import PALETTE, fmt_float
-from llmscale.report.html import (
-    _empty,
-    _esc,
-    _figure,
-    _style,
-    chart_page,
-    chart_section,
-    write_page,
-)
+from llmscale.report.figures import _empty, _esc, _figure, _style
+from llmscale.report.page import chart_page, chart_section, write_page
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmscale.emulate.versions import DEFAULT_VLLM_VERSION, parse_vllm_version
 from llmscale.errors import ConfigError
 from llmscale.sim.faults import AdaptiveBatchConfig, HbmGlitch
 
@@ -55,8 +56,10 @@ class EmulateConfig:
     targets) is off unless ``admin_api``; then every call must carry
     ``Authorization: Bearer <admin_token>`` and one call may add at most
     ``admin_max_scale_up`` replicas. ``tokenizer`` is a local tokenizer.json
-    (or a directory holding one) to count prompt tokens with; None estimates
-    them (see emulate/tokens.py).
+    (or a directory holding one, or ``"builtin"`` for the one shipped) to count
+    prompt tokens with; None estimates them (see emulate/tokens.py).
+    ``vllm_version`` is the vLLM release played: its error body, its metric
+    names and what ``/version`` says (emulate/versions.py).
     """
 
     model: str = "llama-3-8b"
@@ -99,8 +102,11 @@ class EmulateConfig:
     #: how long waking a level-1 sleeper takes, s of simulated time; None: the catalogue's sleeping
     #: tier (perf.start_tiers: 1.6 s for Llama-3-8B on one H100)
     wake_s: float | None = None
+    #: the vLLM release played (emulate/versions.py: 0.10.0 and later)
+    vllm_version: str = DEFAULT_VLLM_VERSION
 
     def __post_init__(self) -> None:
+        parse_vllm_version(self.vllm_version)  # a ConfigError naming vllm_version
         if not 0 <= self.replicas <= self.max_replicas:
             raise ConfigError(
                 f"replicas = {self.replicas}, must be within [0, max_replicas {self.max_replicas}]"

@@ -19,7 +19,7 @@ import numpy as np
 
 from llmscale.clock import Clock, WallClock
 from llmscale.emulate.config import EmulateConfig
-from llmscale.emulate.request_stats import RequestStats
+from llmscale.emulate.request_stats import RequestStats, RequestTimes
 from llmscale.errors import ConfigError
 from llmscale.sim.fleet import Fleet, SimConfig
 from llmscale.sim.replica import Replica
@@ -56,14 +56,26 @@ class Flight:
     string; its output length was cut to it when it arrived).
     """
 
-    __slots__ = ("changed", "emitted", "finish_reason", "outcome", "req")
+    __slots__ = ("changed", "emitted", "finish_reason", "max_tokens_param", "n_param", "outcome", "req")
 
-    def __init__(self, req: Req, finish_reason: str = "length") -> None:
+    def __init__(
+        self,
+        req: Req,
+        finish_reason: str = "length",
+        *,
+        changed: asyncio.Event | None = None,
+        max_tokens_param: int | None = None,
+        n_param: int | None = None,
+    ) -> None:
         self.req = req
         self.finish_reason = finish_reason
         self.emitted = 0
         self.outcome: str | None = None
-        self.changed = asyncio.Event()
+        #: set when its tokens or outcome change; the n sequences of one request share one
+        self.changed = changed or asyncio.Event()
+        #: what the replica's vllm:request_params_* histograms observe when it ends (n: once a request)
+        self.max_tokens_param = max_tokens_param
+        self.n_param = n_param
 
     @property
     def replica_name(self) -> str | None:
@@ -175,7 +187,30 @@ class Emulator:
             reason, generated = "abort", flight.emitted
         else:
             return  # killed with its replica: that replica's metrics are gone with it
-        self.stats_of(name).record(reason, flight.req.input_tokens, generated)
+        self.stats_of(name).record(
+            reason,
+            flight.req.input_tokens,
+            generated,
+            times=self._times(flight),
+            max_tokens=flight.max_tokens_param,
+            n=flight.n_param,
+        )
+
+    def _times(self, flight: Flight) -> RequestTimes | None:
+        """Its phases as vLLM times them, from the simulated request's own instants; None when it
+        was never scheduled (it gave up waiting). An aborted request ends now, a completed one at
+        its last token; one aborted before its first token spent all of it in prefill."""
+        req = flight.req
+        start = req.scheduled_s
+        if start < 0.0:
+            return None
+        end = self.fleet.now
+        if flight.outcome == Outcome.COMPLETED:
+            end = float(self.fleet.finish_at_s[req.idx])
+        if not math.isfinite(end):
+            end = self.fleet.now
+        first = req.first_token_s if 0.0 <= req.first_token_s <= end else end
+        return RequestTimes(prefill_s=first - start, decode_s=end - first, inference_s=end - start)
 
     def stats_of(self, replica_name: str) -> RequestStats:
         """The finished-request counts of a replica (made on first use)."""
@@ -209,10 +244,14 @@ class Emulator:
         replica_name: str | None = None,
         *,
         finish_reason: str = "length",
+        changed: asyncio.Event | None = None,
+        max_tokens_param: int | None = None,
+        n_param: int | None = None,
     ) -> Flight:
         """A request arriving now: routed like the simulator's router, or to one replica by name.
 
-        ``finish_reason`` is what its ``output_tokens`` end on (``"stop"``: a stop string).
+        ``finish_reason`` is what its ``output_tokens`` end on (``"stop"``: a stop string);
+        ``changed``, ``max_tokens_param``, ``n_param``: see :class:`Flight`.
         Pre: ``replica_name`` (when given) names a READY replica; check with :meth:`phase_of`.
         """
         if input_tokens < 1 or output_tokens < 1:
@@ -222,7 +261,9 @@ class Emulator:
             raise ConfigError(f"replica {replica_name} is {target.phase.label}, not ready")
         now = self.now_s()
         req = self.fleet.submit(input_tokens, output_tokens, now, target)
-        flight = Flight(req, finish_reason)
+        flight = Flight(
+            req, finish_reason, changed=changed, max_tokens_param=max_tokens_param, n_param=n_param
+        )
         self._flights[req.idx] = flight
         self.advance()  # an immediate rejection, or a first token at this very instant, shows at once
         self.wake.set()

@@ -12,8 +12,16 @@ On top of those, the families only the emulator exports (:meth:`ReplicaCollector
 with vLLM V1's names, types, labels and buckets (vllm/v1/metrics/loggers.py):
 ``vllm:request_success_total{finished_reason}`` (counter), ``vllm:request_prompt_tokens``
 and ``vllm:request_generation_tokens`` (histograms, 1-2-5 buckets to max_model_len),
-``vllm:iteration_tokens_total`` (histogram, 1 .. 16384) and ``vllm:cache_config_info``
-(a gauge at 1 whose labels are the cache settings, vLLM's stand-in for an info metric).
+``vllm:iteration_tokens_total`` (histogram, 1 .. 16384), ``vllm:cache_config_info``
+(a gauge at 1 whose labels are the cache settings, vLLM's stand-in for an info metric),
+the prefix-cache counters ``vllm:prefix_cache_queries_total``/``_hits_total``, the
+per-request phase histograms ``vllm:request_{prefill,decode,inference}_time_seconds``
+(request-latency buckets) and the parameter histograms ``vllm:request_params_n`` and
+``vllm:request_params_max_tokens`` (emulate/request_stats.py says what each counts).
+
+Which of vLLM's names a page carries follows the release played (emulate/versions.py):
+a 0.10 page also has the names deprecated in 0.9 and the old per-token latency name,
+a 0.11 page only the current ones.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from llmscale.emulate.request_stats import FINISHED_REASONS, RequestStats
+from llmscale.emulate.versions import DEFAULT_VLLM_VERSION, VllmVersion, parse_vllm_version
 from llmscale.metrics.names import DCGM, DERIVED
 from llmscale.metrics.names import VllmMetric as V
 from llmscale.signals.gpu import BW_WINDOW_S, percentile_linear
@@ -45,6 +54,8 @@ __all__ = ["CacheConfigInfo", "ReplicaCollector", "render_metrics"]
 
 #: Families vLLM exports as counters (their names carry ``_total``, as metrics/names.py spells them).
 _COUNTERS = frozenset({V.PREEMPTIONS, V.PROMPT_TOKENS, V.GENERATION_TOKENS})
+#: the release played when a collector is given none
+_DEFAULT_VERSION = parse_vllm_version(DEFAULT_VLLM_VERSION)
 
 _HELP = {
     V.RUNNING: "Number of requests in model execution batches.",
@@ -68,6 +79,15 @@ _HELP = {
     **DCGM_HELP,  # dcgm-exporter's help strings, next to the formulas that produce the values
     DERIVED.DRAM_ACTIVE_P95_60S: "P95 of DCGM_FI_PROF_DRAM_ACTIVE sampled every 100 ms over the last 60 s.",
     V.ENGINE_SLEEP_STATE: "Engine sleep state; awake = 1 serving, weights_offloaded = 1 in level-1 sleep.",
+    V.PREFIX_CACHE_QUERIES: "Prefix cache queries, in terms of number of queried tokens.",
+    V.PREFIX_CACHE_HITS: "Prefix cache hits, in terms of number of cached tokens.",
+    V.PREFIX_CACHE_QUERIES_OLD: "GPU prefix cache queries (deprecated name of vllm:prefix_cache_queries).",
+    V.PREFIX_CACHE_HITS_OLD: "GPU prefix cache hits (deprecated name of vllm:prefix_cache_hits).",
+    V.PREFILL_TIME: "Histogram of time spent in PREFILL phase for request.",
+    V.DECODE_TIME: "Histogram of time spent in DECODE phase for request.",
+    V.INFERENCE_TIME: "Histogram of time spent in RUNNING phase for request.",
+    V.PARAMS_N: "Histogram of the n request parameter.",
+    V.PARAMS_MAX_TOKENS: "Histogram of the max_tokens request parameter.",
 }
 
 
@@ -148,9 +168,11 @@ class ReplicaCollector(Collector):
         stats: Callable[[], RequestStats] | None = None,
         cache_info: CacheConfigInfo | None = None,
         sleep_state: Callable[[], bool] | None = None,
+        version: VllmVersion | None = None,
     ) -> None:
         """``sleep_state``: whether the replica sleeps now (emulate's sleep mode), exported as vLLM's
-        ``vllm:engine_sleep_state``; None: not exported (vLLM without sleep mode)."""
+        ``vllm:engine_sleep_state``; None: not exported (vLLM without sleep mode). ``version``: the
+        vLLM release whose names the page carries (default: emulate/versions.py's)."""
         view = cast(Fleet, _OneReplicaFleet(fleet, replica))  # duck-typed: only the attributes read
         # sub_tick: the replica's HBM bytes per 100 ms of its own (simulated) time, from every
         # span of iterations it runs, for the 60 s P95 gauge below
@@ -161,6 +183,7 @@ class ReplicaCollector(Collector):
         self._stats = stats
         self._cache_info = cache_info
         self._sleep_state = sleep_state
+        self._version = version or _DEFAULT_VERSION
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self._name = replica.name
@@ -184,7 +207,10 @@ class ReplicaCollector(Collector):
             return  # Pending: no container, nothing to expose
         sample = obs.replicas[0]
         values = {**sample.values, DERIVED.DRAM_ACTIVE_P95_60S: self._bw_p95(sample, obs.time_s)}
+        exports = self._version.exports
         for name, value in values.items():
+            if not exports(name):
+                continue
             dcgm = name.startswith("DCGM_")
             labels = self._dcgm_labels if dcgm else self._vllm_labels
             keys = [k for k, _ in labels]
@@ -198,6 +224,8 @@ class ReplicaCollector(Collector):
             yield family
         keys = [k for k, _ in self._vllm_labels]
         for name, hist in sample.histograms.items():
+            if not exports(name):
+                continue
             h = HistogramMetricFamily(name, _HELP.get(name, name), labels=keys)
             buckets = [(_le(b), c) for b, c in zip(hist.bounds, hist.cumulative, strict=True)]
             h.add_metric([v for _, v in self._vllm_labels], buckets, hist.sum)
@@ -253,6 +281,21 @@ class ReplicaCollector(Collector):
             yield success
             yield _histogram(V.REQUEST_PROMPT_TOKENS, keys, values, stats.prompt_tokens)
             yield _histogram(V.REQUEST_GENERATION_TOKENS, keys, values, stats.generation_tokens)
+            yield _histogram(V.PARAMS_N, keys, values, stats.params_n)
+            yield _histogram(V.PARAMS_MAX_TOKENS, keys, values, stats.max_tokens)
+            yield _histogram(V.PREFILL_TIME, keys, values, stats.prefill_s)
+            yield _histogram(V.DECODE_TIME, keys, values, stats.decode_s)
+            yield _histogram(V.INFERENCE_TIME, keys, values, stats.inference_s)
+            for name, count in (
+                (V.PREFIX_CACHE_QUERIES, stats.prefix_cache_queries),
+                (V.PREFIX_CACHE_HITS, stats.prefix_cache_hits),
+                (V.PREFIX_CACHE_QUERIES_OLD, stats.prefix_cache_queries),
+                (V.PREFIX_CACHE_HITS_OLD, stats.prefix_cache_hits),
+            ):
+                if self._version.exports(name):
+                    counter = CounterMetricFamily(name.removesuffix("_total"), _HELP[name], labels=keys)
+                    counter.add_metric(values, float(count))
+                    yield counter
         yield _iteration_tokens(keys, values, self._replica)
         if self._cache_info is not None:
             labels = self._cache_info.labels()

@@ -7,7 +7,9 @@ docs/notes/live-controller-contracts.md behind the checks of admin_guard.py
 (off by default: ``/admin/*`` then answers 404). Each replica gets its own listener
 from the moment its container exists (Loading) until it is gone: the OpenAI
 API answers 503 until it is Ready (and again while it drains or sleeps), ``/metrics``
-answers throughout; with sleep mode it also serves vLLM's ``/sleep``, ``/wake_up`` and
+answers throughout; every endpoint also serves vLLM's ``/version``, ``/tokenize`` and
+``/detokenize`` (ids need a tokenizer: ``--tokenizer``); errors take the body of the vLLM
+release played (versions.py); with sleep mode it also serves vLLM's ``/sleep``, ``/wake_up`` and
 ``/is_sleeping`` (standby.py), and keeps its listener while asleep. One asyncio
 task drives the simulator: it runs the fleet to the present, wakes the handlers
 whose requests produced tokens, opens and closes replica listeners as phases
@@ -39,9 +41,10 @@ from llmscale.emulate.metrics import CacheConfigInfo, ReplicaCollector, render_m
 from llmscale.emulate.openai_api import (
     ApiError,
     ParsedRequest,
+    chat_messages,
     chunk_object,
-    error_object,
     final_object,
+    logprobs_object,
     models_object,
     new_id,
     parse_request,
@@ -49,7 +52,8 @@ from llmscale.emulate.openai_api import (
     usage_chunk_object,
 )
 from llmscale.emulate.standby import add_sleep_routes, asleep, standby_state
-from llmscale.emulate.tokens import load_token_counter
+from llmscale.emulate.tokens import load_token_counter, render_chat
+from llmscale.emulate.versions import VllmVersion, parse_vllm_version
 from llmscale.errors import ConfigError
 from llmscale.types import Phase
 
@@ -108,11 +112,16 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _json_error(e: ApiError) -> web.Response:
+def _json_error(e: ApiError, version: VllmVersion) -> web.Response:
     headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
     return web.json_response(
-        error_object(str(e), e.kind, e.status, e.param), status=e.status, headers=headers
+        version.error_body(str(e), e.kind, e.status, e.param), status=e.status, headers=headers
     )
+
+
+def _error(request: web.Request, e: ApiError) -> web.Response:
+    """``e`` in the error body of the release this endpoint's server plays."""
+    return _json_error(e, _endpoint(request).server.version)
 
 
 def _sse(obj: Any) -> str:
@@ -136,6 +145,7 @@ class EmulateServer:
         self.cfg = cfg
         self.emu = Emulator(cfg)
         self.tokens = load_token_counter(cfg.tokenizer)
+        self.version = parse_vllm_version(cfg.vllm_version)
         model = get_model(cfg.model)
         self.served_model = cfg.served_model_name or model.hf_id
         # The served name first: a request without ``model`` gets it.
@@ -258,6 +268,7 @@ class EmulateServer:
             stats=lambda: self.emu.stats_of(name),
             cache_info=self._cache_info,
             sleep_state=(lambda: asleep(self.emu, name)) if self.cfg.sleep_mode else None,
+            version=self.version,
         )
         listener = _Listener(name, sock, self._app(name), collector)
         self._listeners[name] = listener
@@ -294,6 +305,9 @@ class EmulateServer:
         app.router.add_post("/v1/chat/completions", _chat_completions)
         app.router.add_get("/v1/models", _models)
         app.router.add_get("/health", _health)
+        app.router.add_get("/version", _version)
+        app.router.add_post("/tokenize", _tokenize)
+        app.router.add_post("/detokenize", _detokenize)
         if replica is None:
             app.router.add_get("/metrics", _front_metrics)
         if admin:
@@ -385,7 +399,7 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
             chat=chat,
             served=srv.accepted_models,
             default_max_tokens=srv.cfg.default_max_tokens,
-            count_tokens=srv.tokens.count,
+            counter=srv.tokens,
         )
         refusal = _not_ready(ep)  # the replica may have changed phase while the body was read
         if refusal is not None:
@@ -394,25 +408,61 @@ async def _openai(request: web.Request, *, chat: bool) -> web.StreamResponse:
         if p.input_tokens + p.max_tokens > emu.max_model_len:
             raise _too_long(p, emu.max_model_len)
     except ApiError as e:
-        return _json_error(e)
-    flight = emu.submit(p.input_tokens, p.output.tokens, ep.replica, finish_reason=p.output.finish_reason)
-    if flight.outcome == Outcome.REJECTED:  # more KV blocks than the whole replica has
-        return _json_error(_too_long(p, emu.max_model_len))
+        return _json_error(e, srv.version)
+    flights = _submit(emu, p, ep.replica)
+    if any(f.outcome == Outcome.REJECTED for f in flights):  # more KV blocks than the whole replica has
+        for f in flights:
+            emu.abort(f)
+        return _json_error(_too_long(p, emu.max_model_len), srv.version)
     if p.stream:
-        return await _stream(request, p, flight)
+        return await _stream(request, p, flights)
+    changed = flights[0].changed
     try:
-        while flight.outcome is None:
-            await flight.changed.wait()
-            flight.changed.clear()
+        while any(f.outcome is None for f in flights):
+            await changed.wait()
+            changed.clear()
     finally:
-        if flight.outcome is None:  # cancelled: the client went away while it waited
-            emu.abort(flight)
-    headers = {"x-llmscale-replica": flight.replica_name or ""}
-    if flight.outcome == Outcome.COMPLETED:
+        for f in flights:
+            if f.outcome is None:  # cancelled: the client went away while it waited
+                emu.abort(f)
+    headers = {"x-llmscale-replica": flights[0].replica_name or ""}
+    failed = next((f for f in flights if f.outcome != Outcome.COMPLETED), None)
+    if failed is None:
         obj = final_object(p, new_id(chat), unix_time())
         return web.json_response(obj, headers=headers)
-    status, kind, message = _FAILED.get(flight.outcome, _FAILED[Outcome.KILLED])
-    return _json_error(ApiError(status, message, kind))
+    for f in flights:
+        emu.abort(f)  # one sequence failed: vLLM fails the request, the others stop too
+    status, kind, message = _FAILED.get(failed.outcome or "", _FAILED[Outcome.KILLED])
+    return _json_error(ApiError(status, message, kind), srv.version)
+
+
+def _submit(emu: Emulator, p: ParsedRequest, replica: str | None) -> list[Flight]:
+    """The request's ``n`` sequences as simulated requests, sharing one wake-up event.
+
+    The first is routed as any request; the others follow it to its replica when it has one
+    that is ready (vLLM runs a request's n sequences in one engine), else they are routed too.
+    The first sequence carries ``n`` for ``vllm:request_params_n`` (observed once a request).
+    """
+    changed = asyncio.Event()
+    flights: list[Flight] = []
+    for k in range(p.n):
+        target = replica
+        if k > 0 and target is None:
+            first = flights[0].replica_name
+            if first is not None and emu.phase_of(first) == Phase.READY:
+                target = first
+        flights.append(
+            emu.submit(
+                p.input_tokens,
+                p.output.tokens,
+                target,
+                finish_reason=p.output.finish_reason,
+                changed=changed,
+                max_tokens_param=p.max_tokens_param,
+                n_param=p.n if k == 0 else None,
+            )
+        )
+    return flights
 
 
 def _too_long(p: ParsedRequest, limit: int) -> ApiError:
@@ -424,48 +474,59 @@ def _too_long(p: ParsedRequest, limit: int) -> ApiError:
     )
 
 
-async def _stream(request: web.Request, p: ParsedRequest, flight: Flight) -> web.StreamResponse:
-    """Server-sent events, one chunk per token, written as the simulator produces them.
+async def _stream(request: web.Request, p: ParsedRequest, flights: list[Flight]) -> web.StreamResponse:
+    """Server-sent events, one chunk per token and choice, written as the simulator produces them.
 
     A token whose text is empty (past a stop string's start) sends no chunk, except the
     last one, which carries the finish reason. A client that goes away (a failed write, or
-    the handler cancelled on a lost connection) aborts the request.
+    the handler cancelled on a lost connection) aborts the request, every sequence of it.
     """
+    srv = _endpoint(request).server
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     rid, created = new_id(p.chat), unix_time()
     last = p.output.tokens - 1
-    sent = 0
+    sent = [0] * len(flights)
+    changed = flights[0].changed
     try:
         await resp.prepare(request)
         while True:
-            await flight.changed.wait()
-            flight.changed.clear()
-            n = min(flight.emitted, p.output.tokens)
-            if n > sent:
-                out = []
-                for i in range(sent, n):
+            await changed.wait()
+            changed.clear()
+            out = []
+            for index, flight in enumerate(flights):
+                n = min(flight.emitted, p.output.tokens)
+                for i in range(sent[index], n):
                     text = p.output.piece(i)
                     if text or i == last:
                         finish = p.output.finish_reason if i == last else None
-                        out.append(_sse(chunk_object(p, rid, created, text, first=i == 0, finish=finish)))
-                sent = n
+                        lp = logprobs_object(p, i, i + 1, index)
+                        chunk = chunk_object(
+                            p, rid, created, text, first=i == 0, finish=finish, index=index, logprobs=lp
+                        )
+                        out.append(_sse(chunk))
+                sent[index] = max(sent[index], n)
+            if out:
                 await resp.write("".join(out).encode())
-            if flight.outcome is not None:
+            if all(f.outcome is not None for f in flights):
                 break
-        if flight.outcome == Outcome.COMPLETED:
+            failed = next((f for f in flights if f.outcome not in (None, Outcome.COMPLETED)), None)
+            if failed is not None:
+                break
+        failed = next((f for f in flights if f.outcome != Outcome.COMPLETED), None)
+        if failed is None:
             if p.include_usage:
-                await resp.write(_sse(usage_chunk_object(p, rid, created, sent)).encode())
+                await resp.write(_sse(usage_chunk_object(p, rid, created, sum(sent))).encode())
         else:
-            status, kind, message = _FAILED.get(flight.outcome, _FAILED[Outcome.KILLED])
-            await resp.write(_sse(error_object(message, kind, status)).encode())
+            status, kind, message = _FAILED.get(failed.outcome or "", _FAILED[Outcome.KILLED])
+            await resp.write(_sse(srv.version.error_body(message, kind, status)).encode())
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
     except ConnectionError:
         pass  # the client went away: aborted below; nobody is left to answer
     finally:
-        if flight.outcome is None:
-            ep = _endpoint(request)
-            ep.server.emu.abort(flight)
+        for flight in flights:
+            if flight.outcome is None:
+                srv.emu.abort(flight)
     return resp
 
 
@@ -473,8 +534,75 @@ async def _models(request: web.Request) -> web.Response:
     ep = _endpoint(request)
     refusal = _not_ready(ep)
     if refusal is not None:
-        return _json_error(refusal)
+        return _error(request, refusal)
     return web.json_response(models_object(ep.server.served_model, ep.server.emu.max_model_len))
+
+
+async def _version(request: web.Request) -> web.Response:
+    """vLLM's ``GET /version``: the release played."""
+    return web.json_response({"version": _endpoint(request).server.version.text})
+
+
+async def _token_body(request: web.Request) -> dict[str, Any]:
+    """The JSON object of a /tokenize or /detokenize call, its model checked as the OpenAI API does."""
+    srv = _endpoint(request).server
+    try:
+        body = await request.json()
+    except ValueError as e:
+        raise ApiError(400, f"the request body is not JSON: {e}") from e
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    model = body.get("model")
+    if model is not None and model not in srv.accepted_models:
+        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+    if srv.tokens.vocab_size is None:
+        raise ApiError(
+            400,
+            "this emulator counts prompt tokens with an estimate and has no token ids; start it with "
+            "--tokenizer PATH (a tokenizer.json) or --tokenizer builtin",
+        )
+    return body
+
+
+async def _tokenize(request: web.Request) -> web.Response:
+    """vLLM's ``POST /tokenize``: a ``prompt`` (special tokens added unless told not to) or chat
+    ``messages`` (rendered through the chat template, as the chat API counts them)."""
+    srv = _endpoint(request).server
+    try:
+        body = await _token_body(request)
+        if "messages" in body:
+            messages = chat_messages(body["messages"])
+            text = render_chat(messages, bool(body.get("add_generation_prompt", True)))
+            ids = srv.tokens.encode(text, add_special_tokens=bool(body.get("add_special_tokens", False)))
+        elif isinstance(body.get("prompt"), str):
+            ids = srv.tokens.encode(
+                body["prompt"], add_special_tokens=bool(body.get("add_special_tokens", True))
+            )
+        else:
+            raise ApiError(400, "give a prompt (a string) or messages", param="prompt")
+    except ApiError as e:
+        return _error(request, e)
+    assert ids is not None  # _token_body checked that there is a tokenizer
+    strs = srv.tokens.token_strs(ids) if body.get("return_token_strs") else None
+    return web.json_response(
+        {"count": len(ids), "max_model_len": srv.emu.max_model_len, "tokens": ids, "token_strs": strs}
+    )
+
+
+async def _detokenize(request: web.Request) -> web.Response:
+    """vLLM's ``POST /detokenize``: token ids back to text."""
+    srv = _endpoint(request).server
+    try:
+        body = await _token_body(request)
+        ids = body.get("tokens")
+        vocab = srv.tokens.vocab_size or 0
+        if not isinstance(ids, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab for i in ids
+        ):
+            raise ApiError(400, f"tokens must be a list of token ids in [0, {vocab})", param="tokens")
+    except ApiError as e:
+        return _error(request, e)
+    return web.json_response({"prompt": srv.tokens.decode(ids)})
 
 
 async def _health(request: web.Request) -> web.Response:
@@ -529,14 +657,15 @@ async def _admin_gate(request: web.Request, handler: Any) -> web.StreamResponse:
         assert token is not None  # checked by EmulateConfig when admin_api is on
         refusal = admin_refusal(request, token=token, origins=srv.admin_origins)
         if refusal is not None:
-            return _json_error(refusal)
+            return _error(request, refusal)
     response: web.StreamResponse = await handler(request)
     return response
 
 
 async def _admin_off(request: web.Request) -> web.Response:
-    return _json_error(
-        ApiError(404, "the admin API is off: start emulate with --admin-api and a token", "NotFoundError")
+    return _error(
+        request,
+        ApiError(404, "the admin API is off: start emulate with --admin-api and a token", "NotFoundError"),
     )
 
 
@@ -551,27 +680,28 @@ async def _admin_scale(request: web.Request) -> web.Response:
     try:
         body = json.loads(await read_admin_body(request))
     except ApiError as e:
-        return _json_error(e)
+        return _error(request, e)
     except ValueError:
-        return _json_error(ApiError(400, "the request body is not JSON"))
+        return _error(request, ApiError(400, "the request body is not JSON"))
     n = body.get("replicas") if isinstance(body, dict) else None
     drain = body.get("drain_until_idle", False) if isinstance(body, dict) else False
     if isinstance(n, bool) or not isinstance(n, int) or not isinstance(drain, bool):
-        return _json_error(ApiError(400, 'expected {"replicas": <int >= 0>, "drain_until_idle": <bool>}'))
+        return _error(request, ApiError(400, 'expected {"replicas": <int >= 0>, "drain_until_idle": <bool>}'))
     spec, cap = srv.emu.spec_replicas, srv.cfg.admin_max_scale_up
     if n - spec > cap:
-        return _json_error(
+        return _error(
+            request,
             ApiError(
                 400,
                 f"replicas = {n} would add {n - spec} to {spec}; one call may add at most {cap} "
                 "(--admin-max-scale-up)",
                 param="replicas",
-            )
+            ),
         )
     try:
         srv.emu.scale_to(n, drain_until_idle=drain)
     except ConfigError as e:
-        return _json_error(ApiError(400, str(e), param="replicas"))
+        return _error(request, ApiError(400, str(e), param="replicas"))
     await _present(srv)
     return web.json_response(srv.admin_document())
 
@@ -586,24 +716,26 @@ async def _admin_standby(request: web.Request) -> web.Response:
     try:
         body = json.loads(await read_admin_body(request))
     except ApiError as e:
-        return _json_error(e)
+        return _error(request, e)
     except ValueError:
-        return _json_error(ApiError(400, "the request body is not JSON"))
+        return _error(request, ApiError(400, "the request body is not JSON"))
     k = body.get("replicas") if isinstance(body, dict) else None
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= srv.cfg.max_replicas:
-        return _json_error(
-            ApiError(400, f'expected {{"replicas": <int in [0, {srv.cfg.max_replicas}]>}}', param="replicas")
+        return _error(
+            request,
+            ApiError(400, f'expected {{"replicas": <int in [0, {srv.cfg.max_replicas}]>}}', param="replicas"),
         )
     fleet = srv.emu.fleet
     pool = len(fleet.sleeping) + len(fleet.standby_starting)
     if k - pool > srv.cfg.admin_max_scale_up:
-        return _json_error(
+        return _error(
+            request,
             ApiError(
                 400,
                 f"replicas = {k} would add {k - pool} to a pool of {pool}; one call may add at most "
                 f"{srv.cfg.admin_max_scale_up} (--admin-max-scale-up)",
                 param="replicas",
-            )
+            ),
         )
     now = srv.emu.advance()
     fleet.set_standby(k, now)

@@ -18,6 +18,7 @@ __all__ = [
     "DERIVED",
     "HISTOGRAM_BOUNDS",
     "ITERATION_TOKENS_BUCKETS",
+    "REQUEST_PARAMS_N_BUCKETS",
     "SIM",
     "TGI",
     "TRITON",
@@ -43,6 +44,8 @@ REQUEST_LATENCY_BUCKETS_S = (
     40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
 
+#: ``vllm:request_params_n``'s buckets (vLLM's ``histogram_n_request``)
+REQUEST_PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 #: ``vllm:iteration_tokens_total``: tokens per engine step (vllm/v1/metrics/loggers.py, V1).
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
@@ -99,6 +102,21 @@ class VllmMetric:
     #: gauge, label sleep_state (awake / weights_offloaded / discard_all): 1 on the engine's state
     #: (vLLM's sleep mode; vllm/v1/metrics/loggers.py ``record_sleep_state``)
     ENGINE_SLEEP_STATE = "vllm:engine_sleep_state"
+    # Prefix-cache counters, in tokens (vllm/v1/metrics/loggers.py): queried and found cached.
+    PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
+    PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"
+    #: their names before 0.9's rename, still exported (deprecated) by vLLM 0.10
+    PREFIX_CACHE_QUERIES_OLD = "vllm:gpu_prefix_cache_queries_total"
+    PREFIX_CACHE_HITS_OLD = "vllm:gpu_prefix_cache_hits_total"
+    # Per finished request, histograms with REQUEST_LATENCY_BUCKETS_S: scheduled -> first token,
+    # first -> last token, scheduled -> last token.
+    PREFILL_TIME = "vllm:request_prefill_time_seconds"
+    DECODE_TIME = "vllm:request_decode_time_seconds"
+    INFERENCE_TIME = "vllm:request_inference_time_seconds"
+    #: histogram of the request's ``n`` (REQUEST_PARAMS_N_BUCKETS)
+    PARAMS_N = "vllm:request_params_n"
+    #: histogram of the request's ``max_tokens`` (vllm_1_2_5_buckets(max_model_len))
+    PARAMS_MAX_TOKENS = "vllm:request_params_max_tokens"
 
 
 @dataclass(frozen=True)
@@ -239,4 +257,6 @@ class SIM:
     """Series only the simulator exports (no real exporter has them)."""
 
     L2_MISS = "llmscale_sim:gpu_l2_miss_ratio"  # a proxy: share of the step's time bound by HBM traffic
-    KV_BLOCKS_TOTAL = "llmscale_sim:kv_blocks_total"
+    #: gauge: KV-cache blocks in the replica's pool (16 tokens each), e.g. 28,000 on an H100 with
+    #: Llama-3-8B. Not a counter, so no ``_total`` (Prometheus reserves that suffix for counters).
+    KV_BLOCKS = "llmscale_sim:kv_cache_blocks"

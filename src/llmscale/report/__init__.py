@@ -5,7 +5,8 @@ Importing this package is cheap: plotly and rich are imported only when a report
 
 from __future__ import annotations
 
-from llmscale.report.html import build_figures, render_report
+from llmscale.report.figures import build_figures
+from llmscale.report.page import render_report
 from llmscale.report.table import comparison_table, comparison_view
 
 __all__ = ["build_figures", "comparison_table", "comparison_view", "render_report"]

@@ -151,7 +151,7 @@ class SimMetricSource:
                 _FB_USED: self._fb_used_mib,
                 _FB_FREE: self._fb_free_mib,
                 _L2_MISS: l2,
-                _KV_BLOCKS_TOTAL: float(r.total_blocks),
+                _KV_BLOCKS: float(r.total_blocks),
             }
             itl = _snapshot(memo, 2, r.hist_itl)
             hists = {
@@ -248,5 +248,5 @@ _GR_ENGINE_ACTIVE, _DRAM_ACTIVE, _FB_USED, _FB_FREE = (
     DCGM.FB_USED,
     DCGM.FB_FREE,
 )
-_L2_MISS, _KV_BLOCKS_TOTAL = SIM.L2_MISS, SIM.KV_BLOCKS_TOTAL
+_L2_MISS, _KV_BLOCKS = SIM.L2_MISS, SIM.KV_BLOCKS
 _TTFT, _E2E, _ITL, _ITL_OLD, _TPOT, _QUEUE_TIME = V.TTFT, V.E2E, V.ITL, V.ITL_OLD, V.TPOT, V.QUEUE_TIME

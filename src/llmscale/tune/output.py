@@ -25,7 +25,7 @@ def write_policy_config(result: TuneResult, out: Path) -> bool:
     import yaml
 
     from llmscale.policies.config_file import check_policy_params
-    from llmscale.report.html import write_page
+    from llmscale.report.page import write_page
 
     doc = best_config(result)
     best = result.best

@@ -1,7 +1,7 @@
 """The page of a tuning study: every trial, where the best one sits, and what each parameter did.
 
 One self-contained HTML file, written like the backtest report and the analyze page (plotly
-inlined, the same template, styles and boot script of :mod:`llmscale.report.html`), with three
+inlined, the same template, styles and boot script of :mod:`llmscale.report.page`), with three
 charts and a table:
 
 * **GPU-hours against SLO attainment**, one dot per trial, the target as a dashed line: the
@@ -19,15 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmscale.report._common import PALETTE
-from llmscale.report.html import (
-    _empty,
-    _esc,
-    _figure,
-    _style,
-    chart_page,
-    chart_section,
-    write_page,
-)
+from llmscale.report.figures import _empty, _esc, _figure, _style
+from llmscale.report.page import chart_page, chart_section, write_page
 from llmscale.tune.study import TrialRecord, TuneResult
 
 if TYPE_CHECKING:
