@@ -100,7 +100,7 @@ class _OurHandler(logging.StreamHandler):  # type: ignore[type-arg]
     runner that swaps stderr per invocation would otherwise leave it writing to a closed stream.
     """
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 
