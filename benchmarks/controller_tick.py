@@ -1,7 +1,13 @@
-"""Controller tick: scrape, parse, signals and decide over 500 emulated replicas' ``/metrics`` pages.
+"""Controller tick: scrape, parse, signals and decide over many emulated replicas' ``/metrics`` pages.
 
 Issue 4's target: one tick of the live controller over 500 replica pages in
-under 1 s and under 300 MB.
+under 1 s and under 300 MB; issue 23's: over 5,000 pages, under 1 s and under
+1 GB (``--replicas 5000 --emulators 4``). The memory a replica costs is what the
+controller's window keeps of it: ``WINDOW_LEN`` observations of the values and
+histograms llmscale reads (``PageReader(keep_values=..., keep_histograms=...)``),
+the histograms' counts packed in arrays (``metrics/scrape.py``'s PackedHistogram).
+The run prints the process's RSS before the first scrape and its peak, and their
+difference per replica.
 
 The replicas are ``llmscale emulate``'s, in ``--emulators`` separate processes
 (so their memory and most of their CPU are not the measuring process's), each
@@ -65,7 +71,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 TARGET_TICK_S = 1.0
-TARGET_PEAK_MB = 300.0
+#: issue 4: 300 MB at 500 replicas; issue 23: 1 GB at 5,000 (~150 KB a replica beyond the start)
+TARGET_PEAK_MB = 1000.0
 QUIET_REF_S = 0.2  # sum(range(10**7)) on a quiet modern core (benchmarks/sim_speed.py)
 
 
@@ -478,6 +485,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
         source="controller_tick",
     )
     run = policy_run(cfg, cfg.policy)
+    start_mb = _rss_mb()
     source: Any = build_source(cfg, None)
     core = Controller(run.policy, run.guards, deployment_of(cfg))
     window_len = WINDOW_LEN if args.window is None else max(1, min(args.window, WINDOW_LEN))
@@ -575,7 +583,11 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     print(
         f"  pages read through a learnt layout in the timed ticks: {layout_reads}, line by line: {line_reads}"
     )
-    print(f"peak RSS of the measuring process: {peak_mb:.0f} MB")
+    print(
+        f"peak RSS of the measuring process: {peak_mb:.0f} MB ({start_mb:.0f} MB before the first scrape: "
+        f"{(peak_mb - start_mb) * 1024 / args.replicas:.0f} KB per replica for pages in flight, "
+        f"page layouts and a window of {window_len} observations)"
+    )
     if last_record is not None:
         r = last_record
         print(
@@ -664,6 +676,15 @@ def _compare_fetch(cfg: Any, args: argparse.Namespace) -> str:
 def _targets(cfg: Any) -> list[dict[str, str]]:
     static = cfg.metrics.scrape.static_targets or ()
     return [{"name": t.name, "url": t.url} for t in static]
+
+
+def _rss_mb() -> float:
+    """The process's resident memory now (MB), from /proc (the peak is ru_maxrss)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+    except OSError:
+        return float("nan")
 
 
 def _loadavg() -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -11,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from llmscale.cli_common import CommonOptionsGroup, write_json
 from llmscale.edge import check_distinct_paths, check_option, check_output_path
 from llmscale.errors import ConfigError, LlmscaleError
 from llmscale.perf.catalogue import GPUS
@@ -31,6 +31,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # every command: --log-level, --log-format and LLMSCALE_<OPTION> variables (cli_common.py)
+    cls=CommonOptionsGroup,
 )
 
 
@@ -819,11 +821,8 @@ def backtest(
 
     console.print(comparison_view(doc))
     if json_out is not None:
-        text = json.dumps(doc, indent=2)
-        if json_to_stdout:
-            sys.stdout.write(text + "\n")
-        else:
-            _write_output(Path(json_out), text + "\n", "--json")
+        write_json("backtest", doc, json_out, write_file=_write_output)
+        if not json_to_stdout:
             console.print(f"results: {json_out}")
     if decisions is not None:
         _write_output(decisions, "".join(lines), "--decisions")
@@ -950,6 +949,7 @@ def tune_cmd(
     chunked_prefill: Annotated[
         bool | None, typer.Option("--chunked-prefill/--no-chunked-prefill", help="Engine: chunked prefill.")
     ] = None,
+    json_out: _JsonOpt = None,
 ) -> None:
     # Help text: TUNE_HELP.
     from llmscale.backtest.runner import check_policies
@@ -966,7 +966,13 @@ def tune_cmd(
         write_outputs,
     )
 
-    console = _console(stderr=False)
+    console = _json_console(
+        json_out,
+        *(("--trace", t) for t in trace or []),
+        ("--policy-config", policy_config),
+        ("--calibration", calibration),
+        ("--out", out),
+    )
     err = _console(stderr=True)
     _check_backtest_options(
         replicas=None,
@@ -1081,6 +1087,11 @@ def tune_cmd(
     except OSError as e:  # checked writable at the start; a full disk can still refuse at the end
         raise LlmscaleError(f"--out {out} / --report {report}: cannot write: {e.strerror or e}") from e
     console.print(summary.text, markup=False, highlight=False)
+    if json_out is not None:
+        from llmscale.outputs import tune_document
+
+        tdoc = tune_document(result, out, report, summary.found)
+        write_json("tune", tdoc, json_out, write_file=_write_output)
     if not summary.found:
         raise typer.Exit(1)
 
@@ -1145,9 +1156,6 @@ def run_cmd(
     mode: Annotated[
         str | None, typer.Option("--mode", help="apply, dry-run or shadow; overrides the file's mode.")
     ] = None,
-    log_level: Annotated[
-        str, typer.Option(help="Log level of stderr messages: debug, info, warning.")
-    ] = "info",
 ) -> None:
     # Help text: RUN_HELP.
     import logging
@@ -1159,14 +1167,8 @@ def run_cmd(
 
     if max_ticks is not None and max_ticks < 1:
         raise ConfigError(f"--max-ticks = {max_ticks}, must be >= 1")
-    level = getattr(logging, log_level.upper(), None)
-    if not isinstance(level, int):
-        raise ConfigError(f"--log-level {log_level!r} is not one of debug, info, warning, error")
     cfg = load_config(config, mode=mode)
     check_run_files(cfg, config)
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     runtime = build_runtime(cfg, config_name=config.name)
     stop = threading.Event()
 
@@ -1433,11 +1435,8 @@ def loadgen_cmd(
         console.print(f"[dim]{note}[/]")
     if json_out is not None:
         doc = {**result.as_json(), "requests": [asdict(r) for r in result.records]}
-        text = json.dumps(doc, indent=2)
-        if json_to_stdout:
-            sys.stdout.write(text + "\n")
-        else:
-            _write_output(Path(json_out), text + "\n", "--json")
+        write_json("loadgen", doc, json_out, write_file=_write_output)
+        if not json_to_stdout:
             console.print(f"results: {json_out}")
     if result.records and result.ok == 0:
         first = next((r.error for r in result.records if r.error), "")
@@ -1509,19 +1508,37 @@ def calibrate_cmd(
     window: Annotated[
         str, typer.Option(help="Rate window of the --prometheus queries (PromQL duration).")
     ] = "5m",
-    prometheus_selector: Annotated[
+    selector: Annotated[
         str, typer.Option(help='Label matchers of the fleet\'s series for --prometheus, e.g. job="vllm".')
     ] = "",
+    prometheus_selector: Annotated[
+        str | None, typer.Option("--prometheus-selector", hidden=True, help="Deprecated: --selector.")
+    ] = None,
     prometheus_timeout_s: Annotated[
         float, typer.Option(help="Deadline of each --prometheus query, the whole request (s).")
     ] = 30.0,
+    json_out: _JsonOpt = None,
 ) -> None:
     from rich.table import Table
 
-    from llmscale.perf.calibrate import calibrate, read_closed_batches, read_prometheus, read_serve_result
+    from llmscale.perf.calibrate import (
+        SERVE_KINDS,
+        calibrate,
+        read_closed_batches,
+        read_prometheus,
+        read_serve_result,
+    )
     from llmscale.perf.closed_batch import EngineSettings
 
-    console = _console(stderr=False)
+    console = _json_console(json_out, *(("FILE", f) for f in files or []))
+    if prometheus_selector is not None:
+        # one name per concept across commands (analyze and diagnose say --selector)
+        if selector and selector != prometheus_selector:
+            raise ConfigError("give --selector only (--prometheus-selector is its deprecated name)")
+        _console(stderr=True).print(
+            "[bold yellow]warning:[/] --prometheus-selector is deprecated: use --selector", highlight=False
+        )
+        selector = prometheus_selector
     try:
         held = tuple(int(x) for x in hold_out_lengths.split(",") if x.strip())
     except ValueError:
@@ -1540,18 +1557,25 @@ def calibrate_cmd(
     check_distinct_paths([("--out", out)], [("FILE", f) for f in files or []])
     targets = []
     sources = []
+    inputs: list[dict[str, Any]] = []  # which file was read how (--json's "inputs")
     for f in files or []:
         if f.suffix.lower() == ".json":
-            targets += read_serve_result(f, model=model, gpu=gpu, tp=tp)
+            got = read_serve_result(f, model=model, gpu=gpu, tp=tp)
+            kind = got[0].source_kind if got else "serve-detailed"
+            console.print(f"{f}: {SERVE_KINDS[kind]}", highlight=False)
         else:
             with _console(stderr=True).status(f"Replaying the closed batches of {f} on the simulator..."):
-                targets += read_closed_batches(
+                got = read_closed_batches(
                     f, model=model, gpu=gpu, tp=tp, framework=framework, engine=engine, hold_out_lengths=held
                 )
+            kind = "closed-batch"
+        targets += got
+        inputs.append({"source": str(f), "kind": kind, "points": len(got)})
         sources.append(str(f))
     if prometheus is not None:
         if start is None or end is None or model is None or gpu is None or tp is None:
             raise ConfigError("--prometheus needs --start, --end, --model, --gpu and --tp")
+        n_before = len(targets)
         targets += read_prometheus(
             prometheus,
             start_s=start,
@@ -1561,9 +1585,10 @@ def calibrate_cmd(
             gpu=gpu,
             tp=tp,
             window=window,
-            selector=prometheus_selector,
+            selector=selector,
             timeout_s=_prometheus_timeout(prometheus_timeout_s),
         )
+        inputs.append({"source": prometheus, "kind": "prometheus", "points": len(targets) - n_before})
         sources.append(prometheus)
     profile = calibrate(
         targets, engine=engine, engine_name=engine_name or framework or "unknown", sources=sources
@@ -1607,6 +1632,10 @@ def calibrate_cmd(
             console.print(note, highlight=False)
     profile.save(out)
     console.print(f"profile: {out}")
+    if json_out is not None:
+        from llmscale.outputs import calibrate_document
+
+        write_json("calibrate", calibrate_document(profile, out, inputs), json_out, write_file=_write_output)
 
 
 ANALYZE_HELP = (
@@ -1660,6 +1689,26 @@ def _analysis_source(
     return read_decision_log(decisions, policy=policy)
 
 
+_JsonOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--json",
+        help="Also write the results as JSON to PATH ('-' for stdout: the JSON alone there, the "
+        "table on stderr); schema: src/llmscale/schemas/<command>.schema.json.",
+    ),
+]
+
+
+def _json_console(json_out: str | None, *checked: tuple[str, Path | None]) -> Any:
+    """The console of a command with --json: stderr when the JSON takes stdout. A --json PATH is
+    checked writable, and distinct from ``checked`` (the command's inputs), before any work."""
+    if json_out not in (None, "-"):
+        assert json_out is not None
+        check_output_path("--json", Path(json_out))
+        check_distinct_paths([("--json", Path(json_out))], list(checked))
+    return _console(stderr=json_out == "-")
+
+
 _DecisionsArg = Annotated[
     Path | None, typer.Argument(help="Decision log: one JSON line per tick (backtest --decisions, run).")
 ]
@@ -1710,6 +1759,7 @@ def analyze_cmd(
             "--policy-config file for backtest and run."
         ),
     ] = None,
+    json_out: _JsonOpt = None,
 ) -> None:
     from llmscale.analyze.analysis import AnalysisSettings, analyze_table
     from llmscale.analyze.report import CHART_IDS, summary_text
@@ -1721,6 +1771,9 @@ def analyze_cmd(
     check_distinct_paths(
         [("--report", report), ("--policy-config-out", policy_config_out)], [("DECISIONS", decisions)]
     )
+    console = _json_console(
+        json_out, ("DECISIONS", decisions), ("--report", report), ("--policy-config-out", policy_config_out)
+    )
     for name, v in (("--effect-horizon-s", effect_horizon_s), ("--predict-horizon-s", predict_horizon_s)):
         if not (math.isfinite(v) and v > 0):
             raise ConfigError(f"{name} = {v}: must be a finite number > 0")
@@ -1729,11 +1782,11 @@ def analyze_cmd(
     )
     settings = AnalysisSettings(effect_horizon_s=effect_horizon_s, predict_horizon_s=predict_horizon_s)
     result = analyze_table(table, settings)
-    console = _console(stderr=False)
     console.print(f"[bold]{table.policy}[/bold]: {len(table)} ticks from {table.source}", highlight=False)
+    summaries = {cid: summary_text(result, cid) for cid in CHART_IDS}
     for cid, title in CHART_IDS.items():
         console.print(f"\n[bold]{title}[/bold]", highlight=False)
-        console.print(summary_text(result, cid), highlight=False, soft_wrap=True)
+        console.print(summaries[cid], highlight=False, soft_wrap=True)
     if report is not None:
         from llmscale.analyze.report import render_analysis_report
 
@@ -1751,6 +1804,11 @@ def analyze_cmd(
             f"{result.latency_knee.load:.4g} for {', '.join(doc)})",
             highlight=False,
         )
+    if json_out is not None:
+        from llmscale.outputs import analyze_document
+
+        adoc = analyze_document(result, summaries, report, policy_config_out)
+        write_json("analyze", adoc, json_out, write_file=_write_output)
 
 
 @app.command("diagnose", help=DIAGNOSE_HELP)
@@ -1764,16 +1822,18 @@ def diagnose_cmd(
     selector: _SelectorOpt = "",
     window: _WindowOpt = "1m",
     prometheus_timeout_s: _PromTimeoutOpt = 30.0,
+    json_out: _JsonOpt = None,
 ) -> None:
     from rich.table import Table
 
     from llmscale.analyze.diagnose import diagnose_table
 
+    console = _json_console(json_out, ("DECISIONS", decisions))
+
     table = _analysis_source(
         decisions, policy, prometheus, start, end, step_s, selector, window, prometheus_timeout_s
     )
     findings, unchecked = diagnose_table(table)
-    console = _console(stderr=False)
     out = Table(title=f"{table.policy}: {len(findings)} finding(s) over {len(table)} ticks")
     for col in ("finding", "from s", "to s", "ticks", "peak", "detail"):
         out.add_column(col, justify="left" if col in ("finding", "detail") else "right")
@@ -1782,6 +1842,11 @@ def diagnose_cmd(
     console.print(out)
     for u in unchecked:
         console.print(f"not checked: {u}", highlight=False)
+    if json_out is not None:
+        from llmscale.outputs import diagnose_document
+
+        ddoc = diagnose_document(table, findings, unchecked)
+        write_json("diagnose", ddoc, json_out, write_file=_write_output)
 
 
 @app.command(
@@ -1826,13 +1891,12 @@ def tenants_cmd(
             result = run_tenants(spec, decisions_out=out)
     else:
         result = run_tenants(spec)
-    doc = json.dumps(result.as_json(), indent=2)
     if json_out == "-":
-        typer.echo(doc)
+        write_json("tenants", result.as_json(), "-")
         return
     typer.echo(format_table(result))
     if json_out is not None:
-        Path(json_out).write_text(doc + "\n", encoding="utf-8")
+        write_json("tenants", result.as_json(), json_out, write_file=_write_output)
 
 
 @app.command(
@@ -1848,6 +1912,14 @@ def node_check_cmd(
         str, typer.Option(help='Label selector of the node\'s series, e.g. instance="10.0.0.5:9100".')
     ],
     window: Annotated[str, typer.Option(help="Rate window of the counters (PromQL duration).")] = "1m",
+    json_out: Annotated[
+        str | None,
+        typer.Option(
+            "--json",
+            help="Also write the JSON (printed on stdout in any case) to PATH; "
+            "schema: src/llmscale/schemas/node-check.schema.json.",
+        ),
+    ] = None,
 ) -> None:
     from urllib.parse import urlparse
 
@@ -1857,13 +1929,19 @@ def node_check_cmd(
     url = urlparse(prometheus)
     if url.scheme not in ("http", "https") or not url.netloc:
         raise ConfigError(f"--prometheus {prometheus!r}: must be an http(s) URL, e.g. http://prometheus:9090")
+    if json_out not in (None, "-"):
+        assert json_out is not None
+        check_output_path("--json", Path(json_out))
     errors: list[str] = []
     sample = read_node_sample(prometheus, node, window=window, errors=errors)
     failed = check_node(sample)
-    doc = {"node": node, "readings": sample.as_json(), "failed": list(failed)}
+    doc: dict[str, Any] = {"node": node, "readings": sample.as_json(), "failed": list(failed)}
     if errors:
         doc["errors"] = errors
-    typer.echo(json.dumps(doc))
+    write_json("node-check", doc, "-")
+    if json_out not in (None, "-"):
+        assert json_out is not None
+        write_json("node-check", doc, json_out, write_file=_write_output)
     # 2: the node could not be checked (Prometheus unreachable or answering malformed), as for
     # any unreadable input; 1: it was checked and fails; a scale-up is held on either.
     if errors:

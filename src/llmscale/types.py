@@ -8,7 +8,7 @@ log. Units are in the names; ``None`` means "no observation", never zero.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -132,13 +132,13 @@ class HistogramView(Protocol):
     :class:`Histogram` is the plain value a parsed exposition gives; the
     simulator hands out its own snapshots, which make the cumulative counts
     only when first read (most scraped families are never read by the policy
-    running).
+    running); a scraper keeps its counts packed in an array (``metrics/scrape.py``).
     """
 
     @property
     def bounds(self) -> tuple[float, ...]: ...
     @property
-    def cumulative(self) -> tuple[float, ...]: ...
+    def cumulative(self) -> Sequence[float]: ...
     @property
     def sum(self) -> float: ...
     @property

@@ -723,11 +723,42 @@ class _Layout:
         return ParsedPage(values, {h.family: h.histogram(vals) for h in self.hists}, series=self.series)
 
 
-def _layout_of(text: str, select: tuple[str, str] | None) -> _Layout | None:
+#: which value names and histogram families a reader keeps (None: all of that kind)
+_Keep = tuple[frozenset[str] | None, frozenset[str] | None]
+
+
+def _kept(page: ParsedPage, keep: _Keep) -> ParsedPage:
+    """``page`` with only the kept values and histograms (and their NaN marks and timestamps).
+
+    The page's series and duplicates stay whole: they describe the page's shape, and the layout
+    path reports the whole page's too.
+    """
+    kv, kh = keep
+    values = page.values if kv is None else {k: v for k, v in page.values.items() if k in kv}
+    hists = page.histograms if kh is None else {k: h for k, h in page.histograms.items() if k in kh}
+    if not (page.nan or page.stamped_s):
+        return ParsedPage(values, hists, series=page.series, duplicates=page.duplicates)
+
+    def wanted(name: str) -> bool:  # a NaN mark or a timestamp names a value or a histogram family
+        return kv is None or kh is None or name in kv or name in kh
+
+    return ParsedPage(
+        values,
+        hists,
+        frozenset(n for n in page.nan if wanted(n)),
+        {n: t for n, t in page.stamped_s.items() if wanted(n)},
+        {n: t for n, t in page.stamped_newest_s.items() if wanted(n)},
+        page.series,
+        page.duplicates,
+    )
+
+
+def _layout_of(text: str, select: tuple[str, str] | None, keep: _Keep = (None, None)) -> _Layout | None:
     """Learn the layout of ``text`` (None: a page outside what :class:`_Layout` can match).
 
     The fast reader reads a copy of the page whose k-th value is replaced by the
-    marker ``k + 0.5``; what it reports tells which slot feeds which output.
+    marker ``k + 0.5``; what it reports tells which slot feeds which output. Only the values
+    and histograms of ``keep`` are folded (every value is still read and checked).
     """
     lines = text.split("\n")
     # Lines as the fast reader sees them (str.splitlines also breaks at \r, \x1c, ...).
@@ -757,12 +788,16 @@ def _layout_of(text: str, select: tuple[str, str] | None) -> _Layout | None:
     series, dups = _page_shape(rec.labelsets)
     if dups:
         return None  # read line by line each time, so every page of it reports its duplicates
-    singles = [(name, slots[0]) for name, slots in rec.values.items() if len(slots) == 1]
-    multi = tuple(
-        (name, aggregation_of(name), tuple(slots)) for name, slots in rec.values.items() if len(slots) > 1
+    keep_values, keep_hists = keep
+    kept = (
+        rec.values.items() if keep_values is None else [i for i in rec.values.items() if i[0] in keep_values]
     )
+    singles = [(name, slots[0]) for name, slots in kept if len(slots) == 1]
+    multi = tuple((name, aggregation_of(name), tuple(slots)) for name, slots in kept if len(slots) > 1)
     hists: list[_HistPlan] = []
     for family, by_bound in rec.buckets.items():
+        if keep_hists is not None and family not in keep_hists:
+            continue
         counts = rec.counts.get(family)
         inf_from_count = math.inf not in by_bound
         if inf_from_count and counts is None:
@@ -827,9 +862,26 @@ class PageReader:
 
     On the emulator's 199-line vLLM pages, ~3x less CPU than :func:`parse_exposition`
     (benchmarks/controller_tick.py prints both). Not thread-safe; one reader per scraper.
+
+    ``keep_values`` / ``keep_histograms`` (None: all) name what the pages' results hold: a
+    scraper keeps what llmscale reads (``metrics/vetting.py``'s READ_VALUES, READ_HISTOGRAMS),
+    since a controller's window holds 20 observations of every replica: of the emulator's 268-line
+    page's 206 folded numbers (21 values, 9 histograms) the result keeps 157 (18 values, the 6
+    latency histograms; ``tests/metrics/test_page_reader_keep.py``).
+    Every line is still read and checked, so a malformed page fails as before; the result is
+    :func:`parse_exposition`'s with the other names left out (NaN marks and timestamps included).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        keep_values: Collection[str] | None = None,
+        keep_histograms: Collection[str] | None = None,
+    ) -> None:
+        self._keep: _Keep = (
+            None if keep_values is None else frozenset(keep_values),
+            None if keep_histograms is None else frozenset(keep_histograms),
+        )
         self._sources: dict[tuple[Hashable, tuple[str, str] | None], _Source] = {}
         #: pages read through a layout learnt from an earlier page of their source, and pages read
         #: line by line (the first of a source, a changed layout, NaN values, malformed text)
@@ -855,7 +907,7 @@ class PageReader:
         if src.skip > 0:
             src.skip -= 1
             return self._by_line(text, select, source)
-        learnt = _layout_of(text, select)
+        learnt = _layout_of(text, select, self._keep)
         if learnt is None:
             src.skip = _RETRY_AFTER
             return self._by_line(text, select, source)
@@ -869,7 +921,8 @@ class PageReader:
 
     def _by_line(self, text: str, select: tuple[str, str] | None, source: str | None) -> ParsedPage:
         self.line_reads += 1
-        return parse_exposition(text, select=select, source=source)
+        page = parse_exposition(text, select=select, source=source)
+        return page if self._keep == (None, None) else _kept(page, self._keep)
 
     def retain(self, keys: Collection[Hashable]) -> None:
         """Forget the layouts of sources not in ``keys`` (targets gone), so memory follows the fleet."""

@@ -8,10 +8,18 @@ it from a :class:`~llmscale.perf.PerfModel`.
   (``Hardware,Num of Hardware,Framework,Model,Input Output Length,Batch Size,Latency``) are
   read too. Each row is replayed on the simulator (:mod:`llmscale.perf.closed_batch`) with the
   engine settings given, and its latency predicted from that schedule.
-* **A ``vllm bench serve --save-result`` JSON**: per request ``input_lens``, ``output_lens``,
-  ``ttfts`` and ``itls`` (seconds). The run's mean concurrency follows from Little's law
-  (the sum of request latencies over the run's ``duration``), and the median inter-token
-  latency is predicted as a decode step of that many sequences at the mean context.
+* **A ``vllm bench serve --save-result`` JSON**, in either of the two shapes vLLM writes.
+  With ``--save-detailed``, per request ``input_lens``, ``output_lens``, ``ttfts`` and ``itls``
+  (seconds): the run's mean concurrency follows from Little's law (the sum of request latencies
+  over the run's ``duration``), and the median of the requests' mean inter-token latency is
+  predicted as a decode step of that many sequences at the mean context. Without it (vLLM's
+  default), only the run's statistics: ``completed``, ``total_input_tokens``,
+  ``total_output_tokens``, ``duration`` and ``{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms``
+  (milliseconds). A request's mean ITL is its TPOT, so ``median_tpot_ms`` is the same median
+  (``median_itl_ms`` is the median over all gaps, the fallback); the concurrency is
+  ``mean_e2el_ms`` x ``completed`` / ``duration`` (Little's law again), or, when the run did not
+  record E2E latency, ``mean_ttft_ms + mean_tpot_ms x (mean output - 1)`` per request (a mean of
+  products taken as a product of means: the label says so). :data:`SERVE_KINDS` names the two.
 * **A live fleet** through Prometheus: over ``--start``..``--end``, the fleet's mean
   inter-token latency (``vllm:time_per_output_token_seconds`` rate of sum over rate of count)
   against its mean running batch (``vllm:num_requests_running``) and context, one target per
@@ -40,6 +48,7 @@ from llmscale.perf.coefficients import PerfCoefficients, load_coefficients
 from llmscale.perf.profile import FACTOR_SPECS, CalibrationProfile, PointError, scale_coefficients
 
 __all__ = [
+    "SERVE_KINDS",
     "Target",
     "calibrate",
     "read_closed_batches",
@@ -73,6 +82,21 @@ class Target:
     #: sizes (:func:`row_findings` compares them); 0 / "" for other targets
     batch: int = 0
     group: str = ""
+    #: which input shape the target came from: "serve-detailed" or "serve-summary" for a
+    #: vllm bench serve result (:data:`SERVE_KINDS`), "" otherwise
+    source_kind: str = ""
+
+
+#: the two shapes of a ``vllm bench serve`` result file, and what calibrate reads from each
+SERVE_KINDS = {
+    "serve-detailed": "vllm bench serve result with per-request arrays (--save-detailed): "
+    "median of the requests' mean ITL, concurrency from their latencies",
+    "serve-summary": "vllm bench serve result with summary statistics only (plain --save-result): "
+    "median TPOT, concurrency from the mean latency",
+}
+
+#: a plain result's fields of the inter-token latency, in order of preference (see the docstring)
+_SUMMARY_ITL_FIELDS = ("median_tpot_ms", "median_itl_ms", "mean_tpot_ms", "mean_itl_ms")
 
 
 def _where(path: Path, line: int, column: str) -> str:
@@ -341,9 +365,14 @@ def read_serve_result(path: Path, *, model: str | None, gpu: str | None, tp: int
         raise TraceFormatError(f"{path}: not valid JSON ({why})") from None
     if not isinstance(doc, dict):
         raise TraceFormatError(f"{path}: expected a JSON object (vllm bench serve --save-result)")
+    if "ttfts" not in doc and "itls" not in doc and any(k in doc for k in _SUMMARY_ITL_FIELDS):
+        return [_serve_summary_target(path, doc, model=model, gpu=gpu, tp=tp)]
     for key in ("input_lens", "output_lens", "ttfts", "itls", "duration"):
         if key not in doc:
-            raise TraceFormatError(f"{path}: field {key!r} missing (is this a vllm bench serve result?)")
+            raise TraceFormatError(
+                f"{path}: field {key!r} missing, and no {' / '.join(_SUMMARY_ITL_FIELDS)} of a plain "
+                "--save-result file either (is this a vllm bench serve result?)"
+            )
     ins, outs, ttfts, itls = doc["input_lens"], doc["output_lens"], doc["ttfts"], doc["itls"]
     if not all(isinstance(x, list) for x in (ins, outs, ttfts, itls)) or not (
         len(ins) == len(outs) == len(ttfts) == len(itls)
@@ -397,7 +426,65 @@ def read_serve_result(path: Path, *, model: str | None, gpu: str | None, tp: int
     label = f"{path.name}: median ITL at ~{concurrency:.1f} in flight, context ~{mean_ctx:.0f}"
     rate = len(per_req_itl) / float(duration)
     prompt = statistics.fmean(prompts)
-    return [Target(label, m, g, tp, itl, _itl_at(concurrency, mean_ctx, rate, prompt), kind="decode")]
+    predict = _itl_at(concurrency, mean_ctx, rate, prompt)
+    return [Target(label, m, g, tp, itl, predict, kind="decode", source_kind="serve-detailed")]
+
+
+def _summary_field(path: Path, doc: dict[str, Any], key: str, lo: float, hi: float) -> float:
+    """``doc[key]`` as a number in [lo, hi]; the error names the file and the field."""
+    if key not in doc:
+        raise TraceFormatError(f"{path}: field {key!r} missing (vllm bench serve --save-result writes it)")
+    v = doc[key]
+    if not _is_number(v) or not (lo <= v <= hi):
+        raise TraceFormatError(f"{path}: {key} = {repr(v)[:60]}, must be a number in [{lo:g}, {hi:g}]")
+    return float(v)
+
+
+def _serve_summary_target(
+    path: Path, doc: dict[str, Any], *, model: str | None, gpu: str | None, tp: int | None
+) -> Target:
+    """The decode target of a plain ``--save-result`` file (statistics, no per-request arrays)."""
+    from llmscale.perf.catalogue import get_gpu, get_model
+
+    duration = _summary_field(path, doc, "duration", 1e-9, _MAX_LATENCY_S * 365)
+    completed = _summary_field(path, doc, "completed", 1, 1e9)
+    total_in = _summary_field(path, doc, "total_input_tokens", 1, 1e15)
+    total_out = _summary_field(path, doc, "total_output_tokens", 0, 1e15)
+    max_ms = _MAX_LATENCY_S * 1000.0
+    itl_key = next(k for k in _SUMMARY_ITL_FIELDS if k in doc)
+    itl = _summary_field(path, doc, itl_key, 0.0, max_ms) / 1000.0
+    if not itl > 0:
+        raise TraceFormatError(f"{path}: {itl_key} = 0: no request generated more than one token")
+    mean_out = total_out / completed
+    mean_in = total_in / completed
+    if "mean_e2el_ms" in doc:
+        e2e_s = _summary_field(path, doc, "mean_e2el_ms", 0.0, max_ms) / 1000.0
+        how = "mean_e2el_ms"
+    else:
+        # vLLM records E2E latency only when --percentile-metrics names e2el (its default is
+        # ttft,tpot,itl): a request's latency is its TTFT plus a TPOT per token after the first.
+        ttft = _summary_field(path, doc, "mean_ttft_ms", 0.0, max_ms) / 1000.0
+        tpot_key = "mean_tpot_ms" if "mean_tpot_ms" in doc else itl_key
+        tpot = _summary_field(path, doc, tpot_key, 0.0, max_ms) / 1000.0
+        e2e_s = ttft + tpot * max(mean_out - 1.0, 0.0)
+        how = f"mean_ttft_ms + {tpot_key} x (mean output - 1)"
+    rate = completed / duration
+    concurrency = e2e_s * rate  # Little's law: mean requests in flight
+    model_id = doc.get("model_id", "")
+    if model is None and not isinstance(model_id, str):
+        what = str(model_id)[:60]
+        raise TraceFormatError(f"{path}: model_id = {what!r}, must be a string (or give --model)")
+    m = get_model(model or str(model_id)).name
+    if gpu is None or tp is None:
+        raise ConfigError(f"{path}: a serve result does not name the GPU or TP: give --gpu and --tp")
+    g = get_gpu(gpu).name
+    mean_ctx = mean_in + mean_out / 2.0
+    label = (
+        f"{path.name}: {itl_key} (summary file) at ~{concurrency:.1f} in flight ({how}), "
+        f"context ~{mean_ctx:.0f}"
+    )
+    predict = _itl_at(concurrency, mean_ctx, rate, mean_in)
+    return Target(label, m, g, tp, itl, predict, kind="decode", source_kind="serve-summary")
 
 
 def read_prometheus(

@@ -169,9 +169,9 @@ def _pick(hists: Mapping[str, HistogramView], names: Sequence[str]) -> str | Non
 
 def _cumulatives(
     entries: Sequence[tuple[int, ReplicaSample]], name: str, width: int
-) -> tuple[list[int], list[tuple[float, ...]]]:
+) -> tuple[list[int], list[Sequence[float]]]:
     idxs: list[int] = []
-    cums: list[tuple[float, ...]] = []
+    cums: list[Sequence[float]] = []
     for idx, s in entries:
         h = s.histograms.get(name)
         if h is not None and len(h.cumulative) == width:
@@ -180,7 +180,7 @@ def _cumulatives(
     return idxs, cums
 
 
-def _column_sums(rows: list[tuple[float, ...]], width: int) -> list[float]:
+def _column_sums(rows: list[Sequence[float]], width: int) -> list[float]:
     """Bucket-wise sums of many snapshots: ``zip(*rows)`` then ``sum``, ~0.7 ms for 500 x 23."""
     if not rows:
         return [0.0] * width
@@ -208,12 +208,12 @@ def window_histogram(
     first_step = max(start + 1, n_obs - MAX_STEPS)
     ref: tuple[float, ...] | None = None
     width = 0
-    news: list[tuple[float, ...]] = []
-    olds: list[tuple[float, ...]] = []
+    news: list[Sequence[float]] = []
+    olds: list[Sequence[float]] = []
     extra: list[float] | None = None  # increases of restarted replicas
     # per step: snapshots at every observation index (for replicas sampled at each one), and
     # per-step increases of the others
-    by_obs: dict[int, list[tuple[float, ...]]] = (
+    by_obs: dict[int, list[Sequence[float]]] = (
         {i: [] for i in range(first_step - 1, n_obs)} if per_step else {}
     )
     steps: dict[int, list[float]] = {}
