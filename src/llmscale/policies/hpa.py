@@ -17,11 +17,11 @@ Re-implemented from the algorithm in kubernetes/kubernetes
 ``pkg/controller/podautoscaler`` (``replica_calculator.go``, ``horizontal.go``):
 
 - sync period 15 s; tolerance 0.1 (no change while |ratio - 1| <= 0.1);
-- ratio = mean over pods with a sample / target; Pending pods are ignored; pods
-  that are running but have no sample are "missing": counted at the target
-  on a scale-down and at 0 on a scale-up, then the ratio is recomputed and
-  the change dropped if it flips direction or falls within tolerance;
-  desired = ceil(ratio x number of pods counted);
+- ratio = mean over pods with a sample / target; pods that are running but
+  have no sample are "missing": counted at the target on a scale-down and at 0
+  on a scale-up; on a scale-up Pending pods count at 0 too; then the ratio is
+  recomputed and the change dropped if it flips direction or falls within
+  tolerance; desired = ceil(ratio x number of pods counted);
 - default behaviour: scale-up stabilisation 0 s with rate policies
   "4 pods or 100% per 15 s, whichever is more"; scale-down stabilisation
   300 s (the highest recommendation of the window wins) and 100% per 15 s
@@ -87,33 +87,45 @@ class HpaConfig:
 
 
 def hpa_replicas_for_metric(
-    values: Mapping[str, float | None], target: float, tolerance: float, current: int
+    values: Mapping[str, float | None],
+    target: float,
+    tolerance: float,
+    current: int,
+    pending_pods: int = 0,
 ) -> tuple[int, float | None, str]:
-    """HPA's replica count for a Pods metric with an AverageValue target.
+    """HPA's replica count for a Pods metric with an AverageValue target (``calcPlainMetricReplicas``).
 
-    ``values`` maps every counted pod (Pending pods excluded) to its sample, or
-    None when the pod has no sample. Returns (replicas, usage ratio, rule).
-    Worked example: pods at 90 and 80 with target 70 -> ratio 85/70 = 1.214,
-    outside tolerance, desired = ceil(1.214 x 2) = 3.
+    ``values`` maps every running pod to its sample, or None when the pod has no sample (HPA's
+    "missing"); ``pending_pods`` counts the Pending ones (waiting for a node, pulling the image).
+    Returns (replicas, usage ratio, rule). The ratio is the mean sample over the target. With
+    nothing missing or pending the answer is ``ceil(ratio x pods with a sample)`` unless within the
+    tolerance. Otherwise the ratio is taken again with the missing pods at the target (on a
+    scale-down) or at 0 (on a scale-up), and on a scale-up the Pending pods at 0 too; the current
+    count stays when that ratio is within the tolerance or on the other side of 1.
+    E.g. pods at 90 and 80, target 70: 85/70 = 1.214, desired ceil(1.214 x 2) = 3. With one more
+    pod Pending: 170 / 3 / 70 = 0.81, the other side of 1: the pending pod covers it, 3 stays.
+    Checked case by case against the HPA controller's own code (``tests/peers/test_kube_hpa_recorded.py``).
     """
     present = [v for v in values.values() if v is not None]
     missing = len(values) - len(present)
     if not present:
         return current, None, "no-metrics"
     ratio = sum(present) / len(present) / target
-    if missing == 0:
+    rebalance_pending = pending_pods > 0 and ratio > 1.0
+    if missing == 0 and not rebalance_pending:
         if abs(1.0 - ratio) <= tolerance:
             return current, ratio, "within-tolerance"
         return math.ceil(ratio * len(present)), ratio, "scale"
-    # Missing pods: assume the conservative value for the direction of change.
+    # Missing pods at the conservative value for the direction of change; on a scale-up the
+    # Pending pods at 0, as they will take load once ready.
     fill = target if ratio < 1.0 else 0.0
-    new_ratio = (sum(present) + fill * missing) / (len(present) + missing) / target
-    if abs(1.0 - new_ratio) <= tolerance or (ratio < 1.0) != (new_ratio < 1.0):
+    counted = len(present) + missing + (pending_pods if rebalance_pending else 0)
+    new_ratio = (sum(present) + fill * missing) / counted / target
+    if abs(1.0 - new_ratio) <= tolerance:
         return current, new_ratio, "within-tolerance"
-    desired = math.ceil(new_ratio * (len(present) + missing))
-    if (new_ratio > 1.0 and desired < current) or (new_ratio < 1.0 and desired > current):
+    if (ratio < 1.0 and new_ratio > 1.0) or (ratio > 1.0 and new_ratio < 1.0):
         return current, new_ratio, "direction-flip"
-    return desired, new_ratio, "scale"
+    return math.ceil(new_ratio * counted), new_ratio, "scale"
 
 
 @dataclass(frozen=True)
@@ -134,7 +146,8 @@ class HpaPolicy:
         values: dict[str, float | None] = {}
         for pod, metrics in signals.per_replica.items():
             values[pod] = metrics.get(cfg.metric)
-        raw, ratio, rule = hpa_replicas_for_metric(values, cfg.target, cfg.tolerance, current)
+        pending = signals.fleet.pending + signals.fleet.node_pending
+        raw, ratio, rule = hpa_replicas_for_metric(values, cfg.target, cfg.tolerance, current, pending)
         mean = None
         present = [v for v in values.values() if v is not None]
         if present:
