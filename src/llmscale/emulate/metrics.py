@@ -46,6 +46,9 @@ __all__ = ["CacheConfigInfo", "ReplicaCollector", "render_metrics"]
 #: Families vLLM exports as counters (their names carry ``_total``, as metrics/names.py spells them).
 _COUNTERS = frozenset({V.PREEMPTIONS, V.PROMPT_TOKENS, V.GENERATION_TOKENS})
 
+#: histograms the simulated replica keeps that the emulator exports from its own request stats
+_ENGINE_HISTOGRAMS = frozenset({V.REQUEST_GENERATION_TOKENS})
+
 _HELP = {
     V.RUNNING: "Number of requests in model execution batches.",
     V.WAITING: "Number of requests waiting to be processed.",
@@ -198,6 +201,8 @@ class ReplicaCollector(Collector):
             yield family
         keys = [k for k, _ in self._vllm_labels]
         for name, hist in sample.histograms.items():
+            if name in _ENGINE_HISTOGRAMS and self._stats is not None:
+                continue  # engine_families exports the emulator's own count (aborted requests too)
             h = HistogramMetricFamily(name, _HELP.get(name, name), labels=keys)
             buckets = [(_le(b), c) for b, c in zip(hist.bounds, hist.cumulative, strict=True)]
             h.add_metric([v for _, v in self._vllm_labels], buckets, hist.sum)
