@@ -8,9 +8,10 @@ every admitted request (infeasible ones still take engine time), and prints it b
 and output lengths (what the ``slo`` policy sees). The error column is model / simulator - 1:
 negative means the model under-estimates what a replica holds (the policy over-provisions).
 
-The model is asked what the ``slo`` policy asks it: the mean prompt and output lengths, the
-output lengths' CV (the policy reads it from ``vllm:request_generation_tokens``; it sets the
-in-flight context, ``docs/tail-model.md``) and the arrivals' index of dispersion (the policy
+The model is asked what the ``slo`` policy asks it: the mean prompt and output lengths, their
+CVs (the policy reads them from ``vllm:request_prompt_tokens`` and
+``vllm:request_generation_tokens``; the output CV sets the in-flight context,
+``docs/tail-model.md``) and the arrivals' index of dispersion (the policy
 reads it from per-tick arrival counts). ``--bursty D`` feeds the fleet batch-Poisson arrivals
 instead: batches of geometric size with E[X^2] / E[X] = D at Poisson times, each batch within
 ``BURST_SPAN_S``; the model is told D.
@@ -162,8 +163,9 @@ def cell(deploy: str, shape: str, replicas: int, *, dispersion: float = 1.0, pro
     inp, out, slow = inp[admitted], out[admitted], slow[admitted]
     p_mean, o_mean = float(inp.mean()), float(out.mean())
     o_cv = float(out.std() / o_mean)
+    p_cv = float(inp.std() / p_mean)
     cap_model = tails.capacity_rps(p_mean, o_mean, SLO_TTFT_S, SLO_TPOT_S, replicas=replicas,
-                                   output_cv=o_cv, dispersion=dispersion)  # fmt: skip
+                                   prompt_cv=p_cv, output_cv=o_cv, dispersion=dispersion)  # fmt: skip
     cap_sim = math.nan
     if not model_only:
         cap_sim = simulated_capacity(perf, sim, replicas, inp, out, slow, cap_model, dispersion)
@@ -171,6 +173,7 @@ def cell(deploy: str, shape: str, replicas: int, *, dispersion: float = 1.0, pro
         "prompt_mean": p_mean,
         "output_mean": o_mean,
         "output_cv": o_cv,
+        "prompt_cv": p_cv,
         "infeasible": float(slow.mean()),
         "model_rps": cap_model,
         "sim_rps": cap_sim,
@@ -188,7 +191,7 @@ def main() -> int:
     ap.add_argument("--bursty", type=float, default=1.0, help="arrivals' index of dispersion (1: Poisson)")
     ap.add_argument("--acceptance", action="store_true", help="the issue's table (module docstring)")
     args = ap.parse_args()
-    print(f"{'deploy':<11}{'shape':<13}{'D':>4}{'N':>3}{'p mean':>8}{'o mean':>8}{'o cv':>6}{'infeas.':>8}"
+    print(f"{'deploy':<11}{'shape':<13}{'D':>4}{'N':>3}{'p mean':>8}{'p cv':>6}{'o mean':>8}{'o cv':>6}{'infeas.':>8}"
           f"{'model':>9}{'sim':>9}{'ratio':>7}{'wall':>6}")  # fmt: skip
     if args.acceptance:
         runs = [
@@ -213,7 +216,7 @@ def main() -> int:
             )
             ratios.append(r["ratio"])
             print(f"{deploy:<11}{label:<13}{disp:>4.0f}{n:>3}"
-                  f"{r['prompt_mean']:>8.0f}{r['output_mean']:>8.0f}"
+                  f"{r['prompt_mean']:>8.0f}{r['prompt_cv']:>6.2f}{r['output_mean']:>8.0f}"
                   f"{r['output_cv']:>6.2f}{100 * r['infeasible']:>7.1f}%"
                   f"{r['model_rps']:>9.3f}{r['sim_rps']:>9.3f}{r['ratio']:>7.2f}"
                   f"{time.perf_counter() - t0:>6.0f}", flush=True)  # fmt: skip

@@ -47,7 +47,7 @@ __all__ = ["CacheConfigInfo", "ReplicaCollector", "render_metrics"]
 _COUNTERS = frozenset({V.PREEMPTIONS, V.PROMPT_TOKENS, V.GENERATION_TOKENS})
 
 #: histograms the simulated replica keeps that the emulator exports from its own request stats
-_ENGINE_HISTOGRAMS = frozenset({V.REQUEST_GENERATION_TOKENS})
+_ENGINE_HISTOGRAMS = frozenset({V.REQUEST_GENERATION_TOKENS, V.REQUEST_PROMPT_TOKENS})
 
 _HELP = {
     V.RUNNING: "Number of requests in model execution batches.",

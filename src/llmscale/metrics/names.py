@@ -119,6 +119,8 @@ class Names:
     #: histogram, output tokens per finished request (its spread: the in-flight context is
     #: length-biased, docs/tail-model.md); None where the backend exports no such histogram
     output_tokens: str | None = None
+    #: histogram, prompt tokens per finished request (its spread sets the prefill tail)
+    prompt_lengths: str | None = None
 
 
 #: vLLM V1, current names (0.11+).
@@ -135,6 +137,7 @@ VLLM = Names(
     tpot=VllmMetric.TPOT,
     queue_time=VllmMetric.QUEUE_TIME,
     output_tokens=VllmMetric.REQUEST_GENERATION_TOKENS,
+    prompt_lengths=VllmMetric.REQUEST_PROMPT_TOKENS,
 )
 
 #: vLLM V0 and V1 before 0.9/0.11: the KV gauge and per-token latency had the old names.
@@ -151,6 +154,7 @@ VLLM_OLD = Names(
     tpot=None,
     queue_time=VllmMetric.QUEUE_TIME,
     output_tokens=VllmMetric.REQUEST_GENERATION_TOKENS,
+    prompt_lengths=VllmMetric.REQUEST_PROMPT_TOKENS,
 )
 
 #: the vLLM names that are histograms (their series carry ``_bucket``, ``_sum`` and ``_count``)

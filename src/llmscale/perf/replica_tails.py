@@ -583,6 +583,7 @@ def replica_capacity(
     replicas: int = 1,
     output_cv: float = 1.0,
     dispersion: float = 1.0,
+    prompt_cv: float = 1.0,
 ) -> ReplicaCapacity:
     """The one entry point: what each of ``replicas`` replicas holds for this mean request shape.
 
@@ -610,6 +611,7 @@ def replica_capacity(
         # the CV to 0.1 (0.95 -> 1.0) and the dispersion to ~10% log steps (1 stays 1)
         round(max(0.0, output_cv), 1),
         1.0 if dispersion <= 1.0 else float(length_bucket(dispersion * 100.0)) / 100.0,
+        round(max(0.0, prompt_cv), 1),
     )
 
 
@@ -631,6 +633,7 @@ def _capacity_point(
     replicas: int,
     output_cv: float = 1.0,
     dispersion: float = 1.0,
+    prompt_cv: float = 1.0,
 ) -> ReplicaCapacity:
     rate = tail_capacity_rps(
         model,
@@ -645,6 +648,7 @@ def _capacity_point(
         calibration,
         scale,
         miss_budget,
+        prompt_cv=prompt_cv,
         output_cv=output_cv,
         replicas=replicas,
         mode=mode,
@@ -661,6 +665,7 @@ def _capacity_point(
         tails=mode == "tail",
         output_cv=output_cv,
         dispersion=dispersion,
+        prompt_cv=prompt_cv,
     )
     within = meets_mean(op, slo_tpot_s) if mode == "mean" else op.miss <= miss_budget
     return ReplicaCapacity(rate, op.batch, op.mean_itl_s, prompt_tokens, output_tokens, replicas, within)
@@ -788,6 +793,7 @@ def replica_miss_share(
     replicas: int = 1,
     output_cv: float = 1.0,
     dispersion: float = 1.0,
+    prompt_cv: float = 1.0,
 ) -> float:
     """Share of feasible requests the tail model puts over TTFT or TPOT at this rate per replica
     (1 when saturated): what ``slo`` weighs a replica more or fewer against. Bucketed and memoised
@@ -810,6 +816,7 @@ def replica_miss_share(
         fleet_bucket(replicas),
         round(max(0.0, output_cv), 1),
         1.0 if dispersion <= 1.0 else float(length_bucket(dispersion * 100.0)) / 100.0,
+        round(max(0.0, prompt_cv), 1),
     )
 
 
@@ -830,10 +837,11 @@ def _miss_share(
     replicas: int,
     output_cv: float,
     dispersion: float,
+    prompt_cv: float,
 ) -> float:
     tails = _deployment_model(model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale)
     op = tails.at(
         rate_rps, prompt_tokens, output_tokens, slo_ttft_s, slo_tpot_s,
-        replicas=replicas, output_cv=output_cv, dispersion=dispersion,
+        replicas=replicas, output_cv=output_cv, dispersion=dispersion, prompt_cv=prompt_cv,
     )  # fmt: skip
     return op.miss

@@ -173,6 +173,7 @@ class SloState:
     #: smoothed output-length CV and arrival index of dispersion (None: not observed yet)
     output_cv: float | None = None
     dispersion: float | None = None
+    prompt_cv: float | None = None
     #: the miss budget: requests and (predicted or observed) misses over ``budget_window_s``,
     #: exponentially weighted
     budget_requests: float = 0.0
@@ -266,6 +267,7 @@ class SloPolicy:
         *,
         output_cv: float = 1.0,
         dispersion: float = 1.0,
+        prompt_cv: float = 1.0,
     ) -> float:
         """Requests/s each of ``replicas`` replicas holds with at most ``miss_budget`` missing TTFT
         or TPOT: the one capacity model in mode ``"tail"`` (memoised per length and fleet bucket),
@@ -290,6 +292,7 @@ class SloPolicy:
             replicas=replicas,
             output_cv=output_cv,
             dispersion=dispersion,
+            prompt_cv=prompt_cv,
         ).rate_rps
 
     def miss_share(
@@ -302,6 +305,7 @@ class SloPolicy:
         *,
         output_cv: float = 1.0,
         dispersion: float = 1.0,
+        prompt_cv: float = 1.0,
     ) -> float:
         """Share of requests the tail model puts over the SLO when ``replicas`` carry ``rate_rps``
         (1 with no replica, or saturated)."""
@@ -326,6 +330,7 @@ class SloPolicy:
             replicas=replicas,
             output_cv=output_cv,
             dispersion=dispersion,
+            prompt_cv=prompt_cv,
         )
 
     def replicas_for(
@@ -337,6 +342,7 @@ class SloPolicy:
         *,
         output_cv: float = 1.0,
         dispersion: float = 1.0,
+        prompt_cv: float = 1.0,
     ) -> int:
         """The fewest replicas whose capacity, at ``target_utilization``, carries ``rate_rps``.
 
@@ -349,7 +355,13 @@ class SloPolicy:
 
         def cap(n: int) -> float:
             return self.capacity(
-                prompt_tokens, output_tokens, ttft_target_s, n, output_cv=output_cv, dispersion=dispersion
+                prompt_tokens,
+                output_tokens,
+                ttft_target_s,
+                n,
+                output_cv=output_cv,
+                dispersion=dispersion,
+                prompt_cv=prompt_cv,
             )
 
         def carries(n: int) -> bool:
@@ -419,14 +431,17 @@ class SloPolicy:
         output = _smooth(signals.get("decode_steps_mean"), state.output_tokens, c.shape_alpha)
         prompt = prompt or c.default_prompt_tokens
         output = output or c.default_output_tokens
-        # The spread of output lengths sets the in-flight context (docs/tail-model.md): a CV of 1
-        # until the fleet has reported a histogram of them. The arrival stream's dispersion sets
-        # the size of the bursts one replica is dealt (1: Poisson, also before it is observed).
+        # The spread of output lengths sets the in-flight context (docs/tail-model.md), that of
+        # prompts the prefill tail: a CV of 1 until the fleet has reported histograms of them.
+        # The arrival stream's dispersion sets the size of the bursts one replica is dealt (1:
+        # Poisson, also before it is observed).
         output_cv = _smooth(signals.get("output_len_cv"), state.output_cv, c.shape_alpha)
+        prompt_cv = _smooth(signals.get("prompt_len_cv"), state.prompt_cv, c.shape_alpha)
         dispersion = _smooth(
             signals.get("arrival_dispersion") if c.plan_dispersion else None, state.dispersion, c.shape_alpha
         )
         shape = {
+            "prompt_cv": 1.0 if prompt_cv is None else prompt_cv,
             "output_cv": 1.0 if output_cv is None else output_cv,
             "dispersion": 1.0 if dispersion is None else max(1.0, dispersion),
         }
@@ -557,6 +572,7 @@ class SloPolicy:
                 "ttft_p99_s": ttft_p99,
                 tpot_signal: tpot_p99,
                 "output_cv": round(shape["output_cv"], 3),
+                "prompt_cv": round(shape["prompt_cv"], 3),
                 "arrival_dispersion": round(shape["dispersion"], 3),
                 "trend_se_rps_per_s": round(trend_se, 5),
                 "miss_share_now": round(share_now, 5),
@@ -579,6 +595,7 @@ class SloPolicy:
             standby=standby_state,
             output_cv=output_cv,
             dispersion=dispersion,
+            prompt_cv=prompt_cv,
             budget_requests=budget_requests,
             budget_misses=budget_misses,
         )
@@ -675,6 +692,7 @@ def _timeout(param: Any, deployment: Any) -> float | None:
         "prompt_len_mean_tokens",
         "decode_steps_mean",
         "output_len_cv",
+        "prompt_len_cv",
         "arrival_dispersion",
     ),
 )

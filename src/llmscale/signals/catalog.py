@@ -178,6 +178,12 @@ SIGNALS: dict[str, Signal] = {
         "(vllm:request_generation_tokens buckets)",
         "output_lengths",
     ),
+    "prompt_len_cv": Signal(
+        "ratio",
+        "coefficient of variation of prompt tokens per finished request over the window "
+        "(vllm:request_prompt_tokens buckets)",
+        "output_lengths",
+    ),
     "arrival_dispersion": Signal(
         "x",
         "index of dispersion of per-step arrival counts (finished + growth in the system), "

@@ -1,4 +1,5 @@
-"""``output_len_cv``: the spread of output lengths, from ``vllm:request_generation_tokens`` buckets.
+"""``output_len_cv`` and ``prompt_len_cv``: the spread of request lengths, from vLLM's per-request
+token histograms (``vllm:request_generation_tokens``, ``vllm:request_prompt_tokens``).
 
 The ``slo`` policy's tail model sizes a replica's decode batch at the context of the requests
 *in flight*, which are length-biased: a request stays in the batch for as many steps as it
@@ -6,6 +7,8 @@ generates tokens, so the mean output length in flight is ``E[o^2] / E[o] = E[o] 
 not ``E[o]`` (``docs/tail-model.md``). The mean comes from the token counters
 (``decode_steps_mean``); the CV needs the distribution, which vLLM exports per finished request
 as a histogram on 1-2-5 token buckets (1, 2, 5, 10, ..., 2000, 5000 for max_model_len 8192).
+The prompts' CV sets the prefill tail the same model weighs (a mix of 8k-token prompts of CV 0.5
+holds ~4x the rate per replica the same mean with CV 1 does: fewer prompts near the TTFT limit).
 
 Within a bucket the lengths are taken as uniform, so each bucket ``(lo, hi]`` contributes
 ``(lo + hi) / 2`` to the first moment and ``(lo^2 + lo hi + hi^2) / 3`` to the second; the
@@ -21,7 +24,7 @@ import math
 from collections.abc import Sequence
 
 from llmscale.signals.histograms import LATENCY_WINDOW_S, window_histogram
-from llmscale.signals.window import OUTPUT_TOKENS, FleetWindow
+from llmscale.signals.window import OUTPUT_TOKENS, PROMPT_LENGTHS, FleetWindow
 from llmscale.types import SignalValue
 
 __all__ = ["bucket_cv", "output_length_signals"]
@@ -49,12 +52,20 @@ def bucket_cv(bounds: Sequence[float], cumulative: Sequence[float]) -> float | N
     return math.sqrt(max(0.0, m2 / (m1 * m1) - 1.0))
 
 
-def output_length_signals(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> dict[str, SignalValue]:
-    """``output_len_cv`` over the last ``window_s`` (None with a note without two histogram samples)."""
-    hist = window_histogram(fw, OUTPUT_TOKENS, window_s)
+def _cv_signal(fw: FleetWindow, names: Sequence[str], what: str, window_s: float) -> SignalValue:
+    hist = window_histogram(fw, names, window_s)
     if hist is None:
-        return {"output_len_cv": SignalValue(None, "no replica has two output-length histogram samples")}
+        return SignalValue(None, f"no replica has two {what} histogram samples")
     cv = bucket_cv(hist.bounds, hist.cumulative)
     if cv is None:
-        return {"output_len_cv": SignalValue(None, "no request finished in the window")}
-    return {"output_len_cv": SignalValue(cv, f"{hist.count:.0f} finished requests")}
+        return SignalValue(None, "no request finished in the window")
+    return SignalValue(cv, f"{hist.count:.0f} finished requests")
+
+
+def output_length_signals(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> dict[str, SignalValue]:
+    """``output_len_cv`` and ``prompt_len_cv`` over the last ``window_s`` (None with a note without
+    two histogram samples)."""
+    return {
+        "output_len_cv": _cv_signal(fw, OUTPUT_TOKENS, "output-length", window_s),
+        "prompt_len_cv": _cv_signal(fw, PROMPT_LENGTHS, "prompt-length", window_s),
+    }

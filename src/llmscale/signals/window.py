@@ -86,6 +86,7 @@ ITL = candidates("itl")
 TPOT = candidates("tpot")
 QUEUE_TIME = candidates("queue_time")
 OUTPUT_TOKENS = candidates("output_tokens")
+PROMPT_LENGTHS = candidates("prompt_lengths")
 
 
 def first_value(values: Mapping[str, float], names: Sequence[str]) -> float | None:

@@ -244,6 +244,7 @@ class Fleet:
         self._histogram_bounds = {
             **HISTOGRAM_BOUNDS,
             "generation_tokens": tuple(float(b) for b in vllm_1_2_5_buckets(self.max_model_len)),
+            "prompt_tokens": tuple(float(b) for b in vllm_1_2_5_buckets(self.max_model_len)),
         }
         if not config.chunked_prefill and config.max_num_batched_tokens < self.max_model_len:
             # vLLM refuses to start like this: a prompt longer than the budget could never run.

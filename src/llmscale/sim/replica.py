@@ -250,6 +250,7 @@ class Replica:
         "hist_gen_tokens",
         "hist_itl",
         "hist_mixed_step_tokens",
+        "hist_prompt_tokens",
         "hist_queue",
         "hist_tpot",
         "hist_ttft",
@@ -390,6 +391,11 @@ class Replica:
         gen_bounds = histogram_bounds.get("generation_tokens")
         self.hist_gen_tokens: BucketHistogram | None = (
             BucketHistogram(gen_bounds) if gen_bounds is not None else None
+        )
+        # vllm:request_prompt_tokens, likewise (the spread of prompts sets the prefill tail)
+        prompt_bounds = histogram_bounds.get("prompt_tokens")
+        self.hist_prompt_tokens: BucketHistogram | None = (
+            BucketHistogram(prompt_bounds) if prompt_bounds is not None else None
         )
         # vLLM's tokens per engine step as its IterationStats counts them: the tokens generated
         # in the step plus, for each request whose first token came in it, its whole prompt
@@ -714,6 +720,9 @@ class Replica:
         gen = self.hist_gen_tokens
         if gen is not None:
             gen.observe(float(req.output_tokens))
+        prompts = self.hist_prompt_tokens
+        if prompts is not None:
+            prompts.observe(float(req.input_tokens))
         if req.output_tokens > 1:
             self.hist_tpot.observe((now - req.first_token_s) / float(req.output_tokens - 1))
         self.fleet.on_complete(req, now)
