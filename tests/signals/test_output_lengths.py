@@ -63,3 +63,16 @@ def test_no_histogram_is_no_value():
     s = compute_signals(window)
     assert s.get("output_len_cv") is None
     assert s.values["output_len_cv"].note
+
+
+def test_prompt_lengths_read_the_same_way():
+    # vllm:request_prompt_tokens: the same rule over its own buckets, into prompt_len_cv.
+    bounds = (100.0, 200.0, 500.0, 1000.0, math.inf)
+
+    def rep(k):
+        h = (0.0, 0.0, 0.0, 0.0, 0.0) if k == 0 else (0.0, 100.0, 100.0, 200.0, 200.0)
+        return sample("a", {}, {VLLM.prompt_lengths: hist(h, bounds)})
+
+    s = compute_signals([obs(0.0, rep(0)), obs(15.0, rep(1))])
+    assert s.get("prompt_len_cv") == pytest.approx(0.706, abs=1e-3)
+    assert s.get("output_len_cv") is None

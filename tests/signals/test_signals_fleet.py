@@ -60,6 +60,7 @@ def _replica(name, k, *, waiting=2.0, running=10.0, kv=0.5, phase=Phase.READY):
         VLLM.queue_time: hist((10 * k, 10 * k, 10 * k, 10 * k)),
         # output tokens per finished request: half within 100, half within 1,000 tokens
         VLLM.output_tokens: hist((5 * k, 10 * k, 10 * k), (100.0, 1000.0, math.inf)),
+        VLLM.prompt_lengths: hist((2 * k, 10 * k, 10 * k), (1000.0, 5000.0, math.inf)),
     }
     return sample(name, values, hists, phase=phase)
 
