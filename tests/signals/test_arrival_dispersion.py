@@ -31,9 +31,9 @@ def _window(arrivals_per_step, running=None, tick_s=15.0):
 
 
 def test_the_worked_number():
-    # counts 10, 30, 10, 30, 10 -> mean 18, Allan variance 200, index 11.1 (the docstring's)
+    # counts 10, 30, 10, 30, 10 -> mean 18, median half-square 200, / 0.455, index 24.4
     value = compute_signals(_window([10, 30, 10, 30, 10])).get("arrival_dispersion")
-    assert value == pytest.approx(200.0 / 18.0)
+    assert value == pytest.approx(200.0 / 0.4549364231195724 / 18.0)
 
 
 def test_requests_still_in_flight_count_as_arrived():
@@ -41,7 +41,7 @@ def test_requests_still_in_flight_count_as_arrived():
     value = compute_signals(_window([10, 30, 10, 30, 10], running=[0, 5, 2, 8, 1, 4])).get(
         "arrival_dispersion"
     )
-    assert value == pytest.approx(200.0 / 18.0)
+    assert value == pytest.approx(200.0 / 0.4549364231195724 / 18.0)
 
 
 @pytest.mark.parametrize(
@@ -69,6 +69,16 @@ def test_a_ramp_is_not_dispersion():
     counts = [float(100 + 2 * i) for i in range(19)]
     value = compute_signals(_window(counts)).get("arrival_dispersion")
     assert value is not None and value < 0.05
+
+
+def test_a_step_in_the_rate_is_not_dispersion():
+    # A flash crowd: 900 per step (Poisson), then 2,700 from the tenth step on. The one
+    # difference at the step would make the mean Allan variance ~90x the Poisson one; the
+    # median reads the steady steps.
+    rng = np.random.default_rng(2)
+    counts = [float(c) for c in rng.poisson(900.0, 10)] + [float(c) for c in rng.poisson(2700.0, 9)]
+    value = compute_signals(_window(counts)).get("arrival_dispersion")
+    assert value is not None and value < 4.0
 
 
 def test_too_few_steps_is_no_value():

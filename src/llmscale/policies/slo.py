@@ -618,7 +618,8 @@ class SloPolicy:
 
         Over the least time an added replica serves (``min_hold_s``) at the rate judged (the
         forecast less its trend's standard error over a cold start, never below the level: the
-        estimator's noise is the hysteresis band), the model predicts ``M_n`` misses on ``n``
+        estimator's noise is the hysteresis band; over ``target_utilization``, the planner's
+        margin), the model predicts ``M_n`` misses on ``n``
         replicas and ``M_n+1`` on one more. The step costs ``tp x (cold_start_s + min_hold_s)``
         GPU-seconds; the budget prices one GPU-second at ``miss_budget`` of the requests a
         replica carries per second at its planned capacity, over its GPUs. The step is taken when
@@ -627,11 +628,14 @@ class SloPolicy:
         allowance over the hold, ``miss_budget x requests`` plus the banked misses' share of it
         (``banked x min_hold_s / budget_window_s``, negative after a run of misses).
         Worked (``tests/policies/test_slo_cost.py``): one 8B replica on an H100 at 9 req/s of the
-        default lengths (capacity ~13 req/s) is predicted to miss ~0%: M_1 ~ 0 against an
-        allowance of 0.01 x 9 x 180 = 16 requests, so a forecast trend that plans 2 holds 1.
+        default lengths (capacity ~13 req/s), judged at 9 / 0.95 = 9.5, is predicted to miss ~0%:
+        M_1 ~ 0 against an allowance of 0.01 x 9.5 x 180 = 17 requests, so a forecast trend that plans 2 holds 1.
         """
         c = self.config
-        rate = rate_rps
+        # Judged with the planner's own margin off the model's edge (target_utilization): the
+        # model's miss share climbs steeply near its capacity, and a fleet held exactly at the
+        # budget's edge has nothing left for the model's error.
+        rate = rate_rps / c.target_utilization
         hold_s = c.min_hold_s
         share_n = max(self.miss_share(rate, current, *lengths, **shape), observed_share)
         m_n = share_n * rate * hold_s
