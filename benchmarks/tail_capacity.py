@@ -191,8 +191,8 @@ def main() -> int:
     ap.add_argument("--bursty", type=float, default=1.0, help="arrivals' index of dispersion (1: Poisson)")
     ap.add_argument("--acceptance", action="store_true", help="the issue's table (module docstring)")
     args = ap.parse_args()
-    print(f"{'deploy':<11}{'shape':<13}{'D':>4}{'N':>3}{'p mean':>8}{'p cv':>6}{'o mean':>8}{'o cv':>6}{'infeas.':>8}"
-          f"{'model':>9}{'sim':>9}{'ratio':>7}{'wall':>6}")  # fmt: skip
+    print(f"{'deploy':<11}{'shape':<13}{'D':>4}{'N':>3}{'p mean':>8}{'p cv':>6}{'o mean':>8}{'o cv':>6}"
+          f"{'infeas.':>8}{'model':>9}{'sim':>9}{'ratio':>7}{'wall':>6}")  # fmt: skip
     if args.acceptance:
         runs = [
             (d, label, shape, disp)

@@ -629,7 +629,8 @@ class SloPolicy:
         (``banked x min_hold_s / budget_window_s``, negative after a run of misses).
         Worked (``tests/policies/test_slo_cost.py``): one 8B replica on an H100 at 9 req/s of the
         default lengths (capacity ~13 req/s), judged at 9 / 0.95 = 9.5, is predicted to miss ~0%:
-        M_1 ~ 0 against an allowance of 0.01 x 9.5 x 180 = 17 requests, so a forecast trend that plans 2 holds 1.
+        M_1 ~ 0 against an allowance of 0.01 x 9.5 x 180 = 17 requests, so a forecast trend that
+        plans 2 holds 1.
         """
         c = self.config
         # Judged with the planner's own margin off the model's edge (target_utilization): the

@@ -56,9 +56,10 @@ def arrival_dispersion_signal(fw: FleetWindow, window_s: float = 300.0) -> Signa
     does not read as dispersion; and it is the *median* of those halves over 0.455 (the median
     of a chi-square of one degree of freedom: the mean for Gaussian differences), so one step
     in the rate (a flash crowd: one difference of 2,000 among eighteen of ~50) is not read as
-    bursts either, while batches, which widen every difference, are. For a batch-Poisson stream (batches of X requests at Poisson
-    times, each batch shorter than a step) the index is ``E[X^2] / E[X]`` at any time scale
-    longer than a batch, the TTFT's (2 s) included: the tail model uses it as that batch size.
+    bursts either, while batches, which widen every difference, are. For a batch-Poisson stream
+    (batches of X requests at Poisson times, each batch shorter than a step) the index is
+    ``E[X^2] / E[X]`` at any time scale longer than a batch, the TTFT's (2 s) included: the
+    tail model uses it as that batch size.
     Worked (``tests/signals/test_arrival_dispersion.py``): counts 10, 30, 10, 30, 10 per 15 s
     step -> mean 18, squared differences 400 each, median half 200, / 0.455 = 440, index 24.4.
     None (with a note) with fewer than four steps of counts in ``window_s``.
