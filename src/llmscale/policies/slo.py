@@ -4,7 +4,9 @@ Three parts, each answering a failure of the policies users run today:
 
 1. **Capacity from the calibrated execution-time model, on every SLO dimension.** How many
    requests per second one replica serves within the SLO depends on the request mix: the
-   policy reads the observed mean prompt and output lengths and asks
+   policy reads the observed mean prompt and output lengths, their CVs (vLLM's per-request
+   token histograms: the output spread sets the length-biased context in flight) and the
+   arrivals' index of dispersion (bursts), and asks
    :func:`llmscale.perf.replica_tails.replica_capacity` for the highest rate at which at most
    ``miss_budget`` of requests miss TTFT *or* per-request TPOT. It predicts their
    distributions, not their means: a decode step that shares an iteration with another
@@ -26,9 +28,14 @@ Three parts, each answering a failure of the policies users run today:
    adds the replicas that clear it; a flash crowd is met at the next tick,
    not after a stabilisation window. What the reactive path sizes for is what
    will still be there when new replicas are: a queue the clients abandon
-   before a cold start ends (``client_timeout_s``, from the deployment) adds
-   nothing beyond the arrival rate, a queue already shrinking adds nothing,
+   before a cold start ends (``client_timeout_s``, from the deployment) is sized
+   over the time-out (it refills as fast as clients give up), abandoned requests
+   are not read as negative arrivals, a queue already shrinking adds nothing,
    and a step in load is not extrapolated as a trend past ``max_trend_growth``.
+4. **Decide by cost.** A step of one replica up (forecast or TPOT tail) is taken
+   only when the misses it avoids over its least hold pay for its GPU-seconds and
+   the fleet would overspend the miss budget tracked over ``budget_window_s``
+   (``docs/tail-model.md``; rule ``hold-by-cost`` otherwise).
 
 A standby pool (:mod:`llmscale.policies.standby`) keeps sleeping replicas
 beside the fleet for crowds that outrun a cold start, sized from the bursts
