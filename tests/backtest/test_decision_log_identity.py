@@ -18,6 +18,13 @@ branch slo-tails): it sizes from the per-request TTFT/TPOT miss shares in a flee
 size, smooths the request shape, reacts to a TPOT P99 over the SLO, and its inputs carry
 ``planned_replicas`` and the TPOT P99 it read.
 
+``slo``'s digest changed on purpose again with the tail model of issue 20 (branch tail-model,
+``docs/tail-model.md``): the in-flight context from the observed output- and prompt-length CVs,
+the arrivals' index of dispersion, the step from n to n+1 by predicted misses against its
+GPU-seconds (rule ``hold-by-cost``; none fires in these ten minutes) with the miss budget
+tracked, and abandoned requests; its inputs carry those numbers. Only ``slo``'s digest changed:
+every other policy's stayed as it was (this test, run on that branch).
+
 ``capacity-calibrated``'s digest changed on purpose when it began asking llmscale's one capacity
 model (``perf/replica_tails.py``, mode ``"mean"``; branch one-capacity) instead of its own copy
 of the physics: its inputs carry ``capacity_rps_per_replica`` and ``mean_itl_s`` (for
@@ -51,7 +58,7 @@ from llmscale.workloads import make_preset, window
 #: slo's standby pool off by default (no pool unless asked): its lines lose the pool's sizing
 #: inputs and are otherwise unchanged (compared line by line).
 GOLDEN: dict[str, str] = {
-    "slo": "a6ff10049bfb678a919defa10dd61f567b79b6b65fe6f18703eca495e2468197",
+    "slo": "b2760118bbd82559ad996fe9421948313174c00759989f41e340d9fc214b8bac",
     "static": "9c5d68d48a719ae7d0c9e0a28dcc2a5c16d746beff144390a63de6d1f90b8497",
     "knative-kpa": "c4f47efbb4cd3ad8c02c50b4eef328c08d6a0aa08cbb7f0c00065717c0b1bf40",
     "dynamo-sla": "d06ff05498b8297114a5d0d9cf459c9edd500b299eb260a933637b8c2d3ba35d",

@@ -38,7 +38,14 @@ _PRIMITIVES = {"decode_affine", "max_decode_batch_for_tpot"}
 _ALLOWED = {"policies/dynamo.py"}
 _ALLOWED_DIRS = ("perf/", "sim/", "emulate/", "offline/")
 #: what a module outside perf/ may take from the model: the one entry point, its buckets and types
-_PUBLIC = {"replica_capacity", "ReplicaCapacity", "CapacityMode", "length_bucket", "fleet_bucket"}
+_PUBLIC = {
+    "replica_capacity",
+    "replica_miss_share",
+    "ReplicaCapacity",
+    "CapacityMode",
+    "length_bucket",
+    "fleet_bucket",
+}
 
 
 def _calls_step_primitives(tree: ast.AST) -> list[str]:
@@ -140,9 +147,12 @@ def test_slo_and_capacity_calibrated_ask_the_same_call(monkeypatch, prompt, outp
     (slo_args, slo_kw, slo_out), (cal_args, cal_kw, cal_out) = calls
     # The same deployment and shape, only the mode differs.
     assert slo_args == cal_args
-    # (miss_budget and the fleet size enter the tail mode only; slo asked about one replica)
+    # (miss_budget, the fleet size, the length CVs and the arrivals' dispersion enter the tail
+    # mode only; slo asked about one replica, with nothing observed: CVs 1, Poisson)
     assert slo_kw["replicas"] == 1
-    shared = {k: v for k, v in slo_kw.items() if k not in ("mode", "miss_budget", "replicas")}
+    assert (slo_kw["prompt_cv"], slo_kw["output_cv"], slo_kw["dispersion"]) == (1.0, 1.0, 1.0)
+    tail_only = ("mode", "miss_budget", "replicas", "prompt_cv", "output_cv", "dispersion")
+    shared = {k: v for k, v in slo_kw.items() if k not in tail_only}
     assert shared == {k: v for k, v in cal_kw.items() if k != "mode"}
     assert slo_out.rate_rps == slo_rate
     assert d.inputs["capacity_rps_per_replica"] == cal_out.rate_rps
@@ -155,10 +165,11 @@ def test_slo_and_capacity_calibrated_ask_the_same_call(monkeypatch, prompt, outp
 @pytest.mark.parametrize(
     ("prompt", "output", "mode", "rate_rps", "batch", "itl_ms"),
     [
-        # Chat: both modes stop where the decode batch would pass max_num_seqs (256): at 14 req/s
-        # Little's law wants 14 x 206 x 0.09 s = 260 sequences. The tail mode's bisection lands a
-        # step lower (13.5: at 13.75 the TPOT miss share of 211-token answers passes 1%).
-        pytest.param(1155.0, 211.0, "tail", 13.5, 182.9, 66.5, id="chat-tail"),
+        # Chat: the mean mode stops where the decode batch would pass max_num_seqs (256): at 14
+        # req/s Little's law wants 14 x 206 x 0.09 s = 260 sequences. The tail mode, at the
+        # in-flight context (1,155 + 211 = 1,366 tokens with outputs of CV 1, not 1,260), lands
+        # lower (13.375: past it the TPOT miss share of 211-token answers passes 1%).
+        pytest.param(1155.0, 211.0, "tail", 13.375, 200.9, 74.1, id="chat-tail"),
         pytest.param(1155.0, 211.0, "mean", 13.75, 244.3, 88.4, id="chat-mean"),
         # Code completion: 30-token answers meet other prompts' 2k-token prefill chunks, and at
         # 6.3 req/s 1% of them average over 0.1 s per token, while the mean ITL is only 12.5 ms.
@@ -166,9 +177,11 @@ def test_slo_and_capacity_calibrated_ask_the_same_call(monkeypatch, prompt, outp
         # ~70 ms of engine time per prompt = 0.98): 2.2x the tail mode's.
         pytest.param(2000.0, 30.0, "tail", 6.3125, 2.31, 12.5, id="code-tail"),
         pytest.param(2000.0, 30.0, "mean", 13.75, 18.97, 47.4, id="code-mean"),
-        # Long answers: every request averages over ~2,000 steps, so its TPOT is the mean: the
-        # modes agree, both at the batch cap (2.23 req/s x 1,948 tokens x 59 ms = 256).
-        pytest.param(600.0, 2000.0, "tail", 2.234, 254.1, 59.5, id="reasoning-tail"),
+        # Long answers: every request averages over ~2,000 steps, so its TPOT is the mean. The
+        # mean mode runs to the batch cap (2.23 req/s x 1,948 tokens x 59 ms = 256); the tail
+        # mode holds 2,600 tokens of context per sequence in flight (600 + 2,000 with outputs
+        # of CV 1), not 1,600, and the KV cache stops it at 168 sequences, 1.72 req/s.
+        pytest.param(600.0, 2000.0, "tail", 1.71875, 168.0, 50.5, id="reasoning-tail"),
         pytest.param(600.0, 2000.0, "mean", 2.234, 254.1, 59.5, id="reasoning-mean"),
     ],
 )
@@ -198,10 +211,12 @@ REASONING = LognormalLengths.from_mean_p99(600.0, 3000.0, 2000.0, 8000.0)
     ("lengths", "tail_range", "mean_over"),
     [
         # Measured when written (Llama-3-8B, H100, SLO 2 s / 0.1 s, 2,000 sampled requests within
-        # the context): probe 7.91 req/s, tail mode 6.31 (0.80x: it assumes a prompt CV of 1, this
-        # sample's is 0.71), mean mode 13.75 (1.74x).
+        # the context): probe 7.91 req/s, tail mode told the sample's CVs (prompts 0.70, as slo
+        # reads them from vLLM's length histograms) 8.19 (1.04x; 6.94 at CV 1), mean mode 13.75
+        # (1.74x).
         pytest.param(CODE, (0.7, 1.1), 1.5, id="code"),
-        # probe 2.38 req/s, both modes 2.23 (0.94x)
+        # probe 2.38 req/s, tail mode at the in-flight context of outputs of CV 0.71: 2.06
+        # (0.87x); the mean mode 2.23
         pytest.param(REASONING, (0.85, 1.1), None, id="reasoning"),
     ],
 )
@@ -214,7 +229,8 @@ def test_modes_against_the_simulated_replica(lengths, tail_range, mean_over):
     inp, out = inp[keep], out[keep]
     measured = probe(get_perf_model(MODEL, GPU, 1), SimConfig(), inp, out, 2.0, 0.1)
     p, o = float(inp.mean()), float(out.mean())
-    tail = replica_capacity(MODEL, GPU, 1, p, o, 2.0, 0.1, mode="tail").rate_rps
+    cvs = {"prompt_cv": float(inp.std()) / p, "output_cv": float(out.std()) / o}
+    tail = replica_capacity(MODEL, GPU, 1, p, o, 2.0, 0.1, mode="tail", **cvs).rate_rps
     mean = replica_capacity(MODEL, GPU, 1, p, o, 2.0, 0.1, mode="mean").rate_rps
     lo, hi = tail_range
     assert lo * measured <= tail <= hi * measured, (tail, measured)

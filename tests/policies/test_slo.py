@@ -108,15 +108,41 @@ def test_a_step_is_not_extrapolated_past_the_growth_cap():
     assert d.inputs["forecast_rps"] == pytest.approx(level * 1.3, rel=1e-3)
 
 
-def test_a_queue_the_clients_abandon_before_a_cold_start_is_not_sized_for():
+def test_a_queue_the_clients_abandon_before_a_cold_start_is_sized_for_its_refill():
     # Client time-out 60 s < cold start 108 s: the 500 queued requests will have given up before a
-    # replica asked for now serves, so only the arrival rate (with the queue's growth) is planned.
+    # replica asked for now serves, but under saturation the queue refills as fast as clients give
+    # up, ~500 / 60 s = 8.3 req/s the arrival estimate never saw: the plan carries that rate on top
+    # of the arrivals (60 + 500 / 15 from the queue's growth), where it carried nothing before.
     cfg = SloConfig(min_replicas=1, max_replicas=64, cold_start_s=108.0, client_timeout_s=60.0)
     policy = SloPolicy(cfg)
     _, state = policy.decide(sig(10, **steady(60.0)), SloState(), 15.0)
     d, _ = policy.decide(sig(10, **steady(60.0, queue=500.0)), state, 30.0)
     assert d.rule == "backlog"
-    assert d.desired == policy.replicas_for(60.0 + 500.0 / 15.0, 1155.0, 211.0, 2.0)
+    assert d.desired == policy.replicas_for(60.0 + 500.0 / 15.0 + 500.0 / 60.0, 1155.0, 211.0, 2.0)
+    # A time-out longer than the start: the queue drains over the start, as a backlog always did.
+    slow = SloPolicy(SloConfig(min_replicas=1, max_replicas=64, cold_start_s=108.0, client_timeout_s=300.0))
+    _, state = slow.decide(sig(10, **steady(60.0)), SloState(), 15.0)
+    d, _ = slow.decide(sig(10, **steady(60.0, queue=500.0)), state, 30.0)
+    assert d.desired == slow.replicas_for(60.0 + 500.0 / 15.0 + 500.0 / 108.0, 1155.0, 211.0, 2.0)
+
+
+def test_abandoned_requests_are_not_negative_arrivals():
+    # A saturated fleet of 3 serving 40 req/s whose queue fell from 600 to 420 in 15 s because
+    # clients timed out (no replica was added): the in-system count fell by 180, which reads as
+    # 40 - 12 = 28 req/s of arrivals; what arrived is at least what was served, 40.
+    cfg = SloConfig(min_replicas=1, max_replicas=64, cold_start_s=108.0, client_timeout_s=60.0)
+    policy = SloPolicy(cfg)
+    _, state = policy.decide(sig(3, **steady(40.0, queue=600.0)), SloState(), 15.0)
+    d, _ = policy.decide(sig(3, **steady(40.0, queue=420.0)), state, 30.0)
+    assert d.inputs["arrival_rps"] == pytest.approx(40.0)
+    # The same fall while replicas start is service catching up, not abandonment.
+    growing = Signals(
+        time_s=0.0,
+        fleet=FleetView(spec_replicas=5, ready=3, pending=2),
+        values={k: SignalValue(v) for k, v in steady(40.0, queue=420.0).items()},
+    )
+    d, _ = policy.decide(growing, state, 30.0)
+    assert d.inputs["arrival_rps"] == pytest.approx(28.0)
 
 
 def test_ttft_over_the_slo_adds_nothing_while_the_queue_shrinks():

@@ -12,11 +12,13 @@ from signals_fixtures import hist, obs, sample, synthetic_fleet, vllm_values
 import llmscale.signals.fleet as fleet_module
 from llmscale.metrics.names import DCGM, VLLM
 from llmscale.signals import SIGNALS, compute_signals
+from llmscale.signals.arrivals import arrival_dispersion_signal
 from llmscale.signals.catalog import GROUPS
 from llmscale.signals.diagnostics import diagnostic_signals
 from llmscale.signals.gpu import gpu_signals
 from llmscale.signals.histograms import latency_signals
 from llmscale.signals.kv import kv_signals
+from llmscale.signals.lengths import output_length_signals
 from llmscale.signals.predictors import predictor_signals
 from llmscale.signals.queues import queue_signals
 from llmscale.signals.rates import RATE_SIGNALS, rate_signals
@@ -56,6 +58,9 @@ def _replica(name, k, *, waiting=2.0, running=10.0, kv=0.5, phase=Phase.READY):
         VLLM.itl: hist((900 * k, 1000 * k, 1000 * k, 1000 * k)),
         VLLM.tpot: hist((8 * k, 10 * k, 10 * k, 10 * k)),
         VLLM.queue_time: hist((10 * k, 10 * k, 10 * k, 10 * k)),
+        # output tokens per finished request: half within 100, half within 1,000 tokens
+        VLLM.output_tokens: hist((5 * k, 10 * k, 10 * k), (100.0, 1000.0, math.inf)),
+        VLLM.prompt_lengths: hist((2 * k, 10 * k, 10 * k), (1000.0, 5000.0, math.inf)),
     }
     return sample(name, values, hists, phase=phase)
 
@@ -247,6 +252,8 @@ def _eager(window):
     values.update(predictor_signals(ttft, len(fw.observations) - 1, values))
     values.update(diagnostic_signals(fw))
     values.update(fleet_module._MODEL_DRIFT)  # placeholders: the live controller sets them
+    values.update(output_length_signals(fw))
+    values["arrival_dispersion"] = arrival_dispersion_signal(fw)
     for name in SIGNALS:
         values.setdefault(name, SignalValue(None, "not computed"))
     return values

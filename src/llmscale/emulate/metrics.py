@@ -57,6 +57,9 @@ _COUNTERS = frozenset({V.PREEMPTIONS, V.PROMPT_TOKENS, V.GENERATION_TOKENS})
 #: the release played when a collector is given none
 _DEFAULT_VERSION = parse_vllm_version(DEFAULT_VLLM_VERSION)
 
+#: histograms the simulated replica keeps that the emulator exports from its own request stats
+_ENGINE_HISTOGRAMS = frozenset({V.REQUEST_GENERATION_TOKENS, V.REQUEST_PROMPT_TOKENS})
+
 _HELP = {
     V.RUNNING: "Number of requests in model execution batches.",
     V.WAITING: "Number of requests waiting to be processed.",
@@ -226,6 +229,8 @@ class ReplicaCollector(Collector):
         for name, hist in sample.histograms.items():
             if not exports(name):
                 continue
+            if name in _ENGINE_HISTOGRAMS and self._stats is not None:
+                continue  # engine_families exports the emulator's own count (aborted requests too)
             h = HistogramMetricFamily(name, _HELP.get(name, name), labels=keys)
             buckets = [(_le(b), c) for b, c in zip(hist.bounds, hist.cumulative, strict=True)]
             h.add_metric([v for _, v in self._vllm_labels], buckets, hist.sum)

@@ -134,6 +134,11 @@ class Names:
     itl: str | None  # histogram, seconds per output token (per token)
     tpot: str | None  # histogram, per-request mean seconds per output token
     queue_time: str | None  # histogram, seconds
+    #: histogram, output tokens per finished request (its spread: the in-flight context is
+    #: length-biased, docs/tail-model.md); None where the backend exports no such histogram
+    output_tokens: str | None = None
+    #: histogram, prompt tokens per finished request (its spread sets the prefill tail)
+    prompt_lengths: str | None = None
 
 
 #: vLLM V1, current names (0.11+).
@@ -149,6 +154,8 @@ VLLM = Names(
     itl=VllmMetric.ITL,
     tpot=VllmMetric.TPOT,
     queue_time=VllmMetric.QUEUE_TIME,
+    output_tokens=VllmMetric.REQUEST_GENERATION_TOKENS,
+    prompt_lengths=VllmMetric.REQUEST_PROMPT_TOKENS,
 )
 
 #: vLLM V0 and V1 before 0.9/0.11: the KV gauge and per-token latency had the old names.
@@ -164,6 +171,8 @@ VLLM_OLD = Names(
     itl=VllmMetric.ITL_OLD,
     tpot=None,
     queue_time=VllmMetric.QUEUE_TIME,
+    output_tokens=VllmMetric.REQUEST_GENERATION_TOKENS,
+    prompt_lengths=VllmMetric.REQUEST_PROMPT_TOKENS,
 )
 
 #: the vLLM names that are histograms (their series carry ``_bucket``, ``_sum`` and ``_count``)

@@ -45,7 +45,7 @@ BACKENDS: dict[str, tuple[Names, Names | None]] = {
 }
 
 _GAUGE_FIELDS = ("running", "waiting", "kv_usage", "preemptions", "prompt_tokens", "generation_tokens")
-_HISTOGRAM_FIELDS = ("ttft", "e2e", "itl", "tpot", "queue_time")
+_HISTOGRAM_FIELDS = ("ttft", "e2e", "itl", "tpot", "queue_time", "output_tokens", "prompt_lengths")
 _DCGM_FIELDS = (
     DCGM.GPU_UTIL,
     DCGM.MEM_COPY_UTIL,

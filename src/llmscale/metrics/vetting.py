@@ -53,7 +53,7 @@ __all__ = [
     "vet_page",
 ]
 
-_HISTOGRAM_FIELDS = ("ttft", "e2e", "itl", "tpot", "queue_time")
+_HISTOGRAM_FIELDS = ("ttft", "e2e", "itl", "tpot", "queue_time", "output_tokens", "prompt_lengths")
 
 
 def _names(tables: tuple[Names, ...], fields: tuple[str, ...]) -> frozenset[str]:

@@ -101,6 +101,7 @@ __all__ = [
     "fleet_bucket",
     "length_bucket",
     "replica_capacity",
+    "replica_miss_share",
     "tail_capacity_rps",
 ]
 
@@ -169,6 +170,8 @@ class TailModel:
         self.max_len = float(max_model_len or perf.model.max_context_tokens)
         #: replicas of the fleet behind the router (set per operating point)
         self._k = 1
+        #: index of dispersion of one replica's arrivals (1: Poisson; set per operating point)
+        self._batch = 1.0
         self._prefill_memo: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray, float]] = {}
 
     # -- step-time pieces ---------------------------------------------------------------
@@ -231,18 +234,35 @@ class TailModel:
         output_cv: float = 1.0,
         replicas: int = 1,
         tails: bool = True,
+        dispersion: float = 1.0,
     ) -> OperatingPoint:
         """The operating point at ``rate_rps`` per replica of a fleet of ``replicas`` (module docstring).
 
         ``tails=False`` stops at the mean operating point (batch, mean ITL, saturation): the miss
         shares are then NaN, not computed (mode ``"mean"`` reads none of them).
+        ``dispersion``: the arrival stream's index of dispersion (1: Poisson), read as the mean
+        size ``E[X^2] / E[X]`` of the batches it arrives in (``docs/tail-model.md``).
         """
         lam = max(1e-9, rate_rps)
         self._k = max(1, replicas)
         prompts = _lognormal_quantiles(prompt_tokens, prompt_cv, self.max_len)
         outputs = np.maximum(1.0, np.round(_lognormal_quantiles(output_tokens, output_cv, self.max_len)))
         o_mean = float(outputs.mean())
-        ctx = float(prompts.mean() + o_mean / 2.0)
+        if tails:
+            # The decode batch holds the requests *in flight*, and a request stays in it for as many
+            # steps as it generates tokens: in flight, a request of o output tokens is seen with
+            # weight o and is half-way through on average, so the mean context is
+            # prompt + E[o^2] / (2 E[o]) = prompt + E[o] (1 + cv^2) / 2 (independent lengths).
+            # Worked: outputs of mean 2,000 and CV 1 after a 600-token prompt: 600 + 2,000 = 2,600
+            # tokens in flight, where an arriving request's mean is 600 + 1,000 = 1,600.
+            ctx = float(prompts.mean() + float(np.mean(outputs * outputs)) / (2.0 * o_mean))
+        else:
+            # Mode "mean" (capacity-calibrated, seed 000 4.2) sizes by an arriving request's mean
+            # occupancy, as its design states.
+            ctx = float(prompts.mean() + o_mean / 2.0)
+        # The batch size one replica receives a burst in: a least-outstanding router deals a burst
+        # of X out over the k replicas, ~X / k each (never below one request: Poisson again).
+        self._batch = max(1.0, max(1.0, dispersion) / self._k)
         # Idle prefill (no decodes): which prompts no fleet serves within the TTFT target.
         _, own_idle, _ = self._prefill(prompts, 0.0, ctx)
         feasible = ttft_within(own_idle, slo_ttft_s)
@@ -306,10 +326,22 @@ class TailModel:
         no_idle = _chance_no_idle_replica(k, held)
         p_any = no_idle * min(1.0, rho_pf / max(1e-12, -math.expm1(-held)))
         mean_wait = p_any * m_s * (1.0 / k + cs2) / 2.0 / (1.0 - rho_pf)
+        # Bursts: arrivals in batches of index D = E[X^2] / E[X] at this replica wait for the
+        # batch-mates dealt ahead of them whether or not the replica was busy: M^X/G/1's
+        # within-batch term, E[S] (D - 1) / 2 / (1 - rho) (a request is on average behind half of
+        # the other D - 1 of its size-biased batch). Worked: D = 21 on one replica with prefills
+        # of 0.1 s at rho 0.3: 0.1 x 20 / 2 / 0.7 = 1.43 s of mean wait from bursts alone. A share
+        # (D - 1) / D of requests is not the first of its batch and so waits; with D = 1 both terms
+        # vanish and the wait is the Poisson one above.
+        burst = self._batch
+        p_hold = p_any
+        if burst > 1.0:
+            mean_wait += m_s * (burst - 1.0) / 2.0 / (1.0 - rho_pf)
+            p_hold = min(1.0, p_any + (1.0 - p_any) * (1.0 - 1.0 / burst))
         # The iteration under way when a prompt arrives (mean residual of a step ~ one ITL).
         slack = slo_ttft_s - own - itl
         if mean_wait > 0.0:
-            p_wait = p_any * np.exp(-p_any * np.maximum(slack, 0.0) / mean_wait)
+            p_wait = p_hold * np.exp(-p_hold * np.maximum(slack, 0.0) / mean_wait)
         else:
             p_wait = np.zeros_like(slack)
         # A prompt whose own prefill next to the decodes (plus the step under way) already takes
@@ -352,9 +384,12 @@ class TailModel:
         window = (g + 1.0) * itl + g * max(0.0, target_s - itl) / k
         mu = lam * window  # expected prompts arriving in the window
         m1, m2 = float(work.mean()), float(np.mean(work * work))
-        # Mean and standard deviation of the work arriving in the window (compound Poisson).
+        # Mean and standard deviation of the work arriving in the window (compound Poisson). In
+        # batches of index D the count's variance is D times its mean: Var S = mu (m2 - m1^2) +
+        # D mu m1^2 (D = 1: mu m2).
+        burst = self._batch
         mean_s = mu * m1
-        sd_s = np.sqrt(mu * m2)
+        sd_s = np.sqrt(mu * (m2 + (burst - 1.0) * m1 * m1))
         miss = np.zeros(g.size)
         # Rows whose threshold lies many deviations beyond the mean miss with no mass to speak of.
         live = threshold < mean_s + 10.0 * sd_s + float(work.max())
@@ -378,14 +413,23 @@ class TailModel:
         m1, m2 = float(work.mean()), float(np.mean(work * work))
         # The grid spans twice the threshold, or far enough past the mean that the mass the FFT
         # wraps around (beyond the grid) is negligible.
-        span = np.maximum(2.0 * threshold, mu * m1 + 12.0 * np.sqrt(mu * m2) + float(work.max()))
+        burst = max(1.0, self._batch)
+        span = np.maximum(2.0 * threshold, mu * m1 + 12.0 * np.sqrt(mu * m2 * burst) + float(work.max()))
         h = span / _GRID
         idx = np.minimum(np.rint(work[None, :] / h[:, None]).astype(np.int64), _GRID - 1)
         pmf = np.zeros((mu.size, _GRID))
         rows = np.repeat(np.arange(mu.size), work.size)
         np.add.at(pmf, (rows, idx.ravel()), 1.0 / work.size)
         phi = np.fft.rfft(pmf, axis=1)
-        total = np.exp(mu[:, None] * (phi - 1.0))  # compound Poisson: E[phi^N], N ~ Poisson(mu)
+        burst = self._batch
+        if burst > 1.0:
+            # Batches at Poisson times, of a geometric size X >= 1 with mean m = (D + 1) / 2 (its
+            # E[X^2] / E[X] = 2m - 1 = D): E[phi^X] = phi / (m - (m - 1) phi), mu / m batches.
+            m = (burst + 1.0) / 2.0
+            per_batch = phi / (m - (m - 1.0) * phi)
+            total = np.exp(mu[:, None] / m * (per_batch - 1.0))
+        else:
+            total = np.exp(mu[:, None] * (phi - 1.0))  # compound Poisson: E[phi^N], N ~ Poisson(mu)
         dist = np.clip(np.fft.irfft(total, n=_GRID, axis=1), 0.0, None)
         cdf = np.cumsum(dist, axis=1)
         cdf /= cdf[:, -1:]
@@ -407,6 +451,7 @@ class TailModel:
         output_cv: float = 1.0,
         replicas: int = 1,
         mode: CapacityMode = "tail",
+        dispersion: float = 1.0,
     ) -> float:
         """Highest rate per replica (req/s) of a fleet of ``replicas`` fed a Poisson stream whose
         feasible requests miss the SLO at most ``miss_budget`` (mode ``"tail"``), or whose mean
@@ -418,7 +463,7 @@ class TailModel:
         def ok(lam: float) -> bool:
             op = self.at(lam, prompt_tokens, output_tokens, slo_ttft_s, slo_tpot_s,
                          prompt_cv=prompt_cv, output_cv=output_cv, replicas=replicas,
-                         tails=mode == "tail")  # fmt: skip
+                         tails=mode == "tail", dispersion=dispersion)  # fmt: skip
             if mode == "mean":
                 return meets_mean(op, slo_tpot_s)
             return op.miss <= miss_budget
@@ -456,6 +501,7 @@ def tail_capacity_rps(
     output_cv: float = 1.0,
     replicas: int = 1,
     mode: CapacityMode = "tail",
+    dispersion: float = 1.0,
 ) -> float:
     """:meth:`TailModel.capacity_rps` for a deployment, memoised (callers bucket the lengths)."""
     return _deployment_model(
@@ -470,6 +516,7 @@ def tail_capacity_rps(
         output_cv=output_cv,
         replicas=replicas,
         mode=mode,
+        dispersion=dispersion,
     )
 
 
@@ -534,6 +581,9 @@ def replica_capacity(
     scale: FactorScale | None = None,
     miss_budget: float = 0.01,
     replicas: int = 1,
+    output_cv: float = 1.0,
+    dispersion: float = 1.0,
+    prompt_cv: float = 1.0,
 ) -> ReplicaCapacity:
     """The one entry point: what each of ``replicas`` replicas holds for this mean request shape.
 
@@ -558,6 +608,10 @@ def replica_capacity(
         scale,
         miss_budget,
         fleet_bucket(replicas),
+        # the CV to 0.1 (0.95 -> 1.0) and the dispersion to ~10% log steps (1 stays 1)
+        round(max(0.0, output_cv), 1),
+        1.0 if dispersion <= 1.0 else float(length_bucket(dispersion * 100.0)) / 100.0,
+        round(max(0.0, prompt_cv), 1),
     )
 
 
@@ -577,6 +631,9 @@ def _capacity_point(
     scale: FactorScale | None,
     miss_budget: float,
     replicas: int,
+    output_cv: float = 1.0,
+    dispersion: float = 1.0,
+    prompt_cv: float = 1.0,
 ) -> ReplicaCapacity:
     rate = tail_capacity_rps(
         model,
@@ -591,12 +648,24 @@ def _capacity_point(
         calibration,
         scale,
         miss_budget,
+        prompt_cv=prompt_cv,
+        output_cv=output_cv,
         replicas=replicas,
         mode=mode,
+        dispersion=dispersion,
     )
     tails = _deployment_model(model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale)
     op = tails.at(
-        rate, prompt_tokens, output_tokens, slo_ttft_s, slo_tpot_s, replicas=replicas, tails=mode == "tail"
+        rate,
+        prompt_tokens,
+        output_tokens,
+        slo_ttft_s,
+        slo_tpot_s,
+        replicas=replicas,
+        tails=mode == "tail",
+        output_cv=output_cv,
+        dispersion=dispersion,
+        prompt_cv=prompt_cv,
     )
     within = meets_mean(op, slo_tpot_s) if mode == "mean" else op.miss <= miss_budget
     return ReplicaCapacity(rate, op.batch, op.mean_itl_s, prompt_tokens, output_tokens, replicas, within)
@@ -705,3 +774,74 @@ def _deployment_model(
 
     perf = get_perf_model(model, gpu, tp, calibration=calibration, scale=scale)
     return TailModel(perf, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+
+
+def replica_miss_share(
+    model: str,
+    gpu: str,
+    tp: int,
+    prompt_tokens: float,
+    output_tokens: float,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    rate_per_replica_rps: float,
+    *,
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = 8192,
+    calibration: str | None = None,
+    scale: FactorScale | None = None,
+    replicas: int = 1,
+    output_cv: float = 1.0,
+    dispersion: float = 1.0,
+    prompt_cv: float = 1.0,
+) -> float:
+    """Share of feasible requests the tail model puts over TTFT or TPOT at this rate per replica
+    (1 when saturated): what ``slo`` weighs a replica more or fewer against. Bucketed and memoised
+    like :func:`replica_capacity` (the rate to ~5% steps)."""
+    if rate_per_replica_rps <= 0.0:
+        return 0.0
+    return _miss_share(
+        model,
+        gpu,
+        tp,
+        length_bucket(prompt_tokens),
+        length_bucket(output_tokens),
+        round(slo_ttft_s, 2),
+        slo_tpot_s,
+        length_bucket(rate_per_replica_rps * 1000.0) / 1000.0,
+        max_num_seqs,
+        max_num_batched_tokens,
+        calibration,
+        scale,
+        fleet_bucket(replicas),
+        round(max(0.0, output_cv), 1),
+        1.0 if dispersion <= 1.0 else float(length_bucket(dispersion * 100.0)) / 100.0,
+        round(max(0.0, prompt_cv), 1),
+    )
+
+
+@lru_cache(maxsize=4096)
+def _miss_share(
+    model: str,
+    gpu: str,
+    tp: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    slo_ttft_s: float,
+    slo_tpot_s: float,
+    rate_rps: float,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    calibration: str | None,
+    scale: FactorScale | None,
+    replicas: int,
+    output_cv: float,
+    dispersion: float,
+    prompt_cv: float,
+) -> float:
+    tails = _deployment_model(model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale)
+    op = tails.at(
+        rate_rps, prompt_tokens, output_tokens, slo_ttft_s, slo_tpot_s,
+        replicas=replicas, output_cv=output_cv, dispersion=dispersion, prompt_cv=prompt_cv,
+    )  # fmt: skip
+    return op.miss

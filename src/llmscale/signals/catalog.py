@@ -170,6 +170,26 @@ SIGNALS: dict[str, Signal] = {
         "over windows in which no request waited",
         "model_drift",
     ),
+    # what the ``slo`` policy's tail model reads of the request mix and the arrival process
+    # (docs/tail-model.md)
+    "output_len_cv": Signal(
+        "ratio",
+        "coefficient of variation of output tokens per finished request over the window "
+        "(vllm:request_generation_tokens buckets)",
+        "output_lengths",
+    ),
+    "prompt_len_cv": Signal(
+        "ratio",
+        "coefficient of variation of prompt tokens per finished request over the window "
+        "(vllm:request_prompt_tokens buckets)",
+        "output_lengths",
+    ),
+    "arrival_dispersion": Signal(
+        "x",
+        "index of dispersion of per-step arrival counts (finished + growth in the system), "
+        "Allan variance / mean; Poisson 1",
+        "arrival_dispersion",
+    ),
 }
 
 #: group -> its names, in catalogue order; groups in the order they first appear

@@ -41,11 +41,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from llmscale.metrics.names import DCGM, VLLM
+from llmscale.signals.arrivals import arrival_dispersion_signal
 from llmscale.signals.catalog import GROUPS, SIGNALS
 from llmscale.signals.diagnostics import ghost_replicas, tenant_drift
 from llmscale.signals.gpu import bw_saturation_p95, gpu_gauge_signals, queue_entropy
 from llmscale.signals.histograms import WindowHistogram, family_signals, family_values, window_histogram
 from llmscale.signals.kv import kv_growth_signal, kv_usage_signals
+from llmscale.signals.lengths import output_length_signals
 from llmscale.signals.predictors import coupled_prediction, decay_prediction, queue_prediction
 from llmscale.signals.queues import queue_signals
 from llmscale.signals.rates import counter_rate_signals, step_rate_signals
@@ -155,6 +157,8 @@ _COMPUTE: dict[str, Callable[[SignalValues], Mapping[str, SignalValue]]] = {
     **{family: _family(family) for family in ("ttft", "e2e", "itl", "tpot", "queue_time")},
     "counter_rates": lambda v: counter_rate_signals(v.window)[0],
     "step_rates": lambda v: step_rate_signals(v.window),
+    "output_lengths": lambda v: output_length_signals(v.window),
+    "arrival_dispersion": lambda v: {"arrival_dispersion": arrival_dispersion_signal(v.window)},
     "kv_usage": lambda v: kv_usage_signals(v.window),
     "kv_growth": lambda v: {"kv_growth_pct_per_step": kv_growth_signal(v.window)},
     "gpu": lambda v: gpu_gauge_signals(v.window),

@@ -85,6 +85,8 @@ E2E = candidates("e2e")
 ITL = candidates("itl")
 TPOT = candidates("tpot")
 QUEUE_TIME = candidates("queue_time")
+OUTPUT_TOKENS = candidates("output_tokens")
+PROMPT_LENGTHS = candidates("prompt_lengths")
 
 
 def first_value(values: Mapping[str, float], names: Sequence[str]) -> float | None:

@@ -57,8 +57,9 @@ class _Scraped:
         self.busy = busy
         self.active = active
         self.bytes = dram
-        #: per histogram (ttft, e2e, itl, tpot, queue): (count, sum, its snapshot)
-        self.hists: list[tuple[float, float, HistogramView] | None] = [None] * 5
+        #: per histogram (ttft, e2e, itl, tpot, queue, generation and prompt tokens): (count, sum,
+        #: its snapshot)
+        self.hists: list[tuple[float, float, HistogramView] | None] = [None] * 7
 
 
 def _snapshot(memo: _Scraped, k: int, h: BucketHistogram) -> HistogramView:
@@ -162,6 +163,12 @@ class SimMetricSource:
                 _TPOT: _snapshot(memo, 3, r.hist_tpot),
                 _QUEUE_TIME: _snapshot(memo, 4, r.hist_queue),
             }
+            gen = r.hist_gen_tokens
+            if gen is not None:
+                hists[_GEN_TOKENS] = _snapshot(memo, 5, gen)
+            prompts = r.hist_prompt_tokens
+            if prompts is not None:
+                hists[_PROMPT_LENGTHS] = _snapshot(memo, 6, prompts)
             fine = self._sub_tick_samples(r, now_s) if sub_tick else {}
             samples.append(
                 ReplicaSample(r.name, phase, ok=True, values=values, histograms=hists, sub_tick=fine)
@@ -250,3 +257,4 @@ _GR_ENGINE_ACTIVE, _DRAM_ACTIVE, _FB_USED, _FB_FREE = (
 )
 _L2_MISS, _KV_BLOCKS = SIM.L2_MISS, SIM.KV_BLOCKS
 _TTFT, _E2E, _ITL, _ITL_OLD, _TPOT, _QUEUE_TIME = V.TTFT, V.E2E, V.ITL, V.ITL_OLD, V.TPOT, V.QUEUE_TIME
+_GEN_TOKENS, _PROMPT_LENGTHS = V.REQUEST_GENERATION_TOKENS, V.REQUEST_PROMPT_TOKENS

@@ -39,7 +39,7 @@ from librt.vecs import append, pop, vec
 from mypy_extensions import i64, u8
 
 from llmscale.errors import ConfigError
-from llmscale.metrics.names import HISTOGRAM_BOUNDS
+from llmscale.metrics.names import HISTOGRAM_BOUNDS, vllm_1_2_5_buckets
 from llmscale.sim.config import SimConfig
 from llmscale.sim.replica import BLOCK_TOKENS, IterationCosts, Replica, blocks_for
 from llmscale.sim.request import DECODING, Req, Status
@@ -239,6 +239,13 @@ class Fleet:
         self._round_robin = config.router == "round-robin"
         self._max_queue = -1 if config.max_queue is None else config.max_queue  # -1: unbounded
         self.max_model_len = config.max_model_len or int(getattr(perf.model, "max_context_tokens", 8192))
+        #: the latency families' buckets plus vLLM's 1-2-5 token buckets of
+        #: ``vllm:request_generation_tokens`` up to max_model_len (what a real replica exports)
+        self._histogram_bounds = {
+            **HISTOGRAM_BOUNDS,
+            "generation_tokens": tuple(float(b) for b in vllm_1_2_5_buckets(self.max_model_len)),
+            "prompt_tokens": tuple(float(b) for b in vllm_1_2_5_buckets(self.max_model_len)),
+        }
         if not config.chunked_prefill and config.max_num_batched_tokens < self.max_model_len:
             # vLLM refuses to start like this: a prompt longer than the budget could never run.
             raise ConfigError(
@@ -525,7 +532,7 @@ class Fleet:
             timeout_s=cfg.timeout_s,
             created_s=now,
             phase=Phase.READY if warm else (Phase.NODE_PENDING if node_wait else Phase.PENDING),
-            histogram_bounds=HISTOGRAM_BOUNDS,
+            histogram_bounds=self._histogram_bounds,
             max_jump=cfg.max_jump_steps,
             chunked_prefill=cfg.chunked_prefill,
             step_token_stats=cfg.step_token_stats,

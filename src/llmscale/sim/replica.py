@@ -247,8 +247,10 @@ class Replica:
         "gone_s",
         "heap_pos",
         "hist_e2e",
+        "hist_gen_tokens",
         "hist_itl",
         "hist_mixed_step_tokens",
+        "hist_prompt_tokens",
         "hist_queue",
         "hist_tpot",
         "hist_ttft",
@@ -384,6 +386,17 @@ class Replica:
         self.hist_itl = BucketHistogram(histogram_bounds["itl"])
         self.hist_tpot = BucketHistogram(histogram_bounds["itl"])
         self.hist_queue = BucketHistogram(histogram_bounds["e2e"])
+        # vllm:request_generation_tokens: output tokens per finished request (vLLM's 1-2-5 buckets);
+        # the ``slo`` policy reads its spread (the in-flight context is length-biased)
+        gen_bounds = histogram_bounds.get("generation_tokens")
+        self.hist_gen_tokens: BucketHistogram | None = (
+            BucketHistogram(gen_bounds) if gen_bounds is not None else None
+        )
+        # vllm:request_prompt_tokens, likewise (the spread of prompts sets the prefill tail)
+        prompt_bounds = histogram_bounds.get("prompt_tokens")
+        self.hist_prompt_tokens: BucketHistogram | None = (
+            BucketHistogram(prompt_bounds) if prompt_bounds is not None else None
+        )
         # vLLM's tokens per engine step as its IterationStats counts them: the tokens generated
         # in the step plus, for each request whose first token came in it, its whole prompt
         # (vLLM streams no output for an unfinished prefill chunk); emulate's /metrics exports
@@ -704,6 +717,12 @@ class Replica:
         self.requests_finished += 1
         e2e = now - req.dispatch_s
         self.hist_e2e.observe(e2e)
+        gen = self.hist_gen_tokens
+        if gen is not None:
+            gen.observe(float(req.output_tokens))
+        prompts = self.hist_prompt_tokens
+        if prompts is not None:
+            prompts.observe(float(req.input_tokens))
         if req.output_tokens > 1:
             self.hist_tpot.observe((now - req.first_token_s) / float(req.output_tokens - 1))
         self.fleet.on_complete(req, now)
