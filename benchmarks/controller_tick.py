@@ -451,8 +451,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: float) -> int:
     from llmscale.config import deployment_of, parse_config
     from llmscale.controller.core import WINDOW_LEN, Controller, ControllerState, decide
-    from llmscale.controller.wiring import build_source, policy_run
     from llmscale.signals.fleet import compute_signals
+    from llmscale.wiring import build_source, policy_run
 
     port_maps = emus.wait_ready(timeout_s=300.0 + args.warmup_s)
     targets = [

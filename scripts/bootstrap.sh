@@ -16,9 +16,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=".venv/.llmscale-installed${extras}"
 # setup.py compiles the simulator's hot modules with mypyc: a change to them must rebuild too.
-want="$(cat pyproject.toml setup.py src/llmscale/perf/kernel.py src/llmscale/sim/request.py \
-  src/llmscale/sim/histogram.py src/llmscale/sim/replica.py src/llmscale/sim/fleet.py \
-  | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}"
+hot="$("$py" -c 'import runpy; print(" ".join(runpy.run_path("src/llmscale/_source_first.py")["hot_module_paths"]()))')"
+# shellcheck disable=SC2086  # the list is space-separated paths without blanks
+want="$(cat pyproject.toml setup.py src/llmscale/_source_first.py $hot | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "installing llmscale${extras} into .venv (first time: a few minutes, the simulator is compiled with mypyc) ..." >&2
   if [ "${LLMSCALE_PURE_PYTHON:-0}" = "1" ]; then

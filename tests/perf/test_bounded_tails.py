@@ -18,7 +18,7 @@ import time
 import pytest
 
 from llmscale.perf import replica_tails
-from llmscale.policies.dynamo import chunked_prefill_s
+from llmscale.policies.dynamo.capacity import chunked_prefill_s
 from llmscale.policies.slo import MAX_SEARCHED_REPLICAS, SloConfig, SloPolicy, SloState
 from llmscale.types import FleetView, Signals, SignalValue
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import llmscale.policies as policies_pkg
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
-from llmscale.policies.base import POLICIES, PolicyContext, PolicyInfo, create_policy, policy_names
+from llmscale.policies.base import POLICIES, PolicyInfo, create_policy, policy_names
 from llmscale.policies.static import StaticPolicy
 from llmscale.signals.catalog import SIGNALS
 
@@ -79,4 +80,4 @@ def test_an_unknown_declared_read_is_a_configuration_error(monkeypatch):
     with pytest.raises(
         ConfigError, match=r"'queue_wiating': not in the signal catalogue.*did you mean 'queue_waiting'"
     ):
-        create_policy("typo-policy", PolicyContext())
+        create_policy("typo-policy", Deployment())
