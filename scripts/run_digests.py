@@ -15,8 +15,8 @@ refactor changed no decision and no result:
     PYTHONPATH=src LLMSCALE_PURE_PYTHON=1 python scripts/run_digests.py OUT_DIR > digests.txt
 
 Each line is ``<sha256>  <name>``; the logs and JSON files stay in OUT_DIR for a line-by-line diff.
-The ``elapsed`` fields a results document may carry are machine timings, so they are dropped
-before digesting (none exist today; the rule keeps the check honest if one is added).
+A results row's ``wall_s`` is the machine's time, not a result: keys naming ``wall`` or
+``elapsed`` are dropped before digesting.
 """
 
 from __future__ import annotations
