@@ -7,24 +7,21 @@ typed so that mypyc keeps them native (see the docstring of sim/replica.py),
 which is what lets the default ``llmscale backtest`` and the oracle's search
 finish in reasonable time. The modules stay plain, typed Python: set
 ``LLMSCALE_PURE_PYTHON=1`` to install without compiling (the results are
-identical; tests/sim/test_compiled.py checks which one is imported). Keep the
-list in step with ``llmscale._source_first.HOT_MODULES`` and
-scripts/bootstrap.sh.
+identical; tests/sim/test_compiled.py checks which one is imported). The list
+is ``llmscale._source_first.HOT_MODULES``, read from its file without importing
+the package (which is not installed yet).
 """
 
 from __future__ import annotations
 
 import os
+import runpy
+from pathlib import Path
 
 from setuptools import setup
 
-HOT_MODULES = [
-    "src/llmscale/perf/kernel.py",
-    "src/llmscale/sim/request.py",
-    "src/llmscale/sim/histogram.py",
-    "src/llmscale/sim/replica.py",
-    "src/llmscale/sim/fleet.py",
-]
+_SOURCE_FIRST = Path(__file__).resolve().parent / "src" / "llmscale" / "_source_first.py"
+HOT_MODULES = runpy.run_path(str(_SOURCE_FIRST))["hot_module_paths"]()
 
 ext_modules = []
 if os.environ.get("LLMSCALE_PURE_PYTHON", "") != "1":

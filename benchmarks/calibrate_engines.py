@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from llmscale.errors import ConfigError, TraceFormatError  # noqa: E402
-from llmscale.perf.calibrate import Target, calibrate, read_closed_batches  # noqa: E402
-from llmscale.perf.closed_batch import EngineSettings  # noqa: E402
+from llmscale.offline.calibrate import Target, calibrate, read_closed_batches  # noqa: E402
+from llmscale.offline.closed_batch import EngineSettings  # noqa: E402
 
 ENGINES = (
     ("TensorRT-LLM", ("a100-40gb", "h100", "gh200")),

@@ -18,7 +18,7 @@ the first scrape and goes on during the run, so the pages carry non-trivial
 histograms, counters and gauges, and the counters move from tick to tick.
 
 The measuring process builds the live controller's path from a validated
-``LiveConfig`` with ``controller/wiring.py`` (``build_source``: a
+``LiveConfig`` with ``wiring.py`` (``build_source``: a
 ``PodScrapeSource`` over the 500 static targets; ``policy_run``: the ``slo``
 policy and its guards), then per tick: ``source.observe`` (scrape + parse),
 ``compute_signals`` over the window (``WINDOW_LEN`` observations, filled by
@@ -458,8 +458,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: float) -> int:
     from llmscale.config import deployment_of, parse_config
     from llmscale.controller.core import WINDOW_LEN, Controller, ControllerState, decide
-    from llmscale.controller.wiring import build_source, policy_run
     from llmscale.signals.fleet import compute_signals
+    from llmscale.wiring import build_source, policy_run
 
     port_maps = emus.wait_ready(timeout_s=300.0 + args.warmup_s)
     targets = [

@@ -27,9 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from llmscale.perf.calibration import argonne_rows  # noqa: E402
+from llmscale.offline.calibration import argonne_rows  # noqa: E402
+from llmscale.offline.closed_batch import EngineSettings, schedule  # noqa: E402
 from llmscale.perf.catalogue import get_model  # noqa: E402
-from llmscale.perf.closed_batch import EngineSettings, schedule  # noqa: E402
 from llmscale.perf.coefficients import load_coefficients  # noqa: E402
 from llmscale.perf.step_time import PerfModel  # noqa: E402
 

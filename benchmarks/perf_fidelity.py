@@ -25,10 +25,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from llmscale.offline.calibration import load_points  # noqa: E402
 from llmscale.offline.perf_fidelity import e2e_report  # noqa: E402
 from llmscale.offline.perf_fit import LLAMA2_7B_H100_BATCH1_TPOT_MS, SARATHI_DECODE_MS, anchors, error_report  # noqa: E402
 from llmscale.perf import cold_start, get_perf_model  # noqa: E402
-from llmscale.perf.calibration import load_points  # noqa: E402
 from llmscale.perf.coefficients import load_coefficients  # noqa: E402
 
 

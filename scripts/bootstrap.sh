@@ -15,9 +15,11 @@ py="${PYTHON:-python3}"
 stamp=".venv/.llmscale-installed${extras}"
 dynamo_wheel="ai-dynamo==1.6.1"
 # setup.py compiles the simulator's hot modules with mypyc: a change to them must rebuild too.
-want="$(cat pyproject.toml setup.py src/llmscale/perf/kernel.py src/llmscale/sim/request.py \
-  src/llmscale/sim/histogram.py src/llmscale/sim/replica.py src/llmscale/sim/fleet.py \
-  | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}-${dynamo_wheel}"
+# (the list of compiled modules is _source_first.py's; an interpreter that cannot run gives none,
+# and ensure_prereqs below says why)
+hot="$("$py" -c 'import runpy; print(" ".join(runpy.run_path("src/llmscale/_source_first.py")["hot_module_paths"]()))' 2>/dev/null || true)"
+# shellcheck disable=SC2086  # the list is space-separated paths without blanks
+want="$(cat pyproject.toml setup.py src/llmscale/_source_first.py $hot | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}-${dynamo_wheel}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # Only when something must be built: python3-venv, gcc, python3-dev (installed with apt-get as root
   # or through sudo, else each one named with the command that installs it).

@@ -14,7 +14,7 @@ output; other versions move the staged optimum by far less than the rounding
 tests/perf/test_perf_fidelity.py allows. ``--check`` fits and compares with the
 committed file instead of writing (exit 1 if they differ).
 
-See :mod:`llmscale.perf.calibration` for the points and :mod:`llmscale.offline.perf_fit`
+See :mod:`llmscale.offline.calibration` for the points and :mod:`llmscale.offline.perf_fit`
 for the model and the optimiser set-up.
 """
 
@@ -30,8 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
+from llmscale.offline.calibration import load_points  # noqa: E402
 from llmscale.offline.perf_fit import build_document  # noqa: E402
-from llmscale.perf.calibration import load_points  # noqa: E402
 
 #: File (relative to the calibration dir) -> upstream origin and licence.
 SOURCES = {

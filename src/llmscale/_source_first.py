@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["HOT_MODULES", "install"]
+__all__ = ["HOT_MODULES", "hot_module_paths", "install"]
 
-#: The modules setup.py compiles with mypyc (keep the two lists in step).
+#: The modules setup.py compiles with mypyc: the one list (setup.py, scripts/bootstrap.sh's rebuild
+#: check and tests/sim/test_compiled.py read it from here).
 HOT_MODULES = frozenset(
     (
         "llmscale.perf.kernel",
@@ -30,6 +31,12 @@ HOT_MODULES = frozenset(
     )
 )
 _PACKAGE = Path(__file__).resolve().parent
+
+
+def hot_module_paths() -> list[str]:
+    """The compiled modules' sources relative to the repository root, sorted:
+    ``src/llmscale/perf/kernel.py``, ... (what mypyc is given)."""
+    return sorted("src/" + name.replace(".", "/") + ".py" for name in HOT_MODULES)
 
 
 class _SourceFirst(importlib.abc.MetaPathFinder):

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from llmscale.cli_common import CommonOptionsGroup, write_json
+from llmscale.deployment import DEFAULT_DEPLOYMENT
 from llmscale.edge import check_distinct_paths, check_option, check_output_path
 from llmscale.errors import ConfigError, LlmscaleError
 from llmscale.perf.catalogue import GPUS
@@ -194,7 +195,7 @@ def _engine_settings(
     chunked_prefill: bool | None,
 ) -> dict[str, Any]:
     """Engine scheduler settings: the options given, else the profile's engine, else vLLM V1's defaults."""
-    from llmscale.perf.closed_batch import EngineSettings
+    from llmscale.offline.closed_batch import EngineSettings
 
     recorded: dict[str, Any] = {}
     if calibration is not None:
@@ -315,7 +316,7 @@ def _with_node_pool(base: Any, node_start_s: float | None, max_nodes: int | None
     """
     from dataclasses import replace
 
-    from llmscale.backtest.runner import MAX_REPLICAS
+    from llmscale.guards import MAX_REPLICAS
 
     check_option("--node-start-s", node_start_s, "[0, 86400]")
     check_option("--max-nodes", max_nodes, f"[1, {MAX_REPLICAS}]", integer=True)
@@ -358,7 +359,7 @@ def _check_backtest_options(
     slo_ttft_per_1k_tokens_s: float = 0.0,
 ) -> None:
     """Every numeric option of ``backtest`` in its range, named as the user typed it."""
-    from llmscale.backtest.runner import MAX_REPLICAS
+    from llmscale.guards import MAX_REPLICAS
 
     replicas_range = f"[0, {MAX_REPLICAS}]"
     # 0 is refused, not "leave static out": it ran one replica (issue 19); a fleet of none serves nothing
@@ -421,7 +422,7 @@ def _sized_settings(
 
     from llmscale.backtest.runner import BacktestSettings, build_fleet
     from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
-    from llmscale.sim.fleet import SimConfig
+    from llmscale.sim.config import SimConfig
 
     sim = SimConfig(seed=seed, **sim_options, **engine)
     base = BacktestSettings(
@@ -515,7 +516,9 @@ def backtest(
         int | None,
         typer.Option(help="Replicas of the `static` policy (default: enough for the peak minute)."),
     ] = None,
-    min_replicas: Annotated[int, typer.Option(help="Lower bound for autoscaling policies.")] = 1,
+    min_replicas: Annotated[
+        int, typer.Option(help="Lower bound for autoscaling policies.")
+    ] = DEFAULT_DEPLOYMENT.min_replicas,
     max_replicas: Annotated[
         int | None, typer.Option(help="Upper bound (default: max(64, 2 x the peak minute's need)).")
     ] = None,
@@ -524,9 +527,11 @@ def backtest(
     ] = None,
     model: Annotated[
         str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
-    ] = "llama-3-8b",
-    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "h100-80gb",
-    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")] = 1,
+    ] = DEFAULT_DEPLOYMENT.model,
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = DEFAULT_DEPLOYMENT.gpu,
+    tp: Annotated[
+        int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")
+    ] = DEFAULT_DEPLOYMENT.tp,
     rate_scale: Annotated[
         float, typer.Option(help="Multiply the arrival rate, keeping the trace's duration and shape.")
     ] = 1.0,
@@ -545,17 +550,19 @@ def backtest(
     burst_share: Annotated[float, typer.Option(help=_BURST_SHARE_HELP)] = 0.0,
     hbm_glitch: Annotated[list[str] | None, typer.Option(help=_HBM_GLITCH_HELP)] = None,
     adaptive_batch: Annotated[bool, typer.Option(help=_ADAPTIVE_BATCH_HELP)] = False,
-    slo_ttft_s: Annotated[float, typer.Option(help="SLO on time to first token (s).")] = 2.0,
+    slo_ttft_s: Annotated[
+        float, typer.Option(help="SLO on time to first token (s).")
+    ] = DEFAULT_DEPLOYMENT.slo_ttft_s,
     slo_tpot_s: Annotated[
         float, typer.Option(help="SLO on mean time per output token after the first (s).")
-    ] = 0.1,
+    ] = DEFAULT_DEPLOYMENT.slo_tpot_s,
     slo_ttft_per_1k_tokens_s: Annotated[
         float,
         typer.Option(
             help="Length-aware TTFT SLO: this many more seconds per 1,000 prompt tokens "
             "(target = --slo-ttft-s + this x prompt / 1000)."
         ),
-    ] = 0.0,
+    ] = DEFAULT_DEPLOYMENT.slo_ttft_per_1k_tokens_s,
     seed: Annotated[int, typer.Option(help="Seed for every random draw; same seed, same results.")] = 0,
     seeds: Annotated[
         int,
@@ -664,8 +671,9 @@ def backtest(
     from dataclasses import replace
 
     from llmscale.backtest.compare import build_document, run_backtest_seeds, seed_label
-    from llmscale.backtest.runner import MAX_REPLICAS, check_policies
+    from llmscale.backtest.runner import check_policies
     from llmscale.backtest.seeds import MAX_SEEDS, add_seed_statistics
+    from llmscale.guards import MAX_REPLICAS
 
     json_to_stdout = json_out == "-"
     console = _console(stderr=json_to_stdout)
@@ -896,7 +904,9 @@ def tune_cmd(
         str | None,
         typer.Option("--ray", help="Run trials as tasks on this existing Ray cluster (e.g. 10.0.0.5:6379)."),
     ] = None,
-    min_replicas: Annotated[int, typer.Option(help="Lower bound for autoscaling policies.")] = 1,
+    min_replicas: Annotated[
+        int, typer.Option(help="Lower bound for autoscaling policies.")
+    ] = DEFAULT_DEPLOYMENT.min_replicas,
     max_replicas: Annotated[
         int | None, typer.Option(help="Upper bound (default: max(64, 2 x the peak minute's need)).")
     ] = None,
@@ -905,9 +915,11 @@ def tune_cmd(
     ] = None,
     model: Annotated[
         str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
-    ] = "llama-3-8b",
-    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "h100-80gb",
-    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")] = 1,
+    ] = DEFAULT_DEPLOYMENT.model,
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = DEFAULT_DEPLOYMENT.gpu,
+    tp: Annotated[
+        int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")
+    ] = DEFAULT_DEPLOYMENT.tp,
     rate_scale: Annotated[
         float, typer.Option(help="Multiply the arrival rate, keeping the trace's duration and shape.")
     ] = 1.0,
@@ -916,13 +928,15 @@ def tune_cmd(
     ] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to tune on (s).")] = None,
     rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
-    slo_ttft_s: Annotated[float, typer.Option(help="SLO on time to first token (s).")] = 2.0,
+    slo_ttft_s: Annotated[
+        float, typer.Option(help="SLO on time to first token (s).")
+    ] = DEFAULT_DEPLOYMENT.slo_ttft_s,
     slo_tpot_s: Annotated[
         float, typer.Option(help="SLO on mean time per output token after the first (s).")
-    ] = 0.1,
+    ] = DEFAULT_DEPLOYMENT.slo_tpot_s,
     slo_ttft_per_1k_tokens_s: Annotated[
         float, typer.Option(help="Length-aware TTFT SLO: this many more seconds per 1,000 prompt tokens.")
-    ] = 0.0,
+    ] = DEFAULT_DEPLOYMENT.slo_ttft_per_1k_tokens_s,
     seed: Annotated[int, typer.Option(help="Seed of the workloads, the simulator and the sampler.")] = 0,
     policy_config: Annotated[
         Path | None,
@@ -1163,7 +1177,7 @@ def run_cmd(
     import threading
 
     from llmscale.config import check_run_files, load_config
-    from llmscale.controller.wiring import build_runtime
+    from llmscale.wiring import build_runtime
 
     if max_ticks is not None and max_ticks < 1:
         raise ConfigError(f"--max-ticks = {max_ticks}, must be >= 1")
@@ -1215,9 +1229,9 @@ def emulate_cmd(
     replicas: Annotated[int, typer.Option(help="Ready replicas at start.")] = 1,
     model: Annotated[
         str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")
-    ] = "llama-3-8b",
-    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = "h100-80gb",
-    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica.")] = 1,
+    ] = DEFAULT_DEPLOYMENT.model,
+    gpu: Annotated[str, typer.Option(help=GPU_HELP)] = DEFAULT_DEPLOYMENT.gpu,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica.")] = DEFAULT_DEPLOYMENT.tp,
     host: Annotated[str, typer.Option(help="Address every listener binds.")] = "127.0.0.1",
     port: Annotated[
         int, typer.Option(help="Front-door port; replicas take the next free ones (0: any).")
@@ -1521,14 +1535,14 @@ def calibrate_cmd(
 ) -> None:
     from rich.table import Table
 
-    from llmscale.perf.calibrate import (
+    from llmscale.offline.calibrate import (
         SERVE_KINDS,
         calibrate,
         read_closed_batches,
         read_prometheus,
         read_serve_result,
     )
-    from llmscale.perf.closed_batch import EngineSettings
+    from llmscale.offline.closed_batch import EngineSettings
 
     console = _json_console(json_out, *(("FILE", f) for f in files or []))
     if prometheus_selector is not None:

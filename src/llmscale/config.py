@@ -13,7 +13,6 @@ from __future__ import annotations
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import fields
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,13 +27,14 @@ from pydantic import (
     model_validator,
 )
 
-from llmscale.deployment import Deployment
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
+from llmscale.documents import validation_message
 from llmscale.errors import ConfigError
 from llmscale.guards import GUARD_RANGES, GuardConfig
 from llmscale.metrics.names import ACTIVATOR
+from llmscale.types import Mode
 
 __all__ = [
-    "GUARD_RANGES",
     "ActuatorConfig",
     "Address",
     "DriftConfig",
@@ -42,7 +42,6 @@ __all__ = [
     "LeaderElectionConfig",
     "LiveConfig",
     "MetricsConfig",
-    "Mode",
     "PolicySpec",
     "ShadowSpec",
     "TargetConfig",
@@ -52,12 +51,6 @@ __all__ = [
     "parse_config",
     "replicas_from_metrics",
 ]
-
-
-class Mode(StrEnum):
-    APPLY = "apply"
-    DRY_RUN = "dry-run"
-    SHADOW = "shadow"
 
 
 class _Section(BaseModel):
@@ -122,9 +115,9 @@ class TargetConfig(_Section):
     #: the pods' label selector, e.g. {app: llama}
     selector: dict[str, str] = Field(default_factory=dict)
     backend: Literal["vllm", "tgi", "triton"] = "vllm"
-    model: str = "llama-3-8b"
-    gpu: str = "h100-80gb"
-    tp: int = Field(default=1, ge=1)
+    model: str = DEFAULT_DEPLOYMENT.model
+    gpu: str = DEFAULT_DEPLOYMENT.gpu
+    tp: int = Field(default=DEFAULT_DEPLOYMENT.tp, ge=1)
     #: seconds from a new pod's creation to Ready, as measured on this cluster; policies that plan
     #: ahead (slo, dynamo-sla) look this far. Default: the catalogue's published figure for the
     #: model and GPU (pod scheduling + image pull + weight loading + warm-up).
@@ -133,8 +126,8 @@ class TargetConfig(_Section):
     #: capacity model and every capacity-model policy plan with it (default: the committed model)
     calibration: str | None = None
     #: the engine's scheduler settings, as the deployed vLLM runs (V1's defaults)
-    max_num_seqs: int = Field(default=256, ge=1)
-    max_num_batched_tokens: int = Field(default=8192, ge=1)
+    max_num_seqs: int = Field(default=DEFAULT_DEPLOYMENT.max_num_seqs, ge=1)
+    max_num_batched_tokens: int = Field(default=DEFAULT_DEPLOYMENT.max_num_batched_tokens, ge=1)
     #: the clients' time-out, seconds (a request unanswered this long is abandoned, e.g. the
     #: gateway's or the OpenAI client's ``timeout``): ``slo`` stops counting on a backlog older
     #: than it. None: the clients wait.
@@ -517,17 +510,10 @@ class LiveConfig(_Section):
 
 def load_config(path: str | Path, *, mode: str | None = None) -> LiveConfig:
     """Read and validate ``path``; ``mode`` overrides the file's mode. Raises ConfigError."""
-    from llmscale.documents import load_yaml
-    from llmscale.edge import MAX_DOCUMENT_BYTES, InputFileError, read_input_text
+    from llmscale.documents import read_yaml_file
 
     p = Path(path)
-    try:
-        text = read_input_text(p, MAX_DOCUMENT_BYTES, what="a YAML text file")
-    except InputFileError as e:
-        if "binary" in e.problem:
-            raise ConfigError(f"{p.name}: {e.problem}") from e
-        raise ConfigError(f"{e.path}: cannot read the config file: {e.problem}") from e
-    data = load_yaml(text, p.name)
+    data = read_yaml_file(p, "the config file", name=p.name)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -595,14 +581,7 @@ def parse_config(data: Mapping[str, Any], *, source: str = "<config>") -> LiveCo
     try:
         cfg = LiveConfig.model_validate(dict(data))
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        msg = first["msg"].removeprefix("Value error, ")
-        got = first.get("input")
-        if isinstance(got, int | float | str) and not isinstance(got, bool) and repr(got) not in msg:
-            msg = f"{msg} (got {got!r})"
-        more = f" (and {e.error_count() - 1} more error(s))" if e.error_count() > 1 else ""
-        raise ConfigError(f"{source}: {where}: {msg}{more}") from e
+        raise ConfigError(validation_message(e, source)) from e
     _check_semantics(cfg, source)
     return cfg
 
@@ -622,7 +601,8 @@ def _check_semantics(cfg: LiveConfig, source: str) -> None:
     def fail(where: str, msg: str) -> ConfigError:
         return ConfigError(f"{source}: {where}: {msg}")
 
-    from llmscale.policies.base import POLICIES, PolicyParamError, policy_names, validate_params
+    from llmscale.policies.base import POLICIES, policy_names, validate_params
+    from llmscale.policies.params import PolicyParamError
 
     try:
         guards = GuardConfig().merged(cfg.guard_overrides())

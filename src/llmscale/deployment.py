@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from llmscale.guards import GuardConfig
 
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
 
-__all__ = ["Deployment", "guard_config"]
+__all__ = ["DEFAULT_DEPLOYMENT", "Deployment", "GuardOverriding", "guard_config"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,9 @@ class Deployment:
     """Model, GPU, TP, engine settings, client time-out, SLOs and bounds of one scaled target.
 
     Defaults are vLLM V1's scheduler defaults on Llama-3-8B / H100 with the backtest's SLOs.
+    They are the one statement of the default target: :data:`DEFAULT_DEPLOYMENT` carries them to
+    the backtest's settings, ``run``'s configuration, the policies' own configs and the command
+    line's option defaults (tests/architecture/test_facts.py checks each reads them from here).
     """
 
     min_replicas: int = 1
@@ -39,7 +42,10 @@ class Deployment:
     model: str = "llama-3-8b"
     gpu: str = "h100-80gb"
     tp: int = 1
-    #: cold start of a new replica, seconds (pending + loading + warmup)
+    #: cold start of a new replica, seconds (pending + loading + warmup): the simulator's default
+    #: lifecycle, 60 + 20 + 10 s (``sim.SimConfig``), so a backtest without
+    #: ``with_cold_start()`` plans with the fleet it runs. ``run`` and ``with_cold_start()`` use
+    #: the catalogue's published figure for the model and GPU instead (Llama-3-8B / H100: 108 s).
     cold_start_s: float = 90.0
     #: waking a replica from vLLM level-1 sleep, seconds (a standby pool's start tier;
     #: :func:`llmscale.perf.start_tiers`: 1.6 s for Llama-3-8B on an H100)
@@ -54,8 +60,19 @@ class Deployment:
     max_num_batched_tokens: int = 8192
     #: the clients' time-out, seconds: a request still unanswered after it is abandoned (None: never)
     client_timeout_s: float | None = None
-    #: GPUs the whole target may use (None: unlimited); ``three-layer``'s resource layer
-    gpu_budget: int | None = None
+
+
+#: the default target's facts, read wherever a default model, GPU, SLO, cold start or bound is needed
+DEFAULT_DEPLOYMENT: Final = Deployment()
+
+
+@runtime_checkable
+class GuardOverriding(Protocol):
+    """A policy that declares guard settings it needs (its documented cooldowns, a GPU budget):
+    field values of :class:`~llmscale.guards.GuardConfig`, merged by :func:`guard_config`."""
+
+    @property
+    def guard_overrides(self) -> Mapping[str, Any]: ...
 
 
 def guard_config(deployment: Deployment, policy: Any, user: Mapping[str, Any] | None = None) -> GuardConfig:
@@ -65,4 +82,5 @@ def guard_config(deployment: Deployment, policy: Any, user: Mapping[str, Any] | 
     Raises ConfigError for an unknown guard name or an invalid combination.
     """
     base = GuardConfig(deployment.min_replicas, deployment.max_replicas, gpus_per_replica=deployment.tp)
-    return base.merged(getattr(policy, "guard_overrides", {}) or {}).merged(user or {})
+    overrides = policy.guard_overrides if isinstance(policy, GuardOverriding) else {}
+    return base.merged(overrides or {}).merged(user or {})

@@ -18,11 +18,21 @@ needs them, and refusing is simpler to trust than a bounded expansion.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from llmscale.errors import ConfigError
 
-__all__ = ["MAX_DEPTH", "load_yaml", "loads_json", "no_duplicate_keys", "read_yaml_file"]
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+__all__ = [
+    "MAX_DEPTH",
+    "load_yaml",
+    "loads_json",
+    "no_duplicate_keys",
+    "read_yaml_file",
+    "validation_message",
+]
 
 #: Deepest nesting of mappings and lists accepted. Our deepest document (a run config's
 #: ``shadow.guards.max_up_step``) is 3 deep; 64 leaves room for any hand-written structure and
@@ -113,18 +123,42 @@ def load_yaml(text: str, source: str) -> Any:
             loader.dispose()
 
 
-def read_yaml_file(path: Any, what: str) -> Any:
+def read_yaml_file(path: Any, what: str, *, name: str | None = None) -> Any:
     """Read ``path`` (a regular text file of at most MAX_DOCUMENT_BYTES) and :func:`load_yaml` it.
 
-    ``what`` names the document in the errors, e.g. ``"the policy config"``.
+    The one YAML reader of the edge: ``run``'s config, ``--policy-config``, a tenants file and a
+    calibration profile all come through here. ``what`` names the document in the errors, e.g.
+    ``"the policy config"``; ``name`` is how an error names the file (default: the path as given).
+    A file that is not text is named without ``what``: ``llmscale.yaml: line 1: byte 0 is not
+    UTF-8: not a YAML text file`` (tests/live/test_live_config.py pins it).
     """
     from llmscale.edge import MAX_DOCUMENT_BYTES, InputFileError, read_input_text
 
+    shown = str(path) if name is None else name
     try:
-        text = read_input_text(path, MAX_DOCUMENT_BYTES, what="YAML text")
+        text = read_input_text(path, MAX_DOCUMENT_BYTES, what="a YAML text file")
     except InputFileError as e:
+        if "binary" in e.problem:
+            raise ConfigError(f"{shown}: {e.problem}") from e
         raise ConfigError(f"{e.path}: cannot read {what}: {e.problem}") from e
-    return load_yaml(text, str(path))
+    return load_yaml(text, shown)
+
+
+def validation_message(error: ValidationError, source: str) -> str:
+    """The first error of a pydantic validation as one line naming ``source`` and the field path.
+
+    E.g. ``llmscale.yaml: policy.params.tick_s: Input should be greater than 0 (got -1)``, with
+    ``(and 2 more error(s))`` when there are more; the value is shown unless the message already
+    does. The edge's models (``config.py``, the tenants file) all report through this.
+    """
+    first = error.errors()[0]
+    where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    got = first.get("input")
+    if isinstance(got, int | float | str) and not isinstance(got, bool) and repr(got) not in msg:
+        msg = f"{msg} (got {got!r})"
+    more = f" (and {error.error_count() - 1} more error(s))" if error.error_count() > 1 else ""
+    return f"{source}: {where}: {msg}{more}"
 
 
 def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

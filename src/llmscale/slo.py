@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, overload
 
-from llmscale.sim.request import Status
+from llmscale.types import Status
 
 if TYPE_CHECKING:
     import numpy as np
@@ -70,7 +70,7 @@ def _met(status: Any, ttft_s: Any, tpot_s: Any, ttft_target_s: Any, tpot_target_
 def request_met(
     status: int, ttft_s: float, tpot_s: float, ttft_target_s: float, tpot_target_s: float
 ) -> bool:
-    """Whether one request met the SLO: its :class:`~llmscale.sim.request.Status` code, its TTFT
+    """Whether one request met the SLO: its :class:`~llmscale.types.Status` code, its TTFT
     and TPOT (s, NaN when undefined) and its two targets (s)."""
     return bool(_met(status, ttft_s, tpot_s, ttft_target_s, tpot_target_s))
 

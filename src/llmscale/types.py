@@ -10,13 +10,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from enum import StrEnum
+from typing import ClassVar, Final, Protocol
 
 __all__ = [
     "Decision",
     "FleetView",
     "Histogram",
     "HistogramView",
+    "Mode",
     "NoData",
     "Observation",
     "Phase",
@@ -24,9 +26,47 @@ __all__ = [
     "ReplicaView",
     "SignalValue",
     "Signals",
+    "Status",
     "SubTickSeries",
     "TickRecord",
 ]
+
+
+class Mode(StrEnum):
+    """What the live controller does with a decision (``run``'s ``mode:``): scale the target
+    (``apply``), only log it (``dry-run``), or log it beside another autoscaler's (``shadow``).
+
+    Here, not in ``config.py``, because the live loop reads it and must not import the
+    configuration edge.
+    """
+
+    APPLY = "apply"
+    DRY_RUN = "dry-run"
+    SHADOW = "shadow"
+
+
+class Status:
+    """A request's final outcome codes (``Final`` ints: the compiled simulator folds them into constants).
+
+    Here, not in ``sim/request.py``, because the SLO test (``slo.py``), the backtest's results and
+    the emulator read them too, and none of those may import the simulator's internals.
+    """
+
+    IN_FLIGHT: Final = 0
+    COMPLETED: Final = 1
+    REJECTED: Final = 2
+    TIMED_OUT: Final = 3
+    KILLED: Final = 4  # in flight on a draining replica when its grace period ran out
+    ABORTED: Final = 5  # its client went away (the emulator's HTTP client disconnected): Fleet.abort
+
+    NAMES: ClassVar[tuple[str, ...]] = (
+        "in_flight",
+        "completed",
+        "rejected",
+        "timed_out",
+        "killed_by_scale_down",
+        "aborted",
+    )
 
 
 class Phase(enum.IntEnum):

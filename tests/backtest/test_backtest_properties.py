@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from llmscale.backtest.compare import build_document, run_backtest
 from llmscale.backtest.runner import BacktestSettings, run_policy
-from llmscale.sim.fleet import SimConfig
+from llmscale.sim.config import SimConfig
 from llmscale.workloads import Workload, flash_crowd
 
 

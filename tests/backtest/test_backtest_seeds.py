@@ -19,7 +19,7 @@ from llmscale.backtest.seeds import (
     paired_difference,
     seed_block,
 )
-from llmscale.sim.fleet import SimConfig
+from llmscale.sim.config import SimConfig
 from llmscale.workloads import Workload, flash_crowd
 
 SEEDS = (11, 12, 13)

@@ -18,7 +18,7 @@ from llmscale.backtest.causal_bound import (
 )
 from llmscale.backtest.runner import BacktestSettings
 from llmscale.errors import ConfigError
-from llmscale.sim.fleet import SimConfig
+from llmscale.sim.config import SimConfig
 from llmscale.workloads.lengths import LognormalLengths
 from llmscale.workloads.synthetic import workload_from_rate_curve
 

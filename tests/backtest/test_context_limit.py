@@ -19,9 +19,10 @@ from llmscale.backtest.sizing import replica_capacity_rps
 from llmscale.errors import ConfigError
 from llmscale.perf import get_perf_model
 from llmscale.perf.catalogue import get_model
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.config import SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.sim.limits import context_limit, exceeds_context
-from llmscale.sim.request import Status
+from llmscale.types import Status
 from llmscale.workloads import Workload
 
 LLAMA3_CONTEXT = 8192  # Meta-Llama-3-8B config.json max_position_embeddings

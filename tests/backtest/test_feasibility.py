@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from llmscale.backtest.compare import build_document, run_backtest
-from llmscale.backtest.feasibility import feasible_only, infeasible_mask, ttft_target_s
-from llmscale.backtest.results import slo_met
+from llmscale.backtest.feasibility import feasible_only, infeasible_mask
 from llmscale.backtest.runner import BacktestSettings, build_fleet
 from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
 from llmscale.errors import ConfigError
-from llmscale.sim.fleet import SimConfig
-from llmscale.sim.request import Status
+from llmscale.sim.config import SimConfig
+from llmscale.slo import slo_met, ttft_target_s
+from llmscale.types import Status
 from llmscale.workloads import Workload
 
 SHORT, LONG = 1000, 7000

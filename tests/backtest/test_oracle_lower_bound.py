@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from llmscale.backtest.compare import run_backtest
 from llmscale.backtest.runner import BacktestSettings
-from llmscale.sim.fleet import SimConfig
+from llmscale.sim.config import SimConfig
 from llmscale.workloads import Workload, flash_crowd, poisson
 
 DURATION_S = 300.0

@@ -26,7 +26,7 @@ from llmscale.backtest.oracle_schedule import (
     schedule_cost_s,
 )
 from llmscale.backtest.runner import BacktestSettings
-from llmscale.sim.fleet import SimConfig
+from llmscale.sim.config import SimConfig
 from llmscale.workloads import Workload, diurnal, flash_crowd
 from llmscale.workloads.matrix import mix_lengths
 

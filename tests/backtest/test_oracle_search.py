@@ -23,7 +23,7 @@ from llmscale.backtest.compare import build_document, run_backtest, schedule
 from llmscale.backtest.oracle import OracleSettings, _next_query, _search, _smallest_meeting, run_oracle
 from llmscale.backtest.oracle_judge import Judge
 from llmscale.backtest.runner import BacktestSettings, build_fleet
-from llmscale.sim.fleet import SimConfig
+from llmscale.sim.config import SimConfig
 from llmscale.workloads import flash_crowd
 
 

@@ -23,9 +23,9 @@ import llmscale
 from llmscale.backtest.oracle_judge import Judge
 from llmscale.backtest.oracle_schedule import Grid, ScheduleRun
 from llmscale.backtest.runner import BacktestSettings
-from llmscale.sim.fleet import SimConfig
-from llmscale.sim.request import Status
+from llmscale.sim.config import SimConfig
 from llmscale.slo import request_met, slo_met, ttft_target_s
+from llmscale.types import Status
 from llmscale.workloads import Workload
 
 NAN, INF = math.nan, math.inf

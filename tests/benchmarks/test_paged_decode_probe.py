@@ -17,8 +17,8 @@ SCRIPT = REPO / "benchmarks" / "paged_decode_probe.py"
 
 
 def test_probe_baseline_is_the_fidelity_report(shared_data: Path) -> None:
+    from llmscale.offline.calibration import load_points
     from llmscale.offline.perf_fidelity import e2e_report
-    from llmscale.perf.calibration import load_points
     from llmscale.perf.coefficients import load_coefficients
 
     cal = shared_data / "calibration"

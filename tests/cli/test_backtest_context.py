@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from test_backtest_cli import run
 
+from llmscale.backtest.context_check import fmt_share
 from llmscale.perf.catalogue import get_model
-from llmscale.report.context import context_warning, fmt_share
+from llmscale.report.context import context_warning
 from llmscale.workloads import LognormalLengths, Workload, flash_crowd, poisson
 
 CONTEXT = get_model("llama-3-8b").max_context_tokens  # 8,192: the CLI's default model

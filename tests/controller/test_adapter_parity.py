@@ -42,7 +42,6 @@ from llmscale.backtest.runner import (
 )
 from llmscale.clock import ManualClock
 from llmscale.cluster.sim import SimCluster
-from llmscale.config import Mode
 from llmscale.controller.core import Controller
 from llmscale.controller.decision_log import DecisionLog
 from llmscale.controller.live import LiveController, PolicyRun
@@ -51,6 +50,7 @@ from llmscale.deployment import guard_config
 from llmscale.policies.base import create_policy
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.sub_tick import QUEUE_SAMPLE_PERIOD_S
+from llmscale.types import Mode
 from llmscale.workloads import make_preset, window
 from llmscale.workloads.model import Workload
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmscale.controller.loop import fleet_state
+from llmscale.controller.core import fleet_state
 from llmscale.types import FleetView, Signals, SignalValue
 
 

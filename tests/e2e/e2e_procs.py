@@ -5,7 +5,7 @@ of the test's work directory, so a chatty child never blocks on a full pipe and 
 message can show its log. :meth:`Proc.stop` sends SIGTERM to the group, waits, then SIGKILLs
 it: nothing a test started outlives it, whether the test passed or failed.
 
-Waiting is always for a condition with a deadline (:func:`wait_until`), never a fixed sleep:
+Waiting is always for a condition with a deadline (:func:`support.wait.wait_for`), never a fixed sleep:
 the machine is shared and its load varies.
 """
 
@@ -19,14 +19,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 import pytest
 import yaml
+
+from support.wait import wait_for
 
 __all__ = [
     "ADMIN_TOKEN",
@@ -36,7 +37,6 @@ __all__ = [
     "llmscale_command",
     "metric_value",
     "mooncake_slice",
-    "wait_until",
     "write_config",
 ]
 
@@ -54,22 +54,6 @@ def llmscale_command() -> list[str]:
     if script.exists():
         return [str(script)]
     return [sys.executable, "-m", "llmscale.cli"]
-
-
-def wait_until(
-    check: Callable[[], T | None], timeout_s: float, what: str, *, every_s: float = 0.2,
-    context: Callable[[], str] | None = None,
-) -> T:  # fmt: skip
-    """Poll ``check`` until it returns a truthy value (returned); fail the test after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            extra = f"\n{context()}" if context is not None else ""
-            pytest.fail(f"{what}: not within {timeout_s:.0f} s{extra}")
-        time.sleep(every_s)
 
 
 class Proc:
@@ -155,7 +139,7 @@ class EmulateProcess(Proc):
             m = re.search(r"^front door: (http://\S+)", text, re.M)
             return m.group(1) if m and re.search(r"^ready$", text, re.M) else None
 
-        self.base_url = wait_until(ready, timeout_s, "emulate ready", context=self.tail)
+        self.base_url = wait_for("emulate ready", ready, timeout_s, every_s=0.2, context=self.tail)
         return self.base_url
 
     def admin(self) -> dict[str, Any]:

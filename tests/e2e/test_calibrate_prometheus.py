@@ -16,10 +16,11 @@ import time
 
 import pytest
 import yaml
-from e2e_procs import EmulateProcess, Proc, llmscale_command, wait_until
+from e2e_procs import EmulateProcess, Proc, llmscale_command
 
 from llmscale.perf.profile import CalibrationProfile
 from support.prometheus_server import TargetGroup
+from support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +57,7 @@ def test_calibrate_reads_a_live_fleet_through_prometheus(workdir, procs, prometh
         r = prom.query("sum(rate(vllm:inter_token_latency_seconds_count[20s]))")
         return bool(r) and float(r[0]["value"][1]) > 0
 
-    wait_until(itl_in_prometheus, 60, "inter-token latencies in Prometheus", context=loadgen.tail)
+    wait_for("inter-token latencies in Prometheus", itl_in_prometheus, 60, every_s=0.2, context=loadgen.tail)
     assert loadgen.wait(90) == 0, loadgen.tail()
     end = time.time()
 

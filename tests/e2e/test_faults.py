@@ -34,11 +34,11 @@ from e2e_procs import (
     decision_lines,
     llmscale_command,
     metric_value,
-    wait_until,
     write_config,
 )
 
 from support.prometheus_server import free_port
+from support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -135,8 +135,8 @@ def test_prometheus_outage_holds_counts_errors_and_recovers(workdir, procs, prom
         return ln["unknown_replicas"] == 0 and value is not None and abs(value - VRAM_PER_REPLICA) < 1e-6
 
     # 1. Prometheus up: two ticks read both replicas and keep the fleet.
-    before = wait_until(
-        lambda: lines_after(0.0, healthy, 2), 60, "two ticks with data", context=context, every_s=0.5
+    before = wait_for(
+        "two ticks with data", lambda: lines_after(0.0, healthy, 2), 60, context=context, every_s=0.5
     )
     for ln in before:
         assert ln["desired_before_guards"] == 2 and ln["desired"] == 2 and not ln["applied"], ln
@@ -146,10 +146,13 @@ def test_prometheus_outage_holds_counts_errors_and_recovers(workdir, procs, prom
     # 2. Prometheus stopped: ticks hold the fleet although the policy proposes a scale-down.
     prom.stop()
     t_stop = time.time()
-    outage = wait_until(
-        lambda: lines_after(t_stop, lambda ln: ln["metrics_outage"], 3), 30, "three ticks of the outage",
-        context=context, every_s=0.5,
-    )  # fmt: skip
+    outage = wait_for(
+        "three ticks of the outage",
+        lambda: lines_after(t_stop, lambda ln: ln["metrics_outage"], 3),
+        30,
+        context=context,
+        every_s=0.5,
+    )
     for ln in outage:
         assert ln["unknown_replicas"] == 2, ln
         # The policy read the missing value as 0 and asked for 1 replica: the controller held 2.
@@ -164,10 +167,10 @@ def test_prometheus_outage_holds_counts_errors_and_recovers(workdir, procs, prom
     # 3. Prometheus back on the same port and TSDB: ticks see both replicas again.
     prom.restart()
     t_back = time.time()
-    after = wait_until(
+    after = wait_for(
+        "ticks with data after the restart",
         lambda: lines_after(t_back, healthy, 2),
         45,
-        "ticks with data after the restart",
         context=context,
         every_s=0.5,
     )
@@ -210,7 +213,7 @@ def test_one_replica_scrape_failing_is_unknown_not_zero(workdir, procs):
         lines = decision_lines(log_path)
         return lines if len(lines) >= 3 else None
 
-    wait_until(ticks, 60, "three ticks", context=context)
+    wait_for("three ticks", ticks, 60, every_s=0.2, context=context)
     # The controller's own gauges say the same while it runs.
     assert metric_value(ctl, "llmscale_unknown_replicas") == 1.0
     errors = metric_value(ctl, "llmscale_scrape_errors_total", {"source": "scrape"})
@@ -279,7 +282,9 @@ def test_restart_with_file_state_takes_no_extra_action_within_cooldown(workdir, 
     saved = json.loads(state.read_text())
     assert saved["last_decision"]["final"] == 3
     assert saved["guard_state"]["last_change_s"] == pytest.approx(first["time_s"], abs=0.01)
-    wait_until(lambda: len(fleet_a.ready_replicas()) == 3, 30, "3 ready replicas", context=fleet_a.tail)
+    wait_for(
+        "3 ready replicas", lambda: len(fleet_a.ready_replicas()) == 3, 30, every_s=0.2, context=fleet_a.tail
+    )
 
     # Run 2: restarted on the saved state, the idle fleet's proposal of 1 waits out the cooldown.
     cfg2, log2 = config("run2", url_a, {"name": "slo"}, state)

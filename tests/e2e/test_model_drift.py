@@ -32,11 +32,11 @@ from e2e_procs import (
     decision_lines,
     llmscale_command,
     metric_value,
-    wait_until,
     write_config,
 )
 
 from support.prometheus_server import free_port
+from support.wait import wait_for
 
 pytestmark = [pytest.mark.slow]
 
@@ -134,7 +134,9 @@ def test_run_reports_drift_and_adapts_toward_the_engine(workdir, procs):
         v = metric_value(url_a, "llmscale_model_drift_ratio", {"quantity": "itl"})
         return v if v is not None and v > 1.15 else None
 
-    ratio_a = wait_until(drift_reported, 120, "A's ITL drift ratio beyond 1.15 on /metrics", context=context)
+    ratio_a = wait_for(
+        "A's ITL drift ratio beyond 1.15 on /metrics", drift_reported, 120, every_s=0.2, context=context
+    )
     assert ratio_a < 1.7, ratio_a  # bandwidth 0.6 costs these decode steps ~40%, not more
 
     # B: the bandwidth factor moves toward the engine's 0.6 ...
@@ -143,7 +145,7 @@ def test_run_reports_drift_and_adapts_toward_the_engine(workdir, procs):
         v = metric_value(url_b, "llmscale_model_factor", {"factor": "bandwidth"})
         return v if v is not None and v <= 0.85 else None
 
-    wait_until(moved, 120, "B's bandwidth factor at or below 0.85", context=context)
+    wait_for("B's bandwidth factor at or below 0.85", moved, 120, every_s=0.2, context=context)
 
     # ... until its model predicts the fleet's ITL again (within the 10% the warning clears at)
     def back() -> dict[str, Any] | None:
@@ -154,7 +156,7 @@ def test_run_reports_drift_and_adapts_toward_the_engine(workdir, procs):
                 return ln if r is not None and r < 1.10 else None
         return None
 
-    back_line = wait_until(back, 150, "B's ITL drift back within 10%", context=context)
+    back_line = wait_for("B's ITL drift back within 10%", back, 150, every_s=0.2, context=context)
 
     loadgen.stop()
     for run in (run_a, run_b):

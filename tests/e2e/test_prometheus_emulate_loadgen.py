@@ -36,11 +36,11 @@ from e2e_procs import (
     decision_lines,
     llmscale_command,
     mooncake_slice,
-    wait_until,
     write_config,
 )
 
 from support.prometheus_server import free_port
+from support.wait import wait_for
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
 
@@ -148,7 +148,7 @@ def test_run_reading_prometheus_scales_emulate_up_under_loadgen(
         lines = decision_lines(log_path)
         return lines if any(ln["rule"] != "no-data" for ln in lines) else None
 
-    idle = wait_until(idle_ticks, 60, "a tick of llmscale run with data", context=context)
+    idle = wait_for("a tick of llmscale run with data", idle_ticks, 60, every_s=0.2, context=context)
     for ln in idle:
         assert ln["desired"] == 1 and not ln["applied"], f"scaled with no load: {ln}"
     with_data = [ln for ln in idle if ln["rule"] != "no-data"][-1]
@@ -177,7 +177,7 @@ def test_run_reading_prometheus_scales_emulate_up_under_loadgen(
                 return ln
         return None
 
-    up = wait_until(scale_up, 45, "a scale-up applied by llmscale run under load", context=context)
+    up = wait_for("a scale-up applied by llmscale run under load", scale_up, 45, every_s=0.2, context=context)
 
     # The decision log says why, with the numbers.
     assert up["policy"] == "slo" and up["mode"] == "apply", up
@@ -189,10 +189,13 @@ def test_run_reading_prometheus_scales_emulate_up_under_loadgen(
     assert why_not is None, f"{why_not}: {up}"
 
     # The emulated fleet grew to what was decided, and Prometheus found the new replicas (http_sd).
-    grown = wait_until(
+    grown = wait_for(
+        "emulate's spec to grow",
         lambda: (doc := emulate.admin())["spec_replicas"] >= up["desired"] and doc,
-        10, "emulate's spec to grow", context=context,
-    )  # fmt: skip
+        10,
+        every_s=0.2,
+        context=context,
+    )
     assert len(grown["replicas"]) >= up["desired"], grown
     prom.wait_for('up{job="llm"} == 1', lambda r: len(r) >= 2, timeout_s=30)
 
@@ -200,7 +203,7 @@ def test_run_reading_prometheus_scales_emulate_up_under_loadgen(
     def sees_growth() -> bool:
         return any(ln["replicas"]["spec"] >= up["desired"] for ln in decision_lines(log_path))
 
-    wait_until(sees_growth, 20, "a tick that sees the grown fleet", context=context)
+    wait_for("a tick that sees the grown fleet", sees_growth, 20, every_s=0.2, context=context)
 
     loadgen.stop()
     run.signal(signal.SIGTERM)

@@ -11,8 +11,7 @@ replica's vLLM gauges), each with a bound.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -22,19 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmscale.metrics.names import VllmMetric as V
 from support.emulate_proc import EmulateProcess, start_emulate, stop_emulate
+from support.wait import wait_for
 
 TOKEN = "faults-emulated-admin-token-7f3c"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 STREAMS = 40
-
-
-def wait_for(pred: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 @contextmanager
@@ -89,13 +80,13 @@ def open_streams(ep: EmulateProcess, n: int, release: threading.Event) -> list[t
 def running_and_waiting(ep: EmulateProcess) -> tuple[float, float, int]:
     url = next(iter(ep.replica_urls.values()))
     # The fuse's last halving is at 12 x 83 ms = 0.996 s of emulator time.
-    wait_for(lambda: float(admin(ep)["now_s"]) > 1.0, "the emulator's clock to pass 1.0 s")  # type: ignore[arg-type]
+    wait_for("the emulator's clock to pass 1.0 s", lambda: float(admin(ep)["now_s"]) > 1.0, 60.0)  # type: ignore[arg-type]
     (replica,) = admin(ep)["replicas"]  # type: ignore[misc]
     limit = int(replica["max_num_seqs"])
     release = threading.Event()
     threads = open_streams(ep, STREAMS, release)
     try:
-        wait_for(lambda: sum(gauges(url).values()) == STREAMS, f"all {STREAMS} requests on the replica")
+        wait_for(f"all {STREAMS} requests on the replica", lambda: sum(gauges(url).values()) == STREAMS, 60.0)
         g = gauges(url)
         return g[V.RUNNING], g[V.WAITING], limit
     finally:

@@ -12,6 +12,7 @@ import pytest
 from llmscale.emulate import EmulateCluster, EmulateConfig, EmulatorThread
 from llmscale.errors import ActuationError
 from llmscale.types import Phase
+from support.wait import wait_for
 
 MODEL = "llama-3-8b"
 TOKEN = "scaling-test-token-0123456789"
@@ -36,14 +37,6 @@ def fleet() -> Iterator[EmulatorThread]:
     )
     with EmulatorThread(cfg) as t:
         yield t
-
-
-def wait_for(pred, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.02)
 
 
 def test_scale_up_walks_the_lifecycle_and_the_new_replica_gets_a_port(fleet: EmulatorThread) -> None:
@@ -115,7 +108,9 @@ def _busy_replica_drain(fleet: EmulatorThread, drain_until_idle: bool) -> tuple[
         for th in threads:
             th.start()
         try:
-            wait_for(lambda: fleet.call(lambda s: s.emu.in_flight) == 2)
+            wait_for(
+                "both requests in flight", lambda: fleet.call(lambda s: s.emu.in_flight) == 2, every_s=0.02
+            )
             cluster.scale_to(1, now_s=0.0, drain_until_idle=drain_until_idle)
             phases = {r["name"]: r["phase"] for r in cluster.document()["replicas"]}
             draining = [n for n, ph in phases.items() if ph == "draining"]
@@ -135,8 +130,14 @@ def test_scale_down_with_drain_until_idle_finishes_in_flight_work(fleet: Emulato
     result, drained, port = _busy_replica_drain(fleet, drain_until_idle=True)
     assert result["tokens"] == LONG_TOKENS and result["tail"] == "data: [DONE]"  # not killed
     with EmulateCluster(fleet.base_url, token=TOKEN) as cluster:
-        wait_for(lambda: drained not in {v.name for v in cluster.replicas_view()})
-    wait_for(lambda: _refused(port))  # its listener is closed once it is gone
+        wait_for(
+            "the drained replica gone",
+            lambda: drained not in {v.name for v in cluster.replicas_view()},
+            every_s=0.02,
+        )
+    wait_for(
+        "its port refused", lambda: _refused(port), every_s=0.02
+    )  # its listener is closed once it is gone
 
 
 def test_scale_down_past_the_grace_period_kills_the_stream(fleet: EmulatorThread) -> None:

@@ -174,9 +174,9 @@ def test_the_live_loop_sees_a_sleeping_replica_as_neither_capacity_nor_unknown(f
     the fleet counts 2 ready of spec 2, the signals 2 serving and none unknown (its page is not
     missed: a sleeper is not expected to serve)."""
     from llmscale.controller.live import ClusterAlignedSource
-    from llmscale.controller.wiring import EmulateTargets
     from llmscale.metrics.scrape import PodScrapeSource
     from llmscale.signals.fleet import compute_signals
+    from llmscale.wiring import EmulateTargets
 
     base = fleet.base_url
     doc = _doc(base)

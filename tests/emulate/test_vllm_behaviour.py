@@ -9,8 +9,7 @@ emulated fleet on 127.0.0.1 (an in-process server on its own thread and event lo
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import httpx
@@ -22,6 +21,7 @@ from llmscale.emulate import EmulateConfig, EmulatorThread
 from llmscale.errors import ConfigError
 from llmscale.metrics.names import ITERATION_TOKENS_BUCKETS, vllm_1_2_5_buckets
 from llmscale.metrics.names import VllmMetric as V
+from support.wait import wait_for
 
 MODEL = "meta-llama/Meta-Llama-3-8B"  # the served name (the model's Hugging Face id)
 #: ~2000 tokens at ~12.5 ms each: ~25 s of decoding, far longer than any wait below.
@@ -33,17 +33,6 @@ T = TypeVar("T")
 def fleet() -> Iterator[EmulatorThread]:
     with EmulatorThread(EmulateConfig(replicas=1, port=0)) as t:
         yield t
-
-
-def wait_for(what: str, check: Callable[[], T], timeout_s: float = 10.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout_s} s (last: {value!r})")
-        time.sleep(0.02)
 
 
 def client(fleet: EmulatorThread) -> openai.OpenAI:

@@ -48,7 +48,7 @@ from llmscale.metrics.promapi import (
     parse_answer,
 )
 from llmscale.metrics.prometheus import PrometheusSource
-from llmscale.perf.calibrate import read_serve_result
+from llmscale.offline.calibrate import read_serve_result
 from llmscale.tenancy.node_metrics import read_node_sample
 from support.answer_server import Reply, answer_server
 

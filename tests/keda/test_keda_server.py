@@ -20,6 +20,7 @@ from llmscale.cluster.keda import externalscaler_pb2_grpc as pb_grpc
 from llmscale.cluster.keda.server import peer_host
 from llmscale.errors import ActuationError, ConfigError
 from llmscale.types import Phase, ReplicaView
+from support.wait import wait_for
 
 RPC_TIMEOUT_S = 5.0  # deadline of every unary call
 STREAM_DEADLINE_S = 20.0  # upper bound on any stream a test opens
@@ -107,15 +108,6 @@ def code_of(fn: Callable[..., object], *args: object) -> tuple[grpc.StatusCode, 
     with pytest.raises(grpc.RpcError) as info:
         fn(*args, timeout=RPC_TIMEOUT_S)
     return info.value.code(), info.value.details()
-
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
-    pause = threading.Event()  # never set: wait() is a sleep
-    for _ in range(int(timeout_s / 0.02)):
-        if predicate():
-            return True
-        pause.wait(0.02)
-    return predicate()
 
 
 # --- the Cluster side -------------------------------------------------------------------
@@ -313,7 +305,7 @@ def test_stream_ends_when_the_client_cancels(make_served: MakeServed) -> None:
     reader.cancel()
     assert reader.ended.wait(WAIT_S) and reader.final_code == grpc.StatusCode.CANCELLED
     # The server side notices too: its worker thread is released well before the keep-alive.
-    assert wait_until(lambda: s.server.servicer.open_streams == 0)
+    wait_for("no stream open", lambda: s.server.servicer.open_streams == 0, WAIT_S, every_s=0.02)
 
 
 def test_stream_ends_cleanly_when_the_server_stops(make_served: MakeServed) -> None:
@@ -461,7 +453,12 @@ def test_a_client_flooding_streams_cannot_lock_keda_out(make_served: MakeServed)
         # The flooder's slots come back when its streams end.
         for r in flood:
             r.cancel()
-        assert wait_until(lambda: s.server.servicer.open_streams_of("ipv6:[::1]") == 0)
+        wait_for(
+            "no stream of ::1 open",
+            lambda: s.server.servicer.open_streams_of("ipv6:[::1]") == 0,
+            WAIT_S,
+            every_s=0.02,
+        )
         again = StreamReader.open(pb_grpc.ExternalScalerStub(flooder_channel), ref())
         assert again.next() is False
         again.cancel()

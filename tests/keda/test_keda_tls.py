@@ -23,9 +23,9 @@ import yaml
 from llmscale.cluster.keda import KedaScaler, ServerTls, serve
 from llmscale.cluster.keda import externalscaler_pb2 as pb
 from llmscale.cluster.keda import externalscaler_pb2_grpc as pb_grpc
-from llmscale.controller.wiring import ObservedReplicas
 from llmscale.errors import ConfigError
 from llmscale.types import FleetView, Observation, Phase, ReplicaSample
+from llmscale.wiring import ObservedReplicas
 from support.certs import Ca, Leaf, make_ca
 
 RPC_TIMEOUT_S = 5.0

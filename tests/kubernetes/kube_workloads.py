@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TypeVar
 
 from kubernetes import client
 
 T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T], timeout_s: float = 60.0, interval_s: float = 0.1) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` and the last value."""
-    deadline = time.monotonic() + timeout_s
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; last value: {last!r}")
 
 
 def _pod_template(

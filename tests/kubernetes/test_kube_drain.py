@@ -24,13 +24,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kube_workloads import create_deployment, create_statefulset, pod_names, ready_replicas, wait_for
+from kube_workloads import create_deployment, create_statefulset, pod_names, ready_replicas
 from kubernetes import client
 
 from llmscale.cluster.keda import KedaScaler
 from llmscale.cluster.kubernetes import KubernetesCluster, KubeScaleTarget
 from llmscale.cluster.scale_down import DELETION_COST_ANNOTATION, PodLoad, ScrapePodLoad, deletion_cost
 from llmscale.emulate import EmulateConfig, EmulatorThread
+from support.wait import wait_for
 
 PRESTOP = Path(__file__).resolve().parents[2] / "deploy" / "vllm" / "drain-prestop.py"
 MODEL = "llama-3-8b"
@@ -125,12 +126,12 @@ def test_scale_down_removes_the_least_loaded_pod_after_it_drained(
     admin = kube_cluster.admin_client()
     ns = kube_namespace
     create_deployment(admin, ns, "vllm", replicas=2)
-    wait_for("2 ready", lambda: ready_replicas(admin, ns, "vllm") == 2)
+    wait_for("2 ready", lambda: ready_replicas(admin, ns, "vllm") == 2, timeout_s=60.0)
     # Ready times have one-second resolution: the third pod must be ready a second later than
     # the others, so the ReplicaSet's own choice (the most recently ready) is that pod.
     time.sleep(1.2)
     client.AppsV1Api(admin).patch_namespaced_deployment_scale("vllm", ns, {"spec": {"replicas": 3}})
-    wait_for("3 ready", lambda: ready_replicas(admin, ns, "vllm") == 3)
+    wait_for("3 ready", lambda: ready_replicas(admin, ns, "vllm") == 3, timeout_s=60.0)
     names = [p.metadata.name for p in pods_by_age(admin, ns, "vllm")]
     assert len(names) == 3
     least, busiest, newest = names  # loads 1, 5, 3
@@ -215,7 +216,7 @@ def test_keda_annotates_before_it_publishes_a_lower_count(kube_cluster, kube_nam
     admin = kube_cluster.admin_client()
     ns = kube_namespace
     create_deployment(admin, ns, "vllm", replicas=3)
-    wait_for("3 ready", lambda: ready_replicas(admin, ns, "vllm") == 3)
+    wait_for("3 ready", lambda: ready_replicas(admin, ns, "vllm") == 3, timeout_s=60.0)
     names = [p.metadata.name for p in pods_by_age(admin, ns, "vllm")]
     loads = dict(zip(names, (4, 0, 2), strict=True))
     cluster = KubernetesCluster(
@@ -251,7 +252,7 @@ def test_statefulset_scale_down_is_left_to_kubernetes_with_a_warning(kube_cluste
     admin = kube_cluster.admin_client()
     ns = kube_namespace
     create_statefulset(admin, ns, "tgi", replicas=2)
-    wait_for("2 pods", lambda: len(pod_names(admin, ns, "tgi")) == 2)
+    wait_for("2 pods", lambda: len(pod_names(admin, ns, "tgi")) == 2, timeout_s=60.0)
     calls: list[object] = []
     cluster = KubernetesCluster(
         target(ns, "tgi", "StatefulSet"), admin, pod_load=lambda pods: calls.append(pods) or {}
@@ -262,5 +263,5 @@ def test_statefulset_scale_down_is_left_to_kubernetes_with_a_warning(kube_cluste
     assert f"StatefulSet {ns}/tgi" in warning and "highest ordinal" in warning
     cluster.scale_to(1, now_s=0.0)
     assert calls == []  # no load read, nothing annotated
-    wait_for("tgi-1 gone", lambda: pod_names(admin, ns, "tgi") == ["tgi-0"])
+    wait_for("tgi-1 gone", lambda: pod_names(admin, ns, "tgi") == ["tgi-0"], timeout_s=60.0)
     assert costs(admin, ns, "tgi") == {"tgi-0": None}

@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kube_workloads import create_deployment, wait_for
+from kube_workloads import create_deployment
 from kubernetes import client, watch
 
 from llmscale.cluster.leader import LeaseElector, LeaseSettings
 from support.fault_proxy import FaultProxy
 from support.kube_cluster import ADMIN_TOKEN
+from support.wait import wait_for
 
 LLMSCALE = Path(sys.executable).with_name("llmscale")
 

@@ -16,13 +16,14 @@ import json
 from pathlib import Path
 
 import yaml
-from kube_workloads import create_deployment, wait_for
+from kube_workloads import create_deployment
 from kubernetes import client
 from test_kube_run_cli import _start, _stop
 
 from llmscale.cluster.kubernetes import KubernetesCluster, KubeScaleTarget
 from llmscale.types import FleetView, Phase
 from support.page_server import PageServer, page_server  # noqa: F401  (fixture)
+from support.wait import wait_for
 
 #: one serving vLLM replica with 6 requests waiting and 4 running
 VLLM_PAGE = """\

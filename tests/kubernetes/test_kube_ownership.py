@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from kube_workloads import create_deployment, wait_for
+from kube_workloads import create_deployment
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from llmscale.cluster.kubernetes import KubernetesCluster, KubeScaleTarget
 from llmscale.errors import ConfigError
+from support.wait import wait_for
 
 
 def make_cluster(api: client.ApiClient, ns: str, name: str) -> KubernetesCluster:

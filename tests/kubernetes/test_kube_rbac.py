@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_workloads import create_deployment, pod_names, wait_for
+from kube_workloads import create_deployment, pod_names
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -20,12 +20,13 @@ from llmscale.clock import ManualClock
 from llmscale.cluster.kubernetes import KubeActuationError, KubernetesCluster, KubeScaleTarget
 from llmscale.cluster.leader import LeaseElector, LeaseSettings, lease_name
 from llmscale.cluster.state_store import ConfigMapStateStore, state_configmap_name
-from llmscale.config import Mode
 from llmscale.controller.live import LiveController, PolicyRun
 from llmscale.controller.server import ControllerMetrics
+from llmscale.deployment import Deployment
 from llmscale.guards import GuardConfig
-from llmscale.policies.base import PolicyContext, create_policy
-from llmscale.types import FleetView, Observation
+from llmscale.policies.base import create_policy
+from llmscale.types import FleetView, Mode, Observation
+from support.wait import wait_for
 
 RBAC_DIR = Path(__file__).resolve().parents[2] / "deploy" / "rbac"
 SHIPPED_TARGET = "vllm-llama3-8b"  # the placeholder in role.yaml's resourceNames
@@ -123,7 +124,7 @@ def test_service_account_can_run_the_controller_on_its_target(sa_setup):
     cluster.check_ownership()  # reads the scale, HPAs and ScaledObjects (404 without KEDA)
     cluster.scale_to(2, now_s=0.0)
     assert cluster.spec_replicas == 2
-    wait_for("2 replicas in the view", lambda: len(cluster.replicas_view()) == 2)
+    wait_for("2 replicas in the view", lambda: len(cluster.replicas_view()) == 2, timeout_s=60.0)
     assert len(cluster.pod_targets()) <= 2
 
     store = ConfigMapStateStore(sa_api, ns, state_configmap_name("llama"))
@@ -169,7 +170,7 @@ def test_service_account_is_forbidden_everything_else(sa_setup):
 
     apps = client.AppsV1Api(sa_api)
     core = client.CoreV1Api(sa_api)
-    wait_for("a pod of llama", lambda: pod_names(admin, ns, "llama"))
+    wait_for("a pod of llama", lambda: pod_names(admin, ns, "llama"), timeout_s=60.0)
     pod = pod_names(admin, ns, "llama")[0]
     expect_forbidden(lambda: core.delete_namespaced_pod(pod, ns))
     expect_forbidden(lambda: core.list_namespaced_secret(ns))
@@ -277,7 +278,7 @@ def _live(
     return LiveController(
         source=StaticTargetsNowhere(),
         cluster=cluster,
-        primary=PolicyRun(create_policy("static", PolicyContext(), params), guards, "static:test"),
+        primary=PolicyRun(create_policy("static", Deployment(), params), guards, "static:test"),
         mode=Mode.APPLY,
         target=f"{ns}/llama",
         metrics=ControllerMetrics(f"{ns}/llama", "scrape"),

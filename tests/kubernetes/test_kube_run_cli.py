@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 import yaml
-from kube_workloads import create_deployment, ready_replicas, wait_for
+from kube_workloads import create_deployment, ready_replicas
 from kubernetes import client
+
+from support.wait import wait_for
 
 LLMSCALE = Path(sys.executable).with_name("llmscale")
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kube_workloads import create_deployment, create_statefulset, pod_names, ready_replicas, wait_for
+from kube_workloads import create_deployment, create_statefulset, pod_names, ready_replicas
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from llmscale.cluster.kubernetes import KubeActuationError, KubernetesCluster, KubeScaleTarget, RetryConfig
 from llmscale.types import Phase
+from support.wait import wait_for
 
 
 def target(ns: str, name: str, kind: Any = "Deployment") -> KubeScaleTarget:
@@ -25,12 +26,13 @@ def test_scale_deployment_and_ready_replicas_follow(kube_cluster, kube_namespace
     assert cluster.spec_replicas == 1
     cluster.scale_to(3, now_s=0.0)
     assert cluster.spec_replicas == 3
-    wait_for("3 ready replicas", lambda: ready_replicas(admin, kube_namespace, "vllm") == 3)
+    wait_for("3 ready replicas", lambda: ready_replicas(admin, kube_namespace, "vllm") == 3, timeout_s=60.0)
     view = wait_for(
         "3 READY pods in replicas_view",
         lambda: (
             (v := cluster.replicas_view()) and all(r.phase == Phase.READY for r in v) and len(v) == 3 and v
         ),
+        timeout_s=60.0,
     )
     assert sorted(r.name for r in view) == pod_names(admin, kube_namespace, "vllm")
 
@@ -39,8 +41,8 @@ def test_scale_deployment_and_ready_replicas_follow(kube_cluster, kube_namespace
     assert all(ip.startswith("10.244.") for _, ip in targets)
 
     cluster.scale_to(1, now_s=1.0)
-    wait_for("one pod left", lambda: len(pod_names(admin, kube_namespace, "vllm")) == 1)
-    wait_for("1 ready replica", lambda: ready_replicas(admin, kube_namespace, "vllm") == 1)
+    wait_for("one pod left", lambda: len(pod_names(admin, kube_namespace, "vllm")) == 1, timeout_s=60.0)
+    wait_for("1 ready replica", lambda: ready_replicas(admin, kube_namespace, "vllm") == 1, timeout_s=60.0)
     assert cluster.spec_replicas == 1
 
 
@@ -64,7 +66,7 @@ def test_scale_statefulset(kube_cluster, kube_namespace):
         st = client.AppsV1Api(admin).read_namespaced_stateful_set("tgi", kube_namespace).status
         return (st.ready_replicas or 0) == 2
 
-    wait_for("StatefulSet 2 ready", ready)
+    wait_for("StatefulSet 2 ready", ready, timeout_s=60.0)
     assert [r.name for r in cluster.replicas_view()] == ["tgi-0", "tgi-1"]
 
 
@@ -115,7 +117,9 @@ def test_concurrent_writer_causes_409_that_is_retried(kube_cluster, kube_namespa
     create_deployment(admin, kube_namespace, "vllm", replicas=1)
     # Let the deployment controller finish its own status writes first: they change the
     # resourceVersion too, and would add conflicts the test did not arrange.
-    wait_for("the Deployment to settle", lambda: ready_replicas(admin, kube_namespace, "vllm") == 1)
+    wait_for(
+        "the Deployment to settle", lambda: ready_replicas(admin, kube_namespace, "vllm") == 1, timeout_s=60.0
+    )
     racing = RacingApps(
         client.AppsV1Api(admin), client.AppsV1Api(kube_cluster.admin_client()), races=1, value=4
     )
@@ -161,11 +165,15 @@ def test_replicas_view_follows_the_pod_lifecycle(kube_cluster, kube_namespace):
             seen.append(view[0].phase)
         return bool(view) and view[0].phase == phase
 
-    wait_for("the pod to become READY", lambda: record_until(Phase.READY), interval_s=0.05)
+    wait_for("the pod to become READY", lambda: record_until(Phase.READY), every_s=0.05, timeout_s=60.0)
     assert seen == [Phase.PENDING, Phase.LOADING, Phase.WARMUP, Phase.READY]
     (ready,) = cluster.replicas_view()
     assert ready.since_s >= ready.created_s
 
     cluster.scale_to(0, now_s=10.0)
-    wait_for("the pod to drain", lambda: [r.phase for r in cluster.replicas_view()] == [Phase.DRAINING])
-    wait_for("the pod to be gone", lambda: cluster.replicas_view() == ())
+    wait_for(
+        "the pod to drain",
+        lambda: [r.phase for r in cluster.replicas_view()] == [Phase.DRAINING],
+        timeout_s=60.0,
+    )
+    wait_for("the pod to be gone", lambda: cluster.replicas_view() == (), timeout_s=60.0)

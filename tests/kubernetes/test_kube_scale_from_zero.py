@@ -20,10 +20,11 @@ from typing import Any
 
 import httpx
 import yaml
-from kube_workloads import create_deployment, wait_for
+from kube_workloads import create_deployment
 from kubernetes import client
 
 from llmscale.emulate import EmulateConfig, EmulatorThread
+from support.wait import wait_for
 
 LLMSCALE = Path(sys.executable).with_name("llmscale")
 

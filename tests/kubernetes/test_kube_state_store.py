@@ -7,11 +7,12 @@ import os
 import threading
 
 import pytest
-from kube_workloads import create_deployment, ready_replicas, wait_for
+from kube_workloads import create_deployment, ready_replicas
 from kubernetes import client
 
 from llmscale.cluster.state_store import STATE_KEY, ConfigMapStateStore, FileStateStore
 from llmscale.errors import ActuationError
+from support.wait import wait_for
 
 STATE = {"last_desired": 4, "last_scale_up_s": 1234.5, "cooldown": {"down_since_s": None}, "rule": "queue>8"}
 
@@ -19,7 +20,9 @@ STATE = {"last_desired": 4, "last_scale_up_s": 1234.5, "cooldown": {"down_since_
 def test_configmap_store_round_trips_through_the_api_server(kube_cluster, kube_namespace):
     admin = kube_cluster.admin_client()
     create_deployment(admin, kube_namespace, "vllm", replicas=1)
-    wait_for("the Deployment's pod", lambda: ready_replicas(admin, kube_namespace, "vllm") == 1)
+    wait_for(
+        "the Deployment's pod", lambda: ready_replicas(admin, kube_namespace, "vllm") == 1, timeout_s=60.0
+    )
     apps = client.AppsV1Api(admin)
     before = apps.read_namespaced_deployment("vllm", kube_namespace)
 

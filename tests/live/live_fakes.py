@@ -6,14 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from llmscale.clock import ManualClock
-from llmscale.config import Mode
 from llmscale.controller.decision_log import DecisionLog, policy_version
 from llmscale.controller.live import LiveController, PolicyRun
 from llmscale.controller.server import ControllerMetrics
+from llmscale.deployment import Deployment
 from llmscale.errors import ActuationError
 from llmscale.guards import GuardConfig
-from llmscale.policies.base import PolicyContext, create_policy
-from llmscale.types import FleetView, Observation, Phase, ReplicaSample, ReplicaView
+from llmscale.policies.base import create_policy
+from llmscale.types import FleetView, Mode, Observation, Phase, ReplicaSample, ReplicaView
 
 #: a replica serving some load, under vLLM's names
 LOADED = {"vllm:num_requests_running": 6.0, "vllm:num_requests_waiting": 0.0, "vllm:kv_cache_usage_perc": 0.3}
@@ -85,7 +85,7 @@ def loaded_source(n: int) -> FakeSource:
 
 def static_run(replicas: int, guards: GuardConfig = PLAIN) -> PolicyRun:
     params: dict[str, Any] = {"replicas": replicas}
-    policy = create_policy("static", PolicyContext(), params)
+    policy = create_policy("static", Deployment(), params)
     return PolicyRun(policy, guards, policy_version("static", params, {}))
 
 

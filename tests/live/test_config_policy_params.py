@@ -22,9 +22,11 @@ import pytest
 import yaml
 
 from llmscale.config import parse_config
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.policies import base
-from llmscale.policies.base import POLICIES, PolicyContext, PolicyParamError, create_policy, policy_names
+from llmscale.policies.base import POLICIES, create_policy, policy_names
+from llmscale.policies.params import PolicyParamError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -204,7 +206,7 @@ def test_building_refuses_them_with_the_same_words(policy, params, message):
     """One check: building the policy refuses the same values with the same message (the rule
     across parameters is not written again in the factory)."""
     with pytest.raises(ConfigError) as built:
-        create_policy(policy, PolicyContext(), params)
+        create_policy(policy, Deployment(), params)
     with pytest.raises(ConfigError) as checked:
         parse_config(_doc(policy, params), source="llmscale.yaml")
     assert str(checked.value).endswith(str(built.value))

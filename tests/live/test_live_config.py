@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from llmscale.config import LiveConfig, Mode, PolicySpec, load_config, parse_config
+from llmscale.config import LiveConfig, PolicySpec, load_config, parse_config
 from llmscale.errors import ConfigError
+from llmscale.types import Mode
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -372,8 +373,7 @@ def test_every_float_setting_must_be_finite(tmp_path, path, bad):
 
 
 def test_every_numeric_guard_has_its_range_written_down():
-    from llmscale.config import GUARD_RANGES
-    from llmscale.guards import GuardConfig
+    from llmscale.guards import GUARD_RANGES, GuardConfig
 
     hints = typing.get_type_hints(GuardConfig)
     numeric = {n for n, t in hints.items() if t in (int, float, int | None, float | None)}
@@ -452,7 +452,7 @@ ODD_VALUES = st.one_of(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutations=st.lists(st.tuples(st.sampled_from(FUZZ_PATHS), ODD_VALUES), min_size=1, max_size=3))
 def test_any_value_anywhere_is_a_config_or_a_config_error(mutations):
-    from llmscale.controller.wiring import policy_run
+    from llmscale.wiring import policy_run
 
     base = mutations[0][0][0]
     doc = yaml.safe_load(yaml.safe_dump(FUZZ_BASE if base == "emulate" else FUZZ_KEDA))
@@ -489,7 +489,7 @@ def test_live_slo_plans_with_the_targets_engine_settings_and_client_timeout():
     """Live ``slo`` once planned with 256 sequences and no client time-out whatever the target ran:
     the engine settings reached it through a dict key the live side did not set. Now the target's
     ``max_num_seqs`` and ``client_timeout_s`` reach the policy through the one Deployment."""
-    from llmscale.controller.wiring import policy_run
+    from llmscale.wiring import policy_run
 
     target = {**GOOD["target"], "max_num_seqs": 64, "max_num_batched_tokens": 4096, "client_timeout_s": 30}
     doc = {**_with("target", target), "policy": {"name": "slo"}}
@@ -503,9 +503,9 @@ def test_live_slo_plans_with_the_targets_engine_settings_and_client_timeout():
 def test_live_and_backtest_merge_guards_the_same_way():
     """Bounds from the deployment, then the policy's declared guards, then the user's: one function."""
     from llmscale.backtest.runner import BacktestSettings
-    from llmscale.controller.wiring import policy_run
     from llmscale.deployment import guard_config
     from llmscale.policies.base import create_policy
+    from llmscale.wiring import policy_run
 
     cfg = parse_config({**GOOD, "policy": {"name": "slo"}}, source="inline")
     live = policy_run(cfg, cfg.policy).guards

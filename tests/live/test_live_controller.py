@@ -21,10 +21,10 @@ from live_fakes import (
     static_run,
 )
 
-from llmscale.config import Mode
 from llmscale.controller.decision_log import DecisionLog
 from llmscale.controller.live import ClusterAlignedSource, actuation_reason
 from llmscale.errors import ActuationError, ConfigError
+from llmscale.types import Mode
 
 
 def test_dry_run_never_scales():

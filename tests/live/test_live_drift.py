@@ -21,7 +21,7 @@ import yaml
 from live_fakes import PLAIN
 
 from llmscale.clock import ManualClock
-from llmscale.config import Mode, parse_config
+from llmscale.config import parse_config
 from llmscale.controller.decision_log import DecisionLog, policy_version
 from llmscale.controller.drift import (
     DRIFT_METRICS,
@@ -32,17 +32,18 @@ from llmscale.controller.drift import (
 )
 from llmscale.controller.live import LiveController, PolicyRun
 from llmscale.controller.server import ControllerMetrics
-from llmscale.controller.wiring import build_drift, policy_run
+from llmscale.deployment import Deployment
 from llmscale.perf import get_perf_model
 from llmscale.perf.drift import AdaptConfig, DriftLimits
 from llmscale.perf.profile import FactorScale
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.signals.drift import DriftWindow
 from llmscale.signals.fleet import compute_signals
 from llmscale.sim.config import SimConfig
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet
-from llmscale.types import Observation, Phase, ReplicaView
+from llmscale.types import Mode, Observation, Phase, ReplicaView
+from llmscale.wiring import build_drift, policy_run
 
 MODEL, GPU = "llama-3-8b", "h100-80gb"
 TICK_S = 5.0
@@ -257,12 +258,12 @@ def test_measure_compares_only_windows_that_say_enough(over, itl_note, ttft_note
 
 
 def test_adjustable_policy_rebuilds_around_the_scale_and_keeps_its_state():
-    ctx = PolicyContext(model=MODEL, gpu=GPU)
+    ctx = Deployment(model=MODEL, gpu=GPU)
     built: list[FactorScale | None] = []
 
     def factory(scale: FactorScale | None) -> Any:
         built.append(scale)
-        return create_policy("slo", PolicyContext(**{**ctx.__dict__, "perf_scale": scale}), {})
+        return create_policy("slo", Deployment(**{**ctx.__dict__, "perf_scale": scale}), {})
 
     p = AdjustablePolicy(factory)
     before = p.inner.capacity(1000.0, 200.0)
@@ -276,7 +277,7 @@ def test_adjustable_policy_rebuilds_around_the_scale_and_keeps_its_state():
     # the same capacity as a policy built on a profile with that factor
     assert after == pytest.approx(
         create_policy(
-            "slo", PolicyContext(model=MODEL, gpu=GPU, perf_scale=FactorScale(bandwidth=0.6)), {}
+            "slo", Deployment(model=MODEL, gpu=GPU, perf_scale=FactorScale(bandwidth=0.6)), {}
         ).capacity(1000.0, 200.0)
     )
     assert p.guard_overrides == p.inner.guard_overrides and p.tick_s == 15.0
@@ -284,8 +285,8 @@ def test_adjustable_policy_rebuilds_around_the_scale_and_keeps_its_state():
 
 @pytest.mark.parametrize("policy", ["slo", "capacity-calibrated", "dynamo-sla"])
 def test_every_capacity_model_policy_follows_the_scale(policy):
-    ctx = PolicyContext(model=MODEL, gpu=GPU)
-    slow = PolicyContext(model=MODEL, gpu=GPU, perf_scale=FactorScale(bandwidth=0.6))
+    ctx = Deployment(model=MODEL, gpu=GPU)
+    slow = Deployment(model=MODEL, gpu=GPU, perf_scale=FactorScale(bandwidth=0.6))
     a, b = create_policy(policy, ctx, {}), create_policy(policy, slow, {})
     if policy == "slo":
         assert b.capacity(1000.0, 200.0) < a.capacity(1000.0, 200.0)
@@ -313,10 +314,10 @@ class _Store:
 def _live(fleet: SimFleet, *, adapt: bool, mode: Mode, policy: str, store: Any = None, stream: Any = None):
     """A live controller over the simulated fleet with the drift hook, as ``build_runtime`` wires it."""
     metrics = ControllerMetrics("llm/llama", "scrape")
-    ctx = PolicyContext(model=MODEL, gpu=GPU)
+    ctx = Deployment(model=MODEL, gpu=GPU)
     params = {"replicas": 1} if policy == "static" else {}
     adjustable = AdjustablePolicy(
-        lambda s: create_policy(policy, PolicyContext(**{**ctx.__dict__, "perf_scale": s}), params)
+        lambda s: create_policy(policy, Deployment(**{**ctx.__dict__, "perf_scale": s}), params)
     )
     monitor = _monitor(adapt=adapt, registry=metrics.registry)
     monitor.policies = (adjustable,)

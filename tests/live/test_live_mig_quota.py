@@ -27,10 +27,10 @@ from llmscale.backtest.tenants import load_tenant_quota
 from llmscale.clock import ManualClock
 from llmscale.config import parse_config
 from llmscale.controller.admission import MigQuota
-from llmscale.controller.wiring import build_quota
 from llmscale.errors import ConfigError
 from llmscale.tenancy.pool import MigPool, admit
 from llmscale.types import FleetView
+from llmscale.wiring import build_quota
 
 
 def _tenants_file(tmp_path: Path, quota: int = 2) -> Path:

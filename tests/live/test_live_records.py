@@ -23,9 +23,9 @@ from live_fakes import (
     static_run,
 )
 
-from llmscale.config import Mode
 from llmscale.controller.decision_log import DecisionLog
 from llmscale.errors import ActuationError, ConfigError
+from llmscale.types import Mode
 
 
 class Journal:

@@ -226,7 +226,7 @@ def test_an_outage_of_the_fleet_is_recorded_and_every_replica_counts_unknown(tmp
     emulated fleet of 2, which then goes away: each tick during the outage fails, writes its line
     with the error, and the unknown-replicas gauge says 2, not the 0 of the last good tick."""
     from llmscale.config import load_config
-    from llmscale.controller.wiring import build_runtime
+    from llmscale.wiring import build_runtime
 
     monkeypatch.setenv("LLMSCALE_EMULATE_ADMIN_TOKEN", TOKEN)  # what the in-process actuator reads
     fleet = EmulatorThread(

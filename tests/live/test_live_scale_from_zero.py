@@ -25,6 +25,7 @@ import yaml
 from llmscale.emulate import EmulateConfig, EmulatorThread
 from llmscale.metrics.names import ACTIVATOR
 from llmscale.metrics.scrape import PodScrapeSource
+from support.wait import wait_for
 
 TOKEN = "zero-live-admin-token-5678"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -47,13 +48,6 @@ def _held(base_url: str) -> float:
     page = httpx.get(base_url + "/metrics", timeout=5).text
     line = next(ln for ln in page.splitlines() if ln.startswith(ACTIVATOR.REQUESTS_HELD + " "))
     return float(line.split()[1])
-
-
-def _wait(what: str, cond: Any, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
-        time.sleep(0.05)
 
 
 class _Client(threading.Thread):
@@ -85,7 +79,7 @@ def test_the_front_door_exports_the_requests_it_holds_and_the_scrape_source_read
     try:
         assert source.observe(1.0).gateway_queue == 0
         client.start()
-        _wait("the request held at the front door", lambda: _held(base) == 1.0, 30)
+        wait_for("the request held at the front door", lambda: _held(base) == 1.0, 30)
         obs = source.observe(2.0)
         assert obs.gateway_queue == 1 and obs.replicas == () and source.last_errors == {}
         # the first replica takes it: served, and the front door holds nothing any more
@@ -112,7 +106,6 @@ def test_an_unreachable_activator_is_unknown_not_zero():
     assert "activator" in source.last_errors and source.errors_total == 1
 
 
-
 @pytest.mark.parametrize(
     ("value", "held"),
     [
@@ -136,6 +129,7 @@ def test_an_absurd_activator_page_is_unknown_not_load(value, held):
         server.stop()
     assert obs.gateway_queue == held
     assert ("activator" in source.last_errors) is (held is None)
+
 
 def _config(tmp_path: Path, base_url: str) -> Path:
     doc = {
@@ -180,7 +174,7 @@ def test_run_scales_from_zero_for_a_held_request_and_back_to_zero(tmp_path, at_z
     client = _Client(base)
     try:
         # the controller is up and idle at zero before the request arrives
-        _wait("a first decision", lambda: proc.poll() is None and len(_lines(log)) >= 1, 90)
+        wait_for("a first decision", lambda: proc.poll() is None and len(_lines(log)) >= 1, 90)
         first = _lines(log)[0]
         assert first["desired"] == 0 and first["rule"] == "idle-at-zero", first
         client.start()
@@ -189,7 +183,9 @@ def test_run_scales_from_zero_for_a_held_request_and_back_to_zero(tmp_path, at_z
         assert client.response.status_code == 200, client.response.text
         # ... and back to zero once the replica has been idle for the cooldown
         spec = lambda: httpx.get(base + "/admin/replicas", headers=AUTH, timeout=5).json()  # noqa: E731
-        _wait("the fleet back at zero", lambda: not spec()["replicas"] and spec()["spec_replicas"] == 0, 60)
+        wait_for(
+            "the fleet back at zero", lambda: not spec()["replicas"] and spec()["spec_replicas"] == 0, 60
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

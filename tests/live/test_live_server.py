@@ -11,9 +11,9 @@ from live_fakes import FakeCluster, FollowingSource, controller, static_run
 from prometheus_client.parser import text_string_to_metric_families
 
 from llmscale.clock import ManualClock
-from llmscale.config import Mode
 from llmscale.controller.decision_log import DecisionLog
 from llmscale.controller.server import CONTRACT_METRICS, ControllerServer
+from llmscale.types import Mode
 
 
 def _get(url: str) -> tuple[int, str]:

@@ -16,14 +16,13 @@ import pytest
 from live_fakes import PLAIN, FakeCluster, FollowingSource, controller
 
 from llmscale.cluster.base import StandbyCapable
-from llmscale.config import Mode
 from llmscale.controller.decision_log import DecisionLog, policy_version
 from llmscale.controller.live import PolicyRun
 from llmscale.deployment import Deployment
 from llmscale.errors import ActuationError
 from llmscale.policies.base import create_policy
 from llmscale.policies.static import StaticPolicy
-from llmscale.types import Decision, Signals
+from llmscale.types import Decision, Mode, Signals
 
 
 class SleepyCluster(FakeCluster):

@@ -18,11 +18,11 @@ from pathlib import Path
 from live_fakes import FakeCluster, FollowingSource, static_run
 
 from llmscale.clock import ManualClock
-from llmscale.config import Mode
 from llmscale.controller.decision_log import DecisionLog
 from llmscale.controller.live import LiveController
 from llmscale.controller.server import ControllerMetrics, ControllerServer
-from llmscale.types import Observation
+from llmscale.types import Mode, Observation
+from support.wait import wait_for
 
 TICK_S = 15.0
 
@@ -66,18 +66,6 @@ def _lines(tmp_path: Path) -> list[dict[str, object]]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def _wait(cond, what: str, timeout_s: float = 10.0) -> None:
-    done = threading.Event()
-    deadline = threading.Timer(timeout_s, done.set)
-    deadline.start()
-    try:
-        while not cond():
-            if done.wait(0.01):
-                raise AssertionError(f"{what}: not within {timeout_s:g} s")
-    finally:
-        deadline.cancel()
-
-
 def test_a_tick_past_its_deadline_is_abandoned_recorded_and_cannot_scale_late(tmp_path: Path) -> None:
     cluster = FakeCluster(2)
     source = BlockingSource(cluster)
@@ -114,10 +102,10 @@ def test_no_tick_starts_while_an_abandoned_one_runs_and_each_interval_is_recorde
     loop.start()
     assert source.entered.wait(10.0)
     timer.advance_to(6.0)
-    _wait(lambda: c.failed_ticks == 1, "the first tick abandoned")
+    wait_for("the first tick abandoned", lambda: c.failed_ticks == 1, every_s=0.01)
     for k in (2, 3):  # the next intervals come due (the controller's clock) while it still hangs
         c.clock.advance_to(1000.0 + (k - 1) * 0.2)  # type: ignore[attr-defined]
-        _wait(lambda k=k: c.failed_ticks == k, f"interval {k} recorded as failed")
+        wait_for(f"interval {k} recorded as failed", lambda k=k: c.failed_ticks == k, every_s=0.01)
     assert _joined(loop, 10.0)
     assert [("is still running" in str(ln["error"])) for ln in _lines(tmp_path)] == [False, True, True]
     source.release.set()

@@ -9,6 +9,7 @@ compressed answers) runs against the same server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ class Scripted:
     requests: int = 0
     connections: int = 0
     port: int = 0
+    #: set once the server has closed a connection (its FIN sent)
+    closed_one: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _server: asyncio.Server | None = field(default=None, repr=False)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -63,7 +66,7 @@ class Scripted:
                 writer.write(reply.wire)
                 await writer.drain()
                 if reply.then == "hang":
-                    await asyncio.sleep(3600)
+                    await asyncio.Event().wait()  # never set: hangs until the scenario ends
                 if reply.then == "reset":
                     writer.transport.abort()
                     return
@@ -71,6 +74,9 @@ class Scripted:
                     return
         finally:
             writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+            self.closed_one.set()
 
     async def __aenter__(self) -> Scripted:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -149,7 +155,7 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_silently():
         async with Scripted(lambda k: Reply(ok(PAGE), "close" if k == 0 else "keep")) as srv:
             client = LeanClient()
             assert await client.get(srv.url(), deadline()) == (200, PAGE)
-            await asyncio.sleep(0.05)  # the close reaches the client while the connection is idle
+            await asyncio.wait_for(srv.closed_one.wait(), 5.0)  # the server closed it while idle
             assert await client.get(srv.url(), deadline()) == (200, PAGE)
             assert srv.connections == 2
             client.close()

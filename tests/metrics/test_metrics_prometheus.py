@@ -16,6 +16,7 @@ from llmscale.metrics.scrape import PodScrapeSource
 from llmscale.signals.fleet import compute_signals
 from llmscale.types import Histogram, Phase
 from support.prometheus_server import TargetGroup
+from support.wait import wait_for
 
 INF = math.inf
 
@@ -41,16 +42,6 @@ def _group(port: int, pod: str, phase: str) -> TargetGroup:
     return TargetGroup(
         [f"127.0.0.1:{port}"], {"pod": pod, "phase": phase, "__metrics_path__": f"/{pod}/metrics"}
     )
-
-
-def _wait(pred, what, timeout_s=20.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.2)
-    pytest.fail(f"not within {timeout_s} s: {what}")
 
 
 def test_values_histograms_outage_and_recovery(page_server, prometheus_server, make_source):
@@ -141,7 +132,7 @@ def test_values_histograms_outage_and_recovery(page_server, prometheus_server, m
             else None
         )
 
-    recovered = _wait(known_again, "replicas known again after the restart")
+    recovered = wait_for("replicas known again after the restart", known_again, 20.0, every_s=0.2)
     assert {s.replica: s for s in recovered.replicas}["vllm-0"].values[VLLM.waiting] == 7.0
     assert "prometheus" not in src.last_errors
 

@@ -20,11 +20,12 @@ import math
 import pytest
 
 from llmscale.clock import ManualClock
-from llmscale.controller.loop import observe_signals
+from llmscale.controller.core import WINDOW_LEN
 from llmscale.metrics.names import DCGM, VLLM
 from llmscale.metrics.prometheus import PrometheusSource
 from llmscale.metrics.scrape import PodScrapeSource, ScrapeTarget
 from llmscale.metrics.vetting import distrust
+from llmscale.signals.fleet import compute_signals
 from llmscale.types import Histogram, Observation, Signals
 from support.prometheus_server import TargetGroup
 
@@ -171,6 +172,13 @@ def test_a_stale_or_impossible_dcgm_page_drops_the_gpu_fields_only(page_server, 
 
 # ---- the signals over a fault and its recovery ------------------------------------------
 
+
+def _observe(now_s, source, window):
+    """What a tick reads: one observation more in the window (of the core's length), its signals."""
+    window = (*window, source.observe(now_s))[-WINDOW_LEN:]
+    return window, compute_signals(window)
+
+
 RATE_EACH_RPS = 0.3  # per replica: 0.6 req/s for the fleet of two
 TICK_S = 2.0
 
@@ -201,7 +209,7 @@ def _run(page_server, scraper, fault: str, fault_ticks: range, n_ticks: int) -> 
                 # "frozen": the page of the tick before the fault stays up
             else:
                 page_server.set(f"/{r}", good)
-        window, signals = observe_signals(now, src, window)
+        window, signals = _observe(now, src, window)
         out.append((now, signals))
     return out
 
@@ -254,7 +262,7 @@ def test_a_counter_that_resets_alone_counts_from_its_new_value(page_server, scra
         # 500 + 0.6 per tick until tick 5 (503.6), then from 0 again: 0.6 at tick 6 ... 3.6 at 11
         done = 500.0 + step * (k + 1) if k < 6 else step * (k - 5)
         page_server.set("/b", page(done, 100_000.0 + 10.0 * k))
-        window, sig = observe_signals(k * TICK_S, src, window)
+        window, sig = _observe(k * TICK_S, src, window)
     # As PromQL's rate(): 5 steps of 0.6, the reset step counted from the new value (0.6), 5 more
     # steps of 0.6 -> 6.6 finished over the window's 22 s = 0.3 req/s, the rate it ran at all along.
     assert _rate(sig) == pytest.approx(RATE_EACH_RPS)

@@ -19,6 +19,7 @@ from llmscale.metrics.prometheus import PrometheusSource
 from llmscale.signals.gpu import normalized_entropy, queue_entropy
 from llmscale.signals.window import FleetWindow
 from support.prometheus_server import TargetGroup
+from support.wait import wait_for
 
 MODEL = "meta-llama/Meta-Llama-3-8B"
 STREAMS = 8  # on 2 batch slots: 6 wait, then 4, 2, 0 as each pair finishes
@@ -46,12 +47,24 @@ def test_the_source_reads_the_waiting_queue_each_second_between_ticks(prometheus
             for t in threads:
                 t.join(timeout=120)
             assert not any(t.is_alive() for t in threads)
-            # Prometheus stores a queue that rose and fell: wait (bounded) for its scrapes to show it
-            deadline = time.monotonic() + 30
-            while float(prom.query("max_over_time(vllm:num_requests_waiting[60s])")[0]["value"][1]) < 2:
-                assert time.monotonic() < deadline, "Prometheus stored no queue"
-                time.sleep(0.5)
-            time.sleep(2.0)  # a few scrapes of the empty queue after the burst
+
+            # Prometheus stores a queue that rose and fell: wait (bounded) for its scrapes to show
+            # it, and for three scrapes of the empty queue after the burst (1 s apart: [3s])
+            def stored(query: str) -> float:
+                return float(prom.query(query)[0]["value"][1])
+
+            wait_for(
+                "Prometheus to store the queue",
+                lambda: stored("max_over_time(vllm:num_requests_waiting[60s])") >= 2,
+                30.0,
+                every_s=0.5,
+            )
+            wait_for(
+                "scrapes of the empty queue after the burst",
+                lambda: stored("max_over_time(vllm:num_requests_waiting[3s])") == 0,
+                30.0,
+                every_s=0.5,
+            )
             first = source.observe(time.time())
             assert "queue_per_s" not in source.last_errors, source.last_errors
             q = first.queue_per_s
@@ -72,15 +85,21 @@ def test_the_source_reads_the_waiting_queue_each_second_between_ticks(prometheus
             assert ent.value == normalized_entropy(q.values)
             assert f"{n} one-second sample(s)" in ent.note
 
-            # the next tick reads only the seconds since this one: nothing counted twice
-            time.sleep(3.0)
+            # the next tick reads only the seconds since this one: nothing counted twice. It comes
+            # once Prometheus holds two scrapes newer than the first tick.
+            wait_for(
+                "two scrapes after the first tick",
+                lambda: stored("timestamp(vllm:num_requests_waiting)") >= first.time_s + 2.0,
+                30.0,
+                every_s=0.2,
+            )
             second = source.observe(time.time())
             assert second.queue_per_s is not None and 2 <= len(second.queue_per_s.values) <= 5
 
 
 def test_the_config_switch_reaches_the_source():
     from llmscale.config import parse_config
-    from llmscale.controller.wiring import _prometheus_source
+    from llmscale.wiring import _prometheus_source
 
     doc = {
         "target": {"namespace": "llm", "name": "llama", "selector": {"app": "llama"}},

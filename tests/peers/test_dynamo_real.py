@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from llmscale.policies.dynamo import agg_engine_capacity, capacity_batch_sizes
+from llmscale.policies.dynamo.capacity import agg_engine_capacity, capacity_batch_sizes
 
 pytestmark = pytest.mark.peers
 

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from llmscale.perf import replica_tails
-from llmscale.policies.dynamo import chunked_prefill_s
+from llmscale.policies.dynamo.capacity import chunked_prefill_s
 from llmscale.policies.slo import MAX_SEARCHED_REPLICAS, SloConfig, SloPolicy, SloState
 from llmscale.types import FleetView, Signals, SignalValue
 
@@ -98,7 +98,7 @@ def test_slo_decides_on_absurd_signals_within_a_second(queue: float, rate: float
 
 
 def test_chunked_prefill_of_an_absurd_queue_is_priced_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from llmscale.policies import dynamo
+    from llmscale.policies.dynamo import capacity
 
     calls: list[float] = []
 
@@ -106,7 +106,7 @@ def test_chunked_prefill_of_an_absurd_queue_is_priced_at_once(monkeypatch: pytes
         calls.append(chunk)
         return 0.01
 
-    monkeypatch.setattr(dynamo, "iteration_s", iteration_s)
+    monkeypatch.setattr(capacity, "iteration_s", iteration_s)
     perf = object()
     small = chunked_prefill_s(perf, 3 * 8192.0, 100.0, 8192, 0.0, 1)  # type: ignore[arg-type]
     assert len(calls) == 4 and small == pytest.approx(0.04)

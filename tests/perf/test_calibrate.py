@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from llmscale.errors import ConfigError, TraceFormatError
+from llmscale.offline.calibrate import calibrate, read_closed_batches, read_serve_result
+from llmscale.offline.closed_batch import EngineSettings, schedule
 from llmscale.perf import get_perf_model
-from llmscale.perf.calibrate import calibrate, read_closed_batches, read_serve_result
-from llmscale.perf.closed_batch import EngineSettings, schedule
 from llmscale.perf.profile import CalibrationProfile, load_profile
 
 CLI = [sys.executable, "-m", "llmscale.cli"]

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from llmscale.errors import ConfigError
+from llmscale.offline.calibrate import Target, calibrate, read_closed_batches, row_findings
+from llmscale.offline.closed_batch import EngineSettings, schedule
 from llmscale.perf import get_perf_model
-from llmscale.perf.calibrate import Target, calibrate, read_closed_batches, row_findings
-from llmscale.perf.closed_batch import EngineSettings, schedule
 from llmscale.perf.profile import scale_coefficients
 from llmscale.perf.step_time import PerfModel
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from llmscale.errors import TraceFormatError
+from llmscale.offline.calibrate import SERVE_KINDS, read_serve_result
 from llmscale.perf import get_perf_model
-from llmscale.perf.calibrate import SERVE_KINDS, read_serve_result
 
 _PER_REQUEST = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors")
 

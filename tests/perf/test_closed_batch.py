@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from llmscale.errors import ConfigError
+from llmscale.offline.closed_batch import EngineSettings, schedule, simulate_makespan_s
 from llmscale.perf import get_perf_model
-from llmscale.perf.closed_batch import EngineSettings, schedule, simulate_makespan_s
 from llmscale.perf.coefficients import load_coefficients
 from llmscale.perf.step_time import PerfModel
 from llmscale.sim.config import SimConfig

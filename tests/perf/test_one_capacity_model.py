@@ -20,22 +20,23 @@ import numpy as np
 import pytest
 
 import llmscale
+from llmscale.deployment import Deployment
 from llmscale.perf import get_perf_model, replica_tails
 from llmscale.perf.replica_tails import fleet_bucket, length_bucket, replica_capacity
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.types import FleetView, Signals, SignalValue
 from llmscale.workloads.lengths import LognormalLengths
 
 SRC = Path(llmscale.__file__).parent
 MODEL, GPU = "llama-3-8b", "h100-80gb"
-CTX = PolicyContext(min_replicas=1, max_replicas=100, model=MODEL, gpu=GPU)
+CTX = Deployment(min_replicas=1, max_replicas=100, model=MODEL, gpu=GPU)
 
 #: the step-time primitives a capacity formula is built from (perf/step_time.py)
 _PRIMITIVES = {"decode_affine", "max_decode_batch_for_tpot"}
 #: modules outside perf/ allowed to price engine iterations: the simulator and emulator run them,
 #: and Dynamo's planner interpolates its profiler's measurements, which llmscale's step-time model
 #: stands in for (a faithful re-implementation of ai-dynamo's search, not llmscale's model)
-_ALLOWED = {"policies/dynamo.py"}
+_ALLOWED = {"policies/dynamo/capacity.py"}
 _ALLOWED_DIRS = ("perf/", "sim/", "emulate/", "offline/")
 #: what a module outside perf/ may take from the model: the one entry point, its buckets and types
 _PUBLIC = {

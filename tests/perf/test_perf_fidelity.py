@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmscale.perf.calibration import load_points
+from llmscale.offline.calibration import load_points
 from llmscale.perf.coefficients import load_coefficients
 
 pytestmark = pytest.mark.shared_data

@@ -10,11 +10,12 @@ import pytest
 
 from llmscale.analyze.cliff_config import cliff_policy_config
 from llmscale.analyze.knee import latency_cliff_rps_per_replica
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.types import FleetView, Signals, SignalValue
 
-CTX = PolicyContext(min_replicas=1, max_replicas=100)
+CTX = Deployment(min_replicas=1, max_replicas=100)
 X0, W = 6.0, 0.5  # the P99 curve bends around 6 req/s per replica, over half a req/s
 
 

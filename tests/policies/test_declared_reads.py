@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import llmscale.policies as policies_pkg
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
-from llmscale.policies.base import POLICIES, PolicyContext, PolicyInfo, create_policy, policy_names
+from llmscale.policies.base import POLICIES, PolicyInfo, create_policy, policy_names
 from llmscale.policies.static import StaticPolicy
 from llmscale.signals.catalog import SIGNALS
 
@@ -48,12 +49,12 @@ def test_a_policy_module_reads_no_signal_its_policies_do_not_declare():
     policy_names()  # loads every module
     by_module: dict[str, set[str]] = {}
     for info in POLICIES.values():
-        module = info.factory.__module__.rsplit(".", 1)[-1]
+        module = info.factory.__module__.removeprefix("llmscale.policies.")  # "slo", "dynamo.sla"
         by_module.setdefault(module, set()).update(info.reads)
     root = Path(policies_pkg.__file__).parent
     undeclared = {}
     for module, declared in by_module.items():
-        missing = _literal_reads(root / f"{module}.py") - declared
+        missing = _literal_reads(root.joinpath(*module.split(".")).with_suffix(".py")) - declared
         if missing:
             undeclared[module] = sorted(missing)
     assert not undeclared, f"signals read but not declared in register(..., reads=...): {undeclared}"
@@ -79,4 +80,4 @@ def test_an_unknown_declared_read_is_a_configuration_error(monkeypatch):
     with pytest.raises(
         ConfigError, match=r"'queue_wiating': not in the signal catalogue.*did you mean 'queue_waiting'"
     ):
-        create_policy("typo-policy", PolicyContext())
+        create_policy("typo-policy", Deployment())

@@ -29,19 +29,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.guards import GUARD_FIELDS, GuardConfig, GuardState, apply_guards
-from llmscale.policies.base import (
-    POLICIES,
-    PolicyContext,
-    PolicyParamError,
-    create_policy,
-    names_a_signal,
-    policy_names,
-    validate_params,
-)
+from llmscale.policies.base import POLICIES, create_policy, names_a_signal, policy_names, validate_params
 from llmscale.policies.config_file import GUARDS_KEY, load_policy_config
-from llmscale.policies.params import DeploymentFitError, Param
+from llmscale.policies.params import DeploymentFitError, Param, PolicyParamError
 from llmscale.ranges import Interval
 from llmscale.signals.catalog import SIGNALS
 from llmscale.types import FleetView, Signals, SignalValue
@@ -215,7 +208,7 @@ def test_documents_load_or_fail_with_the_file_and_what_loads_runs(doc, ticks) ->
     for name, params in outcome.items():
         own = {k: v for k, v in params.items() if k != GUARDS_KEY}
         try:
-            policy = create_policy(name, PolicyContext(min_replicas=1, max_replicas=20), own)
+            policy = create_policy(name, Deployment(min_replicas=1, max_replicas=20), own)
             # As the backtest merges them: its bounds, the policy's own settings, the user's.
             base = GuardConfig(1, 20).merged(getattr(policy, "guard_overrides", {}) or {})
             guards = base.merged(params.get(GUARDS_KEY) or {})
@@ -291,7 +284,7 @@ def test_every_accepted_value_runs(data, ticks) -> None:
         return
     # What the declarations accept builds: no factory keeps a rule of its own on the parameters,
     # so the configuration check (which builds nothing) refuses all that the build would.
-    ctx = PolicyContext(min_replicas=1, max_replicas=20)
+    ctx = Deployment(min_replicas=1, max_replicas=20)
     try:
         policy = create_policy(name, ctx, chosen)
     except DeploymentFitError as e:

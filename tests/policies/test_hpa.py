@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from llmscale.metrics.names import DCGM
-from llmscale.policies.hpa import HpaConfig, HpaPolicy, HpaState, hpa_replicas_for_metric
+from llmscale.policies._hpa_behavior import HpaState
+from llmscale.policies.hpa import HpaConfig, HpaPolicy, hpa_replicas_for_metric
 from llmscale.types import FleetView, Signals
 
 CFG = HpaConfig(min_replicas=1, max_replicas=50)

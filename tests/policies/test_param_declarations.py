@@ -6,8 +6,9 @@ import math
 
 import pytest
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
-from llmscale.policies.base import POLICIES, PolicyContext, create_policy, policy_names
+from llmscale.policies.base import POLICIES, create_policy, policy_names
 from llmscale.policies.params import Param
 from llmscale.ranges import Interval
 
@@ -37,7 +38,7 @@ def test_the_smallest_accepted_value_never_makes_a_tick_under_a_tenth_of_a_secon
     low = bounds.lo if bounds.lo_closed else math.nextafter(bounds.lo, math.inf)
     value = math.ceil(low) if p.kind is int else low
     try:
-        policy = create_policy(name, PolicyContext(), {key: value})
+        policy = create_policy(name, Deployment(), {key: value})
     except ConfigError:
         return  # refused by a rule between parameters
     assert 0.1 <= policy.tick_s <= 86400, (key, value, policy.tick_s)
@@ -91,10 +92,10 @@ def test_a_declaration_refusing_its_own_default_is_a_bug_found_at_import():
 )
 def test_create_policy_names_the_parameter(params, message):
     with pytest.raises(ConfigError) as err:
-        create_policy("slo", PolicyContext(), params)
+        create_policy("slo", Deployment(), params)
     assert message in str(err.value)
 
 
 def test_an_integral_value_is_accepted_for_a_number():
-    policy = create_policy("slo", PolicyContext(), {"tick_s": 10})
+    policy = create_policy("slo", Deployment(), {"tick_s": 10})
     assert policy.tick_s == 10.0 and isinstance(policy.tick_s, float)

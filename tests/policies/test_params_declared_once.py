@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 import llmscale.policies as policies_pkg
+from llmscale.deployment import Deployment
 from llmscale.policies import base
-from llmscale.policies.base import POLICIES, PolicyContext, create_policy, policy_names
+from llmscale.policies.base import POLICIES, create_policy, policy_names
 from llmscale.policies.params import PARAM_METADATA_KEY, Param, config_from, param, params_of
 
-POLICY_MODULES = sorted(Path(policies_pkg.__file__).parent.glob("*.py"))
+POLICY_MODULES = sorted(Path(policies_pkg.__file__).parent.rglob("*.py"))
 
 
 def _config_dataclasses(policy: object) -> list[tuple[str, object]]:
@@ -41,7 +42,7 @@ def _config_dataclasses(policy: object) -> list[tuple[str, object]]:
 @pytest.mark.parametrize("name", policy_names())
 def test_a_config_field_named_like_a_parameter_holds_that_very_declaration(name):
     info = POLICIES[name]
-    policy = create_policy(name, PolicyContext())
+    policy = create_policy(name, Deployment())
     checked = []
     for attr, config in _config_dataclasses(policy):
         for f in dataclasses.fields(config):
@@ -91,7 +92,9 @@ def _literal_defaults_and_declared_names(tree: ast.Module) -> tuple[set[str], se
     return fields, declared
 
 
-@pytest.mark.parametrize("path", POLICY_MODULES, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", POLICY_MODULES, ids=lambda p: str(p.relative_to(Path(policies_pkg.__file__).parent))
+)
 def test_no_policy_module_declares_a_parameter_beside_a_field_of_its_name(path):
     # The pattern this replaced: `alpha: float = 0.4` in the dataclass and `"alpha": Param(0.4, ...)`
     # in the registered mapping, two copies a test had to keep in agreement.
@@ -128,7 +131,7 @@ EDITS = [
         id="knative-kpa.target_concurrency",
     ),
     pytest.param(
-        "dynamo",
+        "dynamo/sla",
         'max_throughput_scaling_replicas: int = param(\n        8, f"[1, {COUNT_MAX}]"',
         'max_throughput_scaling_replicas: int = param(\n        3, f"[1, {COUNT_MAX}]"',
         ("dynamo-sla", "DynamoSlaConfig", "max_throughput_scaling_replicas", 3),

@@ -6,9 +6,10 @@ from dataclasses import replace
 
 import pytest
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.policies.aibrix import ApaConfig, ApaPolicy, ApaState, apa_replicas
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.types import FleetView, Signals, SignalValue
 
 CFG = ApaConfig(min_replicas=1, max_replicas=50)
@@ -94,11 +95,11 @@ def test_missing_metric_is_no_data_and_records_nothing():
     ],
 )
 def test_registered_targets(params, metric, target):
-    policy = create_policy("aibrix-apa", PolicyContext(), params)
+    policy = create_policy("aibrix-apa", Deployment(), params)
     assert isinstance(policy, ApaPolicy)
     assert (policy.config.metric, policy.config.target, policy.tick_s) == (metric, target, 10.0)
 
 
 def test_unknown_metric_is_refused():
     with pytest.raises(ConfigError, match="metric"):
-        create_policy("aibrix-apa", PolicyContext(), {"metric": "gpu_util_mean"})
+        create_policy("aibrix-apa", Deployment(), {"metric": "gpu_util_mean"})

@@ -8,24 +8,24 @@ from typing import NamedTuple
 
 import pytest
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
-from llmscale.policies.base import PolicyContext, create_policy
-from llmscale.policies.dynamo import (
+from llmscale.policies.base import create_policy
+from llmscale.policies.dynamo.capacity import agg_engine_capacity, capacity_batch_sizes
+from llmscale.policies.dynamo.load import (
     KV_METRIC,
     RUNNING_METRIC,
     WAITING_METRIC,
     DynamoLoadConfig,
     DynamoLoadPolicy,
+)
+from llmscale.policies.dynamo.predictors import add_point, constant_forecast, kalman_forecast
+from llmscale.policies.dynamo.sla import (
     DynamoSlaConfig,
     DynamoSlaPolicy,
     DynamoSlaState,
-    add_point,
-    agg_engine_capacity,
     cap_adjustment,
-    capacity_batch_sizes,
-    constant_forecast,
     gpu_budget_guard,
-    kalman_forecast,
 )
 from llmscale.types import FleetView, Signals, SignalValue
 
@@ -312,7 +312,7 @@ def test_gpu_budget_guard(current, proposed, gpus, budget, expected):
 
 def test_with_the_calibrated_perf_model():
     pytest.importorskip("llmscale.perf")
-    ctx = PolicyContext(slo_ttft_s=2.0, slo_tpot_s=0.05, min_replicas=1, max_replicas=200)
+    ctx = Deployment(slo_ttft_s=2.0, slo_tpot_s=0.05, min_replicas=1, max_replicas=200)
     unlimited = {"max_gpu_budget": -1, "max_throughput_scaling_replicas": 1000}
     assert create_policy("dynamo-sla", ctx).config.max_gpu_budget == 8  # type: ignore[attr-defined]
     policy = create_policy("dynamo-sla", ctx, unlimited)
@@ -331,7 +331,7 @@ def test_with_the_calibrated_perf_model():
 
 def test_unknown_predictor_is_refused():
     with pytest.raises(ConfigError, match="arima"):
-        create_policy("dynamo-sla", PolicyContext(), {"load_predictor": "arima"})
+        create_policy("dynamo-sla", Deployment(), {"load_predictor": "arima"})
 
 
 # -- dynamo-load -------------------------------------------------------------------------------------------

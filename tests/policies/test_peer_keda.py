@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from llmscale.deployment import Deployment
 from llmscale.guards import GuardConfig, GuardState, apply_guards
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.policies.keda import KedaConfig, KedaPolicy, KedaState, external_average_value_replicas
 from llmscale.types import FleetView, Signals, SignalValue
 
@@ -119,7 +120,7 @@ def test_null_query_is_read_as_zero_but_the_guard_holds():
 
 
 def test_registered_factory_uses_the_context_bounds():
-    policy = create_policy("keda-queue", PolicyContext(min_replicas=0, max_replicas=8))
+    policy = create_policy("keda-queue", Deployment(min_replicas=0, max_replicas=8))
     assert isinstance(policy, KedaPolicy)
     assert policy.tick_s == 30.0
     assert (policy.config.min_replicas, policy.config.max_replicas, policy.config.threshold) == (0, 8, 20.0)

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.deployment import Deployment
+from llmscale.policies.base import create_policy
 from llmscale.policies.knative import KpaConfig, KpaPolicy, KpaState
 from llmscale.types import FleetView, Signals, SignalValue
 
@@ -134,7 +135,7 @@ def test_missing_concurrency_is_no_data_and_holds():
 
 
 def test_registered_defaults():
-    policy = create_policy("knative-kpa", PolicyContext())
+    policy = create_policy("knative-kpa", Deployment())
     assert isinstance(policy, KpaPolicy)
     assert policy.tick_s == 2.0
     assert policy.config.target_concurrency == 70.0

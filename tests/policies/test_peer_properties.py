@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmscale.deployment import Deployment
 from llmscale.guards import GuardConfig, GuardState, apply_guards
 from llmscale.metrics.names import VLLM
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.types import FleetView, Signals, SignalValue
 
 PEERS = [
@@ -85,7 +86,7 @@ def bounds(draw: st.DrawFn) -> tuple[int, int]:
 @given(bnd=bounds(), ticks=st.lists(observation(), min_size=1, max_size=8))
 def test_desired_stays_within_the_policy_bounds(name, bnd, ticks):
     lo, hi = bnd
-    policy = create_policy(name, PolicyContext(min_replicas=lo, max_replicas=hi))
+    policy = create_policy(name, Deployment(min_replicas=lo, max_replicas=hi))
     state = policy.initial_state()
     for i, sig in enumerate(ticks):
         d, state = policy.decide(sig, state, (i + 1) * policy.tick_s)
@@ -106,7 +107,7 @@ def test_missing_inputs_are_no_data_and_never_shrink(name, bnd, extra, n_ticks):
         per_replica={f"pod-{i}": {} for i in range(spec)},
         unknown_replicas=spec,
     )
-    policy = create_policy(name, PolicyContext(min_replicas=lo, max_replicas=hi))
+    policy = create_policy(name, Deployment(min_replicas=lo, max_replicas=hi))
     guards = GuardConfig(lo, hi).merged(getattr(policy, "guard_overrides", {}))
     state, gstate = policy.initial_state(), GuardState()
     rules = []

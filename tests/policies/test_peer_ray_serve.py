@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.policies.ray_serve import (
     RayServeConfig,
     RayServePolicy,
@@ -160,7 +161,7 @@ def test_missing_requests_when_a_sample_is_due_is_no_data_and_holds():
 
 
 def test_registered_defaults_and_smoothing():
-    policy = create_policy("ray-serve", PolicyContext(), {"smoothing_factor": 0.5, "upscaling_factor": 2.0})
+    policy = create_policy("ray-serve", Deployment(), {"smoothing_factor": 0.5, "upscaling_factor": 2.0})
     assert isinstance(policy, RayServePolicy)
     cfg = policy.config
     assert (cfg.target_ongoing_requests, cfg.upscale_delay_s, cfg.downscale_delay_s) == (2.0, 30.0, 600.0)
@@ -170,4 +171,4 @@ def test_registered_defaults_and_smoothing():
 
 def test_a_tick_longer_than_the_sampling_interval_is_refused():
     with pytest.raises(ConfigError, match=r"control_interval_s = 10\.0"):
-        create_policy("ray-serve", PolicyContext(), {"control_interval_s": 10.0})
+        create_policy("ray-serve", Deployment(), {"control_interval_s": 10.0})

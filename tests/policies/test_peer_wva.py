@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.deployment import Deployment
+from llmscale.policies.base import create_policy
 from llmscale.policies.wva import (
     KV_METRIC,
     WAITING_METRIC,
@@ -100,7 +101,7 @@ def test_the_peak_of_the_last_minute_blocks_a_scale_down():
 
 
 def test_registered_defaults():
-    policy = create_policy("wva-saturation", PolicyContext())
+    policy = create_policy("wva-saturation", Deployment())
     assert isinstance(policy, WvaPolicy)
     c = policy.config
     assert (c.kv_cache_threshold, c.queue_length_threshold, c.kv_spare_trigger, c.queue_spare_trigger) == (

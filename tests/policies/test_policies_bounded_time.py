@@ -19,9 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.guards import GuardConfig, GuardState, apply_guards
-from llmscale.policies.base import PolicyContext, create_policy, policy_names
+from llmscale.policies.base import create_policy, policy_names
 from llmscale.signals.catalog import SIGNALS
 from llmscale.types import FleetView, Signals, SignalValue
 
@@ -62,7 +63,7 @@ def absurd_signals(draw: st.DrawFn) -> Signals:
 @given(ticks=st.lists(absurd_signals(), min_size=3, max_size=3))
 def test_a_policy_decides_absurd_signals_in_bounded_time(name: str, ticks: list[Signals]) -> None:
     try:
-        policy = create_policy(name, PolicyContext(min_replicas=1, max_replicas=20), {})
+        policy = create_policy(name, Deployment(min_replicas=1, max_replicas=20), {})
     except ConfigError:
         pytest.skip(f"{name} needs parameters to be built")
     guards = GuardConfig(1, 20).merged(getattr(policy, "guard_overrides", {}) or {})

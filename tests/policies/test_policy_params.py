@@ -11,14 +11,9 @@ import math
 
 import pytest
 
-from llmscale.policies.base import (
-    POLICIES,
-    PolicyContext,
-    PolicyParamError,
-    create_policy,
-    names_a_signal,
-    policy_names,
-)
+from llmscale.deployment import Deployment
+from llmscale.policies.base import POLICIES, create_policy, names_a_signal, policy_names
+from llmscale.policies.params import PolicyParamError
 from llmscale.signals.catalog import SIGNALS
 from llmscale.signals.fleet import PER_POD_METRICS
 
@@ -56,11 +51,11 @@ def test_a_misspelt_name_fails_at_build_naming_the_parameter(param):
     name, key, default = param
     typo = default[:-2] + default[-1:]  # one letter dropped: 'queue_waiting' -> 'queue_waitng'
     with pytest.raises(PolicyParamError) as info:
-        create_policy(name, PolicyContext(), {key: typo})
+        create_policy(name, Deployment(), {key: typo})
     assert info.value.param == key
     assert f"{key} = {typo!r}" in str(info.value)
     assert info.value.exit_code == 2
-    create_policy(name, PolicyContext(), {key: default})  # the right name builds
+    create_policy(name, Deployment(), {key: default})  # the right name builds
 
 
 @pytest.mark.parametrize("param", [p for p in PARAMS if names_a_signal(p[1])], ids=_id)
@@ -68,7 +63,7 @@ def test_a_misspelt_signal_suggests_the_closest(param):
     name, key, default = param
     typo = default[:-2] + default[-1:]
     with pytest.raises(PolicyParamError, match=f"not a signal; did you mean {default!r}"):
-        create_policy(name, PolicyContext(), {key: typo})
+        create_policy(name, Deployment(), {key: typo})
 
 
 @pytest.mark.parametrize("param", NUMERIC, ids=_id)
@@ -76,7 +71,7 @@ def test_a_misspelt_signal_suggests_the_closest(param):
 def test_a_numeric_parameter_takes_only_finite_numbers(param, bad):
     name, key, _ = param
     with pytest.raises(PolicyParamError) as info:
-        create_policy(name, PolicyContext(), {key: bad})
+        create_policy(name, Deployment(), {key: bad})
     assert info.value.param == key
 
 
@@ -85,26 +80,26 @@ def test_a_numeric_parameter_takes_only_finite_numbers(param, bad):
 def test_an_optional_number_takes_a_finite_number_or_null(param, bad):
     name, key, _ = param
     with pytest.raises(PolicyParamError) as info:
-        create_policy(name, PolicyContext(), {key: bad})
+        create_policy(name, Deployment(), {key: bad})
     assert info.value.param == key
-    create_policy(name, PolicyContext(), {key: None})
+    create_policy(name, Deployment(), {key: None})
 
 
 @pytest.mark.parametrize("param", FLAGS, ids=_id)
 def test_a_flag_takes_only_true_or_false(param):
     name, key, default = param
     with pytest.raises(PolicyParamError, match="must be a boolean"):
-        create_policy(name, PolicyContext(), {key: "yes"})
-    create_policy(name, PolicyContext(), {key: not default})
+        create_policy(name, Deployment(), {key: "yes"})
+    create_policy(name, Deployment(), {key: not default})
 
 
 def test_an_integer_beyond_any_float_is_refused_not_a_traceback():
     with pytest.raises(PolicyParamError, match="must be a finite number") as info:
-        create_policy("slo", PolicyContext(), {"drain_s": 10**400})
+        create_policy("slo", Deployment(), {"drain_s": 10**400})
     assert info.value.param == "drain_s"
 
 
 def test_hpa_metric_must_be_a_per_pod_metric():
     with pytest.raises(PolicyParamError, match="must be a per-pod metric") as info:
-        create_policy("hpa-gpu-util", PolicyContext(), {"metric": "DCGM_FI_DEV_GPU_UTL"})
+        create_policy("hpa-gpu-util", Deployment(), {"metric": "DCGM_FI_DEV_GPU_UTL"})
     assert info.value.param == "metric"

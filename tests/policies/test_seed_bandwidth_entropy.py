@@ -6,12 +6,13 @@ from dataclasses import replace
 
 import pytest
 
+from llmscale.deployment import Deployment
 from llmscale.guards import GuardConfig, GuardState, apply_guards
 from llmscale.policies.bandwidth_entropy import compensated, fusion_weights
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.types import FleetView, Signals, SignalValue
 
-CTX = PolicyContext(min_replicas=1, max_replicas=20)
+CTX = Deployment(min_replicas=1, max_replicas=20)
 BASE = Signals(time_s=0.0, fleet=FleetView(spec_replicas=3, ready=3), values={})
 
 

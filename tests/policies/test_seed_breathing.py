@@ -7,11 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.deployment import Deployment
+from llmscale.policies.base import create_policy
 from llmscale.policies.breathing import rhythm_blocks_scale_in
 from llmscale.types import FleetView, Signals, SignalValue
 
-CTX = PolicyContext(min_replicas=1, max_replicas=50, cold_start_s=90.0)
+CTX = Deployment(min_replicas=1, max_replicas=50, cold_start_s=90.0)
 BASE = Signals(time_s=0.0, fleet=FleetView(spec_replicas=3, ready=3), values={})
 CALM = {
     "queue_per_replica": 2.0,

@@ -7,11 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.deployment import Deployment
+from llmscale.policies.base import create_policy
 from llmscale.policies.capacity import CapacityConfig, seed_tps
 from llmscale.types import FleetView, Signals, SignalValue
 
-CTX = PolicyContext(min_replicas=1, max_replicas=100)
+CTX = Deployment(min_replicas=1, max_replicas=100)
 BASE = Signals(time_s=0.0, fleet=FleetView(spec_replicas=2, ready=2), values={})
 
 

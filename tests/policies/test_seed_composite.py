@@ -6,12 +6,13 @@ from dataclasses import replace
 
 import pytest
 
+from llmscale.deployment import Deployment
 from llmscale.guards import GuardConfig, GuardState, apply_guards
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.policies.composite import CompositeConfig, composite_score
 from llmscale.types import FleetView, Signals, SignalValue
 
-CTX = PolicyContext(min_replicas=1, max_replicas=20)
+CTX = Deployment(min_replicas=1, max_replicas=20)
 BASE = Signals(time_s=0.0, fleet=FleetView(spec_replicas=4, ready=4), values={})
 #: long requests, the cache steady, something queued, KV half full: nothing fires
 STEADY = {

@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.deployment import Deployment
+from llmscale.policies.base import create_policy
 from llmscale.types import FleetView, Signals, SignalValue
 
-CTX = PolicyContext(min_replicas=1, max_replicas=20)
+CTX = Deployment(min_replicas=1, max_replicas=20)
 BASE = Signals(time_s=0.0, fleet=FleetView(spec_replicas=3, ready=3), values={})
 
 

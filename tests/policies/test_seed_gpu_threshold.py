@@ -6,12 +6,13 @@ from dataclasses import replace
 
 import pytest
 
+from llmscale.deployment import Deployment
 from llmscale.guards import GuardConfig
 from llmscale.metrics.names import DCGM
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.types import FleetView, Signals, SignalValue
 
-CTX = PolicyContext(min_replicas=1, max_replicas=50)
+CTX = Deployment(min_replicas=1, max_replicas=50)
 BASE = Signals(time_s=0.0, fleet=FleetView(spec_replicas=4, ready=4), values={})
 
 

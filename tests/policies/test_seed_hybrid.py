@@ -7,11 +7,12 @@ from dataclasses import replace
 
 import pytest
 
+from llmscale.deployment import Deployment
 from llmscale.guards import GuardConfig, GuardState, apply_guards
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.types import FleetView, Signals, SignalValue
 
-CTX = PolicyContext(min_replicas=1, max_replicas=20, cold_start_s=90.0)
+CTX = Deployment(min_replicas=1, max_replicas=20, cold_start_s=90.0)
 BASE = Signals(time_s=0.0, fleet=FleetView(spec_replicas=3, ready=3), values={})
 #: a busy, healthy fleet: nothing fires
 CALM = {"queue_waiting": 5.0, "running": 40.0, "e2e_p99_s": 1.0, "gpu_util_mean": 60.0}

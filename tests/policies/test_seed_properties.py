@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmscale.deployment import Deployment
 from llmscale.guards import GuardConfig
 from llmscale.metrics.names import DCGM
-from llmscale.policies.base import POLICIES, PolicyContext, create_policy, policy_names
+from llmscale.policies.base import POLICIES, create_policy, policy_names
 from llmscale.signals.catalog import SIGNALS
 from llmscale.types import FleetView, Signals, SignalValue
 
@@ -28,7 +29,9 @@ SEED_POLICIES = [
     "breathing",
     "token-rate",
 ]
-CTX = PolicyContext(min_replicas=1, max_replicas=64, gpu_budget=32)
+CTX = Deployment(min_replicas=1, max_replicas=64)
+#: three-layer's resource layer exercised with a budget of 32 GPUs
+PARAMS = {"three-layer": {"gpu_budget": 32}}
 NAMES = sorted(SIGNALS)
 
 values_st = st.dictionaries(
@@ -75,13 +78,13 @@ def test_every_seed_policy_is_registered_and_listed():
 
 @pytest.mark.parametrize("name", SEED_POLICIES)
 def test_guard_overrides_are_guard_config_fields(name):
-    policy = create_policy(name, CTX)
+    policy = create_policy(name, CTX, PARAMS.get(name))
     GuardConfig().merged(getattr(policy, "guard_overrides", {}))  # raises ConfigError on an unknown name
     assert policy.tick_s > 0
 
 
 #: built once: policies are immutable (capacity-calibrated's memo is a pure function of its key)
-BUILT = {name: create_policy(name, CTX) for name in SEED_POLICIES}
+BUILT = {name: create_policy(name, CTX, PARAMS.get(name)) for name in SEED_POLICIES}
 
 
 @settings(max_examples=100, deadline=None)

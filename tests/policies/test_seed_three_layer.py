@@ -6,11 +6,12 @@ from dataclasses import replace
 
 import pytest
 
+from llmscale.deployment import Deployment
 from llmscale.guards import GuardConfig
-from llmscale.policies.base import PolicyContext, create_policy
+from llmscale.policies.base import create_policy
 from llmscale.types import FleetView, Signals, SignalValue
 
-CTX = PolicyContext(min_replicas=1, max_replicas=50, slo_ttft_s=2.0)
+CTX = Deployment(min_replicas=1, max_replicas=50, slo_ttft_s=2.0)
 BASE = Signals(time_s=0.0, fleet=FleetView(spec_replicas=4, ready=4), values={})
 CALM = {
     "ttft_p95_s": 1.5,
@@ -111,15 +112,15 @@ def test_layers(signals, desired, rule):
         pytest.param(6, 6, "resource-gpu-budget", id="at-budget-holds"),
     ],
 )
-def test_gpu_budget_from_the_context(spec, desired, rule):
-    policy = create_policy("three-layer", replace(CTX, gpu_budget=6))
+def test_gpu_budget_from_the_parameter(spec, desired, rule):
+    policy = create_policy("three-layer", CTX, {"gpu_budget": 6})
     s = sig(FleetView(spec_replicas=spec, ready=spec), queue_per_replica=12.0)
     d, _ = policy.decide(s, None, 0.0)
     assert (d.desired, d.rule) == (desired, rule)
 
 
 def test_gpu_budget_counts_tp_gpus_per_replica_and_reaches_the_guard():
-    policy = create_policy("three-layer", replace(CTX, tp=2, gpu_budget=12))
+    policy = create_policy("three-layer", replace(CTX, tp=2), {"gpu_budget": 12})
     assert dict(policy.guard_overrides) == {"gpu_budget": 12, "gpus_per_replica": 2}
     assert GuardConfig().merged(policy.guard_overrides).gpu_budget == 12
     d, _ = policy.decide(sig(queue_per_replica=12.0), None, 0.0)

@@ -11,14 +11,15 @@ from dataclasses import replace
 import pytest
 
 from llmscale.backtest.runner import BacktestSettings, run_policy
+from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
-from llmscale.policies.base import POLICIES, PolicyContext, create_policy
+from llmscale.policies.base import POLICIES, create_policy
 from llmscale.policies.token_rate import WINDOW_SIGNALS, slo_tokens_per_replica
 from llmscale.signals.rates import adaptive_window_ms, population_std
 from llmscale.types import FleetView, Signals, SignalValue
 from llmscale.workloads.synthetic import poisson
 
-CTX = PolicyContext(min_replicas=1, max_replicas=50)
+CTX = Deployment(min_replicas=1, max_replicas=50)
 
 
 @pytest.mark.parametrize(

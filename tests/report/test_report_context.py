@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from llmscale.report.context import context_summary, context_warning, fmt_share
+from llmscale.backtest.context_check import fmt_share
+from llmscale.report.context import context_summary, context_warning
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,9 @@ import pytest
 from llmscale.signals import compute_signals
 from llmscale.signals.arrivals import arrival_rate_signal
 from llmscale.signals.window import FleetWindow
+from llmscale.sim.config import SimConfig
 from llmscale.sim.exporter import SimMetricSource
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.types import FleetView, Observation
 
 

@@ -14,8 +14,9 @@ import pytest
 
 from llmscale.metrics.names import HISTOGRAM_BOUNDS
 from llmscale.signals import SIGNALS, compute_signals
+from llmscale.sim.config import SimConfig
 from llmscale.sim.exporter import SimMetricSource
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.types import Phase
 from llmscale.workloads import make_preset
 

@@ -13,9 +13,11 @@ from fake_perf import FakePerf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.config import SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.sim.replica import MIXED, blocks_for
-from llmscale.sim.request import DECODING, PREFILLING, WAITING, Req, Status
+from llmscale.sim.request import DECODING, PREFILLING, WAITING, Req
+from llmscale.types import Status
 
 
 def make_fleet(arrivals, inputs, outputs, *, replicas=1, blocks=10_000, **cfg) -> Fleet:

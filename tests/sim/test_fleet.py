@@ -10,9 +10,9 @@ from fake_perf import FakePerf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llmscale.sim.fleet import Fleet, SimConfig
-from llmscale.sim.request import Status
-from llmscale.types import Phase
+from llmscale.sim.config import SimConfig
+from llmscale.sim.fleet import Fleet
+from llmscale.types import Phase, Status
 
 
 def make_fleet(arrivals, inputs, outputs, *, replicas=1, perf=None, **cfg):

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from llmscale.metrics.names import DCGM
 from llmscale.metrics.names import VllmMetric as V
 from llmscale.perf import get_perf_model
+from llmscale.sim.config import SimConfig
 from llmscale.sim.exporter import SimMetricSource
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.sim.gpu_counters import (
     MAX_WARPS_PER_SM,
     WARPS_PER_ACTIVE_SM,

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from llmscale.errors import ConfigError
 from llmscale.perf import get_perf_model
+from llmscale.sim.config import SimConfig
 from llmscale.sim.faults import (
     GLITCH_PERIOD_S,
     THRESHOLD_LOW_SHARE,
@@ -21,7 +22,7 @@ from llmscale.sim.faults import (
     degraded_perf,
     parse_glitch,
 )
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.fleet import Fleet
 
 H100_HBM_BYTES_S = 3.35e12
 

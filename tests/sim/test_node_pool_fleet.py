@@ -13,8 +13,9 @@ from fake_perf import FakePerf
 from test_start_tiers_fleet import TIERS, phases
 
 from llmscale.errors import ConfigError
+from llmscale.sim.config import SimConfig
 from llmscale.sim.exporter import SimMetricSource
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.types import FleetView, Phase
 
 NODE_S = 100.0

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from fake_perf import FakePerf
 
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.config import SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.types import Phase
 
 TIERS = {

@@ -12,7 +12,8 @@ from fake_perf import FakePerf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llmscale.sim.fleet import Fleet, SimConfig, StepQueue
+from llmscale.sim.config import SimConfig
+from llmscale.sim.fleet import Fleet, StepQueue
 from llmscale.sim.replica import FinishHeap
 from llmscale.sim.request import PrefillQueue, Req, ReqList
 

@@ -12,8 +12,9 @@ from llmscale.backtest.runner import BacktestSettings, run_policy
 from llmscale.metrics.names import DCGM
 from llmscale.metrics.names import VllmMetric as V
 from llmscale.perf import get_perf_model
+from llmscale.sim.config import SimConfig
 from llmscale.sim.exporter import SimMetricSource
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.sim.sub_tick import StepBuckets
 from llmscale.types import Decision, Signals
 from llmscale.workloads import make_preset

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from llmscale.tenancy.mig import Placement
+from llmscale.perf.mig import Placement
 from llmscale.tenancy.pool import MigPool, admit
 
 DISK = ("disk_io 77.1% >= 70%",)

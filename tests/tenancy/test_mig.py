@@ -6,7 +6,7 @@ import pytest
 
 from llmscale.errors import ConfigError
 from llmscale.perf import get_gpu, get_perf_model
-from llmscale.tenancy.mig import MIG_GPUS, get_mig_gpu, slice_gpu_spec
+from llmscale.perf.mig import MIG_GPUS, get_mig_gpu, slice_gpu_spec
 
 # The MIG user guide's "Number of Instances Available" per profile (Supported MIG Profiles).
 GUIDE_INSTANCES = {
@@ -101,7 +101,7 @@ def test_a_slice_serves_at_tp_1() -> None:
 def test_a_single_tenant_backtest_bills_a_slice_as_its_share_of_a_gpu() -> None:
     """`backtest --gpu h100-80gb:3g.40gb` billed each slice as a whole GPU; it is 3/7 of one."""
     from llmscale.backtest.runner import BacktestSettings, build_fleet
-    from llmscale.tenancy.mig import gpu_share
+    from llmscale.perf.mig import gpu_share
     from llmscale.workloads import make_preset, window
 
     assert gpu_share("h100-80gb") == 1.0

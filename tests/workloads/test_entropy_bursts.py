@@ -8,7 +8,8 @@ import pytest
 from llmscale.errors import ConfigError
 from llmscale.perf import get_perf_model
 from llmscale.signals.gpu import normalized_entropy, queue_value_entropy_bits
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.config import SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.workloads import Workload, entropy_bursts, make_preset, window
 
 

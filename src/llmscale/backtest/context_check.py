@@ -14,6 +14,7 @@ the backtest's defaults are sized from.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,7 +24,15 @@ from llmscale.errors import ConfigError, LlmscaleError
 from llmscale.sim.limits import ContextLimit, context_limit, exceeds_context
 from llmscale.workloads.model import Workload
 
-__all__ = ["ContextCheck", "LongerContext", "check_context", "fleet_limit", "within_context"]
+__all__ = [
+    "ContextCheck",
+    "LongerContext",
+    "alternatives_sentence",
+    "check_context",
+    "fleet_limit",
+    "fmt_share",
+    "within_context",
+]
 
 #: Catalogue models whose parameter count is within this factor of the chosen one count as
 #: "of similar size" (they need about the same GPUs): for Llama-3-8B (8.0B) that is Mistral-7B
@@ -161,8 +170,6 @@ def within_context(workload: Workload, check: ContextCheck) -> Workload:
         return workload
     keep = ~exceeds_context(workload.input_tokens, workload.output_tokens, check.limit.admitted_tokens)
     if not keep.any():
-        from llmscale.report.context import alternatives_sentence
-
         raise ConfigError(
             f"every request of {workload.name} is longer than the {check.limit.admitted_tokens:,d} "
             f"tokens {check.model} admits (prompt + output): a backtest would reject them all. "
@@ -175,3 +182,36 @@ def within_context(workload: Workload, check: ContextCheck) -> Workload:
         workload.output_tokens[keep],
         {**workload.meta, "within_context_of": check.model},
     )
+
+
+def fmt_share(share: float) -> str:
+    """A 0-1 share as a percentage, two significant digits below 1%: 0.5312 -> 53.1%, 0.000383 -> 0.038%.
+
+    The report's ``fmt_pct`` would print 89 requests of 232,624 as "0.0%", which reads as none.
+    """
+    pct = 100.0 * share
+    if pct >= 1.0 or pct <= 0.0:
+        return f"{pct:.1f}%"
+    decimals = 1 - math.floor(math.log10(pct))
+    return f"{pct:.{decimals}f}%"
+
+
+def _label(alt: Mapping[str, Any]) -> str:
+    return f"{alt['model']} ({int(alt['admitted_tokens']):,d} tokens)"
+
+
+def alternatives_sentence(ctx: Mapping[str, Any]) -> str:
+    """Which similar-size catalogue models would take the too-long requests (or most of them)."""
+    alts: Sequence[Mapping[str, Any]] = ctx.get("long_context_models") or ()
+    takes_all = [a for a in alts if int(a["over_context_requests"]) == 0]
+    if takes_all:
+        return f"Of similar size, {', '.join(_label(a) for a in takes_all)} would take them all."
+    if alts:
+        best = alts[0]
+        left = int(best["over_context_requests"])
+        share = left / int(ctx["requests"]) if ctx.get("requests") else 0.0
+        return (
+            f"No catalogue model of similar size takes them all; {_label(best)} would reject "
+            f"{left:,d} ({fmt_share(share)})."
+        )
+    return "No catalogue model of similar size would take more of them on these GPUs."

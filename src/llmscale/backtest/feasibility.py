@@ -44,7 +44,6 @@ __all__ = [
     "infeasible_mask",
     "infeasible_parts",
     "infeasible_summary",
-    "ttft_target_s",
 ]
 
 #: seconds between two lone requests of the idle-prefill measurement (see the module docstring)

@@ -25,8 +25,9 @@ import numpy as np
 from llmscale.backtest.feasibility import infeasible_mask
 from llmscale.backtest.runner import BacktestSettings
 from llmscale.sim.fleet import Fleet
-from llmscale.sim.request import Req, Status
+from llmscale.sim.request import Req
 from llmscale.slo import slo_met, tpot_within, ttft_target_s, ttft_within
+from llmscale.types import Status
 from llmscale.workloads.model import Workload
 
 __all__ = ["Judge"]

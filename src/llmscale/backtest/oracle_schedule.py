@@ -65,8 +65,7 @@ from llmscale.backtest.oracle_trials import Outcome, Trials, reap
 from llmscale.backtest.results import PolicyResult, summarize
 from llmscale.backtest.runner import BacktestSettings, SeriesRecorder, build_fleet, series_step_for
 from llmscale.sim.fleet import Fleet
-from llmscale.sim.request import Status
-from llmscale.types import Phase
+from llmscale.types import Phase, Status
 from llmscale.workloads.model import Workload
 
 __all__ = ["Grid", "ScheduleRun", "Scored", "descend", "run_schedule", "scale"]

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llmscale.backtest.feasibility import infeasible_mask
-from llmscale.sim.request import Status
 from llmscale.slo import slo_met, ttft_target_s
+from llmscale.types import Status
 
 if TYPE_CHECKING:
     from llmscale.backtest.runner import BacktestSettings
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from llmscale.workloads.model import Workload
 
 #: ``slo_met`` is :func:`llmscale.slo.slo_met`, kept importable from here for scripts
-__all__ = ["SUMMARY_KEYS", "PolicyResult", "slo_met", "summarize"]
+__all__ = ["SUMMARY_KEYS", "PolicyResult", "summarize"]
 
 #: the keys of one result row in the JSON output, in order (a contract for scripts)
 SUMMARY_KEYS = (

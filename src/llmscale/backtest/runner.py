@@ -13,30 +13,29 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import IO, Any
+from typing import IO, Any, Protocol, runtime_checkable
 
 from llmscale.backtest.calendar import DEFAULT_START_UNIX_S
 from llmscale.backtest.results import PolicyResult, summarize
 from llmscale.clock import ManualClock
 from llmscale.cluster.sim import SimCluster
 from llmscale.controller.core import Controller, initial_state, tick
-from llmscale.controller.loop import scale_if_changed
-from llmscale.deployment import Deployment, guard_config
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment, guard_config
 from llmscale.errors import ConfigError
 from llmscale.guards import MAX_REPLICAS, GuardConfig
 from llmscale.perf.cold_start import START_TIERS
 from llmscale.policies.base import POLICIES, Policy, create_policy
 from llmscale.policies.static import StaticPolicy
 from llmscale.signals.catalog import SUB_TICK_SIGNALS
+from llmscale.sim.config import SimConfig
 from llmscale.sim.exporter import SimMetricSource
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
 from llmscale.sim.sub_tick import QUEUE_SAMPLE_PERIOD_S
 from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
 __all__ = [
-    "MAX_REPLICAS",
     "BacktestSettings",
     "build_fleet",
     "check_policies",
@@ -45,21 +44,30 @@ __all__ = [
 ]
 
 
+@runtime_checkable
+class ReadsSignals(Protocol):
+    """A policy object that names the catalogue signals it reads beyond its registration's."""
+
+    @property
+    def reads(self) -> tuple[str, ...]: ...
+
+
 @dataclass(frozen=True)
 class BacktestSettings:
     """Everything a backtest needs besides the workload and the policy name."""
 
-    model: str = "llama-3-8b"
-    gpu: str = "h100-80gb"
-    tp: int = 1
-    min_replicas: int = 1
+    model: str = DEFAULT_DEPLOYMENT.model
+    gpu: str = DEFAULT_DEPLOYMENT.gpu
+    tp: int = DEFAULT_DEPLOYMENT.tp
+    min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
+    #: a backtest's own fleet (the command line sizes both from the workload), not the target's
     max_replicas: int = 64
     initial_replicas: int = 4
-    slo_ttft_s: float = 2.0
-    slo_tpot_s: float = 0.1
+    slo_ttft_s: float = DEFAULT_DEPLOYMENT.slo_ttft_s
+    slo_tpot_s: float = DEFAULT_DEPLOYMENT.slo_tpot_s
     #: length-aware TTFT SLO: this many more seconds per 1,000 prompt tokens
     #: (:func:`llmscale.backtest.feasibility.ttft_target_s`); 0 = one target for every request
-    slo_ttft_per_1k_tokens_s: float = 0.0
+    slo_ttft_per_1k_tokens_s: float = DEFAULT_DEPLOYMENT.slo_ttft_per_1k_tokens_s
     seed: int = 0
     sim: SimConfig = field(default_factory=SimConfig)
     #: path of a calibration profile (``llmscale calibrate``) for the step-time model, or None
@@ -173,7 +181,7 @@ def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas
     # four modules and their dataclasses are ~2% of benchmarks/sim_speed.py's run_policy otherwise.
     share = 1.0
     if ":" in settings.gpu:
-        from llmscale.tenancy.mig import gpu_share
+        from llmscale.perf.mig import gpu_share
 
         share = gpu_share(settings.gpu)
     return Fleet(
@@ -303,7 +311,8 @@ def run_policy(
     # preset, pure Python, 3 runs each alternating: 1.03x the time with them (median).
     info = POLICIES.get(policy_name)
     declared = info.signals_read(params) if info is not None else ()
-    reads = frozenset((*declared, *getattr(policy, "reads", ())))  # a policy object may declare its own
+    own = policy.reads if isinstance(policy, ReadsSignals) else ()  # a policy object may declare its own
+    reads = frozenset((*declared, *own))
     sub_tick = decisions_out is not None or bool(SUB_TICK_SIGNALS & reads)
     source = SimMetricSource(fleet, sub_tick=sub_tick)
     cluster = SimCluster(fleet)
@@ -340,7 +349,8 @@ def run_policy(
             now_s = clock.now_s()
             record, state, next_tick = tick(controller, state, source.observe(now_s))
             # Only actuation here: every step that shapes the decision is the core's.
-            if scale_if_changed(cluster, record.final, guards, now_s):
+            if record.final != cluster.spec_replicas:
+                cluster.scale_to(record.final, now_s, drain_until_idle=guards.drain_aware)
                 record = replace(record, applied=True)
             if record.standby is not None:
                 # The policy's standby pool (Decision.standby, policies/standby.py): sleeping

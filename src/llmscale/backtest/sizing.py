@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from llmscale.sim.fleet import Fleet, SimConfig
-from llmscale.sim.request import Status
+from llmscale.sim.config import SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.slo import slo_met, ttft_target_s
+from llmscale.types import Status
 
 __all__ = ["replica_capacity_rps", "replicas_for_rate", "steady_attainment"]
 

@@ -63,13 +63,14 @@ from llmscale.controller.core import (
     settle,
     tick,
 )
-from llmscale.deployment import guard_config
+from llmscale.deployment import DEFAULT_DEPLOYMENT, guard_config
+from llmscale.documents import validation_message
 from llmscale.errors import ConfigError
+from llmscale.perf.mig import SLICE_SEPARATOR, Placement
 from llmscale.policies.base import create_policy
 from llmscale.sim.config import SimConfig
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet
-from llmscale.tenancy.mig import SLICE_SEPARATOR, Placement
 from llmscale.tenancy.node_checks import NodeThresholds, check_node
 from llmscale.tenancy.node_model import NodeBackground, NodeSpec, node_sample
 from llmscale.tenancy.pool import Admission, MigPool, admit
@@ -147,8 +148,8 @@ class _TenantCfg(_Strict):
     min_replicas: int = Field(default=1, ge=0)
     max_replicas: int | None = Field(default=None, ge=1)
     initial_replicas: int = Field(default=1, ge=0)
-    slo_ttft_s: float = Field(default=2.0, gt=0, allow_inf_nan=False)
-    slo_tpot_s: float = Field(default=0.1, gt=0, allow_inf_nan=False)
+    slo_ttft_s: float = Field(default=DEFAULT_DEPLOYMENT.slo_ttft_s, gt=0, allow_inf_nan=False)
+    slo_tpot_s: float = Field(default=DEFAULT_DEPLOYMENT.slo_tpot_s, gt=0, allow_inf_nan=False)
 
 
 class _TenantsCfg(_Strict):
@@ -192,7 +193,7 @@ def load_tenant_quota(path: Path, tenant: str) -> MigQuota:
     (``admission.mig_quota``): the file is checked as ``llmscale tenants`` checks it, but no
     workload is loaded. Raises ConfigError naming the file and the key path."""
     from llmscale.controller.admission import MigQuota
-    from llmscale.tenancy.mig import get_mig_gpu
+    from llmscale.perf.mig import get_mig_gpu
 
     cfg = _validate(_read_tenants_file(path), str(path))
     t = cfg.tenants.get(tenant)
@@ -218,21 +219,15 @@ def _validate(data: Mapping[str, Any], source: str) -> _TenantsCfg:
     try:
         return _TenantsCfg.model_validate(dict(data))
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        msg = first["msg"].removeprefix("Value error, ")
-        got = first.get("input")
-        if isinstance(got, int | float | str) and not isinstance(got, bool) and repr(got) not in msg:
-            msg = f"{msg} (got {got!r})"
-        raise ConfigError(f"{source}: {where}: {msg}") from e
+        raise ConfigError(validation_message(e, source)) from e
 
 
 def parse_tenants(
     data: Mapping[str, Any], *, source: str = "<tenants>", base_dir: Path | None = None
 ) -> TenantsSpec:
     """Check a parsed tenants document and load each tenant's workload."""
+    from llmscale.perf.mig import get_mig_gpu
     from llmscale.policies.config_file import check_policy_params
-    from llmscale.tenancy.mig import get_mig_gpu
 
     cfg = _validate(data, source)
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from llmscale.deployment import GuardOverriding
 from llmscale.perf.drift import (
     ADJUSTS,
     PREDICTORS,
@@ -166,7 +167,7 @@ def measure(
 class AdjustablePolicy:
     """A policy rebuilt around adjusted step-time factors; its state carries over (the same class).
 
-    ``factory(scale)`` builds the policy with ``PolicyContext.perf_scale = scale``. Policies that
+    ``factory(scale)`` builds the policy with ``Deployment.perf_scale = scale``. Policies that
     do not use the step-time model are rebuilt identical, which costs a factory call.
     """
 
@@ -192,7 +193,9 @@ class AdjustablePolicy:
 
     @property
     def guard_overrides(self) -> Mapping[str, Any]:
-        overrides: Mapping[str, Any] = getattr(self.inner, "guard_overrides", {}) or {}
+        overrides: Mapping[str, Any] = (
+            self.inner.guard_overrides if isinstance(self.inner, GuardOverriding) else {}
+        ) or {}
         return overrides
 
     def initial_state(self) -> Any:

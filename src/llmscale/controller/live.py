@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from llmscale.clock import Clock, WallClock
 from llmscale.cluster.base import Cluster, StandbyCapable
-from llmscale.config import Mode
 from llmscale.controller.admission import check_scale_up
 from llmscale.controller.core import (
     SCRAPED_PHASES,
@@ -78,7 +77,7 @@ from llmscale.errors import ActuationError, ConfigError, LlmscaleError
 from llmscale.guards import GuardConfig, GuardState
 from llmscale.metrics.source import MetricSource
 from llmscale.policies.base import Policy
-from llmscale.types import FleetView, Observation, Phase, ReplicaSample, TickRecord
+from llmscale.types import FleetView, Mode, Observation, Phase, ReplicaSample, TickRecord
 
 __all__ = ["ClusterAlignedSource", "Elector", "LiveController", "PolicyRun", "actuation_reason"]
 
@@ -763,4 +762,3 @@ class _FencedCluster:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._cluster, name)
-

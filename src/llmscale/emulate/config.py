@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from llmscale.deployment import DEFAULT_DEPLOYMENT
 from llmscale.emulate.versions import DEFAULT_VLLM_VERSION, parse_vllm_version
 from llmscale.errors import ConfigError
 from llmscale.sim.faults import AdaptiveBatchConfig, HbmGlitch
@@ -62,9 +63,9 @@ class EmulateConfig:
     names and what ``/version`` says (emulate/versions.py).
     """
 
-    model: str = "llama-3-8b"
-    gpu: str = "h100-80gb"
-    tp: int = 1
+    model: str = DEFAULT_DEPLOYMENT.model
+    gpu: str = DEFAULT_DEPLOYMENT.gpu
+    tp: int = DEFAULT_DEPLOYMENT.tp
     replicas: int = 1
     host: str = "127.0.0.1"
     port: int = 8000

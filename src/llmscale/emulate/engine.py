@@ -21,10 +21,11 @@ from llmscale.clock import Clock, WallClock
 from llmscale.emulate.config import EmulateConfig
 from llmscale.emulate.request_stats import RequestStats, RequestTimes
 from llmscale.errors import ConfigError
-from llmscale.sim.fleet import Fleet, SimConfig
+from llmscale.sim.config import SimConfig
+from llmscale.sim.fleet import Fleet
 from llmscale.sim.replica import Replica
-from llmscale.sim.request import Req, Status
-from llmscale.types import Phase
+from llmscale.sim.request import Req
+from llmscale.types import Phase, Status
 
 __all__ = ["Emulator", "Flight", "Outcome", "ReplicaInfo", "build_sim_config"]
 

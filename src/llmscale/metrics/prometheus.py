@@ -44,7 +44,6 @@ from llmscale.metrics._loop import LoopThread
 from llmscale.metrics.exposition import ParsedPage, build_histogram
 from llmscale.metrics.names import ACTIVATOR
 from llmscale.metrics.promapi import (
-    PrometheusError,
     PrometheusRefused,
     PrometheusUnavailable,
     fetch,
@@ -57,9 +56,7 @@ from llmscale.metrics.vetting import HELD_MAX, MAX_SERIES, CounterHistory, distr
 from llmscale.types import Histogram, Observation, Phase, ReplicaSample, SubTickSeries
 
 __all__ = [
-    "PrometheusError",
     "PrometheusSource",
-    "PrometheusUnavailable",
     "query_range_values",
     "query_ranges",
 ]
@@ -237,8 +234,10 @@ class PrometheusSource:
                     hists[family] = h
             # The same judgement as a scraped page's: a counter that falls other than a restart near
             # zero is a broken exporter or a proxy, not load (each fall read as a reset is a burst).
-            why = r.crowded or distrust(r.values, hists, r.nan) or self._counters.went_back(
-                name, ParsedPage(values=r.values, histograms=hists), now_s
+            why = (
+                r.crowded
+                or distrust(r.values, hists, r.nan)
+                or self._counters.went_back(name, ParsedPage(values=r.values, histograms=hists), now_s)
             )
             if why is not None:
                 errors[name] = why

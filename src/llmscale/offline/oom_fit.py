@@ -104,8 +104,9 @@ class OomFit:
 
 def simulate(scenario: Scenario, seed: int, perf: Any = None) -> list[Observation]:
     """Observations every 15 s of ``scenario`` (needs ``llmscale.perf`` unless ``perf`` is given)."""
+    from llmscale.sim.config import SimConfig
     from llmscale.sim.exporter import SimMetricSource
-    from llmscale.sim.fleet import Fleet, SimConfig
+    from llmscale.sim.fleet import Fleet
     from llmscale.workloads import make_preset, rate_scale
 
     if perf is None:

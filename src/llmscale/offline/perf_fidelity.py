@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from llmscale.perf.calibration import CalPoint
+from llmscale.offline.calibration import CalPoint
 from llmscale.perf.coefficients import PerfCoefficients
 
 __all__ = ["e2e_report"]

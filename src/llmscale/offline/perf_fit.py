@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, cast
 
-from llmscale.perf.calibration import SOURCES, CalPoint
+from llmscale.offline.calibration import SOURCES, CalPoint
 from llmscale.perf.coefficients import FamilyCoefficients, PerfCoefficients, StackCoefficients
 from llmscale.perf.step_time import PerfModel
 

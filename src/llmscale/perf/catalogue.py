@@ -566,7 +566,7 @@ def get_model(name: str | ModelSpec) -> ModelSpec:
 def get_gpu(name: str | GpuSpec) -> GpuSpec:
     """Return the :class:`GpuSpec` for a GPU name or alias (case-insensitive).
 
-    ``gpu:profile`` names a MIG slice (``h100-80gb:3g.40gb``, :func:`llmscale.tenancy.mig.slice_gpu_spec`).
+    ``gpu:profile`` names a MIG slice (``h100-80gb:3g.40gb``, :func:`llmscale.perf.mig.slice_gpu_spec`).
 
     Raises :class:`~llmscale.errors.ConfigError` naming the known GPUs when unknown.
     """
@@ -574,7 +574,7 @@ def get_gpu(name: str | GpuSpec) -> GpuSpec:
         return name
     if ":" in name:
         # A MIG slice, "h100-80gb:3g.40gb": the GPU's figures scaled to the slice's share.
-        from llmscale.tenancy.mig import slice_gpu_spec
+        from llmscale.perf.mig import slice_gpu_spec
 
         parent, _, profile = name.partition(":")
         return slice_gpu_spec(parent.strip(), profile.strip())

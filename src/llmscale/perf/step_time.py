@@ -43,7 +43,7 @@ published ~13 ms per output token of vLLM under light load.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from llmscale.errors import ConfigError
 from llmscale.perf.catalogue import SUPPORTED_TP, GpuSpec, ModelSpec, get_gpu, get_model, validate_tp
@@ -56,10 +56,22 @@ if TYPE_CHECKING:
 __all__ = [
     "DECODE_AFFINE_CACHE_SIZE",
     "DecodeAffine",
+    "KernelPriced",
     "PerfModel",
     "StepCost",
     "get_perf_model",
 ]
+
+
+@runtime_checkable
+class KernelPriced(Protocol):
+    """A step-time model that prices iterations with a compiled :class:`StepKernel` (a
+    :class:`PerfModel`); the simulator's replica then calls the kernel natively, and any other
+    model with :meth:`PerfModel.step`'s signature through an ordinary Python call."""
+
+    @property
+    def kernel(self) -> StepKernel: ...
+
 
 #: decode_affine() keeps a list entry for every batch size up to this one.
 DECODE_AFFINE_CACHE_SIZE = 1024
@@ -374,10 +386,6 @@ class PerfModel:
         t = (int(prefill) + int(decode)) * self._attn_call_s
         t += prefill_attn_pairs * self._attn_s_per_pair + decode_ctx_tokens * self._kv_profile_s_per_token
         return t / layers
-
-    def allreduce_time_s(self, tokens: float) -> float:
-        """Time of all tensor-parallel all-reduces of one forward pass over ``tokens``, s."""
-        return tokens * self._ar_s_per_token + self._ar_fixed_s
 
     # -- convenience helpers ----------------------------------------------------
     def prefill(self, prompt_tokens: int, cached_tokens: int = 0) -> StepCost:

@@ -50,8 +50,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     DURATION_RANGE,
@@ -84,8 +85,8 @@ class ApaConfig:
     scale_down_cooldown_s: float = param(300.0, DURATION_RANGE, unit="s")
     window_s: float = param(180.0, WINDOW_RANGE, unit="s")
     sync_s: float = param(10.0, TICK_RANGE, unit="s")
-    min_replicas: int = 1
-    max_replicas: int = 100
+    min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
+    max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ _PARAMS: dict[str, Param] = {
     "AIBrix APA on KV usage (target 0.5) or queue per pod: 10% tolerance, rates 2x, 180 s window",
     _PARAMS,
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ApaPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> ApaPolicy:
     metric = str(params["metric"])
     target = APA_DEFAULT_TARGETS[metric] if params["target"] is None else float(params["target"])
     cfg = config_from(

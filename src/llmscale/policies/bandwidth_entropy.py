@@ -58,13 +58,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmscale.policies.base import PolicyContext, PolicyParamError, register
+from llmscale.deployment import Deployment
+from llmscale.policies.base import register
 from llmscale.policies.fleet_states import FleetMode, MachineConfig, MachineInputs, MachineState, step
 from llmscale.policies.params import (
     DURATION_RANGE,
     TICK_RANGE,
     WINDOW_RANGE,
     Param,
+    PolicyParamError,
     config_from,
     param,
     params_of,
@@ -290,7 +292,7 @@ _PARAMS: dict[str, Param] = {**params_of(BandwidthEntropyConfig), **params_of(Ma
         "queue_waiting",
     ),
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BandwidthEntropyPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> BandwidthEntropyPolicy:
     cfg = config_from(
         BandwidthEntropyConfig,
         params,

@@ -19,13 +19,9 @@ from llmscale.types import Decision, Signals
 
 __all__ = [
     "POLICIES",
-    "Deployment",
-    "Param",
     "ParamsCheck",
     "Policy",
-    "PolicyContext",
     "PolicyInfo",
-    "PolicyParamError",
     "create_policy",
     "names_a_signal",
     "policy_names",
@@ -66,16 +62,11 @@ class Policy(Protocol[S]):
         ...
 
 
-#: A policy factory's view of the deployment: the one frozen :class:`~llmscale.deployment.Deployment`
-#: (model, GPU, TP, engine settings, client time-out, SLOs, bounds), under the name factories use.
-PolicyContext = Deployment
-
-
 @dataclass(frozen=True)
 class PolicyInfo:
     name: str
     summary: str
-    factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]
+    factory: Callable[[Deployment, Mapping[str, Any]], Policy[Any]]
     #: every parameter, declared once: default, range, unit, help
     params: Mapping[str, Param]
     #: plans with the step-time model of the deployment's model on its GPUs (llmscale.perf), so a
@@ -135,7 +126,7 @@ def register(
     reads: tuple[str, ...] = (),
     check: ParamsCheck | None = None,
     live_check: Callable[[Mapping[str, Any]], str | None] | None = None,
-) -> Callable[[Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]], Any]:
+) -> Callable[[Callable[[Deployment, Mapping[str, Any]], Policy[Any]]], Any]:
     """Class/function decorator adding a policy factory to :data:`POLICIES`.
 
     ``params`` declares every parameter (see :class:`~llmscale.policies.params.Param`): usually
@@ -153,7 +144,7 @@ def register(
     (a signal only the simulator computes); the live configuration check refuses them.
     """
 
-    def wrap(factory: Callable[[PolicyContext, Mapping[str, Any]], Policy[Any]]) -> Any:
+    def wrap(factory: Callable[[Deployment, Mapping[str, Any]], Policy[Any]]) -> Any:
         POLICIES[name] = PolicyInfo(
             name, summary, factory, dict(params), needs_step_model, tuple(reads), check, live_check
         )
@@ -234,7 +225,7 @@ def validate_params(name: str, params: Mapping[str, Any] | None = None) -> dict[
     return merged
 
 
-def create_policy(name: str, ctx: PolicyContext, params: Mapping[str, Any] | None = None) -> Policy[Any]:
+def create_policy(name: str, ctx: Deployment, params: Mapping[str, Any] | None = None) -> Policy[Any]:
     """Build a registered policy from parameters :func:`validate_params` accepts (ConfigError
     otherwise, as it says)."""
     merged = validate_params(name, params)

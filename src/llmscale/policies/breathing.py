@@ -87,7 +87,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.policies.base import PolicyContext, register
+from llmscale.deployment import Deployment
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     DURATION_RANGE,
@@ -318,7 +319,7 @@ _PARAMS: dict[str, Param] = {
         "rhythm_phase",
     ),
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> BreathingPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> BreathingPolicy:
     horizon = params["horizon_s"]
     cfg = config_from(
         BreathingConfig,

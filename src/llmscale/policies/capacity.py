@@ -70,9 +70,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.errors import ConfigError
 from llmscale.policies._cliff import CliffConfig, keep_off_the_cliff
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     COUNT_MAX,
@@ -143,7 +144,7 @@ class CapacityConfig:
     tps_base: float = param(1200.0, AMOUNT_RANGE, unit="tokens/s")
     seq_coef: float = param(0.002, NONNEG_RANGE)
     sla_s: float = param(2.0, WINDOW_RANGE, unit="s")
-    tp: int = 1
+    tp: int = DEFAULT_DEPLOYMENT.tp
     tick_s: float = param(15.0, TICK_RANGE, unit="s")
     down_stabilization_s: float = param(300.0, DURATION_RANGE, unit="s")
 
@@ -210,8 +211,8 @@ class CalibratedCapacityPolicy:
     tpot_s: float
     max_seqs: int
     #: the TTFT SLO: no part of mode "mean", passed so that the call is the one ``slo`` makes
-    ttft_s: float = 2.0
-    max_num_batched_tokens: int = 8192
+    ttft_s: float = DEFAULT_DEPLOYMENT.slo_ttft_s
+    max_num_batched_tokens: int = DEFAULT_DEPLOYMENT.max_num_batched_tokens
     calibration: str | None = None
     perf_scale: FactorScale | None = None
     #: plan each replica at this share of its mode-"mean" capacity, the margin ``slo`` keeps too
@@ -302,7 +303,7 @@ class CalibratedCapacityPolicy:
     params_of(CapacityConfig),
     reads=("running", "queue_waiting", "prompt_len_mean_tokens", "decode_steps_mean"),
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> CapacityPolicy:
     cfg = config_from(CapacityConfig, params, tp=max(1, ctx.tp))
     return CapacityPolicy(cfg)
 
@@ -320,7 +321,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CapacityPolicy:
     needs_step_model=True,
     reads=("running", "queue_waiting", "prompt_len_mean_tokens", "decode_steps_mean", "request_rate_rps"),
 )
-def _make_calibrated(ctx: PolicyContext, params: Mapping[str, Any]) -> CalibratedCapacityPolicy:
+def _make_calibrated(ctx: Deployment, params: Mapping[str, Any]) -> CalibratedCapacityPolicy:
     tpot = ctx.slo_tpot_s if params["tpot_s"] is None else float(params["tpot_s"])
     seqs = params["max_num_seqs"]
     max_seqs = int(ctx.max_num_seqs if seqs is None else seqs)

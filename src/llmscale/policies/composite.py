@@ -57,7 +57,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.policies.base import PolicyContext, register
+from llmscale.deployment import Deployment
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     COUNT_MAX,
@@ -208,7 +209,7 @@ _PARAMS: dict[str, Param] = params_of(CompositeConfig)
         "decode_steps_mean",
     ),
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> CompositePolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> CompositePolicy:
     cfg = config_from(
         CompositeConfig,
         params,

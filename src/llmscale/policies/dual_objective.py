@@ -40,7 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.policies.base import PolicyContext, register
+from llmscale.deployment import Deployment
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     COUNT_MAX,
@@ -131,7 +132,7 @@ _PARAMS: dict[str, Param] = params_of(DualObjectiveConfig)
     _PARAMS,
     reads=("queue_waiting", "running", "oom_risk"),
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> DualObjectivePolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> DualObjectivePolicy:
     cfg = config_from(
         DualObjectiveConfig,
         params,

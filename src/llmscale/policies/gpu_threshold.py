@@ -64,7 +64,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.policies.base import PolicyContext, register
+from llmscale.deployment import Deployment
+from llmscale.policies.base import register
 from llmscale.policies.hpa import hpa_replicas_for_metric
 from llmscale.policies.params import (
     AMOUNT_RANGE,
@@ -192,7 +193,7 @@ _HPA_COMMON: dict[str, Param] = params_of(HpaTarget)
     {"target_pct": Param(35.0, "[1, 100]", unit="%"), **_HPA_COMMON},
     reads=("gpu_composite_util",),
 )
-def _make_mem_copy(ctx: PolicyContext, params: Mapping[str, Any]) -> GpuMemCopyPolicy:
+def _make_mem_copy(ctx: Deployment, params: Mapping[str, Any]) -> GpuMemCopyPolicy:
     return GpuMemCopyPolicy(_target("gpu-mem-copy", params, "target_pct"))
 
 
@@ -202,5 +203,5 @@ def _make_mem_copy(ctx: PolicyContext, params: Mapping[str, Any]) -> GpuMemCopyP
     {"target": Param(0.85, AMOUNT_RANGE), **_HPA_COMMON},
     reads=("effective_vram",),
 )
-def _make_effective_vram(ctx: PolicyContext, params: Mapping[str, Any]) -> EffectiveVramPolicy:
+def _make_effective_vram(ctx: Deployment, params: Mapping[str, Any]) -> EffectiveVramPolicy:
     return EffectiveVramPolicy(_target("effective-vram", params, "target"))

@@ -40,20 +40,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.metrics.names import DCGM
 from llmscale.policies._hpa_behavior import HpaBehavior, HpaState, apply_hpa_behavior
-from llmscale.policies.base import PolicyContext, PolicyParamError, register
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     DURATION_RANGE,
     TICK_RANGE,
+    PolicyParamError,
     config_from,
     param,
     params_of,
 )
 from llmscale.types import Decision, NoData, Signals
 
-__all__ = ["HpaConfig", "HpaPolicy", "HpaState", "hpa_replicas_for_metric"]
+__all__ = ["HpaConfig", "HpaPolicy", "hpa_replicas_for_metric"]
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,8 @@ class HpaConfig:
     up_percent_per_period: float = 100.0
     down_percent_per_period: float = 100.0
     period_s: float = 15.0
-    min_replicas: int = 1
-    max_replicas: int = 100
+    min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
+    max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
 
     @classmethod
     def check_params(cls, p: Mapping[str, Any]) -> None:
@@ -190,7 +192,7 @@ _PARAMS = params_of(HpaConfig)
     _PARAMS,
     check=HpaConfig.check_params,
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HpaPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> HpaPolicy:
     return HpaPolicy(
         config_from(
             HpaConfig,

@@ -96,7 +96,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.policies.base import PolicyContext, PolicyParamError, register
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     COUNT_MAX,
     DURATION_RANGE,
@@ -104,6 +105,7 @@ from llmscale.policies.params import (
     TICK_RANGE,
     WINDOW_RANGE,
     Param,
+    PolicyParamError,
     config_from,
     param,
     params_of,
@@ -140,7 +142,7 @@ class HybridConfig:
     cooldown_up_s: float = param(120.0, DURATION_RANGE, unit="s")
     cooldown_down_s: float = param(600.0, DURATION_RANGE, unit="s")
     tick_s: float = param(15.0, TICK_RANGE, unit="s")
-    min_replicas: int = 1
+    min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
 
     @classmethod
     def check_params(cls, p: Mapping[str, Any]) -> None:
@@ -417,7 +419,7 @@ _PREDICTIVE_PARAMS: dict[str, Param] = {
 }
 
 
-def _config(ctx: PolicyContext, p: Mapping[str, Any]) -> HybridConfig:
+def _config(ctx: Deployment, p: Mapping[str, Any]) -> HybridConfig:
     cfg = config_from(
         HybridConfig,
         p,
@@ -434,7 +436,7 @@ def _config(ctx: PolicyContext, p: Mapping[str, Any]) -> HybridConfig:
     check=HybridConfig.check_params,
     reads=("gpu_util_mean", "running"),
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> HybridPolicy:
     return HybridPolicy(_config(ctx, params))
 
 
@@ -445,7 +447,7 @@ def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPolicy:
     check=HybridConfig.check_params,
     reads=("gpu_util_mean", "running", "request_rate_rps", "serving_replicas", "ghost_replicas"),
 )
-def _make_predictive(ctx: PolicyContext, params: Mapping[str, Any]) -> HybridPredictivePolicy:
+def _make_predictive(ctx: Deployment, params: Mapping[str, Any]) -> HybridPredictivePolicy:
     horizon = params["horizon_s"]
     pc = config_from(
         PredictiveConfig,

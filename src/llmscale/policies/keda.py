@@ -52,6 +52,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.policies._hpa_behavior import (
     PEER_GUARD_OVERRIDES,
     HpaBehavior,
@@ -59,7 +60,7 @@ from llmscale.policies._hpa_behavior import (
     apply_hpa_behavior,
     clamp,
 )
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     DURATION_RANGE,
@@ -89,7 +90,7 @@ class KedaConfig:
     behavior: HpaBehavior = field(default_factory=HpaBehavior)
     #: ScaledObject ``minReplicaCount`` / ``maxReplicaCount``
     min_replicas: int = 0
-    max_replicas: int = 100
+    max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ _PARAMS: dict[str, Param] = {
     "KEDA Prometheus scaler on sum(vllm:num_requests_waiting), AverageValue 20, HPA default behaviour",
     _PARAMS,
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> KedaPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> KedaPolicy:
     cfg = config_from(
         KedaConfig,
         params,

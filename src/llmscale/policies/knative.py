@@ -54,8 +54,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     DURATION_RANGE,
@@ -88,8 +89,8 @@ class KpaConfig:
     enable_scale_to_zero: bool = param(True)
     scale_down_delay_s: float = param(0.0, DURATION_RANGE, unit="s")
     tick_s: float = param(2.0, TICK_RANGE, unit="s")
-    min_replicas: int = 1
-    max_replicas: int = 100
+    min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
+    max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
 
     @property
     def panic_window_s(self) -> float:
@@ -277,7 +278,7 @@ _PARAMS: dict[str, Param] = params_of(KpaConfig)
     _PARAMS,
     reads=("queue_waiting", "running"),
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> KpaPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> KpaPolicy:
     cfg = config_from(
         KpaConfig,
         params,

@@ -65,8 +65,9 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any, ClassVar
 
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
-from llmscale.policies.base import PolicyContext, PolicyParamError, register
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     DURATION_RANGE,
@@ -74,6 +75,7 @@ from llmscale.policies.params import (
     TICK_RANGE,
     WINDOW_RANGE,
     Param,
+    PolicyParamError,
     config_from,
     param,
     params_of,
@@ -113,8 +115,8 @@ class RayServeConfig:
     control_interval_s: float = param(
         1.0, TICK_RANGE, unit="s", help="controller cadence (Ray re-evaluates every 0.1 s)"
     )
-    min_replicas: int = 1
-    max_replicas: int = 100
+    min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
+    max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
 
     @property
     def record_interval_s(self) -> float:
@@ -311,7 +313,7 @@ _PARAMS: dict[str, Param] = {
     check=RayServeConfig.check_params,
     reads=("queue_waiting", "running"),
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> RayServePolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> RayServePolicy:
     smoothing = float(params["smoothing_factor"])
     up = smoothing if params["upscaling_factor"] is None else float(params["upscaling_factor"])
     down = smoothing if params["downscaling_factor"] is None else float(params["downscaling_factor"])

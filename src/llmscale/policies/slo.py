@@ -56,8 +56,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.policies._cliff import CliffConfig, keep_off_the_cliff
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     NONNEG_RANGE,
     TICK_RANGE,
@@ -84,11 +85,11 @@ MAX_SEARCHED_REPLICAS = 100_000
 
 @dataclass(frozen=True)
 class SloConfig:
-    slo_ttft_s: float = 2.0
-    slo_tpot_s: float = 0.1
+    slo_ttft_s: float = DEFAULT_DEPLOYMENT.slo_ttft_s
+    slo_tpot_s: float = DEFAULT_DEPLOYMENT.slo_tpot_s
     #: length-aware TTFT SLO (s per 1,000 prompt tokens), judged at the observed mean prompt
-    slo_ttft_per_1k_tokens_s: float = 0.0
-    cold_start_s: float = 110.0
+    slo_ttft_per_1k_tokens_s: float = DEFAULT_DEPLOYMENT.slo_ttft_per_1k_tokens_s
+    cold_start_s: float = DEFAULT_DEPLOYMENT.cold_start_s
     tick_s: float = param(15.0, TICK_RANGE, unit="s")
     #: plan each replica at this share of its SLO capacity. The capacity model stops where mean
     #: TPOT reaches the SLO, and latency rises steeply near there (a static fleet of 4 on Poisson
@@ -117,15 +118,15 @@ class SloConfig:
     #: how long a client waits for its first token before it gives up (None: no limit known). A
     #: queue that will have timed out before a replica asked for now is ready is not sized for
     client_timeout_s: float | None = None
-    min_replicas: int = 1
-    max_replicas: int = 100
+    min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
+    max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
     #: capacity-model inputs
-    model: str = "llama-3-8b"
-    gpu: str = "h100-80gb"
-    tp: int = 1
-    max_num_seqs: int = 256
+    model: str = DEFAULT_DEPLOYMENT.model
+    gpu: str = DEFAULT_DEPLOYMENT.gpu
+    tp: int = DEFAULT_DEPLOYMENT.tp
+    max_num_seqs: int = DEFAULT_DEPLOYMENT.max_num_seqs
     #: the engine's token budget per iteration (chunk size of prefills sharing decode steps)
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int = DEFAULT_DEPLOYMENT.max_num_batched_tokens
     #: share of requests the capacity model lets miss TTFT or TPOT at one replica's capacity (the
     #: backtest's capacity probe holds 99% of requests within the SLO: 0.01)
     miss_budget: float = param(
@@ -708,7 +709,7 @@ def _timeout(param: Any, deployment: Any) -> float | None:
         "arrival_dispersion",
     ),
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> SloPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> SloPolicy:
     pool = params.get("standby_replicas")
     if pool is not None and pool > ctx.max_replicas:
         # A sleeping replica holds its GPUs like any other: a pool larger than the fleet's bound is

@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llmscale.deployment import DEFAULT_DEPLOYMENT
 from llmscale.policies.params import COUNT_MAX, NONNEG_RANGE, WINDOW_RANGE, param
 
 __all__ = ["BURST_SHARE", "StandbyConfig", "StandbyState", "standby_pool"]
@@ -73,10 +74,10 @@ class StandbyConfig:
     gpu_s_per_miss: float = param(
         1.0, NONNEG_RANGE, unit="GPU-s", help="what one prevented SLO miss is worth (standby: null)"
     )
-    cold_start_s: float = 110.0
-    wake_s: float = 2.0
+    cold_start_s: float = DEFAULT_DEPLOYMENT.cold_start_s
+    wake_s: float = DEFAULT_DEPLOYMENT.wake_s
     gpus_per_replica: int = 1
-    max_replicas: int = 100
+    max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
 
     @property
     def enabled(self) -> bool:

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.policies.base import PolicyContext, register
+from llmscale.deployment import Deployment
+from llmscale.policies.base import register
 from llmscale.policies.params import COUNT_MAX, Param
 from llmscale.types import Decision, Signals
 
@@ -32,7 +33,7 @@ _PARAMS = {
 
 
 @register("static", "a fixed replica count (--replicas); the baseline", _PARAMS)
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> StaticPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> StaticPolicy:
     n = params["replicas"]
     if n is None:
         n = ctx.initial_replicas

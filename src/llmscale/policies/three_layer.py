@@ -33,7 +33,7 @@ In llmscale's terms:
   is unscraped (the fleet is in transition: its signals describe a fleet
   that is about to change).
 * **Resource layer** (admission). Scale-out: the GPU budget
-  (the deployment's ``gpu_budget`` or the ``gpu_budget`` parameter, GPUs for the
+  (the ``gpu_budget`` parameter, GPUs for the
   whole target, ``ctx.tp`` per replica) caps the replicas (``resource-gpu-budget``);
   the budget is also handed to the guard (``guard_overrides``). Scale-in:
   the survivors' KV headroom, KV usage x N / (N - 1) < 0.8 (seed 002 5.4's
@@ -56,8 +56,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.errors import ConfigError
-from llmscale.policies.base import PolicyContext, PolicyParamError, register
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     COUNT_MAX,
@@ -65,6 +66,7 @@ from llmscale.policies.params import (
     TICK_RANGE,
     WINDOW_RANGE,
     Param,
+    PolicyParamError,
     config_from,
     param,
     params_of,
@@ -76,7 +78,7 @@ __all__ = ["ThreeLayerConfig", "ThreeLayerPolicy"]
 
 @dataclass(frozen=True)
 class ThreeLayerConfig:
-    ttft_slo_s: float = 2.0
+    ttft_slo_s: float = DEFAULT_DEPLOYMENT.slo_ttft_s
     queue_per_replica_up: float = param(5.0, AMOUNT_RANGE)
     queue_per_replica_down: float = param(1.0, NONNEG_RANGE)
     down_latency_fraction: float = param(0.5, "(0, 1)")
@@ -208,7 +210,7 @@ class ThreeLayerPolicy:
 _PARAMS: dict[str, Param] = {
     **params_of(ThreeLayerConfig),
     "ttft_slo_s": Param(None, WINDOW_RANGE, kind=float, unit="s", help="default: the TTFT SLO"),
-    "gpu_budget": Param(None, f"[1, {COUNT_MAX}]", kind=int, help="GPUs (default: the deployment's)"),
+    "gpu_budget": Param(None, f"[1, {COUNT_MAX}]", kind=int, help="GPUs (default: no budget)"),
 }
 
 
@@ -229,10 +231,8 @@ _PARAMS: dict[str, Param] = {
         "request_rate_rps",
     ),
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> ThreeLayerPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> ThreeLayerPolicy:
     budget = params["gpu_budget"]
-    if budget is None:
-        budget = ctx.gpu_budget
     slo = params["ttft_slo_s"]
     cfg = config_from(
         ThreeLayerConfig,

@@ -65,9 +65,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmscale.policies.base import PolicyContext, PolicyParamError, register
+from llmscale.deployment import Deployment
+from llmscale.policies.base import register
 from llmscale.policies.gpu_threshold import HpaTarget, hpa_decision, pod_values
-from llmscale.policies.params import AMOUNT_RANGE, DeploymentFitError, Param, config_from, param, params_of
+from llmscale.policies.params import (
+    AMOUNT_RANGE,
+    DeploymentFitError,
+    Param,
+    PolicyParamError,
+    config_from,
+    param,
+    params_of,
+)
 from llmscale.types import Decision, Signals
 
 __all__ = ["WINDOW_SIGNALS", "TokenRateConfig", "TokenRatePolicy", "slo_tokens_per_replica"]
@@ -106,7 +115,7 @@ class TokenRateConfig:
 
 
 def slo_tokens_per_replica(
-    ctx: PolicyContext, prompt_tokens: float, output_tokens: float
+    ctx: Deployment, prompt_tokens: float, output_tokens: float
 ) -> tuple[float, float]:
     """(B, tokens/s): the batch one replica decodes at its capacity within the TPOT SLO, and B / ITL.
 
@@ -168,7 +177,7 @@ class TokenRatePolicy:
 _PARAMS: dict[str, Param] = {**params_of(TokenRateConfig), **params_of(HpaTarget)}
 
 
-def _check_plan_fits(ctx: PolicyContext, prompt_tokens: float, output_tokens: float) -> None:
+def _check_plan_fits(ctx: Deployment, prompt_tokens: float, output_tokens: float) -> None:
     """DeploymentFitError when one request of the plan shape is more than a replica admits.
 
     vLLM rejects a request longer than its context (HTTP 400), and none can run that its KV cache
@@ -218,7 +227,7 @@ def _live_check(params: Mapping[str, Any]) -> str | None:
     reads=tuple(WINDOW_SIGNALS.values()),
     live_check=_live_check,
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> TokenRatePolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> TokenRatePolicy:
     cfg = config_from(TokenRateConfig, params)
     if cfg.target_tps_per_replica is not None:
         target = cfg.target_tps_per_replica

@@ -51,9 +51,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.metrics.names import VllmMetric
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
-from llmscale.policies.base import PolicyContext, register
+from llmscale.policies.base import register
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     TICK_RANGE,
@@ -84,8 +85,8 @@ class WvaConfig:
     #: The controller ticks at scrape_s.
     scrape_s: float = param(15.0, TICK_RANGE, unit="s")
     peak_window_s: float = param(60.0, WINDOW_RANGE, unit="s")
-    min_replicas: int = 1
-    max_replicas: int = 100
+    min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
+    max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,7 @@ _PARAMS: dict[str, Param] = params_of(WvaConfig)
     "llm-d WVA saturation analyzer: KV >= 0.8 or queue >= 5 saturates; +1 on low spare, -1 if N-1 fits",
     _PARAMS,
 )
-def _make(ctx: PolicyContext, params: Mapping[str, Any]) -> WvaPolicy:
+def _make(ctx: Deployment, params: Mapping[str, Any]) -> WvaPolicy:
     cfg = config_from(
         WvaConfig,
         params,

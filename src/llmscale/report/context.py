@@ -7,44 +7,12 @@ report rendered later from a saved ``--json`` file says it too. Plain strings, n
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["alternatives_sentence", "context_summary", "context_warning", "fmt_share"]
+from llmscale.backtest.context_check import alternatives_sentence, fmt_share
 
-
-def fmt_share(share: float) -> str:
-    """A 0-1 share as a percentage, two significant digits below 1%: 0.5312 -> 53.1%, 0.000383 -> 0.038%.
-
-    The report's ``fmt_pct`` would print 89 requests of 232,624 as "0.0%", which reads as none.
-    """
-    pct = 100.0 * share
-    if pct >= 1.0 or pct <= 0.0:
-        return f"{pct:.1f}%"
-    decimals = 1 - math.floor(math.log10(pct))
-    return f"{pct:.{decimals}f}%"
-
-
-def _label(alt: Mapping[str, Any]) -> str:
-    return f"{alt['model']} ({int(alt['admitted_tokens']):,d} tokens)"
-
-
-def alternatives_sentence(ctx: Mapping[str, Any]) -> str:
-    """Which similar-size catalogue models would take the too-long requests (or most of them)."""
-    alts: Sequence[Mapping[str, Any]] = ctx.get("long_context_models") or ()
-    takes_all = [a for a in alts if int(a["over_context_requests"]) == 0]
-    if takes_all:
-        return f"Of similar size, {', '.join(_label(a) for a in takes_all)} would take them all."
-    if alts:
-        best = alts[0]
-        left = int(best["over_context_requests"])
-        share = left / int(ctx["requests"]) if ctx.get("requests") else 0.0
-        return (
-            f"No catalogue model of similar size takes them all; {_label(best)} would reject "
-            f"{left:,d} ({fmt_share(share)})."
-        )
-    return "No catalogue model of similar size would take more of them on these GPUs."
+__all__ = ["context_summary", "context_warning"]
 
 
 def _limit(ctx: Mapping[str, Any]) -> str:

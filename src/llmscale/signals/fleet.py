@@ -61,8 +61,6 @@ __all__ = [
     "PerPodValues",
     "SignalValues",
     "compute_signals",
-    "mean_of",
-    "sum_of",
     "window_signals",
 ]
 
@@ -81,22 +79,6 @@ PER_POD_METRICS: tuple[str, ...] = tuple(
     )
     if n is not None
 )
-
-
-def mean_of(samples: Sequence[ReplicaSample], name: str) -> SignalValue:
-    """Mean of ``name`` over the samples whose scrape succeeded and that report it."""
-    vals = [s.values[name] for s in samples if s.ok and name in s.values]
-    if not vals:
-        return SignalValue(None, f"no replica reports {name}")
-    return SignalValue(sum(vals) / len(vals))
-
-
-def sum_of(samples: Sequence[ReplicaSample], name: str) -> SignalValue:
-    """Sum of ``name`` over the samples whose scrape succeeded and that report it."""
-    vals = [s.values[name] for s in samples if s.ok and name in s.values]
-    if not vals:
-        return SignalValue(None, f"no replica reports {name}")
-    return SignalValue(sum(vals))
 
 
 def compute_signals(window: Sequence[Observation], previous: FleetWindow | None = None) -> Signals:

@@ -21,7 +21,10 @@ policy that reads those signals, or when it writes a decision log.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+from librt.vecs import vec
+from mypy_extensions import i64
 
 from llmscale.metrics.names import DCGM, SIM
 from llmscale.metrics.names import VllmMetric as V
@@ -35,6 +38,15 @@ from llmscale.types import FleetView, HistogramView, Observation, Phase, Replica
 __all__ = ["SimMetricSource"]
 
 _MIB = 1024.0 * 1024.0
+
+
+@runtime_checkable
+class CountsOutcomes(Protocol):
+    """A fleet that counts its resolved requests by outcome (:class:`~llmscale.types.Status`
+    code -> count); the emulator's one-replica view does not."""
+
+    @property
+    def counts(self) -> vec[i64]: ...
 
 
 class _Scraped:
@@ -189,7 +201,7 @@ class SimMetricSource:
         # Every arrival is resolved (counts, by outcome) or still unresolved: their sum is the
         # arrivals so far, read without touching the fleet's hot path. A one-replica view (the
         # emulator's per-replica pages) has no such count: the offered load is the gateway's.
-        outcomes = getattr(fleet, "counts", None)
+        outcomes = fleet.counts if isinstance(fleet, CountsOutcomes) else None
         queue_per_s = None
         if self._queue:
             queue_per_s = SubTickSeries(QUEUE_SAMPLE_PERIOD_S, self._queue_end_s, tuple(self._queue))

@@ -42,10 +42,10 @@ from llmscale.errors import ConfigError
 from llmscale.metrics.names import HISTOGRAM_BOUNDS, vllm_1_2_5_buckets
 from llmscale.sim.config import SimConfig
 from llmscale.sim.replica import BLOCK_TOKENS, IterationCosts, Replica, blocks_for
-from llmscale.sim.request import DECODING, Req, Status
-from llmscale.types import Phase, ReplicaView
+from llmscale.sim.request import DECODING, Req
+from llmscale.types import Phase, ReplicaView, Status
 
-__all__ = ["Fleet", "SimConfig", "StepQueue"]
+__all__ = ["Fleet", "StepQueue"]
 
 # Kinds of lifecycle event.
 _PHASE: Final = 1
@@ -412,10 +412,6 @@ class Fleet:
     def arrivals_done(self) -> bool:
         return self._next >= self.num_requests
 
-    @property
-    def next_arrival_s(self) -> float:
-        return self._arr[self._next] if self._next < self.num_requests else math.inf
-
     # --------------------------------------------------------------- routing
 
     def _arrive(self, i: i64, now: float) -> None:
@@ -466,9 +462,6 @@ class Fleet:
             self._resolve(gateway.popleft(), Status.TIMED_OUT)
 
     # ------------------------------------------------------ replica callbacks
-
-    def on_first_token(self, req: Req, now: float) -> None:
-        """A request got its first token (its TTFT is written when it is resolved)."""
 
     def on_complete(self, req: Req, now: float) -> None:
         i = req.idx

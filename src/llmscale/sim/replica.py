@@ -37,6 +37,7 @@ from librt.vecs import vec
 from mypy_extensions import i64
 
 from llmscale.perf.kernel import StepKernel
+from llmscale.perf.step_time import KernelPriced
 from llmscale.sim.histogram import BucketHistogram
 from llmscale.sim.request import DECODING, DONE, PREFILLING, WAITING, PrefillQueue, Req, ReqList
 from llmscale.types import Phase
@@ -103,7 +104,7 @@ class IterationCosts:
 
     def __init__(self, perf: Any, max_batch: int) -> None:
         self.perf = perf
-        kernel = getattr(perf, "kernel", None)
+        kernel = perf.kernel if isinstance(perf, KernelPriced) else None
         self.kernel: StepKernel | None = kernel if isinstance(kernel, StepKernel) else None
         self.decode = [DecodeCoef(perf.decode_affine(b)) for b in range(max_batch + 1)]
 
@@ -768,41 +769,10 @@ class Replica:
             budget -= c
             req = req.pf_next
         # 3. Admit waiting requests first-come-first-served.
-        waiting = self.waiting
-        if waiting.size and budget > 0:
-            running = self.running
-            max_seqs = self.max_seqs
-            timeout_s = self.timeout_s
-            while budget > 0 and running.size < max_seqs:
-                head = waiting.first
-                if head is None:
-                    break
-                if head.first_token_s < 0.0 and now - head.arrival_s >= timeout_s:
-                    waiting.remove(head)
-                    self.outstanding -= 1
-                    self.fleet.on_timed_out(head, now)
-                    continue
-                c = head.prefill_target
-                if c > budget:
-                    c = budget
-                blocks = blocks_for(c)
-                if blocks > total_blocks - self.blocks_used:
-                    break
-                waiting.remove(head)
-                self.blocks_used += blocks
-                head.state = PREFILLING
-                head.prefilled = 0
-                if head.scheduled_s < 0.0:
-                    head.scheduled_s = now
-                    self.hist_queue.observe(now - head.dispatch_s)
-                    self.prompt_tokens_total += head.input_tokens
-                running.append(head)
-                self.prefill.append(head)
-                head.chunk = c
-                n_chunks += 1
-                pf_tokens += c
-                pairs += float(c * (c + 1)) * 0.5
-                budget -= c
+        if self.waiting.size and budget > 0:
+            n_chunks, pf_tokens, pairs = self._admit_waiting(
+                now, budget, total_blocks, True, n_chunks, pf_tokens, pairs
+            )
         if n_chunks:
             self.blocks_used += dec_need
             self._start_mixed(now, pf_tokens, pairs, n_chunks, True)
@@ -853,17 +823,42 @@ class Replica:
         A prompt longer than the budget never starts; the fleet rejects those at arrival
         (SimConfig requires max_num_batched_tokens >= max_model_len without chunking).
         """
-        waiting = self.waiting
-        if not waiting.size:
+        if not self.waiting.size:
             return False
-        budget = self.max_batched_tokens
+        n_pf, pf_tokens, pairs = self._admit_waiting(
+            now, self.max_batched_tokens, self.total_blocks, False, 0, 0, 0.0
+        )
+        if n_pf == 0:
+            return False
+        self._start_mixed(now, pf_tokens, pairs, n_pf, False)
+        return True
+
+    def _admit_waiting(
+        self,
+        now: float,
+        budget: i64,
+        total_blocks: i64,
+        chunked: bool,
+        n_chunks: i64,
+        pf_tokens: i64,
+        pairs: float,
+    ) -> tuple[i64, i64, float]:
+        """Admit waiting requests first-come-first-served into the iteration starting at ``now``.
+
+        The one admission loop of both schedulers. Each admitted request takes its KV blocks (of
+        ``total_blocks``) and a prefill chunk of the ``budget`` tokens; a head whose client gave
+        up is dropped on the way. With chunked prefill a prompt longer than what is left of the
+        budget starts with a chunk of that size, and admission stops once the budget is spent;
+        without it (vLLM V0) a prompt starts only whole, and the first that does not fit ends
+        admission (a timed-out head behind a spent budget is still dropped). Returns
+        (``n_chunks``, ``pf_tokens``, ``pairs``) with the admitted chunks added in order, so the
+        float sum of attention pairs is the one the two loops computed apart.
+        """
+        waiting = self.waiting
         running = self.running
         max_seqs = self.max_seqs
         timeout_s = self.timeout_s
-        n_pf: i64 = 0
-        pf_tokens: i64 = 0
-        pairs = 0.0
-        while running.size < max_seqs:
+        while (budget > 0 or not chunked) and running.size < max_seqs:
             head = waiting.first
             if head is None:
                 break
@@ -874,9 +869,11 @@ class Replica:
                 continue
             c = head.prefill_target
             if c > budget:
-                break
+                if not chunked:
+                    break
+                c = budget
             blocks = blocks_for(c)
-            if blocks > self.total_blocks - self.blocks_used:
+            if blocks > total_blocks - self.blocks_used:
                 break
             waiting.remove(head)
             self.blocks_used += blocks
@@ -889,14 +886,11 @@ class Replica:
             running.append(head)
             self.prefill.append(head)
             head.chunk = c
-            n_pf += 1
+            n_chunks += 1
             pf_tokens += c
             pairs += float(c * (c + 1)) * 0.5
             budget -= c
-        if n_pf == 0:
-            return False
-        self._start_mixed(now, pf_tokens, pairs, n_pf, False)
-        return True
+        return n_chunks, pf_tokens, pairs
 
     def _plan_jump(self, now: float) -> None:
         n = self.finishing.first().fin_at - self.counter

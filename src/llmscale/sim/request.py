@@ -8,37 +8,17 @@ and calls), ``i64`` counters and no ``Optional`` numbers.
 
 from __future__ import annotations
 
-from typing import ClassVar, Final, final
+from typing import Final, final
 
 from mypy_extensions import i64
 
-__all__ = ["DECODING", "DONE", "PREFILLING", "WAITING", "PrefillQueue", "Req", "ReqList", "Status"]
+__all__ = ["DECODING", "DONE", "PREFILLING", "WAITING", "PrefillQueue", "Req", "ReqList"]
 
 # Where a request is inside its replica (ints: compared on the hot path).
 WAITING: Final = 0
 PREFILLING: Final = 1
 DECODING: Final = 2
 DONE: Final = 3
-
-
-class Status:
-    """Final outcome codes (``Final`` ints: mypyc folds them into constants)."""
-
-    IN_FLIGHT: Final = 0
-    COMPLETED: Final = 1
-    REJECTED: Final = 2
-    TIMED_OUT: Final = 3
-    KILLED: Final = 4  # in flight on a draining replica when its grace period ran out
-    ABORTED: Final = 5  # its client went away (the emulator's HTTP client disconnected): Fleet.abort
-
-    NAMES: ClassVar[tuple[str, ...]] = (
-        "in_flight",
-        "completed",
-        "rejected",
-        "timed_out",
-        "killed_by_scale_down",
-        "aborted",
-    )
 
 
 @final

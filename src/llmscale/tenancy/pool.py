@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmscale.errors import ConfigError
-from llmscale.tenancy.mig import MigGpu, MigProfile, Placement, SlicedGpu, get_mig_gpu
+from llmscale.perf.mig import MigGpu, MigProfile, Placement, SlicedGpu, get_mig_gpu
 
 __all__ = ["Admission", "MigPool", "admit"]
 

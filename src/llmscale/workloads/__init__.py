@@ -27,11 +27,11 @@ from llmscale.workloads.loaders import (
     load_burstgpt,
     load_csv,
     load_mooncake,
-    load_servegen,
     load_trace,
 )
 from llmscale.workloads.model import Workload
 from llmscale.workloads.presets import PRESETS, Preset, make_preset
+from llmscale.workloads.servegen import load_servegen
 from llmscale.workloads.synthetic import (
     bursty,
     diurnal,

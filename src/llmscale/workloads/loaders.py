@@ -45,7 +45,6 @@ __all__ = [
     "load_burstgpt",
     "load_csv",
     "load_mooncake",
-    "load_servegen",
     "load_trace",
 ]
 

@@ -23,7 +23,6 @@ from llmscale.workloads.lengths import DEFAULT_LENGTHS, LengthModel
 from llmscale.workloads.model import Workload
 
 __all__ = [
-    "arrivals_from_rate_curve",
     "bursty",
     "diurnal",
     "diurnal_curve",

@@ -34,7 +34,7 @@ argonne_e2e          End to end, vLLM (2024) serving a closed batch of B request
                      prompt and L output tokens (L 128-2048, B 1-64) on A100-40GB,
                      H100 and GH200, TP 1/2/4: the latency until the batch finished,
                      predicted by replaying the batch on the simulator with vLLM
-                     V0's scheduler settings (:mod:`llmscale.perf.closed_batch`).
+                     V0's scheduler settings (:mod:`llmscale.offline.closed_batch`).
 argonne_ttft         vLLM's time to first token of 16 prompts of 1,024 tokens.
 ===================  ===============================================================
 
@@ -399,8 +399,8 @@ def argonne_rows(path: Path, framework: str = "vLLM") -> list[tuple[str, str, in
 
 
 def _argonne(root: Path) -> Iterable[CalPoint]:
+    from llmscale.offline.closed_batch import EngineSettings, schedule
     from llmscale.perf.catalogue import get_model
-    from llmscale.perf.closed_batch import EngineSettings, schedule
 
     d = root / "argonne"
     if not d.is_dir():

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from llmscale.clock import Clock, UnixClock
 from llmscale.cluster.base import Cluster
@@ -26,6 +26,8 @@ from llmscale.errors import ConfigError
 from llmscale.metrics.source import MetricSource
 
 __all__ = [
+    "Closeable",
+    "ListsPods",
     "ObservedReplicas",
     "Runtime",
     "build_cluster",
@@ -37,6 +39,23 @@ __all__ = [
     "build_store",
     "policy_run",
 ]
+
+
+@runtime_checkable
+class ListsPods(Protocol):
+    """An actuator that lists the target's pods (the Kubernetes one): the pod scraper's targets."""
+
+    def pod_targets(self) -> list[tuple[str, str]]:
+        """``(pod name, pod IP)`` of every unfinished pod with an IP."""
+        ...
+
+
+@runtime_checkable
+class Closeable(Protocol):
+    """A metric source holding connections (an HTTP client) to release when the run ends."""
+
+    def close(self) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -329,8 +348,7 @@ def _pod_targets(kube: Any, port: int, path: str, dcgm_port: int | None) -> Call
     """Each tick, the target's pods from the Kubernetes API as scrape targets (pod IP, port, path)."""
     from llmscale.metrics.scrape import ScrapeTarget
 
-    pod_targets = getattr(kube, "pod_targets", None)
-    if not callable(pod_targets):
+    if not isinstance(kube, ListsPods):
         raise ConfigError(
             "metrics.scrape: this actuator cannot list pods; give static_targets or emulate_url"
         )
@@ -342,7 +360,7 @@ def _pod_targets(kube: Any, port: int, path: str, dcgm_port: int | None) -> Call
                 f"http://{ip}:{port}{path}",
                 dcgm_url=None if dcgm_port is None else f"http://{ip}:{dcgm_port}/metrics",
             )
-            for name, ip in pod_targets()
+            for name, ip in kube.pod_targets()
         ]
 
     return provider
@@ -515,9 +533,8 @@ def build_runtime(cfg: LiveConfig, *, clock: Clock | None = None, config_name: s
         source = build_source(cfg, kube)
         if replicas_from_metrics(cfg):
             source = observed.wrap(source)
-        close_source = getattr(source, "close", None)
-        if callable(close_source):
-            closers.append(close_source)
+        if isinstance(source, Closeable):
+            closers.append(source.close)
         store = build_store(cfg, kube)
         primary = policy_run(cfg, cfg.policy)
         shadow = policy_run(cfg, cfg.shadow, cfg.shadow.guard_overrides()) if cfg.shadow is not None else None

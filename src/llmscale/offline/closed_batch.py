@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from llmscale.errors import ConfigError
+from llmscale.types import Status
 
 __all__ = ["EngineSettings", "Schedule", "schedule", "simulate_makespan_s"]
 
-_REJECTED = 2  # llmscale.sim.request.Status.REJECTED (not imported: the sim is loaded lazily)
 #: Simulated time a closed batch may take (a batch of 256 x 32k tokens takes hours, not years).
 _HORIZON_S = 1e7
 
@@ -137,7 +137,7 @@ def schedule(
     trace: list[tuple[float, float, float, float, float, float]] = []
     replica.trace = trace
     fleet.run_until(_HORIZON_S)
-    if fleet.unresolved > 0 or int(fleet.counts[_REJECTED]) > 0:
+    if fleet.unresolved > 0 or int(fleet.counts[Status.REJECTED]) > 0:
         raise ConfigError(
             f"{model} on {tp} x {gpu}: a closed batch of {batch} x ({input_tokens} + {output_tokens}) "
             f"tokens does not run (a request is rejected or never finishes)"

@@ -6,7 +6,7 @@ it from a :class:`~llmscale.perf.PerfModel`.
 * **Closed batches** (CSV): ``model,gpu,tp,input_tokens,output_tokens,batch_size,latency_s
   [,ttft_s]``, what ``vllm bench latency`` measures; the shared Argonne file's columns
   (``Hardware,Num of Hardware,Framework,Model,Input Output Length,Batch Size,Latency``) are
-  read too. Each row is replayed on the simulator (:mod:`llmscale.perf.closed_batch`) with the
+  read too. Each row is replayed on the simulator (:mod:`llmscale.offline.closed_batch`) with the
   engine settings given, and its latency predicted from that schedule.
 * **A ``vllm bench serve --save-result`` JSON**, in either of the two shapes vLLM writes.
   With ``--save-detailed``, per request ``input_lens``, ``output_lens``, ``ttfts`` and ``itls``
@@ -43,7 +43,7 @@ from types import MappingProxyType
 from typing import Any
 
 from llmscale.errors import ConfigError, TraceFormatError
-from llmscale.perf.closed_batch import EngineSettings
+from llmscale.offline.closed_batch import EngineSettings
 from llmscale.perf.coefficients import PerfCoefficients, load_coefficients
 from llmscale.perf.profile import FACTOR_SPECS, CalibrationProfile, PointError, scale_coefficients
 
@@ -162,8 +162,8 @@ def read_closed_batches(
     import io
 
     from llmscale.edge import MAX_DOCUMENT_BYTES, InputFileError, read_input_text
+    from llmscale.offline.closed_batch import schedule
     from llmscale.perf.catalogue import get_gpu, get_model
-    from llmscale.perf.closed_batch import schedule
 
     try:
         # read_input_text drops a UTF-8 BOM: a spreadsheet's made the first column "\ufeffmodel",
