@@ -55,12 +55,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DECODE_AFFINE_CACHE_SIZE",
+    "POWER_CLOCK_EXP",
     "DecodeAffine",
     "PerfModel",
     "StepCost",
     "get_perf_model",
 ]
 
+#: Exponent of the sustained tensor-core clock in the board power (f ~ P^(1/3)).
+POWER_CLOCK_EXP = 1.0 / 3.0
 #: decode_affine() keeps a list entry for every batch size up to this one.
 DECODE_AFFINE_CACHE_SIZE = 1024
 
@@ -237,8 +240,17 @@ class PerfModel:
         self._attn_call_s = layers * c.attn_kernel_s
         # A serving run sustains a lower FLOP rate than short kernel profiles (power and
         # clock limits), and a multi-GPU forward pass loses more to synchronisation.
-        sync = (1.0 + c.tp_compute_penalty * (tp - 1)) / fam.serving_flops_scale
-        self._step_flops_s = self._flops_s / sync
+        # A GPU with another power limit than the one the family was fitted on sustains another
+        # tensor-core clock: dynamic power ~ f x V^2 with V ~ f, so f ~ P^(1/3). GH200 (1,000 W
+        # module) against the H100 SXM (700 W): (1000 / 700)^(1/3) = 1.126; A100 PCIe (300 W)
+        # against SXM (400 W): 0.909. Never beyond the data-sheet peak.
+        clock = 1.0
+        if fam.reference_power_w > 0.0:
+            clock = (g.tdp_w / fam.reference_power_w) ** POWER_CLOCK_EXP
+        penalty = c.tp_compute_penalty if st.tp_compute_penalty is None else st.tp_compute_penalty
+        sync = (1.0 + penalty * (tp - 1)) / (fam.serving_flops_scale * clock)
+        self._step_flops_s = min(g.peak_bf16_flops, self._flops_s / sync)
+        sync = self._flops_s / self._step_flops_s
         self._step_attn_s_per_pair = self._attn_s_per_pair * sync
 
         # Tensor-parallel all-reduce: after attention and after the MLP of every layer.
