@@ -22,9 +22,15 @@ mixes prefill chunks and decode sequences. Its cost is modelled as::
     latency + bytes / bandwidth, fitted per TP degree to NCCL measurements.
 * ``launch_time`` = layers x host time to issue one layer's kernels. In an
   eager-mode engine the GPU idles when the host issues kernels slower than
-  they run, so the forward pass takes the larger of the two. This is why a
-  70B model at TP 8 decodes no faster than at TP 4 in the measurements
-  (Splitwise: 29.7 vs 29.6 ms on H100).
+  they run, so the forward pass takes the larger of the two, blended like the
+  roofline (``(gpu^p + launch^p)^(1/p)``, p = 20: smooth, so the fit has one
+  optimum). This is why a 70B model at TP 8 decodes no faster than at TP 4 in
+  the measurements (Splitwise: 29.7 vs 29.6 ms on H100). A decode iteration
+  replayed as a CUDA graph (vLLM, up to 256 sequences) never waits on launches.
+* The FLOP rate a serving step sustains: peak x GEMM efficiency x the family's
+  serving scale x a clock factor (tdp / the family's reference power)^(1/3)
+  (a power-limited GPU's clock; GH200's 1,000 W against the H100 SXM's 700 W:
+  x1.126), / (1 + penalty x (tp - 1)), and never above the data sheet.
 * ``serial_cpu`` = scheduling, input preparation, sampling and output
   processing, which a synchronous engine runs between forward passes:
   fixed + per-sequence terms (+ an extra fixed term when a prefill is present).
@@ -33,12 +39,16 @@ mixes prefill chunks and decode sequences. Its cost is modelled as::
   that a decode-only iteration is *exactly affine* in the total decode
   context (the simulator jumps over many decode steps in closed form).
 
-Worked example (Llama-3-8B, one H100, committed coefficients): the 15.0 GB
-of matmul and LM-head weights stream in 15.0e9 / (3.35e12 x 0.79) = 5.7 ms,
-but the host needs 0.353 ms x 32 layers = 11.3 ms to issue the kernels, so a
-batch-1 decode step is launch-bound: 11.3 ms + 0.82 ms of CPU phases + 0.31 ms
-per sequence + 0.05 ms of KV reads at 1,000 tokens = 12.5 ms, against the
-published ~13 ms per output token of vLLM under light load.
+Worked example (Llama-3-8B, one H100, committed coefficients): a batch-1 decode
+step replays a CUDA graph: the 15.0 GB of matmul and LM-head weights stream in
+15.0e9 / (3.35e12 x 0.878) = 5.10 ms, the kernels' fixed times add 2.09 ms x
+0.449 (the share a graph keeps) = 0.94 ms, the CPU phases 1.74 + 0.06 ms and the
+KV reads at 1,000 tokens 0.08 ms: 7.9 ms, against 7.3 ms per output token
+measured for Llama-2-7B on an H100 (shared/data/calibration/argonne). Prefill
+(Llama-2-7B, 4,096 tokens a V0 iteration): the GEMMs run at 989e12 x 0.688 x
+0.970 = 660 TFLOP/s on an H100 (80.3 ms) and x1.126 = 744 TFLOP/s on a GH200
+(71.3 ms); four such iterations, TTFT of 16 x 1,024-token prompts: 429 ms on
+H100 (measured 422) and 383 ms on GH200 (measured 357).
 """
 
 from __future__ import annotations
