@@ -9,10 +9,12 @@ CALIBRATION_DIR defaults to ``<repo>/../shared/data/calibration``. Writes
 ``src/llmscale/perf/coefficients.json`` (derived coefficients only; no data is
 copied) with the data sources (and their SHA-256), the fit / held-out split,
 the held-out errors, the sanity anchors and the numpy / scipy versions it ran
-with. Deterministic: the same data and library versions give byte-identical
-output; other versions move the staged optimum by far less than the rounding
-tests/perf/test_perf_fidelity.py allows. ``--check`` fits and compares with the
-committed file instead of writing (exit 1 if they differ).
+with, and each parameter's uncertainty and the rows that determine it.
+Deterministic: the same data and library versions give byte-identical output;
+other versions land on the same optimum within a tenth of each parameter's
+uncertainty (tests/perf/test_perf_fidelity.py; docs/performance-model-fit.md).
+``--check`` fits and compares with the committed file instead of writing (exit 1
+if they differ byte for byte).
 
 See :mod:`llmscale.offline.calibration` for the points and :mod:`llmscale.offline.perf_fit`
 for the model and the optimiser set-up.

@@ -34,14 +34,14 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("family", "factor", "ceiling"),
     [
-        # H100: gemm 0.689 x serving scale 0.890 = 0.613 of peak -> 1 / 0.613
-        pytest.param("h100", "compute", 1.631, id="h100-compute"),
-        # A100: gemm 0.718 x serving scale 1.0
-        pytest.param("a100", "compute", 1.393, id="a100-compute"),
-        # H100 weight stream at 0.895 of peak HBM bandwidth
-        pytest.param("h100", "bandwidth", 1.118, id="h100-bandwidth"),
-        # decode attention's KV reads at 0.776 of peak
-        pytest.param("h100", "kv", 1.288, id="h100-kv"),
+        # H100: gemm 0.688 x serving scale 0.970 = 0.668 of peak -> 1 / 0.668
+        pytest.param("h100", "compute", 1.498, id="h100-compute"),
+        # A100: gemm 0.717 x serving scale 1.218 = 0.874 of peak
+        pytest.param("a100", "compute", 1.144, id="a100-compute"),
+        # H100 weight stream at 0.878 of peak HBM bandwidth
+        pytest.param("h100", "bandwidth", 1.139, id="h100-bandwidth"),
+        # decode attention's KV reads at 0.775 of peak
+        pytest.param("h100", "kv", 1.290, id="h100-kv"),
     ],
 )
 def test_ceilings_of_the_committed_coefficients(family: str, factor: str, ceiling: float) -> None:
@@ -87,16 +87,16 @@ def test_a_profile_beyond_the_data_sheet_is_refused_at_load(
 
 
 def test_a_profile_within_its_gpu_but_beyond_another_is_refused_there(tmp_path: Path) -> None:
-    """compute 1.5 is an H100 at 0.92 of peak, but an A100 at 1.08: an H100 profile is refused on
+    """compute 1.4 is an H100 at 0.93 of peak, but an A100 at 1.22: an H100 profile is refused on
     an A100 (a profile of another GPU is refused whatever its factors), and the bound itself says
     why such factors could not run there."""
     path = tmp_path / "h100.yaml"
-    CalibrationProfile("llama-2-7b", "h100-80gb", 1, {"compute": 1.5}).save(path)
+    CalibrationProfile("llama-2-7b", "h100-80gb", 1, {"compute": 1.4}).save(path)
     assert get_perf_model("llama-2-7b", "h100", 1, calibration=str(path)).kernel.step_flops_s < 989e12
     with pytest.raises(ConfigError, match=r"h100\.yaml: calibration profile fitted on GPU h100-80gb, but"):
         get_perf_model("llama-2-7b", "a100-40gb", 1, calibration=str(path))
     with pytest.raises(ConfigError, match="compute"):
-        check_physical(load_coefficients(), {"compute": 1.5}, ["a100"], "x")
+        check_physical(load_coefficients(), {"compute": 1.4}, ["a100"], "x")
 
 
 def test_backtest_and_emulate_refuse_such_a_profile_with_exit_2(tmp_path: Path) -> None:

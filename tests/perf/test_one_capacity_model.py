@@ -166,24 +166,25 @@ def test_slo_and_capacity_calibrated_ask_the_same_call(monkeypatch, prompt, outp
 @pytest.mark.parametrize(
     ("prompt", "output", "mode", "rate_rps", "batch", "itl_ms"),
     [
-        # Chat: the mean mode stops where the decode batch would pass max_num_seqs (256): at 14
-        # req/s Little's law wants 14 x 206 x 0.09 s = 260 sequences. The tail mode, at the
+        # Chat: the mean mode stops where the decode batch would pass max_num_seqs (256): at 13
+        # req/s Little's law wants 13 x 206 x 0.096 s = 257 sequences. The tail mode, at the
         # in-flight context (1,155 + 211 = 1,366 tokens with outputs of CV 1, not 1,260), lands
-        # lower (13.375: past it the TPOT miss share of 211-token answers passes 1%).
-        pytest.param(1155.0, 211.0, "tail", 13.375, 200.9, 74.1, id="chat-tail"),
-        pytest.param(1155.0, 211.0, "mean", 13.75, 244.3, 88.4, id="chat-mean"),
+        # lower (12.375: past it the TPOT miss share of 211-token answers passes 1%).
+        pytest.param(1155.0, 211.0, "tail", 12.375, 171.7, 67.9, id="chat-tail"),
+        pytest.param(1155.0, 211.0, "mean", 12.875, 249.1, 96.2, id="chat-mean"),
         # Code completion: 30-token answers meet other prompts' 2k-token prefill chunks, and at
-        # 6.3 req/s 1% of them average over 0.1 s per token, while the mean ITL is only 12.5 ms.
-        # The mean mode runs on to where the prefill queue stops being stable (13.9 req/s x
-        # ~70 ms of engine time per prompt = 0.98): 2.2x the tail mode's.
-        pytest.param(2000.0, 30.0, "tail", 6.3125, 2.31, 12.5, id="code-tail"),
-        pytest.param(2000.0, 30.0, "mean", 13.75, 18.97, 47.4, id="code-mean"),
+        # 6.25 req/s 1% of them average over 0.1 s per token, while the mean ITL is only 12.9 ms.
+        # The mean mode runs on to where the prefill queue stops being stable (14.25 req/s: one
+        # 2k-token prompt every 70 ms against its 63 ms prefill iteration plus the decode steps
+        # between): 2.3x the tail mode's.
+        pytest.param(2000.0, 30.0, "tail", 6.25, 2.35, 12.9, id="code-tail"),
+        pytest.param(2000.0, 30.0, "mean", 14.25, 39.28, 94.7, id="code-mean"),
         # Long answers: every request averages over ~2,000 steps, so its TPOT is the mean. The
-        # mean mode runs to the batch cap (2.23 req/s x 1,948 tokens x 59 ms = 256); the tail
+        # mean mode runs to the batch cap (2.19 req/s x 1,948 tokens x 59.7 ms = 255); the tail
         # mode holds 2,600 tokens of context per sequence in flight (600 + 2,000 with outputs
-        # of CV 1), not 1,600, and the KV cache stops it at 168 sequences, 1.72 req/s.
-        pytest.param(600.0, 2000.0, "tail", 1.71875, 168.0, 50.5, id="reasoning-tail"),
-        pytest.param(600.0, 2000.0, "mean", 2.234, 254.1, 59.5, id="reasoning-mean"),
+        # of CV 1), not 1,600, and the KV cache stops it at 168 sequences, 1.67 req/s.
+        pytest.param(600.0, 2000.0, "tail", 1.671875, 167.9, 51.9, id="reasoning-tail"),
+        pytest.param(600.0, 2000.0, "mean", 2.1875, 250.8, 59.7, id="reasoning-mean"),
     ],
 )
 def test_worked_numbers(prompt, output, mode, rate_rps, batch, itl_ms):

@@ -118,11 +118,11 @@ def test_decode_elasticities_are_memory_and_host_and_sum_to_one(batch):
         assert abs(e["compute"]) < 0.01
 
 
-def test_a_bandwidth_of_0_6_reads_as_the_docstrings_1_42():
+def test_a_bandwidth_of_0_6_reads_as_the_docstrings_1_43():
     # the module docstring's worked number: batch 16, 1,200 tokens of context
     op = OperatingPoint(batch=16, context_tokens=1200, prompt_tokens=1000, prefill_rps=0.0)
     ratio = predict_itl_s(_model(bandwidth=0.6), op) / predict_itl_s(PERF, op)
-    assert ratio == pytest.approx(1.42, abs=0.005)
+    assert ratio == pytest.approx(1.43, abs=0.005)
 
 
 # -- the warning ----------------------------------------------------------------------------

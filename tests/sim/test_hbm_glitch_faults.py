@@ -49,17 +49,17 @@ def _fleet(perf, n, input_tokens, output_tokens, replicas=1, **sim):  # type: ig
 
 def test_half_bandwidth_slows_the_memory_part_of_a_step_not_the_whole_step(perf) -> None:  # type: ignore[no-untyped-def]
     # Llama-3-8B on one H100. A decode step of 32 sequences at 1,000 tokens of context moves
-    # 21.6 GB (weights 15.0 GB + KV + activations): 6.46 ms at the 3.35 TB/s peak, ~7.6 ms at
-    # the fitted efficiencies (0.58-0.89), of a 12.44 ms step. Halving the bandwidth adds that
-    # memory time once: 12.44 -> 20.02 ms (x1.61). A 4,096-token prefill is compute-bound
-    # (101.5 ms of its 128.3 ms are SM-busy math); only its element-wise traffic slows:
-    # 128.3 -> 139.6 ms (x1.09). A flat multiplier on the whole step would have given x2 both.
+    # 21.9 GB (weights 15.0 GB + KV + activations): 6.53 ms at the 3.35 TB/s peak, ~7.8 ms at
+    # the fitted efficiencies (0.58-0.88), of a 12.49 ms step. Halving the bandwidth adds that
+    # memory time once: 12.49 -> 20.26 ms (x1.62). A 4,096-token prefill is compute-bound
+    # (93.3 ms of its 126.3 ms are SM-busy math); only its element-wise traffic slows:
+    # 126.3 -> 137.7 ms (x1.09). A flat multiplier on the whole step would have given x2 both.
     half = degraded_perf(perf, 0.5)
     decode, decode_half = perf.decode(32, 1000), half.decode(32, 1000)
     prefill, prefill_half = perf.prefill(4096), half.prefill(4096)
-    assert decode.duration_s == pytest.approx(12.44e-3, rel=2e-3)
-    assert decode_half.duration_s == pytest.approx(20.02e-3, rel=2e-3)
-    assert prefill_half.duration_s / prefill.duration_s == pytest.approx(1.088, abs=0.005)
+    assert decode.duration_s == pytest.approx(12.49e-3, rel=2e-3)
+    assert decode_half.duration_s == pytest.approx(20.26e-3, rel=2e-3)
+    assert prefill_half.duration_s / prefill.duration_s == pytest.approx(1.090, abs=0.005)
     # Decode: every byte it moves is on its critical path, so the added time is its HBM
     # traffic at an efficiency between the fitted ones (0.58 activations .. 0.89 weights).
     added_s = decode_half.duration_s - decode.duration_s
@@ -79,12 +79,12 @@ def test_half_bandwidth_slows_the_memory_part_of_a_step_not_the_whole_step(perf)
 
 def test_the_seeds_glitch_depth_on_decode_and_prefill(perf) -> None:  # type: ignore[no-untyped-def]
     # Seed 004 4.4: 128 -> 8 MB/s keeps 6.25 % of the bandwidth. A memory-bound decode step
-    # then takes ~10x as long (12.4 -> 126 ms at batch 32); a 4,096-token prefill 2.3x.
+    # then takes ~10x as long (12.5 -> 129 ms at batch 32); a 4,096-token prefill 2.35x.
     glitched = degraded_perf(perf, 8 / 128)
     assert glitched.decode(32, 1000).duration_s / perf.decode(32, 1000).duration_s == pytest.approx(
-        10.14, abs=0.05
+        10.33, abs=0.05
     )
-    assert glitched.prefill(4096).duration_s / perf.prefill(4096).duration_s == pytest.approx(2.33, abs=0.02)
+    assert glitched.prefill(4096).duration_s / perf.prefill(4096).duration_s == pytest.approx(2.35, abs=0.02)
 
 
 # ------------------------------------------------------------------ the fuse
@@ -167,13 +167,13 @@ def test_a_glitch_over_the_whole_run_is_the_slower_gpu(perf) -> None:  # type: i
 
 def test_a_glitch_inside_an_iteration_slows_only_its_part_of_it(perf) -> None:  # type: ignore[no-untyped-def]
     # One 8,000-token prompt: one prefill iteration of T s. A glitch at 6.25 % from 0.1 to 0.15 s
-    # runs that 50 ms of work q = d_glitched / d_normal (2.16) times slower, so the first token
-    # comes 0.05 x (1 - 1/q) = 26.9 ms late, not T x (q - 1) = 330 ms (the whole iteration).
+    # runs that 50 ms of work q = d_glitched / d_normal (2.23) times slower, so the first token
+    # comes 0.05 x (1 - 1/q) = 27.6 ms late, not T x (q - 1) = 332 ms (the whole iteration).
     normal = _fleet(perf, 1, 8000, 1)
     normal.run_until(10.0)
     t_s = normal.first_token_at_s[0]
     q = degraded_perf(perf, 8 / 128).prefill(8000).duration_s / perf.prefill(8000).duration_s
-    assert q == pytest.approx(2.16, abs=0.01)
+    assert q == pytest.approx(2.23, abs=0.01)
     glitch = HbmGlitch(0.1, 0.05, period_s=0.05, duty=1.0)
     glitched = _fleet(perf, 1, 8000, 1, hbm_glitches=(glitch,))
     glitched.run_until(10.0)
@@ -234,8 +234,10 @@ def test_the_fuse_in_the_fleet_follows_the_seeds_periods(perf) -> None:  # type:
     log = f.faults.batch_log
     assert [(b, name) for _, name, b in log] == [(b, "replica-1") for _, b in expected]
     assert [x for x, _, _ in log] == pytest.approx([x for x, _ in expected], abs=1e-9)
-    # The 64 admitted at t=0 run on; once they are below the cap, admissions keep it.
-    assert running_after_cut and max(running_after_cut[-20:]) <= 32
+    # Those admitted before the cut (41 of the 64: the prompts prefilled in the first second) run
+    # on to their last token (~9.8 s); once the replica is below the cap, admissions keep it.
+    below = [i for i, n in enumerate(running_after_cut) if n <= 32]
+    assert below and max(running_after_cut[below[0] :]) <= 32, running_after_cut
     assert int(f.counts[1]) == 64  # all completed
 
 

@@ -17,18 +17,25 @@ by earlier stages held fixed:
    times and the Argonne end-to-end latencies of vLLM, which pin the default "vllm" stack
    (CUDA graphs on decode) by makespan, not by operator sums.
 
+Every parameter has hard physical bounds (an efficiency is a fraction of a data-sheet peak, at
+most 1; ``serving_flops_scale`` x ``gemm_flops_eff`` too) and a normal prior (centre, width,
+reason: :data:`PARAMS`) that enters the cost weakly (:data:`PRIOR_WEIGHT`): it decides only
+what the rows leave open. Every stage starts at the priors' centres. Residual = source weight x
+soft-L1 of the log ratio ``log(predicted / measured)`` (quadratic up to ~10 %, linear beyond),
+each source weighted 1/sqrt(its points) within its stage.
+
 Stages 1-4 are smooth problems in a handful of parameters each, identified by thousands of
-kernel timings: they have one optimum and land on it from any start. Stage 5 has kinks
-(a launch-bound iteration takes the larger of GPU and host time), so it starts from three
-fixed points and keeps the lowest cost. The roofline blend exponent is a fixed constant, not
-fitted (a free exponent ran to its upper bound: the GEMM profiles want a near-hard max()).
-Residual = source weight x soft-L1 of the log ratio ``log(predicted / measured)`` (quadratic
-up to ~10 %, linear beyond), each source weighted 1/sqrt(its points) within its stage.
-Sorted data, fixed starts and bounds: deterministic on one machine. Not across machines: the
-engine stage has several basins of near-equal cost, and a library's last digits (or the compiled
-kernel against its Python source) decide which one a start reaches, so a refit elsewhere can
-land on other coefficients of the same quality (tests/perf/test_perf_fidelity.py marks the
-comparison as a known failure until the stage is made well-posed).
+kernel timings: one optimum, one start. The engine stage is smooth too (a launch-bound
+iteration blends GPU and host time like the roofline, :mod:`llmscale.perf.kernel`, rather than
+taking a kinked max()) but has two basins, one per regime of the A100 eager decode rows; it
+runs from the starts in :data:`_STARTS` and keeps the lowest cost. The roofline blend exponent
+is a fixed constant, not fitted (a free exponent ran to its upper bound: the GEMM profiles want
+a near-hard max()).
+
+Each stage reports, per parameter, its Gauss-Newton standard error (``sigma``), the share of
+its information each source gives (``determined_by``) and the prior gives (``prior_share``: near
+1 = the rows cannot determine it, the prior sets it), and how far the other starts ended from
+the optimum in sigmas. docs/performance-model-fit.md describes the method and the priors.
 
 numpy and scipy are imported inside the functions that need them: the run-time package
 does not depend on them.
@@ -52,6 +59,8 @@ __all__ = [
     "GEMM_BLEND_EXP",
     "LLAMA2_7B_H100_BATCH1_TPOT_MS",
     "PARAMS",
+    "PRIOR_WEIGHT",
+    "REFERENCE_POWER_W",
     "SARATHI_DECODE_MS",
     "STAGES",
     "Param",
@@ -68,8 +77,21 @@ _TPS = (2, 4, 8)
 _STACKS = ("vllm", "splitwise", "sarathi")
 #: Log-ratio beyond which a residual counts linearly rather than quadratically (soft-L1).
 _ROBUST_SCALE = 0.1
-#: Start points of the engine stage: the nominal start scaled by these factors.
-_STARTS = (1.0, 0.8, 1.25)
+#: Start points of the engine stage: the prior centres scaled by these factors; the lowest cost
+#: wins. The stage has two basins, one per regime of the A100 eager decode rows (Splitwise,
+#: Sarathi): GPU-bound from starts up to x1.1 (cost 0.0336) and launch-bound from x1.25 up
+#: (cost 0.0284, the optimum; a100.launch_per_layer_s 0.53 ms). x1 lands in the first, x1.5 and
+#: x2 in the second, where they agree to 1e-5 of each parameter's uncertainty
+#: (tests/perf/test_perf_fidelity.py::test_refit_reproduces_committed_coefficients).
+_STARTS = (1.0, 1.5, 2.0)
+#: Weight of the priors: a parameter one prior width from its centre adds 0.5 x 0.01^2 = 5e-5
+#: to a stage's cost, against 0.004-0.04 for the data: weak, it decides only what the rows leave
+#: open (flat directions) and never pulls a parameter the rows determine.
+PRIOR_WEIGHT = 0.01
+#: Board power (W) of the GPU each family's sustained FLOP rate is fitted for (A100 SXM, H100
+#: SXM); a GPU of the family with another power limit runs its tensor cores at a clock
+#: (tdp / reference)^(1/3) of it (llmscale.perf.step_time, POWER_CLOCK_EXP).
+REFERENCE_POWER_W = {"a100": 400.0, "h100": 700.0}
 #: Roofline blend exponent p of (t_compute^p + t_memory^p)^(1/p): fixed, see the module docstring.
 GEMM_BLEND_EXP = 20.0
 #: vLLM captures CUDA graphs for decode batches of up to 256 sequences (its default
@@ -79,7 +101,12 @@ VLLM_CUDA_GRAPH_MAX_BATCH = 256
 
 @dataclass(frozen=True, slots=True)
 class Param:
-    """One fitted scalar: dotted path in the coefficient structure, start, bounds, unit scale."""
+    """One fitted scalar: dotted path, physical range, prior, unit scale and stage.
+
+    The prior is a normal distribution (``start`` +- ``width``, natural units) that enters
+    the cost as a weak regularising term (:data:`PRIOR_WEIGHT`); the optimiser starts at its
+    centre. ``lo`` and ``hi`` are hard physical bounds.
+    """
 
     path: str
     start: float
@@ -89,6 +116,10 @@ class Param:
     scale: float
     #: The fit stage that owns it (see the module docstring).
     stage: str
+    #: Standard deviation of the prior around ``start``, natural units.
+    width: float
+    #: Why the prior sits where it does (printed in docs/performance-model-fit.md).
+    why: str = ""
 
 
 def _params() -> tuple[Param, ...]:
@@ -97,50 +128,163 @@ def _params() -> tuple[Param, ...]:
     for f in _FAMILIES:
         st = f"kernels-{f}"
         ps += [
-            Param(f"{f}.gemm_flops_eff", 0.7, 0.2, 0.95, 1.0, st),
-            Param(f"{f}.weight_bw_eff", 0.8, 0.3, 0.95, 1.0, st),
-            Param(f"{f}.gemm_kernel_s", 5 * us, 0.0, 50 * us, us, st),
-            Param(f"{f}.act_bw_eff", 0.5, 0.05, 0.95, 1.0, st),
-            Param(f"{f}.elementwise_kernel_s", 5 * us, 0.0, 50 * us, us, st),
+            Param(
+                f"{f}.gemm_flops_eff", 0.7, 0.2, 1.0, 1.0, st, 0.2, "cuBLAS bf16 GEMMs reach 60-80% of peak"
+            ),
+            Param(f"{f}.weight_bw_eff", 0.8, 0.3, 1.0, 1.0, st, 0.15, "streaming reads reach 70-90% of HBM"),
+            Param(
+                f"{f}.gemm_kernel_s", 5 * us, 0.0, 50 * us, us, st, 10 * us, "launch + tail wave, a few us"
+            ),
+            Param(f"{f}.act_bw_eff", 0.5, 0.05, 1.0, 1.0, st, 0.3, "small element-wise kernels"),
+            Param(f"{f}.elementwise_kernel_s", 5 * us, 0.0, 50 * us, us, st, 10 * us, "launch, a few us"),
         ]
         for tp in _TPS:
             ps += [
-                Param(f"{f}.allreduce_latency_s.{tp}", 20 * us, 1 * us, 1 * ms, us, f"allreduce-{f}"),
-                Param(f"{f}.allreduce_bw_bytes_s.{tp}", 150e9, 5e9, 2e12, 1e9, f"allreduce-{f}"),
+                Param(
+                    f"{f}.allreduce_latency_s.{tp}",
+                    20 * us,
+                    1 * us,
+                    1 * ms,
+                    us,
+                    f"allreduce-{f}",
+                    30 * us,
+                    "NCCL ring/tree start-up, tens of us",
+                ),
+                Param(
+                    f"{f}.allreduce_bw_bytes_s.{tp}",
+                    150e9,
+                    5e9,
+                    2e12,
+                    1e9,
+                    f"allreduce-{f}",
+                    150e9,
+                    "bus bandwidth below NVLink's per-direction peak",
+                ),
             ]
     ps += [
-        Param("attn_prefill_flops_eff", 0.3, 0.02, 0.95, 1.0, "attention"),
-        Param("attn_kv_bw_eff", 0.5, 0.05, 0.95, 1.0, "attention"),
-        Param("attn_kernel_s", 10 * us, 0.0, 200 * us, us, "attention"),
-        Param("cpu_iter_s", 1 * ms, 0.0, 20 * ms, ms, "cpu"),
-        Param("cpu_per_seq_s", 0.05 * ms, 0.0, 1 * ms, ms, "cpu"),
-        Param("cpu_tp_s", 0.3 * ms, 0.0, 10 * ms, ms, "cpu"),
+        Param(
+            "attn_prefill_flops_eff",
+            0.3,
+            0.02,
+            1.0,
+            1.0,
+            "attention",
+            0.2,
+            "FlashAttention-2, 20-60% of peak",
+        ),
+        Param("attn_kv_bw_eff", 0.5, 0.05, 1.0, 1.0, "attention", 0.3, "paged KV reads"),
+        Param("attn_kernel_s", 10 * us, 0.0, 200 * us, us, "attention", 20 * us, "launch + split-K reduce"),
+        Param("cpu_iter_s", 1 * ms, 0.0, 20 * ms, ms, "cpu", 2 * ms, "Python scheduler, ~1 ms"),
+        Param("cpu_per_seq_s", 0.05 * ms, 0.0, 1 * ms, ms, "cpu", 0.1 * ms, "per-sequence bookkeeping"),
+        Param("cpu_tp_s", 0.3 * ms, 0.0, 10 * ms, ms, "cpu", 1 * ms, "broadcast to TP workers"),
     ]
     for f in _FAMILIES:
         ps += [
-            Param(f"{f}.launch_per_layer_s", 0.2 * ms, 0.0, 2 * ms, ms, "engines"),
-            Param(f"{f}.serving_flops_scale", 0.9, 0.3, 1.0, 1.0, "engines"),
+            Param(
+                f"{f}.launch_per_layer_s",
+                0.2 * ms,
+                0.02 * ms,
+                1 * ms,
+                ms,
+                "engines",
+                0.1 * ms,
+                "eager PyTorch issues ~20 kernels a layer at ~10 us each",
+            ),
+            # Upper bound: the data-sheet peak (gemm_flops_eff x this <= 1), set per fit in
+            # _stage_bounds from the kernel stage's gemm_flops_eff.
+            Param(
+                f"{f}.serving_flops_scale",
+                0.9,
+                0.5,
+                2.0,
+                1.0,
+                "engines",
+                0.2,
+                "a serving run sustains about the kernel profiles' FLOP rate",
+            ),
         ]
-    ps.append(Param("tp_compute_penalty", 0.05, 0.0, 1.0, 0.1, "engines"))
+    ps.append(
+        Param(
+            "tp_compute_penalty", 0.05, 0.0, 0.5, 0.1, "engines", 0.05, "ranks wait for the slowest, a few %"
+        )
+    )
     for st in _STACKS:
         ps += [
-            Param(f"stack.{st}.iter_s", 2 * ms, 0.0, 100 * ms, ms, "engines"),
-            Param(f"stack.{st}.per_seq_s", 0.1 * ms, 0.0, 5 * ms, ms, "engines"),
-            Param(f"stack.{st}.prefill_iter_s", 5 * ms, 0.0, 100 * ms, ms, "engines"),
+            Param(f"stack.{st}.iter_s", 2 * ms, 0.0, 50 * ms, ms, "engines", 10 * ms, "engine loop, ms"),
+            Param(
+                f"stack.{st}.per_seq_s", 0.1 * ms, 0.0, 5 * ms, ms, "engines", 0.5 * ms, "per sequence, <1 ms"
+            ),
+            Param(
+                f"stack.{st}.prefill_iter_s",
+                2 * ms,
+                0.0,
+                50 * ms,
+                ms,
+                "engines",
+                10 * ms,
+                "prefill set-up, ms",
+            ),
         ]
     # Only the end-to-end vLLM rows span several vocabularies and TP degrees on one engine:
     # they alone identify the engine's all-reduce and sampling costs.
     ps += [
-        Param("stack.vllm.allreduce_latency_s", 10 * us, 1 * us, 100 * us, us, "engines"),
-        Param("stack.vllm.sample_s_per_logit", 1e-9, 0.0, 1e-7, 1e-9, "engines"),
-        Param("stack.vllm.graph_kernel_scale", 0.5, 0.0, 1.0, 1.0, "engines"),
-        Param("stack.vllm.gqa_kv_reread", 0.2, 0.0, 1.0, 1.0, "engines"),
+        Param(
+            "stack.vllm.allreduce_latency_s",
+            10 * us,
+            1 * us,
+            100 * us,
+            us,
+            "engines",
+            10 * us,
+            "custom all-reduce over NVLink, ~5-20 us",
+        ),
+        Param(
+            "stack.vllm.sample_s_per_logit",
+            0.2e-9,
+            0.0,
+            1e-8,
+            1e-9,
+            "engines",
+            0.5e-9,
+            "softmax + sort of the logits: ~0.1-1 ns per entry",
+        ),
+        Param(
+            "stack.vllm.graph_kernel_scale",
+            0.5,
+            0.0,
+            1.0,
+            1.0,
+            "engines",
+            0.3,
+            "a CUDA graph removes most per-kernel launch time",
+        ),
+        Param(
+            "stack.vllm.tp_compute_penalty",
+            0.05,
+            0.0,
+            0.5,
+            0.1,
+            "engines",
+            0.05,
+            "vLLM's ranks wait for the slowest at 2 all-reduces a layer, a few %",
+        ),
+        Param(
+            "stack.vllm.gqa_kv_reread",
+            0.2,
+            0.0,
+            1.0,
+            1.0,
+            "engines",
+            0.3,
+            "per-query-head re-reads mostly served by L2",
+        ),
     ]
     return tuple(ps)
 
 
 #: Every fitted scalar, in vector order.
 PARAMS: tuple[Param, ...] = _params()
+_INDEX = {p.path: i for i, p in enumerate(PARAMS)}
 
 #: Fit stages in order: (name, sources it reads, GPU family its points must be on or None).
 STAGES: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
@@ -182,6 +326,7 @@ def coefficients_from_vector(
             allreduce_bw_bytes_s=MappingProxyType({tp: v[f"{f}.allreduce_bw_bytes_s.{tp}"] for tp in _TPS}),
             launch_per_layer_s=v[f"{f}.launch_per_layer_s"],
             serving_flops_scale=v[f"{f}.serving_flops_scale"],
+            reference_power_w=REFERENCE_POWER_W[f],
         )
     stacks = {
         st: StackCoefficients(
@@ -193,6 +338,7 @@ def coefficients_from_vector(
             sample_s_per_logit=v.get(f"stack.{st}.sample_s_per_logit", 0.0),
             graph_kernel_scale=v.get(f"stack.{st}.graph_kernel_scale", 1.0),
             gqa_kv_reread=v.get(f"stack.{st}.gqa_kv_reread", 0.0),
+            tp_compute_penalty=v.get(f"stack.{st}.tp_compute_penalty"),
         )
         for st in _STACKS
     }
@@ -236,7 +382,7 @@ def predict(points: Sequence[CalPoint], coeffs: PerfCoefficients) -> list[float]
     for i, p in enumerate(points):
         if p.kind == "attention":
             groups[(p.kind, p.model, p.gpu, p.tp, p.stack, p.args[2], p.args[3])].append(i)
-        elif p.kind in ("gemm", "elementwise"):
+        elif p.kind in ("gemm", "elementwise", "allreduce"):
             groups[(p.kind, p.model, p.gpu, p.tp, p.stack)].append(i)
         else:
             groups[(p.kind, i)].append(i)
@@ -255,7 +401,8 @@ def predict(points: Sequence[CalPoint], coeffs: PerfCoefficients) -> list[float]
             vals = cast(Any, pm(first)).attention_layer_time_s(pairs, ctx, first.args[2], first.args[3])
         elif kind == "allreduce":
             fam = coeffs.family(_family_of(first.gpu))
-            vals = [fam.allreduce_latency_s[first.tp] + first.args[0] / fam.allreduce_bw_bytes_s[first.tp]]
+            size = np.array([points[i].args[0] for i in idx], dtype=float)
+            vals = fam.allreduce_latency_s[first.tp] + size / fam.allreduce_bw_bytes_s[first.tp]
         elif kind == "cpu":
             vals = [
                 coeffs.cpu_iter_s
@@ -327,6 +474,24 @@ def _stage_points(points: Sequence[CalPoint], sources: tuple[str, ...], family: 
     ]
 
 
+def _stage_bounds(idx: Sequence[int], values: Sequence[float]) -> tuple[list[float], list[float]]:
+    """Hard bounds of a stage's parameters (natural units), the data-sheet peak included.
+
+    ``serving_flops_scale`` multiplies the kernel stage's ``gemm_flops_eff``: their product is
+    the share of the data-sheet FLOP rate a serving step reaches, at most 1 (llmscale.perf.bounds).
+    """
+    lo, hi = [], []
+    for i in idx:
+        p = PARAMS[i]
+        top = p.hi
+        if p.path.endswith(".serving_flops_scale"):
+            fam = p.path.split(".", 1)[0]
+            top = min(top, 1.0 / values[_INDEX[f"{fam}.gemm_flops_eff"]])
+        lo.append(p.lo)
+        hi.append(top)
+    return lo, hi
+
+
 def _fit_stage(
     name: str,
     pts: Sequence[CalPoint],
@@ -334,7 +499,13 @@ def _fit_stage(
     starts: Sequence[float],
     max_nfev: int,
 ) -> tuple[list[float], dict[str, Any]]:
-    """Fit the parameters of stage ``name`` on ``pts``, the others fixed at ``values``."""
+    """Fit the parameters of stage ``name`` on ``pts``, the others fixed at ``values``.
+
+    Cost = 1/2 sum of squared data residuals + 1/2 sum of squared prior residuals
+    ``PRIOR_WEIGHT x (value - prior centre) / prior width``. Starts at the prior centres
+    (``starts`` scale them; the first is the deterministic start); keeps the lowest cost and
+    reports how far the other starts ended from it, in units of each parameter's uncertainty.
+    """
     import numpy as np
     from scipy.optimize import least_squares
 
@@ -346,8 +517,11 @@ def _fit_stage(
     measured = np.array([p.measured_s for p in pts])
     scales = np.array([PARAMS[i].scale for i in idx])
     x0 = np.array([PARAMS[i].start for i in idx]) / scales
-    lo = np.array([PARAMS[i].lo for i in idx]) / scales
-    hi = np.array([PARAMS[i].hi for i in idx]) / scales
+    prior_w = np.array([PARAMS[i].width for i in idx]) / scales
+    lo_n, hi_n = _stage_bounds(idx, values)
+    lo = np.array(lo_n) / scales
+    hi = np.array(hi_n) / scales
+    m = len(pts)
 
     def residuals(x: Any) -> Any:
         full = list(values)
@@ -357,7 +531,8 @@ def _fit_stage(
         r = np.log(np.maximum(pred, 1e-12) / measured) / _ROBUST_SCALE
         # soft-L1 on the unweighted log ratio, then the source weight: r~^2 = w^2 rho(r).
         robust = np.sign(r) * np.sqrt(2.0 * (np.sqrt(1.0 + r * r) - 1.0))
-        return weights * _ROBUST_SCALE * robust
+        prior = PRIOR_WEIGHT * (x - x0) / prior_w
+        return np.concatenate([weights * _ROBUST_SCALE * robust, prior])
 
     results = []
     for factor in starts:
@@ -366,7 +541,7 @@ def _fit_stage(
             np.clip(x0 * factor, lo, hi),
             bounds=(lo, hi),
             loss="linear",
-            x_scale="jac",
+            x_scale=1.0,
             max_nfev=max_nfev,
             method="trf",
             ftol=1e-12,
@@ -374,23 +549,53 @@ def _fit_stage(
             gtol=1e-12,
         )
         results.append(res)
-    res = min(results, key=lambda r: float(r.cost))
+    best = min(range(len(results)), key=lambda k: (float(results[k].cost), k))
+    res = results[best]
     out = list(values)
     for j, i in enumerate(idx):
         out[i] = float(res.x[j] * scales[j])
-    at_bounds = [
-        PARAMS[i].path
-        for i in idx
-        if min(out[i] - PARAMS[i].lo, PARAMS[i].hi - out[i]) <= 1e-6 * PARAMS[i].scale
-    ]
+
+    # Uncertainty: Gauss-Newton covariance of the regularised weighted least squares,
+    # s^2 (J^T J)^-1 with J over data and prior rows and s^2 = data cost / (m - n) x 2.
+    jac = np.asarray(res.jac)
+    data_jac, prior_jac = jac[:m], jac[m:]
+    data_cost = 0.5 * float(np.sum(np.asarray(res.fun[:m]) ** 2))
+    s2 = 2.0 * data_cost / max(1, m - len(idx))
+    info_mat = jac.T @ jac
+    cov = s2 * np.linalg.pinv(info_mat)
+    sigma = np.sqrt(np.maximum(np.diag(cov), 0.0)) * scales
+    # Which rows determine each parameter: each source's share of the diagonal information.
+    diag_total = np.maximum(np.diag(info_mat), 1e-300)
+    by_source: dict[str, Any] = {}
+    src_of = np.array([p.source for p in pts])
+    for src in sorted(counts):
+        rows = data_jac[src_of == src]
+        by_source[src] = np.sum(rows * rows, axis=0) / diag_total
+    prior_share = np.sum(prior_jac * prior_jac, axis=0) / diag_total
+    params: dict[str, Any] = {}
+    for j, i in enumerate(idx):
+        shares = {src: round(float(v[j]), 3) for src, v in by_source.items() if v[j] >= 0.05}
+        params[PARAMS[i].path] = {
+            "sigma": _round_sig(float(sigma[j])),
+            "determined_by": dict(sorted(shares.items(), key=lambda kv: -kv[1])),
+            "prior_share": round(float(prior_share[j]), 3),
+            "at_bound": bool(min(out[i] - lo_n[j], hi_n[j] - out[i]) <= 1e-6 * PARAMS[i].scale),
+        }
+    safe_sigma = np.maximum(sigma / scales, 1e-300)
+    spread = {
+        f"x{f}": round(float(np.max(np.abs(r.x - res.x) / safe_sigma)), 6)
+        for f, r in zip(starts, results, strict=True)
+    }
     info = {
-        "points": len(pts),
+        "points": m,
         "points_by_source": dict(sorted(counts.items())),
         "cost": round(float(res.cost), 8),
+        "data_cost": round(data_cost, 8),
         "nfev": int(res.nfev),
         "status": int(res.status),
         "starts": {f"x{f}": round(float(r.cost), 8) for f, r in zip(starts, results, strict=True)},
-        "params_at_bounds": at_bounds,
+        "starts_max_distance_sigma": spread,
+        "params": params,
     }
     return out, info
 
@@ -404,8 +609,10 @@ def fit_coefficients(
 ) -> tuple[PerfCoefficients, dict[str, Any]]:
     """Fit PARAMS stage by stage on the non-held-out points; return the coefficients and optimiser info.
 
-    ``starts`` scale the nominal start point of the engine stage (the only one with kinks);
-    the lowest-cost result wins. The smooth stages start once, from the nominal point.
+    Every stage starts at its priors' centres. ``starts`` scale that point for the engine
+    stage (the only one with kinks): the lowest cost wins, and ``starts_max_distance_sigma``
+    says how far (in parameter uncertainties) the others ended from it. The smooth stages,
+    each identified by thousands of kernel timings, start once.
     """
     import numpy
     import scipy
@@ -422,8 +629,10 @@ def fit_coefficients(
                 f"  {name}: {info['points']} points, cost {info['cost']:.6g} after {info['nfev']} evaluations"
             )
     info_all = {
-        "optimizer": "scipy.optimize.least_squares(method='trf') per stage; residual = source weight x "
-        f"soft-L1(log(pred/measured), scale {_ROBUST_SCALE})",
+        "optimizer": "scipy.optimize.least_squares(method='trf', ftol=xtol=gtol=1e-12) per stage from "
+        "the priors' centres; residual = source weight x soft-L1(log(pred/measured), scale "
+        f"{_ROBUST_SCALE}); prior residual = {PRIOR_WEIGHT} x (value - centre) / width; sigma = "
+        "Gauss-Newton standard error s^2 (J^T J)^-1, s^2 = 2 x data cost / (points - parameters)",
         "stages": stages,
         "fit_points": sum(s["points"] for s in stages.values()),
         "versions": {"numpy": numpy.__version__, "scipy": scipy.__version__},

@@ -9,10 +9,12 @@ with :func:`factor_ceilings`; a profile that breaks the bound is refused when it
 (:func:`check_physical`, a :class:`~llmscale.errors.ConfigError` naming the factor); the
 simulator's counters check the same function. One function, three callers.
 
-Worked on the committed coefficients, H100: the serving FLOP rate is gemm 0.689 x serving
-scale 0.890 = 0.613 of peak, so ``compute`` may reach 1 / 0.613 = 1.631; the weight stream
-reaches 0.895 of peak HBM bandwidth, so ``bandwidth`` may reach 1.118. On A100 (serving
-scale 1.0, gemm 0.718) ``compute`` may reach 1.393. Tested in tests/perf/test_bounds.py.
+Worked on the committed coefficients, H100: the serving FLOP rate is gemm 0.688 x serving
+scale 0.970 = 0.668 of peak, so ``compute`` may reach 1 / 0.668 = 1.498; the weight stream
+reaches 0.878 of peak HBM bandwidth, so ``bandwidth`` may reach 1.139. On A100 (serving
+scale 1.218, gemm 0.717: 0.874 of peak) ``compute`` may reach 1.144. A GPU whose board power
+differs from its family's reference runs another clock (GH200: x1.126, llmscale.perf.step_time);
+the step's FLOP rate is capped at the data sheet there. Tested in tests/perf/test_bounds.py.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def factor_ceilings(
 
     ``base`` is the unscaled (committed) coefficients; ``factors`` the other factors' values
     (missing: 1), since ``bandwidth`` and ``kv`` multiply the same KV efficiency. On every
-    family in ``families``. H100, committed: compute 1.631, bandwidth 1.118, kv 1.288.
+    family in ``families``. H100, committed: compute 1.498, bandwidth 1.139, kv 1.290.
     """
     given = dict(factors or {})
     out: dict[str, float] = {}

@@ -59,6 +59,10 @@ class FamilyCoefficients:
     #: Fraction of the kernel-profile FLOP rate sustained in a serving run (power and
     #: clock limits under continuous load; the profiles time short bursts).
     serving_flops_scale: float = 1.0
+    #: Board power (W) at which ``serving_flops_scale`` holds; a GPU of the family with
+    #: another power limit sustains a tensor-core clock (tdp / this)^(1/3) of it (see
+    #: ``llmscale.perf.step_time``); 0 = no power scaling.
+    reference_power_w: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,9 @@ class StackCoefficients:
     #: Share of a grouped-query model's KV re-reads (one per query head sharing a KV head) that
     #: reach HBM in the engine's decode attention kernel: 0 = each KV head read once.
     gqa_kv_reread: float = 0.0
+    #: The engine's own loss of compute per extra GPU of a TP group (how well it overlaps its
+    #: all-reduces); None = :attr:`PerfCoefficients.tp_compute_penalty`.
+    tp_compute_penalty: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +161,7 @@ def _family_from_dict(d: Mapping[str, Any]) -> FamilyCoefficients:
         ),
         launch_per_layer_s=float(d["launch_per_layer_s"]),
         serving_flops_scale=float(d.get("serving_flops_scale", 1.0)),
+        reference_power_w=float(d.get("reference_power_w", 0.0)),
     )
 
 
@@ -181,6 +189,9 @@ def coefficients_from_dict(d: Mapping[str, Any]) -> PerfCoefficients:
                         graph_kernel_scale=float(v.get("graph_kernel_scale", 1.0)),
                         sample_s_per_logit=float(v.get("sample_s_per_logit", 0.0)),
                         gqa_kv_reread=float(v.get("gqa_kv_reread", 0.0)),
+                        tp_compute_penalty=(
+                            None if v.get("tp_compute_penalty") is None else float(v["tp_compute_penalty"])
+                        ),
                     )
                     for k, v in model["stacks"].items()
                 }
@@ -207,6 +218,7 @@ def coefficients_to_dict(c: PerfCoefficients) -> dict[str, Any]:
                 "allreduce_bw_bytes_s": {str(k): v for k, v in sorted(f.allreduce_bw_bytes_s.items())},
                 "launch_per_layer_s": f.launch_per_layer_s,
                 "serving_flops_scale": f.serving_flops_scale,
+                "reference_power_w": f.reference_power_w,
             }
             for name, f in sorted(c.families.items())
         },
@@ -227,6 +239,7 @@ def coefficients_to_dict(c: PerfCoefficients) -> dict[str, Any]:
                 "graph_kernel_scale": s.graph_kernel_scale,
                 "sample_s_per_logit": s.sample_s_per_logit,
                 "gqa_kv_reread": s.gqa_kv_reread,
+                "tp_compute_penalty": s.tp_compute_penalty,
             }
             for name, s in sorted(c.stacks.items())
         },

@@ -35,19 +35,19 @@ operating point (:func:`predict_itl_s`, :func:`predict_prefill_s`, :func:`predic
 (:mod:`llmscale.perf.profile`): ``bandwidth`` (weight and KV streaming), ``compute`` (GEMM and
 attention FLOP rate), ``host`` (CPU phases, kernel launches) and ``comm`` (all-reduce). A
 decode step is memory- and host-bound: Llama-3-8B on one H100 at batch 16 and 1,200 tokens
-of context takes 10.35 ms, and its elasticities (d ln t / d ln factor) are -0.63 to bandwidth,
-+0.37 to host, 0 to compute. A prefill of 1,000 tokens is compute-bound (-0.73 to compute).
+of context takes 10.39 ms, and its elasticities (d ln t / d ln factor) are -0.64 to bandwidth,
++0.36 to host, 0 to compute. A prefill of 1,000 tokens is compute-bound (-0.62 to compute).
 So the ITL ratio moves the decode-side factors (bandwidth, host) and the TTFT ratio the
 compute factor; ``comm`` is left alone (no window separates it).
 
 One ratio cannot tell bandwidth from host: the smallest change of the log factors that removes
 a log error ``l`` along elasticities ``e`` is ``delta = l x e / |e|^2`` (each factor moves by
 its share of the explanation). Worked: an engine whose HBM reaches 0.6 of what the model
-assumes decodes that batch in 14.71 ms, ratio 1.42, ``l = ln 1.42 = 0.352``;
-``|e|^2 = 0.63^2 + 0.37^2 = 0.53``, so the full correction is bandwidth x exp(-0.352 x 0.63 /
-0.53) = x0.66 and host x exp(+0.352 x 0.37 / 0.53) = x1.27, after which the model predicts the
+assumes decodes that batch in 14.86 ms, ratio 1.43, ``l = ln 1.43 = 0.358``;
+``|e|^2 = 0.64^2 + 0.36^2 = 0.54``, so the full correction is bandwidth x exp(-0.358 x 0.64 /
+0.54) = x0.65 and host x exp(+0.358 x 0.36 / 0.54) = x1.27, after which the model predicts the
 observed ITL again. Windows at other batch sizes pull the two apart, slowly: the elasticities
-change little with the batch (-0.64/+0.36 at batch 1, -0.62/+0.38 at 64).
+change little with the batch (-0.65/+0.35 at batch 1, -0.63/+0.37 at 64).
 
 **Smoothing and bounds** (:func:`adapt_step`). Each tick moves the log factors a fraction
 ``g = 1 - exp(-dt / time_constant_s)`` of the way to the correction its window asks for: the

@@ -176,9 +176,17 @@ class StepKernel:
         if num_prefill_seqs > 0.0:
             gpu += prefill_attn_pairs * self.step_attn_s_per_pair
             serial += self.prefill_iter_s
-        if not graph and self.launch_s > gpu:  # the host issues kernels slower than they run
-            duration = serial + self.launch_s + decode_ctx_tokens * self.kv_s_per_token
-            overhead = serial + (self.launch_s - gpu)
+        if not graph and self.launch_s > 0.25 * gpu:
+            # The host issues kernels about as fast as, or slower than, they run: the forward
+            # pass takes the larger of the two, blended like the roofline ((g^p + l^p)^(1/p),
+            # p = 20: 3.5% above max() where they are equal, 1e-13 of it at l = 0.25 g, below
+            # which the blend is skipped). Smooth, so the fit of launch_per_layer_s has one
+            # optimum instead of a kink per calibration row (docs/performance-model-fit.md).
+            fwd = math.pow(
+                math.pow(gpu, self.blend_exp) + math.pow(self.launch_s, self.blend_exp), self.blend_inv
+            )
+            duration = serial + fwd + decode_ctx_tokens * self.kv_s_per_token
+            overhead = serial + (fwd - gpu)
         else:
             duration = serial + gpu + decode_ctx_tokens * self.kv_s_per_token
             overhead = serial

@@ -590,8 +590,8 @@ def replica_capacity(
     Buckets the lengths (:func:`length_bucket`), the TTFT target (to 10 ms) and the fleet size
     (:func:`fleet_bucket`) and memoises per bucket, so every caller asking about the same
     deployment, shape and mode gets the same number. Worked (``tests/perf/test_one_capacity_model.py``):
-    Llama-3-8B on one H100, prompts 1,155 / outputs 211 tokens, SLO 2 s / 0.1 s: ~13.5 req/s in
-    mode ``"tail"``; ~13.8 in mode ``"mean"``, at a batch of ~250 decoding every ~86 ms.
+    Llama-3-8B on one H100, prompts 1,155 / outputs 211 tokens, SLO 2 s / 0.1 s: ~12.6 req/s in
+    mode ``"tail"``; ~12.9 in mode ``"mean"``, at a batch of ~249 decoding every ~96 ms.
     """
     return _capacity_point(
         model,

@@ -22,9 +22,15 @@ mixes prefill chunks and decode sequences. Its cost is modelled as::
     latency + bytes / bandwidth, fitted per TP degree to NCCL measurements.
 * ``launch_time`` = layers x host time to issue one layer's kernels. In an
   eager-mode engine the GPU idles when the host issues kernels slower than
-  they run, so the forward pass takes the larger of the two. This is why a
-  70B model at TP 8 decodes no faster than at TP 4 in the measurements
-  (Splitwise: 29.7 vs 29.6 ms on H100).
+  they run, so the forward pass takes the larger of the two, blended like the
+  roofline (``(gpu^p + launch^p)^(1/p)``, p = 20: smooth, so the fit has one
+  optimum). This is why a 70B model at TP 8 decodes no faster than at TP 4 in
+  the measurements (Splitwise: 29.7 vs 29.6 ms on H100). A decode iteration
+  replayed as a CUDA graph (vLLM, up to 256 sequences) never waits on launches.
+* The FLOP rate a serving step sustains: peak x GEMM efficiency x the family's
+  serving scale x a clock factor (tdp / the family's reference power)^(1/3)
+  (a power-limited GPU's clock; GH200's 1,000 W against the H100 SXM's 700 W:
+  x1.126), / (1 + penalty x (tp - 1)), and never above the data sheet.
 * ``serial_cpu`` = scheduling, input preparation, sampling and output
   processing, which a synchronous engine runs between forward passes:
   fixed + per-sequence terms (+ an extra fixed term when a prefill is present).
@@ -33,12 +39,16 @@ mixes prefill chunks and decode sequences. Its cost is modelled as::
   that a decode-only iteration is *exactly affine* in the total decode
   context (the simulator jumps over many decode steps in closed form).
 
-Worked example (Llama-3-8B, one H100, committed coefficients): the 15.0 GB
-of matmul and LM-head weights stream in 15.0e9 / (3.35e12 x 0.79) = 5.7 ms,
-but the host needs 0.353 ms x 32 layers = 11.3 ms to issue the kernels, so a
-batch-1 decode step is launch-bound: 11.3 ms + 0.82 ms of CPU phases + 0.31 ms
-per sequence + 0.05 ms of KV reads at 1,000 tokens = 12.5 ms, against the
-published ~13 ms per output token of vLLM under light load.
+Worked example (Llama-3-8B, one H100, committed coefficients): a batch-1 decode
+step replays a CUDA graph: the 15.0 GB of matmul and LM-head weights stream in
+15.0e9 / (3.35e12 x 0.878) = 5.10 ms, the kernels' fixed times add 2.09 ms x
+0.449 (the share a graph keeps) = 0.94 ms, the CPU phases 1.74 + 0.06 ms and the
+KV reads at 1,000 tokens 0.08 ms: 7.9 ms, against 7.3 ms per output token
+measured for Llama-2-7B on an H100 (shared/data/calibration/argonne). Prefill
+(Llama-2-7B, 4,096 tokens a V0 iteration): the GEMMs run at 989e12 x 0.688 x
+0.970 = 660 TFLOP/s on an H100 (80.3 ms) and x1.126 = 744 TFLOP/s on a GH200
+(71.3 ms); four such iterations, TTFT of 16 x 1,024-token prompts: 429 ms on
+H100 (measured 422) and 383 ms on GH200 (measured 357).
 """
 
 from __future__ import annotations
@@ -55,12 +65,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DECODE_AFFINE_CACHE_SIZE",
+    "POWER_CLOCK_EXP",
     "DecodeAffine",
     "KernelPriced",
     "PerfModel",
     "StepCost",
     "get_perf_model",
 ]
+
+#: Exponent of the sustained tensor-core clock in the board power (f ~ P^(1/3)).
+POWER_CLOCK_EXP = 1.0 / 3.0
 
 
 @runtime_checkable
@@ -249,8 +263,17 @@ class PerfModel:
         self._attn_call_s = layers * c.attn_kernel_s
         # A serving run sustains a lower FLOP rate than short kernel profiles (power and
         # clock limits), and a multi-GPU forward pass loses more to synchronisation.
-        sync = (1.0 + c.tp_compute_penalty * (tp - 1)) / fam.serving_flops_scale
-        self._step_flops_s = self._flops_s / sync
+        # A GPU with another power limit than the one the family was fitted on sustains another
+        # tensor-core clock: dynamic power ~ f x V^2 with V ~ f, so f ~ P^(1/3). GH200 (1,000 W
+        # module) against the H100 SXM (700 W): (1000 / 700)^(1/3) = 1.126; A100 PCIe (300 W)
+        # against SXM (400 W): 0.909. Never beyond the data-sheet peak.
+        clock = 1.0
+        if fam.reference_power_w > 0.0:
+            clock = (g.tdp_w / fam.reference_power_w) ** POWER_CLOCK_EXP
+        penalty = c.tp_compute_penalty if st.tp_compute_penalty is None else st.tp_compute_penalty
+        sync = (1.0 + penalty * (tp - 1)) / (fam.serving_flops_scale * clock)
+        self._step_flops_s = min(g.peak_bf16_flops, self._flops_s / sync)
+        sync = self._flops_s / self._step_flops_s
         self._step_attn_s_per_pair = self._attn_s_per_pair * sync
 
         # Tensor-parallel all-reduce: after attention and after the MLP of every layer.
