@@ -16,13 +16,17 @@ The reference is derived from the oracle's schedule, with the same machinery
    (:func:`delayed_schedule`). Changes land on the reference's own 6 s grid.
    Before the first change the fleet is the oracle's first count, warm from
    t = 0 like every policy's initial fleet.
-2. **Headroom.** Delayed, the oracle's counts arrive after the load they were
-   chosen for, so the reference holds ``ceil(n x (1 + h))``. ``h`` is searched
-   on full runs: 0, then doubling from 1/8 up to ``max_headroom`` until a run
-   meets the target, then bisected (``bisect_steps`` more runs) between the
-   last miss and the first hit. A run is given up once its certain misses
-   exceed the budget, so a short run costs little.
-3. **Target.** The oracle's (99% of the feasible requests), or what the
+2. **Headroom where it misses.** Delayed, the oracle's counts arrive after
+   the load they were chosen for. The delayed schedule is run in full; while it
+   misses the target, the minutes holding the most missed requests (and the
+   minute before each) get headroom levels of max(1, 10%) replicas each, 1
+   then doubled (:func:`_raise_levels`), and it runs again (``rounds``); the
+   last doubling is bisected back (two runs) where it overshot.
+3. **Uniform headroom** when that does not meet the target: ``ceil(n x (1 +
+   h))`` everywhere, ``h`` doubling from 1/8 up to ``max_headroom`` until a run
+   meets it, then bisected (``bisect_steps`` runs). A run is given up once its
+   certain misses exceed the budget, so a short run costs little.
+4. **Target.** The oracle's (99% of the feasible requests), or what the
    largest headroom reaches when it misses that: min(99%, reachable).
 
 The answer is the cheapest run of the search that met the target: every
@@ -73,9 +77,9 @@ class ReferenceSettings:
     #: the span (s) of one headroom level in the targeted search
     segment_s: float = 60.0
     #: full runs of the targeted search after the delayed schedule's own
-    rounds: int = 4
+    rounds: int = 5
     #: most headroom levels of one segment
-    max_level: int = 8
+    max_level: int = 32
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.detection_s) and self.detection_s >= 0.0):
@@ -175,18 +179,20 @@ def with_levels(
 def _raise_levels(
     levels: list[int], miss_arrival_s: np.ndarray, excess: int, segment_s: float, max_level: int
 ) -> bool:
-    """One level more for the segments with the most misses (by arrival) and the segment before
-    each (a backlog builds before the requests it delays), until they hold ``excess`` misses;
-    False when none could be raised."""
+    """Raise the segments with the most misses (by arrival), and the segment before each (a
+    backlog builds before the requests it delays), until they hold ``excess`` misses: a level
+    of 0 to 1, else doubled (1, 2, 4, 8: a flash crowd that needs ten more replicas is reached
+    in five runs); False when none could be raised."""
     segs = np.minimum((miss_arrival_s // segment_s).astype(np.int64), len(levels) - 1)
     counts = np.bincount(segs, minlength=len(levels))
-    raised, covered = False, 0
+    raised, covered, done = False, 0, set()
     for seg in np.argsort(-counts, kind="stable"):
         if covered >= excess or counts[seg] == 0:
             break
         for j in (int(seg) - 1, int(seg)):
-            if j >= 0 and levels[j] < max_level:
-                levels[j] += 1
+            if j >= 0 and j not in done and levels[j] < max_level:
+                levels[j] = min(max_level, max(1, 2 * levels[j]))
+                done.add(j)
                 raised = True
         covered += int(counts[seg])
     return raised
@@ -260,6 +266,7 @@ def run_causal_reference(
         oracle_schedule, interval_s, reference.detection_s, cold_start_s, grid, 0.0, lo, hi
     )
     levels = [0] * (len(base) // segment_steps + 1)
+    previous = list(levels)
     found = False
     for r in range(reference.rounds + 1):
         run = attempt(f"levels#{r}", with_levels(base, levels, segment_steps, lo, hi), give_up=False)
@@ -268,10 +275,21 @@ def run_causal_reference(
             found = True
             break
         missed = ~run.met & judge.feasible
+        previous = list(levels)
         if not _raise_levels(
             levels, arrivals[missed], run.misses - allowed, reference.segment_s, reference.max_level
         ):
             break
+    if found and levels != previous:
+        # The last doubling may overshoot (a crowd needing 5 levels got 8): halfway back, twice.
+        for _ in range(2):
+            middle = [(a + b) // 2 if b > a else b for a, b in zip(previous, levels, strict=True)]
+            if middle in (levels, previous):
+                break
+            if meets(attempt("levels-trim", with_levels(base, middle, segment_steps, lo, hi))):
+                levels = middle
+            else:
+                previous = middle
     # 2. Otherwise the same headroom everywhere: doubling from 1/8, then bisected.
     if not found:
         miss_h, hit_h = 0.0, None
