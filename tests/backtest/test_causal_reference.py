@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from llmscale.backtest.causal_reference import REFERENCE, ReferenceSettings, delayed_schedule
 from llmscale.backtest.compare import build_document, run_backtest
@@ -21,6 +22,7 @@ from llmscale.backtest.oracle_schedule import Grid
 from llmscale.backtest.runner import BacktestSettings
 from llmscale.cli import DEFAULT_POLICIES
 from llmscale.errors import ConfigError
+from llmscale.report import comparison_table
 from llmscale.workloads import load_trace, make_preset, rate_scale, window
 from llmscale.workloads.model import Workload
 
@@ -71,6 +73,12 @@ def _check(w: Workload, settings: BacktestSettings) -> dict:  # type: ignore[typ
         if r.summary["slo_attainment"] >= need and r.summary["gpu_hours"] < ref["gpu_hours"]
     ]
     assert not cheaper, f"reference {ref['slo_attainment']:.4f} at {ref['gpu_hours']:.4f} GPU-h: {cheaper}"
+    # The table shows it under the oracle, with the price of foresight in its caption.
+    console = Console(width=240, record=True)
+    console.print(comparison_table(doc))
+    text = console.export_text()
+    assert "causal reference" in text
+    assert f"{doc['price_of_foresight']:.2f}x the oracle's GPU-hours, the price of foresight" in text
     return doc
 
 

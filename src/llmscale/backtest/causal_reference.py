@@ -185,7 +185,8 @@ def _raise_levels(
     in five runs); False when none could be raised."""
     segs = np.minimum((miss_arrival_s // segment_s).astype(np.int64), len(levels) - 1)
     counts = np.bincount(segs, minlength=len(levels))
-    raised, covered, done = False, 0, set()
+    raised, covered = False, 0
+    done: set[int] = set()
     for seg in np.argsort(-counts, kind="stable"):
         if covered >= excess or counts[seg] == 0:
             break
