@@ -26,7 +26,9 @@ The reference is derived from the oracle's schedule, with the same machinery
    h))`` everywhere, ``h`` doubling from 1/8 up to ``max_headroom`` until a run
    meets it, then bisected (``bisect_steps`` runs). A run is given up once its
    certain misses exceed the budget, so a short run costs little.
-4. **Target.** The oracle's (99% of the feasible requests), or what the
+4. **Constant fleets**: the oracle's cheapest constant fleet (or its peak
+   count) and one fewer, each a run: holding a fleet needs no foresight of when.
+5. **Target.** The oracle's (99% of the feasible requests), or what the
    largest headroom reaches when it misses that: min(99%, reachable).
 
 The answer is the cheapest run of the search that met the target: every
@@ -317,6 +319,14 @@ def run_causal_reference(
                     hit_h = mid
                 else:
                     miss_h = mid
+    # 3. A constant fleet is causal too (it needs no forecast): the oracle's cheapest constant
+    #    meeting the target (its search's, else its peak count) and one replica fewer. On a
+    #    bursty cell (Azure in burst mode) 8 replicas held cost less than any late schedule.
+    constant = search.get("constant_replicas")
+    peak = int(constant) if isinstance(constant, int) else max(oracle_schedule)
+    for n in (peak - 1, peak):
+        if lo <= n <= hi:
+            attempt(f"constant={n}", tuple([n] * (grid.num_intervals + 1)))
     meeting = [s for s in runs.values() if s is not None and s.misses <= allowed]
     best = min(meeting, key=lambda s: s.gpu_s)
     result = best.result
