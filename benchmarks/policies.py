@@ -39,6 +39,7 @@ import sys
 import time
 from pathlib import Path
 
+from llmscale.backtest.causal_reference import REFERENCE
 from llmscale.cli import DEFAULT_POLICIES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,7 +109,11 @@ DEPLOYMENTS = {
     "h100-8b": ("llama-3.1-8b", "h100-80gb", 1),
     "a100-8b": ("llama-3.1-8b", "a100-80gb", 1),
     "h100x4-70b": ("llama-3.1-70b", "h100-80gb", 4),
+    # the coarse-replica cell: a replica is four H200s, so each step of the fleet is 4 GPUs
+    "h200x4-70b": ("llama-3.1-70b", "h200-141gb", 4),
 }
+#: deployments that run only some cells (the others run every cell)
+DEPLOY_CELLS = {"h200x4-70b": ("chat/ramp",)}
 #: replicas' worth of the probe's capacity at a cell's peak
 MATRIX_PEAK_REPLICAS = 6
 #: default policy set of `llmscale backtest` (ours, the peers, the static baseline)
@@ -149,6 +154,19 @@ def matrix_cell(deploy: str, cell, seed: int = 0):  # type: ignore[no-untyped-de
     return w, settings, cap, peak
 
 
+def best_peer(rows: list[dict], reference: dict) -> dict | None:  # type: ignore[type-arg]
+    """The cheapest peer (not ``slo``, ``static``, the oracle or the reference) reaching
+    min(99%, the reference's attainment - 0.5 points); else the peer of highest attainment."""
+    peers = [r for r in rows if r["policy"] not in ("slo", "static", "oracle", REFERENCE)]
+    if not peers:
+        return None
+    need = min(0.99, float(reference["slo_attainment"]) - 0.005)
+    meeting = [r for r in peers if r["slo_attainment"] >= need]
+    if meeting:
+        return min(meeting, key=lambda r: float(r["gpu_hours"]))
+    return max(peers, key=lambda r: (float(r["slo_attainment"]), -float(r["gpu_hours"])))
+
+
 def judge_cell(rows: list[dict]) -> tuple[bool, str]:  # type: ignore[type-arg]
     """The issue's acceptance in one cell: (met, one line saying why)."""
     by = {r["policy"]: r for r in rows}
@@ -160,7 +178,7 @@ def judge_cell(rows: list[dict]) -> tuple[bool, str]:  # type: ignore[type-arg]
     dominators = [
         r["policy"]
         for r in rows
-        if r["policy"] not in ("slo", "oracle")
+        if r["policy"] not in ("slo", "oracle", REFERENCE)
         and r["slo_attainment"] >= slo["slo_attainment"]
         and r["gpu_hours"] <= slo["gpu_hours"]
         and (r["slo_attainment"] > slo["slo_attainment"] or r["gpu_hours"] < slo["gpu_hours"])
@@ -177,6 +195,7 @@ def judge_cell(rows: list[dict]) -> tuple[bool, str]:  # type: ignore[type-arg]
 
 
 def run_matrix(args: argparse.Namespace) -> int:
+    from llmscale.backtest.causal_reference import ReferenceSettings
     from llmscale.backtest.compare import run_backtest
     from llmscale.workloads.matrix import CELLS
 
@@ -186,15 +205,20 @@ def run_matrix(args: argparse.Namespace) -> int:
     if "slo" not in policies:
         policies.insert(0, "slo")
     summary: list[tuple[str, str, dict, dict, bool, str]] = []  # type: ignore[type-arg]
+    cell_rows: list[tuple[str, str, dict, dict, dict, dict | None]] = []  # type: ignore[type-arg]
     everything: dict[str, list[dict]] = {}  # type: ignore[type-arg]
     t_all = time.perf_counter()
     for deploy in deploys:
         for cell in cells:
+            if deploy in DEPLOY_CELLS and cell.name not in DEPLOY_CELLS[deploy]:
+                continue
             t0 = time.perf_counter()
             w, settings, cap, peak = matrix_cell(deploy, cell)
-            results, oracle, _ = run_backtest(w, policies, settings, include_oracle=True, jobs=args.jobs)
-            assert oracle is not None
-            rows = [r.summary for r in results] + [oracle.summary]
+            results, oracle, _ = run_backtest(
+                w, policies, settings, include_oracle=True, jobs=args.jobs, reference=ReferenceSettings()
+            )
+            assert oracle is not None and oracle.causal_reference is not None
+            rows = [r.summary for r in results] + [oracle.summary, oracle.causal_reference.summary]
             o_gpu = float(oracle.summary["gpu_hours"])
             print(
                 f"\n{deploy} {cell.name}: {w.num_requests:,} requests over {w.duration_s / 60:.0f} min; "
@@ -213,6 +237,8 @@ def run_matrix(args: argparse.Namespace) -> int:
             print(f"slo: {why}")
             by = {r["policy"]: r for r in rows}
             summary.append((deploy, cell.name, by["slo"], by["oracle"], met, why))
+            peer = best_peer(rows, by[REFERENCE])
+            cell_rows.append((deploy, cell.name, by["oracle"], by[REFERENCE], by["slo"], peer))
             everything[f"{deploy} {cell.name}"] = rows
     print(f"\nmatrix ({time.perf_counter() - t_all:.0f} s)")
     print(
@@ -226,6 +252,17 @@ def run_matrix(args: argparse.Namespace) -> int:
             f"{slo['gpu_hours']:>11.3f}{oracle['gpu_hours']:>13.3f}"
             f"{slo['gpu_hours'] / oracle['gpu_hours']:>10.2f}  {'yes' if met else 'NO'}"
         )
+    print(f"\n{'deployment':<12}{'cell':<22}{'oracle':>16}{'reference':>16}{'slo':>16}  best peer")
+    for deploy, name, orc, ref, slo, peer in cell_rows:
+        cells_text = "".join(
+            f"{100 * r['slo_attainment']:>8.2f}%{r['gpu_hours']:>7.3f}" for r in (orc, ref, slo)
+        )
+        peer_text = (
+            "none"
+            if peer is None
+            else f"{peer['policy']} {100 * peer['slo_attainment']:.2f}% {peer['gpu_hours']:.3f}"
+        )
+        print(f"{deploy:<12}{name:<22}{cells_text}  {peer_text}")
     if args.json:
         Path(args.json).write_text(json.dumps(everything, indent=2))
     failed = [f"{d} {n}" for d, n, _, _, met, _ in summary if not met]

@@ -110,11 +110,19 @@ def _load_workload(
     rate_scale: float,
     rate_shape: str = "smooth",
     burst_share: float = 0.0,
+    *,
+    scale_mode: str = "users",
+    lengths: str | None = None,
+    quiet: bool = False,
 ) -> Any:
     from llmscale.workloads import entropy_bursts, load_trace, make_preset, window
     from llmscale.workloads import rate_scale as scale
+    from llmscale.workloads.lengths import assumed_lengths_text, parse_lengths
     from llmscale.workloads.limits import MAX_SPAN_S
     from llmscale.workloads.servegen import RATE_SHAPES
+    from llmscale.workloads.transform import SCALE_MODES, USERS_SHIFT_S
+
+    err = _console(stderr=True)
 
     check_option("--seed", seed, "[0, inf)", integer=True)
     check_option("--start-s", start_s, "[0, inf)")
@@ -125,15 +133,37 @@ def _load_workload(
         raise ConfigError(f"--rate-shape = {rate_shape!r}, must be one of {', '.join(RATE_SHAPES)}")
     if trace is not None and preset is not None:
         raise ConfigError("give either --trace or --workload, not both")
+    if scale_mode not in SCALE_MODES:
+        raise ConfigError(f"--scale-mode = {scale_mode!r}, must be one of {', '.join(SCALE_MODES)}")
+    length_model = parse_lengths(lengths) if lengths is not None else None
     if trace is not None:
-        w = load_trace(
-            trace,
-            fmt,
-            seed=seed,
-            start_s=start_s,
-            duration_s=duration_s,
-            max_span_s=MAX_SPAN_S,
-            rate_shape=rate_shape,
+        try:
+            w = load_trace(
+                trace,
+                fmt,
+                seed=seed,
+                start_s=start_s,
+                duration_s=duration_s,
+                max_span_s=MAX_SPAN_S,
+                rate_shape=rate_shape,
+                lengths=length_model,
+            )
+        except ConfigError as e:
+            if length_model is not None and "servegen traces only" in str(e):
+                raise ConfigError(
+                    f"--lengths applies to rate-only traces (ServeGen client folders and rate files); "
+                    f"{trace} carries its own lengths"
+                ) from e
+            raise
+        # A rate-only trace has no lengths: say which were drawn (a reasoning model's clients
+        # replayed with chat lengths look easy).
+        assumed = assumed_lengths_text(w.meta.get("lengths"))
+        if assumed and not quiet:
+            how = "given by --lengths" if length_model is not None else "assumed; set them with --lengths"
+            err.print(f"[dim]{trace}: the trace has no lengths: {assumed}, {how}[/]", highlight=False)
+    elif length_model is not None:
+        raise ConfigError(
+            "--lengths applies to rate-only traces (--trace of ServeGen files), not to --workload"
         )
     else:
         w = make_preset(preset or "default", seed=seed)
@@ -141,14 +171,37 @@ def _load_workload(
             w = window(w, start_s or 0.0, duration_s if duration_s is not None else w.duration_s + 1.0)
     if rate_scale != 1.0:
         try:
-            w = scale(w, rate_scale, seed=seed)
+            w = scale(w, rate_scale, seed=seed, mode=scale_mode)
         except ConfigError as e:
             raise ConfigError(f"--rate-scale: {e}") from e
+        if not quiet:
+            what = (
+                f"{rate_scale:g} x the users: independently time-shifted copies (+-{USERS_SHIFT_S:g} s)"
+                if scale_mode == "users"
+                else f"the same users, each burst {rate_scale:g} x larger"
+            )
+            if rate_scale < 1.0:
+                what = "a random subset of the requests (both modes)"
+            err.print(
+                f"[dim]--rate-scale {rate_scale:g} --scale-mode {scale_mode}: {what}[/]", highlight=False
+            )
     check_option("--burst-share", burst_share, "[0, 1]")
     if burst_share > 0.0:
         w = entropy_bursts(w, seed, burst_share=burst_share)
     return w
 
+
+_SCALE_MODE_HELP = (
+    "How --rate-scale above 1 adds requests: 'users' (N x the users: independently time-shifted "
+    "copies of the trace, +-60 s each) or 'burst' (the same users, each burst N x larger: every "
+    "copy next to its original). See docs/scaling-traces.md."
+)
+
+_LENGTHS_HELP = (
+    "Rate-only traces (ServeGen client folders and rate files): prompt and output lengths, "
+    "prompt=MEAN[:CV],output=MEAN[:CV] tokens (lognormal; CV default 1.31), or m-large / m-small "
+    "(ServeGen's published means). Default: the m-large means, printed."
+)
 
 _BURST_SHARE_HELP = (
     "High-entropy bursts (a Poisson-uniform burst mixture): this share of the requests (0: none) "
@@ -535,6 +588,8 @@ def backtest(
     rate_scale: Annotated[
         float, typer.Option(help="Multiply the arrival rate, keeping the trace's duration and shape.")
     ] = 1.0,
+    scale_mode: Annotated[str, typer.Option(help=_SCALE_MODE_HELP)] = "users",
+    lengths: Annotated[str | None, typer.Option(help=_LENGTHS_HELP)] = None,
     start_s: Annotated[
         float | None, typer.Option(help="Start of the window to replay (s from the first request).")
     ] = None,
@@ -587,6 +642,14 @@ def backtest(
         Path | None, typer.Option(help="YAML file: policy name -> {parameter: value}.")
     ] = None,
     oracle: Annotated[bool, typer.Option(help="Also run the oracle (lower bound on GPU-hours).")] = True,
+    causal_reference: Annotated[
+        bool,
+        typer.Option(
+            help="With the oracle: also run the causal reference, the oracle's schedule delayed by "
+            "detection + start with headroom searched to its target (what a controller without "
+            "foresight could reach); reference / oracle GPU-hours is the price of foresight."
+        ),
+    ] = True,
     timeout_s: Annotated[
         float, typer.Option(help="A client gives up after this long without a first token (s).")
     ] = 60.0,
@@ -670,6 +733,7 @@ def backtest(
     # Help text: BACKTEST_HELP (typer keeps a docstring's line breaks).
     from dataclasses import replace
 
+    from llmscale.backtest.causal_reference import ReferenceSettings
     from llmscale.backtest.compare import build_document, run_backtest_seeds, seed_label
     from llmscale.backtest.runner import check_policies
     from llmscale.backtest.seeds import MAX_SEEDS, add_seed_statistics
@@ -718,7 +782,17 @@ def backtest(
     params = _load_policy_config(policy_config)
     check_option("--seeds", seeds, f"[1, {MAX_SEEDS}]", integer=True)
     w = _load_workload(
-        trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape, burst_share
+        trace,
+        format,
+        workload,
+        seed,
+        start_s,
+        duration_s,
+        rate_scale,
+        rate_shape,
+        burst_share,
+        scale_mode=scale_mode,
+        lengths=lengths,
     )
     faults = _fault_settings(hbm_glitch, adaptive_batch)
 
@@ -790,7 +864,18 @@ def backtest(
         seed_list = [seed + k for k in range(seeds)]
         workloads = [w] + [
             _load_workload(
-                trace, format, workload, s, start_s, duration_s, rate_scale, rate_shape, burst_share
+                trace,
+                format,
+                workload,
+                s,
+                start_s,
+                duration_s,
+                rate_scale,
+                rate_shape,
+                burst_share,
+                scale_mode=scale_mode,
+                lengths=lengths,
+                quiet=True,
             )
             for s in seed_list[1:]
         ]
@@ -804,6 +889,7 @@ def backtest(
             want_decisions=decisions is not None,
             on_progress=on_progress,
             ray_address=ray,
+            reference=ReferenceSettings() if oracle and causal_reference else None,
         )
         for label in labels:
             on_progress(label, float("inf"))
@@ -923,6 +1009,7 @@ def tune_cmd(
     rate_scale: Annotated[
         float, typer.Option(help="Multiply the arrival rate, keeping the trace's duration and shape.")
     ] = 1.0,
+    scale_mode: Annotated[str, typer.Option(help=_SCALE_MODE_HELP)] = "users",
     start_s: Annotated[
         float | None, typer.Option(help="Start of the window to tune on (s from the first request).")
     ] = None,
@@ -1029,7 +1116,9 @@ def tune_cmd(
     engine = _engine_settings(calibration, max_num_seqs, max_num_batched_tokens, chunked_prefill)
     cases = []
     for label, path, preset in sources:
-        w = _load_workload(path, format, preset, seed, start_s, duration_s, rate_scale, rate_shape)
+        w = _load_workload(
+            path, format, preset, seed, start_s, duration_s, rate_scale, rate_shape, scale_mode=scale_mode
+        )
         settings = _sized_settings(
             w,
             err,
@@ -1393,6 +1482,7 @@ def loadgen_cmd(
         str | None, typer.Option("--workload", help="Built-in workload preset instead of a trace.")
     ] = None,
     rate_scale: Annotated[float, typer.Option(help="Multiply the arrival rate.")] = 1.0,
+    scale_mode: Annotated[str, typer.Option(help=_SCALE_MODE_HELP)] = "users",
     start_s: Annotated[float | None, typer.Option(help="Start of the window to replay (s).")] = None,
     duration_s: Annotated[float | None, typer.Option(help="Length of the window to replay (s).")] = None,
     rate_shape: Annotated[str, typer.Option(help=_RATE_SHAPE_HELP)] = "smooth",
@@ -1432,7 +1522,16 @@ def loadgen_cmd(
         check_output_path("--json", Path(json_out))
         check_distinct_paths([("--json", Path(json_out))], [("--trace", trace)])
     w = _load_workload(
-        trace, format, workload, seed, start_s, duration_s, rate_scale, rate_shape, burst_share
+        trace,
+        format,
+        workload,
+        seed,
+        start_s,
+        duration_s,
+        rate_scale,
+        rate_shape,
+        burst_share,
+        scale_mode=scale_mode,
     )
     result = run_loadgen(
         w,

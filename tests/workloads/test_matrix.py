@@ -52,3 +52,27 @@ def test_unknown_names_are_refused():
         cell_workload(MatrixCell("poetry", "step"), 20.0, NO_DATA)
     with pytest.raises(ConfigError, match="load shape"):
         cell_workload(MatrixCell("code", "zigzag"), 20.0, NO_DATA)
+
+
+def test_long_output_cell_has_long_answers():
+    w = cell_workload(MatrixCell("long-output", "ramp"), 5.0, NO_DATA, duration_s=1200.0)
+    assert float(w.output_tokens.mean()) == pytest.approx(1500.0, rel=0.1)
+    assert float(w.input_tokens.mean()) == pytest.approx(300.0, rel=0.1)
+
+
+@pytest.mark.shared_data
+def test_burst_cell_repeats_the_azure_seconds():
+    import os
+
+    data = Path(
+        os.environ.get("LLMSCALE_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")
+    )
+    data = data / "traces"
+    if not (data / "azure_llm_2023_conv.csv").is_file():
+        pytest.skip(f"needs the Azure trace in {data} (../shared/data)")
+    w = cell_workload(MatrixCell("chat", "burst"), 55.0, data, duration_s=1200.0)
+    per_second = np.bincount(np.floor(w.arrival_s).astype(np.int64))
+    # ~10 x the trace's 5.5 req/s, each busy second of it ~10 x as busy (burst mode)
+    assert w.num_requests / w.duration_s == pytest.approx(55.0, rel=0.05)
+    assert w.meta["transforms"][-1]["op"] == "rate_scale" and "mode" not in w.meta["transforms"][-1]
+    assert per_second.var() / per_second.mean() > 5.0

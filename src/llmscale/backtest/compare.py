@@ -22,6 +22,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
+from llmscale.backtest.causal_reference import ReferenceSettings, run_causal_reference
 from llmscale.backtest.context_check import check_context
 from llmscale.backtest.feasibility import infeasible_summary
 from llmscale.backtest.oracle import OracleSettings, run_oracle
@@ -109,6 +110,7 @@ def _run_one(
     settings: BacktestSettings,
     oracle: OracleSettings,
     want_decisions: bool,
+    reference: ReferenceSettings | None,
 ) -> tuple[PolicyResult, list[str]]:
     assert _workloads, "a backtest worker runs after _init_worker"
     workload = _workloads[k]
@@ -116,7 +118,7 @@ def _run_one(
     progress = _Throttled(label, lambda n, t: q.put((n, t))) if q is not None else None
     spare = _spare_workers
     spare_workers = (lambda: int(spare.value)) if spare is not None else None
-    return _run_here(name, workload, settings, oracle, want_decisions, progress, spare_workers)
+    return _run_here(name, workload, settings, oracle, want_decisions, progress, spare_workers, reference)
 
 
 def _run_here(
@@ -127,6 +129,7 @@ def _run_here(
     want_decisions: bool,
     progress: Callable[[float], None] | None,
     spare_workers: Callable[[], int] | None = None,
+    reference: ReferenceSettings | None = None,
 ) -> tuple[PolicyResult, list[str]]:
     sink = _Decisions() if want_decisions else None
     if name == ORACLE:
@@ -138,16 +141,25 @@ def _run_here(
             progress=progress,
             spare_workers=spare_workers,
         )
+        # The reference is derived from the oracle's schedule, so it runs in the oracle's job,
+        # right after it (it writes no decision log: the oracle's lines stay as they were).
+        if reference is not None:
+            result.causal_reference = run_causal_reference(workload, settings, result, reference)
     else:
         result = run_policy(workload, name, settings, decisions_out=sink, progress=progress)  # type: ignore[arg-type]
     return result, (sink.lines if sink else [])
 
 
 def _run_job(
-    workload: Workload, name: str, settings: BacktestSettings, oracle: OracleSettings, want_decisions: bool
+    workload: Workload,
+    name: str,
+    settings: BacktestSettings,
+    oracle: OracleSettings,
+    want_decisions: bool,
+    reference: ReferenceSettings | None,
 ) -> tuple[PolicyResult, list[str]]:
     """One job on a Ray worker: :func:`_run_here` with no progress (the workload from the store)."""
-    return _run_here(name, workload, settings, oracle, want_decisions, None)
+    return _run_here(name, workload, settings, oracle, want_decisions, None, None, reference)
 
 
 def run_backtest(
@@ -161,8 +173,12 @@ def run_backtest(
     want_decisions: bool = False,
     on_progress: Callable[[str, float], None] | None = None,
     ray_address: str | None = None,
+    reference: ReferenceSettings | None = None,
 ) -> tuple[list[PolicyResult], PolicyResult | None, list[str]]:
-    """Run each policy (and the oracle) on the same workload; returns (results, oracle, decision lines)."""
+    """Run each policy (and the oracle) on the same workload; returns (results, oracle, decision lines).
+
+    With ``reference`` (and the oracle) the oracle's result carries the causal reference
+    (``causal_reference``, :mod:`~llmscale.backtest.causal_reference`)."""
     return run_backtest_seeds(
         [workload],
         policies,
@@ -173,6 +189,7 @@ def run_backtest(
         want_decisions=want_decisions,
         on_progress=on_progress,
         ray_address=ray_address,
+        reference=reference,
     )[0]
 
 
@@ -192,6 +209,7 @@ def run_backtest_seeds(
     want_decisions: bool = False,
     on_progress: Callable[[str, float], None] | None = None,
     ray_address: str | None = None,
+    reference: ReferenceSettings | None = None,
 ) -> list[tuple[list[PolicyResult], PolicyResult | None, list[str]]]:
     """:func:`run_backtest` for each (workload, settings) pair, every run a job of one pool.
 
@@ -219,14 +237,16 @@ def run_backtest_seeds(
             [(name, k) for name in schedule(names) for k in range(n)],
             workloads,
             _run_job,
-            lambda key: (key[0], settings[key[1]], oracle, want_decisions),
+            lambda key: (key[0], settings[key[1]], oracle, want_decisions, reference),
             done,
         )
     elif jobs <= 1 or len(keys) == 1:
         for name, k in keys:
             label = seed_label(name, k, n)
             progress = _Throttled(label, on_progress) if on_progress else None
-            outputs[name, k] = _run_here(name, workloads[k], settings[k], oracle, want_decisions, progress)
+            outputs[name, k] = _run_here(
+                name, workloads[k], settings[k], oracle, want_decisions, progress, None, reference
+            )
     else:
         ctx = mp.get_context("fork")
         q = ctx.Queue()
@@ -244,7 +264,7 @@ def run_backtest_seeds(
             order = [(name, k) for name in schedule(names) for k in range(n)]
             futures: dict[tuple[str, int], Future[tuple[PolicyResult, list[str]]]] = {
                 (name, k): pool.submit(
-                    _run_one, name, seed_label(name, k, n), k, settings[k], oracle, want_decisions
+                    _run_one, name, seed_label(name, k, n), k, settings[k], oracle, want_decisions, reference
                 )
                 for name, k in order
             }
@@ -323,4 +343,17 @@ def build_document(
         "config": config,
         "results": [r.as_json(with_series=with_series) for r in results],
         "oracle": oracle_result.as_json(with_series=with_series) if oracle_result else None,
+        **_reference_doc(oracle_result, with_series=with_series),
     }
+
+
+def _reference_doc(oracle_result: PolicyResult | None, *, with_series: bool) -> dict[str, Any]:
+    """``causal_reference`` (same fields as ``oracle``) and ``price_of_foresight`` (its GPU-hours
+    / the oracle's), when the run has them; nothing otherwise, so a run without the reference
+    writes the document it wrote before it."""
+    ref = oracle_result.causal_reference if oracle_result is not None else None
+    if oracle_result is None or ref is None:
+        return {}
+    o_gpu, r_gpu = oracle_result.summary.get("gpu_hours"), ref.summary.get("gpu_hours")
+    price = round(float(r_gpu) / float(o_gpu), 4) if o_gpu and r_gpu is not None else None
+    return {"causal_reference": ref.as_json(with_series=with_series), "price_of_foresight": price}

@@ -56,6 +56,9 @@ SUMMARY_KEYS = (
 class PolicyResult:
     summary: dict[str, Any]
     series: dict[str, list[Any]] = field(default_factory=dict)
+    #: the oracle's result only: the causal reference derived from its schedule
+    #: (:mod:`~llmscale.backtest.causal_reference`), when it was run
+    causal_reference: PolicyResult | None = None
 
     @property
     def policy(self) -> str:

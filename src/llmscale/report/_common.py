@@ -21,6 +21,8 @@ __all__ = [
     "ORACLE_COLOR",
     "ORACLE_LABEL",
     "PALETTE",
+    "REFERENCE_COLOR",
+    "REFERENCE_LABEL",
     "Column",
     "Row",
     "best_rows",
@@ -30,6 +32,7 @@ __all__ = [
     "fmt_mean",
     "fmt_pct",
     "fmt_seconds",
+    "foresight_text",
     "noise_ties",
     "number",
     "policy_style",
@@ -64,6 +67,9 @@ _SYMBOLS: tuple[str, ...] = ("circle", "square", "diamond", "triangle-up")
 #: The oracle is drawn near-black and dashed everywhere so it never looks like "one more policy".
 ORACLE_COLOR = "#222222"
 ORACLE_LABEL = "oracle (lower bound)"
+#: The causal reference (the cheapest schedule found without foresight) is a bound too: grey, dotted.
+REFERENCE_COLOR = "#8a8a8a"
+REFERENCE_LABEL = "causal reference"
 
 
 @dataclass(frozen=True)
@@ -79,20 +85,29 @@ class Row:
     index: int
     """Position among the non-oracle policies (drives the colour); -1 for the oracle."""
     is_oracle: bool
+    """A bound, not a policy (the oracle or the causal reference): dimmed, never ranked."""
+    is_reference: bool = False
+    """The causal reference (``is_oracle`` too), drawn apart from the oracle."""
 
     @property
     def color(self) -> str:
         """Hex colour used for this policy in every chart and table."""
+        if self.is_reference:
+            return REFERENCE_COLOR
         return policy_style(self.index)[0] if not self.is_oracle else ORACLE_COLOR
 
     @property
     def dash(self) -> str:
         """Plotly dash style for this policy's lines."""
+        if self.is_reference:
+            return "dot"
         return policy_style(self.index)[1] if not self.is_oracle else "dash"
 
     @property
     def symbol(self) -> str:
         """Plotly marker symbol for this policy's points."""
+        if self.is_reference:
+            return "star-open"
         return policy_style(self.index)[2] if not self.is_oracle else "star"
 
     @property
@@ -131,7 +146,31 @@ def rows_of(doc: Mapping[str, Any]) -> list[Row]:
     if isinstance(oracle, Mapping):
         name = str(oracle.get("policy", "oracle"))
         rows.append(Row(policy=name, label=ORACLE_LABEL, summary=oracle, index=-1, is_oracle=True))
+    reference = doc.get("causal_reference")
+    if isinstance(reference, Mapping):
+        name = str(reference.get("policy", "causal-reference"))
+        rows.append(
+            Row(
+                policy=name,
+                label=REFERENCE_LABEL,
+                summary=reference,
+                index=-1,
+                is_oracle=True,
+                is_reference=True,
+            )
+        )
     return rows
+
+
+def foresight_text(doc: Mapping[str, Any]) -> str:
+    """ "causal reference = ... 1.23x the oracle's GPU-hours (the price of foresight)", or ""."""
+    price = number(doc.get("price_of_foresight"))
+    if price is None:
+        return ""
+    return (
+        "causal reference = cheapest schedule found without foresight (the oracle's, delayed by "
+        f"detection + start, with headroom): {price:.2f}x the oracle's GPU-hours, the price of foresight"
+    )
 
 
 def number(value: Any) -> float | None:

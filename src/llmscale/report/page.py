@@ -29,6 +29,7 @@ from llmscale.report._common import (
     fmt_count,
     fmt_float,
     fmt_seconds,
+    foresight_text,
     noise_ties,
     number,
     report_title,
@@ -369,6 +370,8 @@ def _page(doc: Mapping[str, Any], figures: Mapping[str, go.Figure], plotly_js: s
             " The oracle plans with perfect knowledge of the future: its GPU-hours are a lower bound, "
             "not a target a real policy can reach."
         )
+    if foresight_text(doc):
+        table_caption += f" The {foresight_text(doc)}."
     if seeds_text(doc):
         table_caption += f" {seeds_text(doc)}."
     sections = [

@@ -29,6 +29,7 @@ from llmscale.report._common import (
     Row,
     best_rows,
     cell_text,
+    foresight_text,
     noise_ties,
     report_title,
     rows_of,
@@ -130,6 +131,7 @@ def _caption_bits(doc: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
         slo_text(doc),
         "bold green = best attainment / lowest GPU-hours",
         "oracle = hindsight lower bound on GPU-hours" if any(r.is_oracle for r in rows) else "",
+        foresight_text(doc),
         seeds_text(doc),
     ]
     return [bit for bit in bits if bit]
@@ -239,8 +241,8 @@ def _table(
         table.add_column(header, justify="right", vertical="bottom", width=width, no_wrap=True)
 
     for i, row in enumerate(rows):
-        if row.is_oracle and i > 0:
-            # A rule above the oracle makes it obvious it is not ranked with the policies.
+        if row.is_oracle and i > 0 and not rows[i - 1].is_oracle:
+            # A rule above the oracle (the causal reference follows it): the bounds are not ranked.
             table.add_section()
         # The coloured bullet ties the row to the policy's line colour in the HTML report.
         name = Text.assemble(("● ", row.color), (row.label, ORACLE_STYLE if row.is_oracle else "bold"))

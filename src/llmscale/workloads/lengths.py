@@ -27,10 +27,13 @@ from llmscale.workloads import _io
 
 __all__ = [
     "DEFAULT_LENGTHS",
+    "LENGTH_CATEGORIES",
     "LengthModel",
     "LengthSampler",
     "LognormalLengths",
+    "assumed_lengths_text",
     "lognormal_from_mean_p99",
+    "parse_lengths",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -279,3 +282,78 @@ class LengthSampler:
 
     def __repr__(self) -> str:
         return f"LengthSampler(source={self.source!r}, pairs={self.input_tokens.size})"
+
+
+#: Named length distributions ``--lengths`` accepts, (prompt mean, output mean) tokens with a
+#: lognormal of sigma 1.0 (CV 1.31): ServeGen's README rate-weighted means per model family.
+LENGTH_CATEGORIES: dict[str, tuple[float, float]] = {
+    "m-large": (914.0, 155.0),
+    "m-small": (120.0, 15.0),
+}
+
+#: CV of a lognormal of log-space sigma 1.0 (the ServeGen loader's default): sqrt(e - 1)
+_DEFAULT_CV = math.sqrt(math.e - 1.0)
+
+
+def _sigma_of_cv(cv: float) -> float:
+    """Log-space sigma of a lognormal with this CV: CV^2 = exp(sigma^2) - 1 (CV 1.31 -> 1.0)."""
+    return math.sqrt(math.log1p(cv * cv))
+
+
+def parse_lengths(text: str, *, option: str = "--lengths") -> LognormalLengths:
+    """``prompt=MEAN[:CV],output=MEAN[:CV]`` (tokens; CV default 1.31, a lognormal of sigma 1)
+    or a name of :data:`LENGTH_CATEGORIES`; ConfigError naming the bad field otherwise.
+
+    E.g. ``prompt=600:1.5,output=1500:0.8``: prompt mu = ln 600 - sigma^2/2 with
+    sigma = sqrt(ln(1 + 1.5^2)) = 1.086.
+    """
+    text = text.strip()
+    if text in LENGTH_CATEGORIES:
+        prompt_mean, output_mean = LENGTH_CATEGORIES[text]
+        return LognormalLengths.from_means(prompt_mean, output_mean, sigma=1.0)
+    fields: dict[str, tuple[float, float]] = {}
+    for part in text.split(","):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or key not in ("prompt", "output"):
+            raise ConfigError(
+                f"{option} {text!r}: field {part.strip()!r} must be prompt=MEAN[:CV] or output=MEAN[:CV] "
+                f"(or give one of the names {', '.join(LENGTH_CATEGORIES)})"
+            )
+        if key in fields:
+            raise ConfigError(f"{option} {text!r}: {key} is given twice")
+        mean_text, colon, cv_text = value.partition(":")
+        try:
+            mean = float(mean_text)
+            cv = float(cv_text) if colon else _DEFAULT_CV
+        except ValueError as e:
+            raise ConfigError(f"{option} {text!r}: {key} = {value.strip()!r} is not MEAN[:CV] numbers") from e
+        if not (math.isfinite(mean) and mean >= 1.0):
+            raise ConfigError(f"{option} {text!r}: {key} mean = {mean_text.strip()}, must be >= 1 token")
+        if not (math.isfinite(cv) and 0.0 <= cv <= 10.0):
+            raise ConfigError(f"{option} {text!r}: {key} CV = {cv_text.strip()}, must be in [0, 10]")
+        fields[key] = (mean, cv)
+    missing = [k for k in ("prompt", "output") if k not in fields]
+    if missing:
+        raise ConfigError(f"{option} {text!r}: {' and '.join(missing)} missing (give prompt= and output=)")
+    (p_mean, p_cv), (o_mean, o_cv) = fields["prompt"], fields["output"]
+    p_sigma, o_sigma = _sigma_of_cv(p_cv), _sigma_of_cv(o_cv)
+    return LognormalLengths(
+        math.log(p_mean) - p_sigma * p_sigma / 2.0,
+        p_sigma,
+        math.log(o_mean) - o_sigma * o_sigma / 2.0,
+        o_sigma,
+    )
+
+
+def assumed_lengths_text(described: object) -> str:
+    """``"prompt 914 / output 155 tokens (lognormal, CV 1.31 / 1.31)"`` from a
+    :meth:`LognormalLengths.describe` mapping (means before clipping), or "" for another kind."""
+    if not isinstance(described, dict) or described.get("kind") != "lognormal":
+        return ""
+    out = []
+    for side in ("input", "output"):
+        mu, sigma = float(described[f"{side}_mu"]), float(described[f"{side}_sigma"])
+        out.append((math.exp(mu + sigma * sigma / 2.0), math.sqrt(math.expm1(sigma * sigma))))
+    (pm, pc), (om, oc) = out
+    return f"prompt {pm:,.0f} / output {om:,.0f} tokens (lognormal, CV {pc:.2f} / {oc:.2f})"

@@ -12,14 +12,19 @@ Request mixes (prompt / output tokens):
   mean 30 (p99 150), the shape whose TPOT tail chunked prefill sets;
 * ``reasoning`` — mean 600 (p99 3,000) prompts, long answers of mean 2,000 (p99 8,000);
 * ``long-context`` — the Mooncake synthetic trace's pairs (mean prompt ~15k tokens), on its own
-  Poisson arrivals scaled to the deployment.
+  Poisson arrivals scaled to the deployment;
+* ``long-output`` — mean 300 (p99 1,500) prompts and answers of mean 1,500 (p99 4,000): requests
+  in flight for minutes, the shape where a decode batch's context is length-biased.
 
 Load shapes over ``duration_s`` (rates relative to the cell's peak):
 
 * ``ramp`` — a smooth diurnal half-period from 40% to 100%;
 * ``step`` — 50%, then 100% from a third of the window on (a step change, no warning);
 * ``flash`` — 50% with a x2 flash crowd for 3 minutes from the middle of the window;
-* ``trace`` — the trace's own arrivals (long-context only).
+* ``trace`` — the trace's own arrivals (long-context only);
+* ``burst`` — the Azure conversation trace's own arrivals scaled to the peak in ``burst`` mode
+  (each request copied next to itself, so every busy second of the trace is ~N times busier;
+  docs/scaling-traces.md), chat only: the bursty cell.
 
 The peak rate is chosen per deployment by the caller (``peak_rps``), from the capacity one
 replica has on the mix, so every deployment sees a fleet of the same size.
@@ -39,8 +44,8 @@ from llmscale.workloads.synthetic import Curve, diurnal_curve, with_spike, workl
 
 __all__ = ["CELLS", "MIXES", "SHAPES", "MatrixCell", "cell_workload", "mix_lengths"]
 
-MIXES = ("chat", "code", "reasoning", "long-context")
-SHAPES = ("ramp", "step", "flash", "trace")
+MIXES = ("chat", "code", "reasoning", "long-context", "long-output")
+SHAPES = ("ramp", "step", "flash", "trace", "burst")
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,8 @@ CELLS: tuple[MatrixCell, ...] = (
     MatrixCell("code", "step"),
     MatrixCell("reasoning", "ramp"),
     MatrixCell("long-context", "trace"),
+    MatrixCell("chat", "burst"),
+    MatrixCell("long-output", "ramp"),
 )
 
 
@@ -82,6 +89,8 @@ def mix_lengths(mix: str, data_dir: Path) -> LengthModel:
         return LognormalLengths.from_mean_p99(2000.0, 8000.0, 30.0, 150.0)
     if mix == "reasoning":
         return LognormalLengths.from_mean_p99(600.0, 3000.0, 2000.0, 8000.0)
+    if mix == "long-output":
+        return LognormalLengths.from_mean_p99(300.0, 1500.0, 1500.0, 4000.0)
     raise ConfigError(f"unknown request mix {mix!r}; one of {', '.join(MIXES)}")
 
 
@@ -98,20 +107,20 @@ def _curve(shape: str, peak_rps: float, duration_s: float) -> Curve:
     if shape == "flash":
         base = (np.array([0.0, duration_s]), np.array([0.5 * peak_rps, 0.5 * peak_rps]))
         return with_spike(base, duration_s / 2.0, 180.0, 2.0)
-    raise ConfigError(f"unknown load shape {shape!r}; one of {', '.join(SHAPES[:-1])}")
+    raise ConfigError(f"unknown load shape {shape!r}; one of ramp, step, flash")
 
 
 def cell_workload(
     cell: MatrixCell, peak_rps: float, data_dir: Path, *, duration_s: float = 1200.0, seed: int = 0
 ) -> Workload:
     """The cell's workload at ``peak_rps`` (the ``trace`` shape: the trace's mean rate scaled to it)."""
-    if cell.shape == "trace":
+    if cell.shape in ("trace", "burst"):
         from llmscale.workloads.transform import rate_scale, window
 
         w = _trace_pairs(data_dir, cell.mix)
         w = window(w, 0.0, min(duration_s, w.duration_s))
         mean_rps = w.num_requests / max(w.duration_s, 1.0)
-        return rate_scale(w, peak_rps / mean_rps, seed=seed)
+        return rate_scale(w, peak_rps / mean_rps, seed=seed, mode="burst")
     return workload_from_rate_curve(
         *_curve(cell.shape, peak_rps, duration_s),
         seed=seed,

@@ -17,7 +17,17 @@ from llmscale.workloads.arrivals import check_seed
 from llmscale.workloads.limits import BYTES_PER_SCALED_REQUEST, MAX_REQUESTS
 from llmscale.workloads.model import Workload
 
-__all__ = ["BURST_WINDOW_S", "entropy_bursts", "rate_scale", "window"]
+__all__ = ["BURST_WINDOW_S", "SCALE_MODES", "USERS_SHIFT_S", "entropy_bursts", "rate_scale", "window"]
+
+#: how ``rate_scale`` adds requests when ``k > 1``: ``users`` (independently time-shifted copies
+#: of the whole trace: k times the users) or ``burst`` (each request copied next to itself: the
+#: same users, each burst k times larger)
+SCALE_MODES = ("users", "burst")
+
+#: ``users`` mode: each copy of the trace is shifted by one offset uniform in +- this (s). A
+#: minute decorrelates bursts of seconds (the issue's code trace: bursts after idle minutes) and
+#: keeps shapes of ten minutes and more (a daily ramp, a ServeGen window) where they were.
+USERS_SHIFT_S = 60.0
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -70,6 +80,8 @@ def rate_scale(
     *,
     jitter_scale: float = 1.0,
     max_requests: int = MAX_REQUESTS,
+    mode: str = "burst",
+    shift_s: float = USERS_SHIFT_S,
 ) -> Workload:
     """Multiply the arrival rate by ``k``, keeping duration and shape over time.
 
@@ -81,7 +93,15 @@ def rate_scale(
     so the span, and the alignment of the time axis with the original, do not
     move. ``k * n < 0.5`` is a ConfigError (nothing would be left).
 
-    ``k > 1`` (superposition): the original requests are all kept unchanged;
+    ``k > 1``, ``mode="users"`` (k times the users): the original requests are
+    all kept; ``floor(k) - 1`` whole copies of the trace, plus a copy of a random
+    ``round(frac(k) * n)`` of its requests, each copy shifted as one by its own
+    offset uniform in ``+-shift_s`` (mirrored back into the span at the edges),
+    each request keeping its own lengths. Copies are independent at time scales
+    below ``shift_s``: a burst of the trace is not repeated in lock-step, so
+    the peak second grows less than k-fold (see docs/scaling-traces.md).
+
+    ``k > 1``, ``mode="burst"`` (superposition): the original requests are all kept unchanged;
     ``floor(k) - 1`` extra copies of every request, plus one more copy of a
     random ``round(frac(k) * n)`` of them, are added. Each added request
     arrives at its source request's time plus a jitter uniform in
@@ -112,6 +132,10 @@ def rate_scale(
         raise ConfigError(f"rate scale k = {k}, must be a finite number > 0")
     if not (math.isfinite(jitter_scale) and jitter_scale >= 0):
         raise ConfigError(f"jitter_scale = {jitter_scale}, must be a finite number >= 0")
+    if mode not in SCALE_MODES:
+        raise ConfigError(f"scale mode = {mode!r}, must be one of {', '.join(SCALE_MODES)}")
+    if not (math.isfinite(shift_s) and shift_s >= 0):
+        raise ConfigError(f"shift_s = {shift_s}, must be a finite number >= 0")
     rng = np.random.default_rng(check_seed(seed))
     n = w.num_requests
     if k * n > max_requests:
@@ -151,6 +175,22 @@ def rate_scale(
     if extra_fraction > 0:
         sources.append(np.sort(rng.choice(n, size=extra_fraction, replace=False)))
     src = np.concatenate(sources)
+    if mode == "users":
+        # One offset per copy (the fractional copy is the last): copy c of request i arrives at
+        # t[i] + offset[c]. Lengths are the source request's own (the same kind of user).
+        copy_of = np.concatenate(
+            [np.full(n, c) for c in range(whole - 1)] + [np.full(extra_fraction, whole - 1)]
+        )
+        offsets_s = rng.uniform(-shift_s, shift_s, size=whole)
+        added_t = _reflect(t[src] + offsets_s[copy_of], float(t[-1]))
+        all_t = np.concatenate((t, added_t))
+        order = np.argsort(all_t, kind="stable")
+        inp = np.concatenate((w.input_tokens, w.input_tokens[src]))[order]
+        out = np.concatenate((w.output_tokens, w.output_tokens[src]))[order]
+        record["mode"] = "users"
+        record["shift_s"] = shift_s
+        meta = _with_transform(w, record, rate_scale=cumulative)
+        return Workload(w.name, all_t[order], inp, out, meta)
     half_width_s = jitter_scale * local_spacing_s(t)[src]
     added_t = _reflect(t[src] + rng.uniform(-1.0, 1.0, size=src.size) * half_width_s, float(t[-1]))
     boot = rng.integers(0, n, size=src.size)
