@@ -24,12 +24,13 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from kube_workloads import create_deployment, wait_for
+from kube_workloads import create_deployment
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from support.certs import make_ca
 from support.kube_cluster import ADMIN_TOKEN, FRONT_PROXY_CN, KubeCluster, kube_binaries, start_process
+from support.wait import wait_for
 
 LLMSCALE = Path(sys.executable).with_name("llmscale")
 APISERVICE = "v1beta1.external.metrics.k8s.io"
@@ -190,7 +191,7 @@ def test_hpa_scales_a_deployment_from_llmscales_external_metric(
             r = httpx.get(f"{base}/llmscale-desired-replicas", headers=headers, verify=verify)
             return r.json() if r.status_code == 200 else None
 
-        got = wait_for("the external metric through the aggregator", metric, timeout_s=90.0, interval_s=0.3)
+        got = wait_for("the external metric through the aggregator", metric, timeout_s=90.0, every_s=0.3)
         assert "items" in got, proc.communicate()[1][-3000:] if proc.poll() is not None else got
         assert [i["value"] for i in got["items"]] == [str(DESIRED)], got
         signals = httpx.get(f"{base}/llmscale-signal", headers=headers, verify=verify)
