@@ -91,7 +91,7 @@ def _page_formatter() -> Any:
     """
     from prometheus_client.utils import floatToGoString as fmt
 
-    from llmscale.emulate.metrics import _COUNTERS, _HELP, DERIVED, _le
+    from llmscale.emulate.metrics import _COUNTERS, _ENGINE_HISTOGRAMS, _HELP, DERIVED, _le
 
     def labelstr(pairs: tuple[tuple[str, str], ...]) -> str:
         return ",".join(f'{k}="{v}"' for k, v in sorted(pairs))
@@ -110,7 +110,10 @@ def _page_formatter() -> Any:
         add = out.append
         # The replica's own bandwidth P95 over 60 s, as collect() adds it (seed 004's signal).
         values = {**sample.values, DERIVED.DRAM_ACTIVE_P95_60S: collector._bw_p95(sample, obs.time_s)}
+        exports = collector._version.exports  # the vLLM release the emulator plays
         for name, value in values.items():
+            if not exports(name):
+                continue
             is_dcgm = name.startswith("DCGM_")
             doc = _HELP.get(name, f"{name} (DCGM field)" if is_dcgm else name)
             kind = "counter" if name in _COUNTERS else "gauge"
@@ -120,6 +123,8 @@ def _page_formatter() -> Any:
             add(f"{name}{{{dcgm if is_dcgm else vllm}}} {fmt(value)}\n")
         pairs = collector._vllm_labels
         for name, hist in sample.histograms.items():
+            if not exports(name) or (name in _ENGINE_HISTOGRAMS and collector._stats is not None):
+                continue  # not this release's, or engine_families writes the emulator's own count
             add(f"# HELP {name} {doc_of(_HELP.get(name, name))}\n# TYPE {name} histogram\n")
             for bound, count in zip(hist.bounds, hist.cumulative, strict=True):
                 add(f"{name}_bucket{{{labelstr((*pairs, ('le', _le(bound))))}}} {fmt(count)}\n")

@@ -1,4 +1,4 @@
-"""A backtest of one policy imports what that run needs, not every policy module or the MIG tenancy.
+"""A backtest of one policy imports what that run needs, not every policy module or the MIG profiles.
 
 Both imports were a fixed cost of every ``run_policy`` (README, "Simulator speed": 0.52e9 and
 0.05e9 of the 3.80e9 instructions of benchmarks/sim_speed.py's run, measured with
@@ -31,7 +31,7 @@ print(json.dumps({
     "completed": r.summary["completed"],
     "gpus_per_replica": build_fleet(w, s, 1).gpus_per_replica,
     "policy_modules": sorted(m for m in sys.modules if m.startswith("llmscale.policies.")),
-    "tenancy": "llmscale.tenancy" in sys.modules,
+    "mig": "llmscale.perf.mig" in sys.modules,
 }))
 """
 
@@ -53,7 +53,7 @@ def test_static_on_a_whole_gpu_imports_no_other_policy_and_no_tenancy() -> None:
     assert "llmscale.policies.static" in r["policy_modules"]  # type: ignore[operator]
     assert "llmscale.policies.slo" not in r["policy_modules"]  # type: ignore[operator]
     assert "llmscale.policies.knative" not in r["policy_modules"]  # type: ignore[operator]
-    assert r["tenancy"] is False
+    assert r["mig"] is False
 
 
 def test_a_policy_not_imported_yet_is_found_and_a_mig_slice_is_billed_as_its_share() -> None:
@@ -61,4 +61,4 @@ def test_a_policy_not_imported_yet_is_found_and_a_mig_slice_is_billed_as_its_sha
     assert r["completed"] == 20
     assert r["gpus_per_replica"] == 3 / 7
     assert "llmscale.policies.knative" in r["policy_modules"]  # type: ignore[operator]
-    assert r["tenancy"] is True
+    assert r["mig"] is True  # the MIG profiles (perf/mig.py) are read only for a slice

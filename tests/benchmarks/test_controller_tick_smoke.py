@@ -31,4 +31,4 @@ def test_controller_tick_benchmark_runs_on_a_small_fleet():
     assert re.search(r"machine reference: sum\(range\(10\*\*7\)\) took [0-9.]+ s", out)
     assert re.search(r"peak RSS of the measuring process: \d+ MB", out)
     assert re.search(r"prometheus_client's parser alone [0-9.]+ ms/page", out)
-    assert re.search(r"target: tick < 1 s: (PASS|MISS) .*peak memory < 300 MB: (PASS|MISS)", out)
+    assert re.search(r"target: tick < 1 s: (PASS|MISS) .*peak memory < 1000 MB: (PASS|MISS)", out)

@@ -37,7 +37,6 @@ from librt.vecs import vec
 from mypy_extensions import i64
 
 from llmscale.perf.kernel import StepKernel
-from llmscale.perf.step_time import KernelPriced
 from llmscale.sim.histogram import BucketHistogram
 from llmscale.sim.request import DECODING, DONE, PREFILLING, WAITING, PrefillQueue, Req, ReqList
 from llmscale.types import Phase
@@ -104,7 +103,10 @@ class IterationCosts:
 
     def __init__(self, perf: Any, max_batch: int) -> None:
         self.perf = perf
-        kernel = perf.kernel if isinstance(perf, KernelPriced) else None
+        # Read untyped, not through the KernelPriced protocol: compiled, an attribute read through
+        # the narrowed protocol is checked against its declared StepKernel, and a model whose
+        # ``kernel`` is something else (a test's stand-in) must fall through to the Python call.
+        kernel: object = getattr(perf, "kernel", None)
         self.kernel: StepKernel | None = kernel if isinstance(kernel, StepKernel) else None
         self.decode = [DecodeCoef(perf.decode_affine(b)) for b in range(max_batch + 1)]
 
