@@ -223,7 +223,10 @@ def slice_gpu_spec(gpu: str, profile: str) -> GpuSpec:
         hbm_bandwidth_bytes_s=g.hbm_bandwidth_bytes_s * p.memory_slices / MEMORY_SLICES,
         memory_bytes=p.memory_bytes,
         nvlink_bandwidth_bytes_s=0.0,
-        tdp_w=g.tdp_w * p.compute_slices / 7,  # informational only
+        # The board's power limit, not a share of it: a slice runs at the whole GPU's clock, and
+        # the step-time model reads the clock from the board power (3g.40gb at 3/7 of 700 W would
+        # clock 0.75x slower and turn 132/60 = 2.2x fewer SMs into a 2.5x slower prefill).
+        tdp_w=g.tdp_w,
     )
 
 
