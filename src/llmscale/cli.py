@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from llmscale.cli_common import CommonOptionsGroup, write_json
+from llmscale.cli_common import CommonOptionsGroup, notice, write_json
 from llmscale.deployment import DEFAULT_DEPLOYMENT
 from llmscale.edge import check_distinct_paths, check_option, check_output_path
 from llmscale.errors import ConfigError, LlmscaleError
@@ -160,7 +160,8 @@ def _load_workload(
         assumed = assumed_lengths_text(w.meta.get("lengths"))
         if assumed and not quiet:
             how = "given by --lengths" if length_model is not None else "assumed; set them with --lengths"
-            err.print(f"[dim]{trace}: the trace has no lengths: {assumed}, {how}[/]", highlight=False)
+            text = f"{trace}: the trace has no lengths: {assumed}, {how}"
+            notice(err, f"[dim]{text}[/]", text)
     elif length_model is not None:
         raise ConfigError(
             "--lengths applies to rate-only traces (--trace of ServeGen files), not to --workload"
@@ -182,9 +183,8 @@ def _load_workload(
             )
             if rate_scale < 1.0:
                 what = "a random subset of the requests (both modes)"
-            err.print(
-                f"[dim]--rate-scale {rate_scale:g} --scale-mode {scale_mode}: {what}[/]", highlight=False
-            )
+            text = f"--rate-scale {rate_scale:g} --scale-mode {scale_mode}: {what}"
+            notice(err, f"[dim]{text}[/]", text)
     check_option("--burst-share", burst_share, "[0, 1]")
     if burst_share > 0.0:
         w = entropy_bursts(w, seed, burst_share=burst_share)

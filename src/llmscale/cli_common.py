@@ -109,6 +109,24 @@ class _OurHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+#: the log format the command runs with (``configure_logging``): notices follow it
+_FORMAT = "text"
+
+
+def notice(console: Any, markup: str, plain: str) -> None:
+    """A line the command always prints on stderr (what it assumed, how it scaled a trace):
+    ``markup`` on the console in text mode; with ``--log-format json`` a JSON log line of
+    ``plain`` from the logger ``llmscale.cli`` at INFO, whatever the level, so every stderr line
+    stays one JSON object."""
+    if _FORMAT != "json":
+        console.print(markup, highlight=False)
+        return
+    record = logging.LogRecord("llmscale.cli", logging.INFO, __file__, 0, plain, None, None)
+    for h in logging.getLogger().handlers:
+        if isinstance(h, _OurHandler):
+            h.handle(record)
+
+
 def configure_logging(level: str, fmt: str = "text") -> None:
     """Log to stderr at ``level`` in ``fmt`` (``text`` or ``json``); library request logs at DEBUG only.
 
@@ -120,6 +138,8 @@ def configure_logging(level: str, fmt: str = "text") -> None:
         raise typer.BadParameter(f"{level!r} is not one of {', '.join(LOG_LEVELS)}", param_hint="--log-level")
     if fmt not in LOG_FORMATS:
         raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(LOG_FORMATS)}", param_hint="--log-format")
+    global _FORMAT
+    _FORMAT = fmt
     root = logging.getLogger()
     for h in [h for h in root.handlers if isinstance(h, _OurHandler)]:
         root.removeHandler(h)

@@ -91,6 +91,15 @@ class OracleRow(BacktestRow):
     oracle_search: dict[str, Any] = Field(description="the search's own counts (greedy, descent)")
 
 
+class ReferenceRow(BacktestRow):
+    """The causal reference's row (``causal_reference``): a result row and how it was found."""
+
+    reference_detection_s: float = Field(description="how late the schedule is learnt")
+    reference_delay_s: float = Field(description="detection plus a cold start: when a rise serves")
+    reference_target: float = Field(description="the attainment the search had to reach")
+    reference_search: dict[str, Any] = Field(description="the runs tried and the schedule chosen")
+
+
 class BacktestWorkload(_Open):
     name: str
     context: dict[str, Any]
@@ -113,6 +122,10 @@ class BacktestDocument(_Closed):
     config: dict[str, Any]
     results: list[BacktestRow]
     oracle: OracleRow | None
+    #: the cheapest schedule found that needs no foresight (the oracle's fields), when computed
+    causal_reference: ReferenceRow | None = None
+    #: its GPU-hours over the oracle's
+    price_of_foresight: Num = None
     standby_curve: list[StandbyPoint] | None = None
     seeds: dict[str, Any] | None = None
 
