@@ -865,9 +865,9 @@ class PageReader:
 
     ``keep_values`` / ``keep_histograms`` (None: all) name what the pages' results hold: a
     scraper keeps what llmscale reads (``metrics/vetting.py``'s READ_VALUES, READ_HISTOGRAMS),
-    since a controller's window holds 20 observations of every replica: of the emulator's 268-line
-    page's 206 folded numbers (21 values, 9 histograms) the result keeps 157 (18 values, the 6
-    latency histograms; ``tests/metrics/test_page_reader_keep.py``).
+    since a controller's window holds 20 observations of every replica: of the emulator's page's
+    280 folded numbers (22 values, 13 histograms) the result keeps 164 (17 values, 7 histograms;
+    ``tests/metrics/test_page_reader_keep.py``).
     Every line is still read and checked, so a malformed page fails as before; the result is
     :func:`parse_exposition`'s with the other names left out (NaN marks and timestamps included).
     """
