@@ -27,7 +27,12 @@ at <= 1.3x the oracle's GPU-hours, no policy dominates it and it kills nothing o
 Each cell's peak rate is 6 replicas' worth of the capacity probe on its mix, so every cell has a
 fleet of a few replicas. ``--quick`` runs the H100 8B deployment only.
 
-    .venv/bin/python benchmarks/policies.py --matrix [--quick] [--deploy h100-8b] [--cell code/step]
+    .venv/bin/python benchmarks/policies.py --matrix [--quick] [--deploy h100-8b] [--cell code/step] \
+        [--ray ADDRESS]
+
+Every cell's runs are jobs of one pool: local worker processes (``--jobs``), or with ``--ray`` the
+tasks of a running Ray cluster, so the whole matrix spreads over a cluster's CPUs. The results are
+the same either way (``tests/backtest/test_matrix_ray.py``).
 """
 
 from __future__ import annotations
@@ -120,7 +125,7 @@ MATRIX_PEAK_REPLICAS = 6
 MATRIX_POLICIES = DEFAULT_POLICIES
 
 
-def matrix_cell(deploy: str, cell, seed: int = 0):  # type: ignore[no-untyped-def]
+def matrix_cell(deploy: str, cell, seed: int = 0, duration_s: float = 1200.0):  # type: ignore[no-untyped-def]
     """(workload, settings, probe capacity req/s, peak replicas) of one matrix cell."""
     from dataclasses import replace
 
@@ -141,7 +146,7 @@ def matrix_cell(deploy: str, cell, seed: int = 0):  # type: ignore[no-untyped-de
     sample = Workload.from_arrays("probe", np.arange(inp.size, dtype=np.float64), inp, out, {})
     sample = feasible_only(sample, base)
     cap = replica_capacity_rps(perf, base.sim, sample.input_tokens, sample.output_tokens, 2.0, 0.1)
-    w = cell_workload(cell, MATRIX_PEAK_REPLICAS * cap, DATA, seed=seed)
+    w = cell_workload(cell, MATRIX_PEAK_REPLICAS * cap, DATA, seed=seed, duration_s=duration_s)
     peak = replicas_for_rate(float(w.summary()["peak_1min_rps"]), cap)
     first = float((w.arrival_s < 120.0).sum()) / 120.0
     settings = replace(
@@ -196,7 +201,7 @@ def judge_cell(rows: list[dict]) -> tuple[bool, str]:  # type: ignore[type-arg]
 
 def run_matrix(args: argparse.Namespace) -> int:
     from llmscale.backtest.causal_reference import ReferenceSettings
-    from llmscale.backtest.compare import run_backtest
+    from llmscale.backtest.compare import run_backtest_seeds
     from llmscale.workloads.matrix import CELLS
 
     deploys = args.deploy or (["h100-8b"] if args.quick else list(DEPLOYMENTS))
@@ -208,38 +213,64 @@ def run_matrix(args: argparse.Namespace) -> int:
     cell_rows: list[tuple[str, str, dict, dict, dict, dict | None]] = []  # type: ignore[type-arg]
     everything: dict[str, list[dict]] = {}  # type: ignore[type-arg]
     t_all = time.perf_counter()
-    for deploy in deploys:
-        for cell in cells:
-            if deploy in DEPLOY_CELLS and cell.name not in DEPLOY_CELLS[deploy]:
-                continue
-            t0 = time.perf_counter()
-            w, settings, cap, peak = matrix_cell(deploy, cell)
-            results, oracle, _ = run_backtest(
-                w, policies, settings, include_oracle=True, jobs=args.jobs, reference=ReferenceSettings()
-            )
-            assert oracle is not None and oracle.causal_reference is not None
-            rows = [r.summary for r in results] + [oracle.summary, oracle.causal_reference.summary]
-            o_gpu = float(oracle.summary["gpu_hours"])
+    # Every cell's runs are jobs of one pool (local processes, or Ray tasks with --ray): a cell's
+    # oracle search, the longest job, overlaps the other cells' policies instead of idling the
+    # workers at the end of each cell. Each job is the same deterministic simulation wherever and
+    # whenever it runs, so the results are those of running the cells one after another.
+    specs = [
+        (deploy, cell, *matrix_cell(deploy, cell, duration_s=args.duration_s))
+        for deploy in deploys
+        for cell in cells
+        if deploy not in DEPLOY_CELLS or cell.name in DEPLOY_CELLS[deploy]
+    ]
+    if not specs:
+        print("no matrix cell matches --deploy/--cell", file=sys.stderr)
+        return 2
+    total = len(specs) * (len(policies) + 1)
+    finished: list[str] = []
+
+    def progress(label: str, t: float) -> None:
+        # Labels are "policy #k" (the k-th cell); only finished jobs (t = inf) are reported.
+        if t != float("inf"):
+            return
+        finished.append(label)
+        name, _, k = label.rpartition(" #")
+        where = f"{specs[int(k) - 1][0]} {specs[int(k) - 1][1].name}" if k.isdigit() else ""
+        print(f"[{len(finished)}/{total}] {name or label} {where}".rstrip(), file=sys.stderr, flush=True)
+
+    runs = run_backtest_seeds(
+        [w for _, _, w, _, _, _ in specs],
+        policies,
+        [settings for _, _, _, settings, _, _ in specs],
+        include_oracle=True,
+        jobs=args.jobs,
+        ray_address=args.ray,
+        reference=ReferenceSettings(),
+        on_progress=progress,
+    )
+    for (deploy, cell, w, _settings, cap, peak), (results, oracle, _) in zip(specs, runs, strict=True):
+        assert oracle is not None and oracle.causal_reference is not None
+        rows = [r.summary for r in results] + [oracle.summary, oracle.causal_reference.summary]
+        o_gpu = float(oracle.summary["gpu_hours"])
+        print(
+            f"\n{deploy} {cell.name}: {w.num_requests:,} requests over {w.duration_s / 60:.0f} min; "
+            f"probe ~{cap:.2f} req/s per replica; peak minute needs {peak}"
+        )
+        header = f"{'policy':<22}{'SLO attain.':>12}{'GPU-hours':>11}{'x oracle':>10}"
+        print(f"{header}{'TPOT p99':>10}{'killed':>8}")
+        for row in sorted(rows, key=lambda r: -float(r["slo_attainment"] or 0)):
             print(
-                f"\n{deploy} {cell.name}: {w.num_requests:,} requests over {w.duration_s / 60:.0f} min; "
-                f"probe ~{cap:.2f} req/s per replica; peak minute needs {peak}; "
-                f"wall {time.perf_counter() - t0:.0f} s"
+                f"{row['policy']:<22}{100 * row['slo_attainment']:>11.2f}%{row['gpu_hours']:>11.3f}"
+                f"{row['gpu_hours'] / o_gpu:>10.2f}{row['tpot_p99_s'] or float('nan'):>10.3f}"
+                f"{row['killed_by_scale_down']:>8}"
             )
-            header = f"{'policy':<22}{'SLO attain.':>12}{'GPU-hours':>11}{'x oracle':>10}"
-            print(f"{header}{'TPOT p99':>10}{'killed':>8}")
-            for row in sorted(rows, key=lambda r: -float(r["slo_attainment"] or 0)):
-                print(
-                    f"{row['policy']:<22}{100 * row['slo_attainment']:>11.2f}%{row['gpu_hours']:>11.3f}"
-                    f"{row['gpu_hours'] / o_gpu:>10.2f}{row['tpot_p99_s'] or float('nan'):>10.3f}"
-                    f"{row['killed_by_scale_down']:>8}"
-                )
-            met, why = judge_cell(rows)
-            print(f"slo: {why}")
-            by = {r["policy"]: r for r in rows}
-            summary.append((deploy, cell.name, by["slo"], by["oracle"], met, why))
-            peer = best_peer(rows, by[REFERENCE])
-            cell_rows.append((deploy, cell.name, by["oracle"], by[REFERENCE], by["slo"], peer))
-            everything[f"{deploy} {cell.name}"] = rows
+        met, why = judge_cell(rows)
+        print(f"slo: {why}")
+        by = {r["policy"]: r for r in rows}
+        summary.append((deploy, cell.name, by["slo"], by["oracle"], met, why))
+        peer = best_peer(rows, by[REFERENCE])
+        cell_rows.append((deploy, cell.name, by["oracle"], by[REFERENCE], by["slo"], peer))
+        everything[f"{deploy} {cell.name}"] = rows
     print(f"\nmatrix ({time.perf_counter() - t_all:.0f} s)")
     print(
         f"{'deployment':<12}{'cell':<22}{'slo att.':>10}{'oracle att.':>12}"
@@ -288,6 +319,17 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="matrix: the H100 8B deployment only")
     ap.add_argument("--deploy", action="append", choices=sorted(DEPLOYMENTS), help="matrix: these only")
     ap.add_argument("--cell", action="append", help="matrix: these cells only (mix/shape)")
+    ap.add_argument(
+        "--duration-s",
+        type=float,
+        default=1200.0,
+        help="matrix: simulated seconds per cell (default 1200; the README's table is measured at it)",
+    )
+    ap.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="matrix: run every (cell, policy) job as a task on this running Ray cluster (as backtest --ray)",
+    )
     args = ap.parse_args()
     if not DATA.is_dir():
         print(f"needs {DATA} (../shared/data beside the checkout)", file=sys.stderr)

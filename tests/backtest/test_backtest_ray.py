@@ -18,16 +18,11 @@ from typing import Any
 
 import pytest
 
-from support.ray_local import LOOPBACK_ONLY, local_ray
+from support.ray_local import LOOPBACK_ONLY
 
 pytest.importorskip("ray", reason="needs ray (the test extra): pip install -e '.[test]'")
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-@pytest.fixture
-def ray_cluster(monkeypatch):
-    yield from local_ray(monkeypatch)
 
 
 def _backtest(out: Path, *extra: str) -> tuple[dict, list[str], str]:

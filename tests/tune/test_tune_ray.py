@@ -16,16 +16,11 @@ import optuna
 import pytest
 
 from llmscale.policies.config_file import load_policy_config
-from support.ray_local import LOOPBACK_ONLY, local_ray
+from support.ray_local import LOOPBACK_ONLY
 
 ray = pytest.importorskip("ray", reason="needs ray (the test extra): pip install -e '.[test]'")
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-
-
-@pytest.fixture
-def ray_cluster(monkeypatch):
-    yield from local_ray(monkeypatch)
 
 
 def test_tune_runs_its_trials_on_ray(ray_cluster, tmp_path):
