@@ -154,6 +154,23 @@ def test_a_restart_to_near_zero_is_read_and_a_second_within_a_minute_is_not(page
     assert oks == [True, True, True, True, True, False, True]
 
 
+def test_two_processes_at_one_address_are_not_read_as_restarts(page_server, scraper) -> None:
+    # A Service scraped as if it were one pod: its pages alternate between process A (1,000 and
+    # growing) and process B (50 and growing). B's first page is read as A's restart (50 is near
+    # 0 next to 1,000); A's next page, back above where it was before that "restart", is a
+    # second process, not the restarted one, and so is every page after it within the minute.
+    # Read as restarts, each climb back counted ~1,000 requests in a 2 s interval.
+    oks = _scrape_series(page_server, scraper, [1000.0, 50.0, 1010.0, 52.0, 1020.0, 54.0, 1030.0])
+    assert oks == [True, True, False, False, False, False, False]
+
+
+def test_a_real_restart_that_grows_back_slowly_is_read(page_server, scraper) -> None:
+    # A restart to 1, then 2 s scrapes adding 20 each: still below the 1,002 before the restart
+    # when a minute has passed, and read throughout.
+    dones = [1000.0, 1002.0, 1.0, *[1.0 + 20 * k for k in range(1, 31)]]
+    assert all(_scrape_series(page_server, scraper, dones))
+
+
 def test_restarts_a_minute_apart_are_each_read(page_server, scraper) -> None:
     oks = _scrape_series(page_server, scraper, [1000.0, 1.0, 500.0, 2.0], step_s=61.0)
     assert oks == [True, True, True, True]

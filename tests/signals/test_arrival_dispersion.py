@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -84,3 +85,51 @@ def test_a_step_in_the_rate_is_not_dispersion():
 def test_too_few_steps_is_no_value():
     s = compute_signals(_window([10, 30, 10]))
     assert s.get("arrival_dispersion") is None
+
+
+def _fleet_window(counts_per_replica, known, times):
+    """Four replicas, each finishing ``counts_per_replica[i]`` requests in step i (none left
+    running); ``known[i]``: the replicas read at observation i (the others unknown, as a failed
+    scrape or a refused page leaves them); ``times[i]``: observation i's time."""
+    names = ("a", "b", "c", "d")
+    finished = 0.0
+    out = []
+    for i, t in enumerate(times):
+        if i > 0:
+            finished += counts_per_replica[i - 1]
+        reps = []
+        for n in names:
+            if n in known[i]:
+                values = vllm_values(running=0.0, waiting=0.0, kv=0.1, gen_tokens=0.0, prompt_tokens=0.0,
+                                     preemptions=0.0)  # fmt: skip
+                reps.append(sample(n, values, {VLLM.e2e: hist((0.0, finished, finished), BOUNDS)}))
+            else:
+                reps.append(sample(n, ok=False))
+        out.append(obs(t, *reps))
+    return out
+
+
+def test_replicas_unknown_at_a_step_are_no_lull():
+    # A steady 10 requests per replica per 15 s step (index ~0: no noise at all), but at every
+    # other observation three of the four replicas are unread. Summed over whoever was read, the
+    # steps alternated 40 / 10 / 40 ...: an index of ~40 from no burst at all. Those steps are
+    # no counts; the fully read ones say the stream is steady.
+    n = 19
+    known = [set("abcd") if i % 3 != 1 else {"a"} for i in range(n + 1)]
+    value = compute_signals(_fleet_window([10.0] * n, known, [15.0 * i for i in range(n + 1)])).get(
+        "arrival_dispersion"
+    )
+    assert value is not None and value < 0.01, value
+
+
+def test_steps_of_unequal_length_are_compared_as_rates():
+    # 10 req/s per replica throughout, read every 0.5 s, but every other tick ran 10 s late: its
+    # step counts 420 requests next to 20. Compared as counts that is an index in the thousands;
+    # as rates, none.
+    times = [0.0]
+    for i in range(19):
+        times.append(times[-1] + (10.5 if i % 2 else 0.5))
+    counts = [10.0 * (b - a) for a, b in pairwise(times)]
+    window = _fleet_window(counts, [set("abcd")] * len(times), times)
+    value = compute_signals(window).get("arrival_dispersion")
+    assert value is not None and value < 0.01, value

@@ -260,12 +260,21 @@ class CounterHistory:
     restart per scrape, each a burst of "new" requests that took ``slo`` to its maximum (issue 19).
     Such a fall, or a second restart within a minute, is refused; the counters remembered are the
     latest page's either way, so a replica that really restarted is read again from its next page.
+
+    Nor does a restarted process catch up with the one before it within a minute: a counter back
+    at or above its value before the restart is a second process answering at the same address
+    (a Service or a load balancer scraped as if it were one pod: its pages alternate between two
+    processes' counters, 1,000 -> 50 -> 1,010 -> 52). Read as restarts, every climb back counted
+    ~1,000 "new" requests in one scrape interval, a rate of hundreds a second from one replica,
+    and the fleet's arrival estimate took ``slo`` from 4 replicas to 16 in two ticks; such a page
+    is refused until a minute has passed since the restart.
     Pinned by ``tests/metrics/test_page_validation.py`` and ``tests/metrics/test_fuzz_page_vetting.py``.
     """
 
     def __init__(self) -> None:
-        #: per source: its read counters at its last page, and the ``now_s`` of its last restart
-        self._last: dict[Hashable, tuple[dict[str, float], float | None]] = {}
+        #: per source: its read counters at its last page, the ``now_s`` of its last restart, and
+        #: the counters that fell at that restart with their values before it
+        self._last: dict[Hashable, tuple[dict[str, float], float | None, dict[str, float]]] = {}
 
     def __len__(self) -> int:
         return len(self._last)
@@ -285,10 +294,20 @@ class CounterHistory:
             counters[f"{family}_count"] = h.count
             counters[f"{family}_sum"] = h.sum
         seen = self._last.get(key)
-        last_reset = None if seen is None else seen[1]
-        self._last[key] = (counters, last_reset)
+        last_reset, before_reset = (None, {}) if seen is None else (seen[1], seen[2])
+        self._last[key] = (counters, last_reset, before_reset)
         if seen is None:
             return None
+        recent = last_reset is not None and now_s - last_reset < _RESET_MIN_GAP_S
+        if recent:
+            assert last_reset is not None
+            for name, before in sorted(before_reset.items()):
+                now = counters.get(name)
+                if now is not None and now >= before:
+                    return (
+                        f"counter {name} is back at {now:g} {now_s - last_reset:.0f} s after it restarted "
+                        f"from {before:g}: two processes answer at this address, not one restarted"
+                    )
         old = seen[0]
         falls = sorted((n, old[n], v) for n, v in counters.items() if n in old and v < old[n])
         if not falls:
@@ -296,11 +315,12 @@ class CounterHistory:
         for name, before, after in falls:
             if after > _RESET_SHARE * before and after > _RESET_FLOOR:
                 return f"counter {name} went back from {before:g} to {after:g} (a restart starts near 0)"
-        if last_reset is not None and now_s - last_reset < _RESET_MIN_GAP_S:
+        if recent:
+            assert last_reset is not None
             name, before, after = falls[0]
             return (
                 f"counter {name} reset again ({before:g} -> {after:g}) {now_s - last_reset:.0f} s after "
                 f"the last reset (at most one a {_RESET_MIN_GAP_S:g} s): not a restart"
             )
-        self._last[key] = (counters, now_s)
+        self._last[key] = (counters, now_s, {n: b for n, b, _ in falls})
         return None

@@ -451,6 +451,12 @@ class StepTotals:
     #: up to 1,024 replicas are exact in any order (what lets
     #: :func:`llmscale.signals.rates.step_rates` add steps instead of replicas)
     exact: bool
+    #: replicas in both observations that the sums leave out, unknown at either end: their share
+    #: of the step's requests is missing from ``requests`` (what
+    #: :func:`llmscale.signals.arrivals.arrival_dispersion_signal` must not read as a lull)
+    missing: int = 0
+    #: replicas whose E2E histogram is in ``requests`` (sampled at both ends)
+    counted: int = 0
 
 
 #: Whole floats are exact up to 2**53, and so are sums of 1,024 of them below 2**43 (a replica
@@ -469,6 +475,7 @@ def step_totals(before: Observation, after: Observation) -> StepTotals:
     lim = EXACT_COUNTER_LIMIT
     req = gen = 0.0
     req_seen = gen_seen = False
+    counted = 0
     for s in ok_after:
         p = prev.get(s.replica)
         if p is None:
@@ -483,8 +490,23 @@ def step_totals(before: Observation, after: Observation) -> StepTotals:
             c, c0 = h.count, h0.count
             req += c - c0 if c >= c0 else c
             req_seen = True
+            counted += 1
             exact = exact and c % 1.0 == 0.0 == c0 % 1.0 and -lim < c0 < lim and -lim < c < lim
-    return StepTotals(req, req_seen, gen, gen_seen, exact)
+    missing = 0
+    if len(ok_after) < len(after.replicas) or len(prev) < len(before.replicas):
+        # Serving replicas in both observations but unknown at one end (a failed scrape, a refused
+        # page); one starting up has no requests to miss.
+        present = {s.replica for s in before.replicas}
+        missing = sum(
+            1
+            for s in after.replicas
+            if s.phase in _SERVING and s.replica in present and not (s.ok and s.replica in prev)
+        )
+    return StepTotals(req, req_seen, gen, gen_seen, exact, missing, counted)
+
+
+#: phases whose replicas finish requests
+_SERVING = (Phase.READY, Phase.DRAINING)
 
 
 class FleetWindow:
