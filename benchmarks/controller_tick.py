@@ -17,12 +17,26 @@ drawn around a chat mix) runs through the simulator for ``--warmup-s`` before
 the first scrape and goes on during the run, so the pages carry non-trivial
 histograms, counters and gauges, and the counters move from tick to tick.
 
+At fleet scale (``--replicas 5000 --sim-replicas 200``) a port and a simulation per replica cost
+more than the two cores can give before the first tick, so ``--sim-replicas`` replicas are
+simulated and each emulator process also serves its share of ``--replicas`` as paths
+``/replica/<j>/metrics`` on one 127.0.0.1 listener, path ``j`` answering with the page of its
+simulated replica ``j mod n`` (so pages still change from tick to tick). The scraper sees 5,000
+distinct targets over real HTTP keep-alive connections; the listener is a minimal HTTP/1.1
+responder over the cached pages (its CPU is printed with the emulators').
+
+Beside the full tick, the same process runs the same tick over the first
+``--baseline-replicas`` targets (their own source and window, same pages) and prints the
+ratio: linear scaling would take 10x the time for 10x the replicas.
+
 The measuring process builds the live controller's path from a validated
 ``LiveConfig`` with ``wiring.py`` (``build_source``: a
-``PodScrapeSource`` over the 500 static targets; ``policy_run``: the ``slo``
+``PodScrapeSource`` over the static targets; ``policy_run``: the ``slo``
 policy and its guards), then per tick: ``source.observe`` (scrape + parse),
-``compute_signals`` over the window (``WINDOW_LEN`` observations, filled by
-untimed ticks first so every timed tick sees a steady-state window), and
+the core's ``observe`` (the signals over the window of ``WINDOW_LEN`` observations,
+indexed as the live loop indexes it: what the previous tick's window shares with this one
+is carried, not recomputed; filled by untimed ticks first so every timed tick sees a
+steady-state window), and
 the core's ``decide`` without actuation. Observations are stamped on a controller
 clock that advances ``--tick-s`` per tick (the config default, 15 s), as the
 live loop's would. Not included: the live loop's alignment with the cluster's
@@ -52,6 +66,7 @@ Same process, after the timed ticks (the emulators paused, their pages fixed):
 * a fixed pure-Python machine reference (``sum(range(10**7))``) before and after.
 
     .venv/bin/python benchmarks/controller_tick.py [--replicas 500] [--ticks 7] [--emulators 2]
+    .venv/bin/python benchmarks/controller_tick.py --replicas 5000 --sim-replicas 200 --ticks 4
 """
 
 from __future__ import annotations
@@ -183,6 +198,75 @@ class _PausableClock:
             self._paused_at = None
 
 
+class _PagesProtocol(asyncio.Protocol):
+    """HTTP/1.1 keep-alive answers to ``GET /replica/<j>/metrics``: replica ``j``'s cached page.
+
+    Path ``j`` serves the page of the process's simulated replica ``j mod n`` (its pages as the
+    last snapshot left them, so the page changes from tick to tick as the simulation runs): one
+    listener stands for many replicas. Kept minimal on purpose (~30 us of CPU an answer against
+    aiohttp's ~0.4 ms): the measured process shares the machine's two cores with it, and at
+    5,000 replicas aiohttp's server alone would take ~2 s of CPU a tick.
+    """
+
+    def __init__(self, answers: list[list[bytes]]) -> None:
+        self._answers = answers  # answers[0]: per simulated replica, status line + headers + body
+        self._buf = b""
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        while self._transport is not None:
+            end = self._buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head, self._buf = self._buf[:end], self._buf[end + 4 :]
+            parts = head.split(b" ", 2)
+            path = parts[1].split(b"/") if len(parts) == 3 else []
+            pages = self._answers[0]
+            if len(path) == 4 and path[1] == b"replica" and path[2].isdigit() and path[3] == b"metrics":
+                self._transport.write(pages[int(path[2]) % len(pages)])
+            else:
+                self._transport.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+
+def _serve_pages(answers: list[list[bytes]], stop: Any) -> int:
+    """Start the many-paths listener on a thread of its own (127.0.0.1, a free port); its port."""
+    import threading
+
+    port_box: list[int] = []
+    ready = threading.Event()
+
+    def run() -> None:
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            srv = await loop.create_server(lambda: _PagesProtocol(answers), "127.0.0.1", 0, backlog=1024)
+            port_box.append(srv.sockets[0].getsockname()[1])
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.2)
+            srv.close()
+
+        asyncio.run(main())
+
+    threading.Thread(target=run, name="pages", daemon=True).start()
+    if not ready.wait(30.0):
+        raise RuntimeError("the many-paths page listener did not start")
+    return port_box[0]
+
+
+def _answer(body: bytes) -> bytes:
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: {_CONTENT_TYPE}\r\nContent-Length: {len(body)}\r\n\r\n"
+    return head.encode("latin-1") + body
+
+
+#: prometheus_client's CONTENT_TYPE_LATEST for the text format, as the emulator answers
+_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
 def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
     """One emulator process: its share of replicas under a Poisson load, driven by the parent.
 
@@ -191,6 +275,8 @@ def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
     long the snapshot took); ``"cpu"`` answers this process's CPU seconds; ``"stop"``.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us, also on Ctrl-C
+    import threading
+
     import numpy as np
     from aiohttp import web
     from prometheus_client import CONTENT_TYPE_LATEST
@@ -200,6 +286,9 @@ def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
 
     deadline = time.monotonic() + opts["max_seconds"]
     live_render = opts["live_render"]
+    paths = opts.get("paths", 0)  # > 0: also serve that many replica paths on one listener
+    answers: list[list[bytes]] = [[]]
+    stop_pages = threading.Event()
     cache: dict[str | None, bytes] = {}
     if not live_render:
         real_handler = server_mod._metrics
@@ -277,6 +366,8 @@ def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
         if not live_render:
             for name, lst in server._listeners.items():  # private: the listeners hold the collectors
                 cache[name] = page(lst.collector)
+            if paths:
+                answers[0] = [_answer(cache[name]) for name in sorted(cache, key=str)]
         return float(now)
 
     try:
@@ -288,7 +379,8 @@ def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
         ports = fleet.call(lambda s: s.replica_ports(), timeout_s=60.0)
         run_for(opts["warmup_s"])
         fleet.call(snapshot, timeout_s=300.0)
-        conn.send(("ready", ports))
+        paths_port = _serve_pages(answers, stop_pages) if paths else None
+        conn.send(("ready", (ports, paths_port)))
         while time.monotonic() < deadline:
             if not conn.poll(0.5):
                 continue
@@ -309,13 +401,14 @@ def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
             conn.send(("error", f"{type(e).__name__}: {e}"))
         raise
     finally:
+        stop_pages.set()
         fleet.stop()
 
 
 class Emulators:
     """The emulator processes; :meth:`close` stops every one of them, whatever state they are in."""
 
-    def __init__(self, counts: list[int], opts: dict[str, Any]) -> None:
+    def __init__(self, counts: list[int], opts: dict[str, Any], paths: list[int] | None = None) -> None:
         self._ctx = mp.get_context("spawn")
         self.procs: list[Any] = []
         self.conns: list[Connection] = []
@@ -323,7 +416,10 @@ class Emulators:
             parent, child = self._ctx.Pipe()
             p = self._ctx.Process(
                 target=_emulator_main,
-                args=(child, {**opts, "replicas": n, "seed": opts["seed"] + k}),
+                args=(
+                    child,
+                    {**opts, "replicas": n, "seed": opts["seed"] + k, "paths": paths[k] if paths else 0},
+                ),
                 name=f"emulator-{k}",
                 daemon=True,
             )
@@ -340,7 +436,7 @@ class Emulators:
             raise RuntimeError(f"emulator process failed: {payload}")
         return payload
 
-    def wait_ready(self, timeout_s: float) -> list[dict[str, int]]:
+    def wait_ready(self, timeout_s: float) -> list[tuple[dict[str, int], int | None]]:
         return [self._recv(c, timeout_s) for c in self.conns]
 
     def ask(self, cmd: str, timeout_s: float = 300.0) -> list[Any]:
@@ -401,6 +497,14 @@ def _split(total: int, parts: int) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--replicas", type=int, default=500)
+    ap.add_argument(
+        "--sim-replicas",
+        type=int,
+        default=None,
+        help="replicas simulated (default --replicas, each on its own port); fewer: each emulator "
+        "process also serves its share of --replicas as paths /replica/<j>/metrics on one listener, "
+        "path j showing simulated replica j mod its count",
+    )
     ap.add_argument("--ticks", type=int, default=7, help="timed ticks; the first is a warm-up, not counted")
     ap.add_argument("--emulators", type=int, default=2, help="emulator processes sharing the replicas")
     ap.add_argument(
@@ -413,6 +517,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--scrape-timeout-s", type=float, default=5.0, help="PodScrapeSource's per-target time-out"
     )
+    ap.add_argument(
+        "--baseline-replicas",
+        type=int,
+        default=500,
+        help="also time the tick over this many of the targets, in the same process (when fewer)",
+    )
+    ap.add_argument("--profile", default=None, help="cProfile the timed ticks' main thread into this file")
     ap.add_argument("--baseline-pages", type=int, default=50, help="pages parsed by prometheus_client alone")
     ap.add_argument(
         "--compare-fetch",
@@ -429,6 +540,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.tick_s <= 0 or args.run_s <= 0 or args.warmup_s < 0:
         ap.error("needs --tick-s > 0, --run-s > 0, --warmup-s >= 0")
     time_scale = args.tick_s / args.run_s
+    sim = args.replicas if args.sim_replicas is None else args.sim_replicas
+    if not 1 <= sim <= args.replicas:
+        ap.error(f"--sim-replicas = {sim}, must be in [1, --replicas ({args.replicas})]")
+    if sim < args.replicas and args.live_render:
+        ap.error("--sim-replicas below --replicas serves cached pages: not with --live-render")
 
     def on_term(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)  # unwinds through the finally that stops the emulators
@@ -436,10 +552,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     started = time.monotonic()
     ref_before = _machine_reference()
-    counts = _split(args.replicas, args.emulators)
+    counts = _split(sim, args.emulators)
+    paths = _split(args.replicas, len(counts)) if sim < args.replicas else None
     print(
-        f"starting {args.replicas} emulated replicas in {len(counts)} process(es) {counts}, "
-        f"{args.rps_per_replica:g} req/s per replica, {args.warmup_s * time_scale:g} simulated s of load "
+        f"starting {sim} emulated replicas in {len(counts)} process(es) {counts}"
+        + (f" serving {args.replicas} replica paths {paths}, " if paths else ", ")
+        + f"{args.rps_per_replica:g} req/s per replica, {args.warmup_s * time_scale:g} simulated s of load "
         f"first, then {args.tick_s:g} simulated s ({args.run_s:g} s wall) between ticks"
     )
     emus = Emulators(
@@ -453,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             "max_seconds": args.max_seconds + 60.0,
             "seed": args.seed,
         },
+        paths,
     )
     try:
         return _run(args, emus, started, ref_before)
@@ -463,35 +582,57 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: float) -> int:
     from llmscale.config import deployment_of, parse_config
     from llmscale.controller.core import WINDOW_LEN, Controller, ControllerState, decide
-    from llmscale.signals.fleet import compute_signals
     from llmscale.wiring import build_source, policy_run
 
-    port_maps = emus.wait_ready(timeout_s=300.0 + args.warmup_s)
-    targets = [
-        {"name": f"e{k}-{name}", "url": f"http://127.0.0.1:{port}/metrics"}
-        for k, ports in enumerate(port_maps)
-        for name, port in sorted(ports.items())
-    ]
-    print(f"emulators ready after {time.monotonic() - started:.1f} s: {len(targets)} replica ports")
+    ready = emus.wait_ready(timeout_s=300.0 + args.warmup_s)
+    if ready[0][1] is None:  # a port per replica
+        targets = [
+            {"name": f"e{k}-{name}", "url": f"http://127.0.0.1:{port}/metrics"}
+            for k, (ports, _) in enumerate(ready)
+            for name, port in sorted(ports.items())
+        ]
+    else:  # paths on one listener per emulator process
+        targets = [
+            {"name": f"e{k}-p{j}", "url": f"http://127.0.0.1:{paths_port}/replica/{j}/metrics"}
+            for k, ((_, paths_port), n) in enumerate(
+                zip(ready, _split(args.replicas, len(ready)), strict=True)
+            )
+            for j in range(n)
+        ]
+    print(f"emulators ready after {time.monotonic() - started:.1f} s: {len(targets)} replica targets")
 
     # The live controller's parts, from a validated config as `llmscale run` builds them.
-    cfg = parse_config(
-        {
-            "target": {"name": "bench", "model": "llama-3-8b", "gpu": "h100-80gb"},
-            "metrics": {
-                "source": "scrape",
-                "scrape": {"static_targets": targets, "timeout_s": args.scrape_timeout_s},
-            },
-            "policy": {"name": "slo"},
-            "guards": {"min_replicas": 1, "max_replicas": max(1000, 2 * len(targets))},
-            "mode": "dry-run",
-            "actuator": {"kind": "emulate", "emulate": {"url": "http://127.0.0.1:9"}},  # never called
-        },
-        source="controller_tick",
-    )
+    def scraping(some: list[dict[str, str]]) -> dict[str, Any]:
+        return {"source": "scrape", "scrape": {"static_targets": some, "timeout_s": args.scrape_timeout_s}}
+
+    raw: dict[str, Any] = {
+        "target": {"name": "bench", "model": "llama-3-8b", "gpu": "h100-80gb"},
+        "metrics": scraping(targets),
+        "policy": {"name": "slo"},
+        "guards": {"min_replicas": 1, "max_replicas": max(1000, 2 * len(targets))},
+        "mode": "dry-run",
+        "actuator": {"kind": "emulate", "emulate": {"url": "http://127.0.0.1:9"}},  # never called
+    }
+    cfg = parse_config(raw, source="controller_tick")
     run = policy_run(cfg, cfg.policy)
+    # The baseline in the same process: the same tick over the first --baseline-replicas targets
+    # (their own source and window), run right after each full tick on the same pages.
+    n_base = min(args.baseline_replicas, len(targets)) if args.baseline_replicas < len(targets) else 0
+    base_cfg = (
+        parse_config({**raw, "metrics": scraping(targets[:n_base])}, source="controller_tick baseline")
+        if n_base
+        else None
+    )
     start_mb = _rss_mb()
     source: Any = build_source(cfg, None)
+    base_source: Any = build_source(base_cfg, None) if base_cfg is not None else None
+    base_state = ControllerState(policy_state=run.policy.initial_state())
+    base_rows: list[float] = []
+    prof: Any = None
+    if args.profile:
+        import cProfile
+
+        prof = cProfile.Profile()
     core = Controller(run.policy, run.guards, deployment_of(cfg))
     window_len = WINDOW_LEN if args.window is None else max(1, min(args.window, WINDOW_LEN))
     state = ControllerState(policy_state=run.policy.initial_state())
@@ -512,14 +653,24 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             timed = k >= fill
             cpu_emu0 = sum(emus.ask("cpu")) if timed else 0.0
             reads0 = (source.layout_reads, source.line_reads)
+            if prof is not None and timed:
+                prof.enable()
             c0, t0 = time.process_time(), time.perf_counter()
             obs = source.observe(now_s)
             t1 = time.perf_counter()
-            window = (*state.window, obs)[-window_len:]
-            signals = compute_signals(window)
+            state, signals = _observe(state, obs, window_len)
+            window = state.window
             t2 = time.perf_counter()
-            record, state = decide(core, replace(state, window=window), signals, now_s)
+            record, state = decide(core, state, signals, now_s)
             t3, c3 = time.perf_counter(), time.process_time()
+            if prof is not None and timed:
+                prof.disable()
+            if base_source is not None:
+                b0 = time.perf_counter()
+                base_state, base_signals = _observe(base_state, base_source.observe(now_s), window_len)
+                _, base_state = decide(core, base_state, base_signals, now_s)
+                if timed:
+                    base_rows.append(time.perf_counter() - b0)
             cpu_emu = sum(emus.ask("cpu")) - cpu_emu0 if timed else 0.0
             bad = sum(1 for s in obs.replicas if not s.ok)
             if timed:
@@ -552,8 +703,12 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
         fetch_cmp = _compare_fetch(cfg, args)
     finally:
         source.close()
+        if base_source is not None:
+            base_source.close()
 
     measured = rows[1:]  # the first timed tick is the warm-up
+    if prof is not None:
+        prof.dump_stats(args.profile)
     ref_after = _machine_reference()
 
     def stat(key: str) -> tuple[float, float]:
@@ -576,6 +731,13 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     cpu_med, _ = stat("cpu")
     emu_med, _ = stat("cpu_emu")
     print(f"  {'tick':14s} {med:7.3f} s / {p90:7.3f} s")
+    if base_rows[1:]:
+        base_med = statistics.median(base_rows[1:])
+        print(
+            f"  baseline: the same tick over the first {n_base} replicas, same process and pages: "
+            f"median {base_med:.3f} s -> {args.replicas} / {n_base} replicas: {med / base_med:.1f}x the "
+            f"time for {args.replicas / n_base:g}x the replicas"
+        )
     print(
         f"  CPU of the measuring process per tick (all threads): median {cpu_med:.3f} s; "
         f"emulator processes' CPU during the tick: median {emu_med:.3f} s"
@@ -610,6 +772,18 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     )
     print(f"run took {time.monotonic() - started:.0f} s")
     return 0
+
+
+def _observe(state: Any, obs: Any, window_len: int) -> tuple[Any, Any]:
+    """``controller.core.observe`` with a window of ``window_len``: the live loop's path, whose
+    indexed window carries what consecutive windows share (step totals, replica series) to the
+    next tick instead of recomputing it over all ``window_len`` observations."""
+    from llmscale.signals.fleet import window_signals
+    from llmscale.signals.window import FleetWindow
+
+    window = (*state.window, obs)[-window_len:]
+    indexed = FleetWindow.build(window, state.indexed)
+    return replace(state, window=window, indexed=indexed), window_signals(indexed)
 
 
 def _compare_parsers(pages: list[str], urls: list[str], baseline_pages: int) -> str:

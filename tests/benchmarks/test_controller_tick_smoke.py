@@ -32,3 +32,26 @@ def test_controller_tick_benchmark_runs_on_a_small_fleet():
     assert re.search(r"peak RSS of the measuring process: \d+ MB", out)
     assert re.search(r"prometheus_client's parser alone [0-9.]+ ms/page", out)
     assert re.search(r"target: tick < 1 s: (PASS|MISS) .*peak memory < 1000 MB: (PASS|MISS)", out)
+
+
+@pytest.mark.slow
+def test_controller_tick_benchmark_serves_many_replica_paths():
+    """The 5,000-replica shape, small: 200 replica paths on two listeners over 10 simulated replicas.
+
+    Every path must be scraped, parsed and kept (no replica unknown), the baseline over the first
+    50 replicas must run in the same process, and the decision must see all 200 replicas.
+    """
+    args = "--replicas 200 --sim-replicas 10 --emulators 2 --ticks 3 --window 3 --warmup-s 1"
+    args += " --baseline-pages 3 --baseline-replicas 50 --compare-fetch 1 --max-seconds 250"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *args.split()], capture_output=True, text=True, timeout=330
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "serving 200 replica paths [100, 100]" in out, out
+    assert "200 replica targets" in out, out
+    assert "unknown replicas per tick: max 0" in out, out
+    assert re.search(r"baseline: the same tick over the first 50 replicas, .* 4x the replicas", out), out
+    assert re.search(r"pages read through a learnt layout in the timed ticks: 600, line by line: 0", out), out
+    assert re.search(r"lean client [0-9.]+ s CPU", out), out  # every page fetched twice more, all known
+    assert re.search(r"target: tick < 1 s: (PASS|MISS) .*peak memory < 1000 MB: (PASS|MISS)", out)

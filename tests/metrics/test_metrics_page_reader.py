@@ -223,6 +223,35 @@ def test_sources_do_not_share_layouts_and_gone_ones_are_forgotten():
     assert len(reader) == 1
 
 
+def test_sources_with_pages_of_one_shape_share_the_layout_the_first_learnt():
+    """A fleet of one deployment: the first replica's page teaches the layout; every other
+    replica's first page is read through it (not learnt again), exactly as the line reader reads it."""
+    reader = PageReader()
+    a = vllm_page(waiting=1, running=2, kv=0.2, ttft_cumulative=(0, 1, 2, 3), ttft_sum=1.5)
+    b = vllm_page(waiting=4, running=5, kv=0.6, ttft_cumulative=(1, 2, 3, 4), ttft_sum=2.5)
+    assert reader.parse(a, key="pod-a") == parse_exposition(a)
+    assert reader.parse(b, key="pod-b") == parse_exposition(b)
+    assert (reader.layout_reads, reader.line_reads) == (1, 1)
+    assert reader.parse(a, key="pod-b") == parse_exposition(a)  # pod-b keeps the shared layout
+    assert (reader.layout_reads, reader.line_reads) == (2, 1)
+    # Same skeleton, a value the layout does not fold (NaN): read line by line, as before.
+    nan = revalue(b, "NaN")
+    assert same_page(reader.parse(nan, key="pod-c"), parse_exposition(nan))
+    assert reader.layout_reads == 2
+    # Another shape (TGI's page) is learnt, not forced through vLLM's layout.
+    assert reader.parse(TGI, key="pod-d") == parse_exposition(TGI)
+    assert reader.layout_reads == 2
+
+
+def test_shared_layouts_go_when_no_source_reads_with_them():
+    reader = PageReader()
+    a = vllm_page(waiting=1, running=2, kv=0.2, ttft_cumulative=(0, 1, 2, 3), ttft_sum=1.5)
+    reader.parse(a, key="pod-a")
+    reader.retain(set())
+    assert reader.parse(a, key="pod-b") == parse_exposition(a)
+    assert (reader.layout_reads, reader.line_reads) == (0, 2)  # learnt afresh
+
+
 def test_a_page_without_a_layout_is_retried_after_a_few_pages():
     stamped = "# TYPE g gauge\ng 1 1700000000000\n"  # a timestamp: the fast reader has no slot for it
     reader = PageReader()
