@@ -14,12 +14,14 @@ py="${PYTHON:-python3}"
 . scripts/prereqs.sh
 stamp=".venv/.llmscale-installed${extras}"
 dynamo_wheel="ai-dynamo==1.6.1"
+# AIBrix's GPU optimizer (tests/peers/test_aibrix_gpu_optimizer.py): its solver needs PuLP only
+aibrix_wheels="aibrix==0.8.0 pulp==2.8.0"
 # setup.py compiles the simulator's hot modules with mypyc: a change to them must rebuild too.
 # (the list of compiled modules is _source_first.py's; an interpreter that cannot run gives none,
 # and ensure_prereqs below says why)
 hot="$("$py" -c 'import runpy; print(" ".join(runpy.run_path("src/llmscale/_source_first.py")["hot_module_paths"]()))' 2>/dev/null || true)"
 # shellcheck disable=SC2086  # the list is space-separated paths without blanks
-want="$(cat pyproject.toml setup.py src/llmscale/_source_first.py $hot | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}-${dynamo_wheel}"
+want="$(cat pyproject.toml setup.py src/llmscale/_source_first.py $hot | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}-${dynamo_wheel}-${aibrix_wheels}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # Only when something must be built: python3-venv, gcc, python3-dev (installed with apt-get as root
   # or through sudo, else each one named with the command that installs it).
@@ -37,6 +39,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     # NVIDIA Dynamo's planner, whose capacity search tests/peers runs beside llmscale's port. Its
     # declared dependencies are the Rust runtime and GPU stack, none of which that module needs.
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "$dynamo_wheel" >&2
+    # AIBrix's released package, whose GPU optimizer tests/peers runs beside llmscale's port. Its
+    # declared dependencies pin httpx, kubernetes and prometheus-client below llmscale's; the
+    # optimizer's solver needs PuLP (and its bundled CBC) alone.
+    # shellcheck disable=SC2086  # two requirement specifiers, no blanks inside either
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $aibrix_wheels >&2
   fi
   echo "$want" > "$stamp"
 fi
