@@ -15,7 +15,16 @@ from llmscale.mix.solver import GpuOption
 if TYPE_CHECKING:
     from llmscale.deployment import Deployment
 
-__all__ = ["fit_mix", "fleet_gpus", "gpu_options", "model_fits", "unavailable_reason"]
+__all__ = [
+    "fit_mix",
+    "fleet_cost",
+    "fleet_gpus",
+    "gpu_options",
+    "model_fits",
+    "per_dollar",
+    "unavailable_reason",
+    "value_order",
+]
 
 
 def fleet_gpus(d: Deployment) -> tuple[str, ...]:

@@ -3,8 +3,8 @@
 Variables: ``n_i`` replicas of type ``i`` (integers, ``0 <= n_i <= max_i``). Constraint: the
 sustainable rates add up to the demand, ``sum_i n_i x capacity_i >= demand_rps`` (the demand
 already carries its headroom), and at least ``min_replicas`` replicas in all. Objective: the
-price per hour, ``sum_i n_i x price_i``. One knapsack row: HiGHS proves it optimal by branch and
-bound in well under a millisecond for three or four types.
+price per hour, ``sum_i n_i x price_i``. One knapsack row (and the count row): a few
+branch-and-bound nodes for three or four types.
 
 Worked (``tests/mix/test_gpu_mix_solver.py``): Llama-3-8B chat (1,000 / 250 tokens, SLO 2 s /
 0.1 s), 40 req/s to carry. By the tail capacity model an A100 replica holds 6.88 req/s at $1.30/h
