@@ -16,12 +16,14 @@ stamp=".venv/.llmscale-installed${extras}"
 dynamo_wheel="ai-dynamo==1.6.1"
 # guidellm without PyTorch for tests/emulate/test_guidellm.py (why that version, and each pin: the file)
 guidellm_pins="scripts/guidellm-no-torch.txt"
+# AIBrix's GPU optimizer (tests/peers/test_aibrix_gpu_optimizer.py): its solver needs PuLP only
+aibrix_wheels="aibrix==0.8.0 pulp==2.8.0"
 # setup.py compiles the simulator's hot modules with mypyc: a change to them must rebuild too.
 # (the list of compiled modules is _source_first.py's; an interpreter that cannot run gives none,
 # and ensure_prereqs below says why)
 hot="$("$py" -c 'import runpy; print(" ".join(runpy.run_path("src/llmscale/_source_first.py")["hot_module_paths"]()))' 2>/dev/null || true)"
 # shellcheck disable=SC2086  # the list is space-separated paths without blanks
-want="$(cat pyproject.toml setup.py src/llmscale/_source_first.py "$guidellm_pins" $hot | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}-${dynamo_wheel}"
+want="$(cat pyproject.toml setup.py src/llmscale/_source_first.py "$guidellm_pins" $hot | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}-${dynamo_wheel}-${aibrix_wheels}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # Only when something must be built: python3-venv, gcc, python3-dev (installed with apt-get as root
   # or through sudo, else each one named with the command that installs it).
@@ -41,6 +43,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "$dynamo_wheel" >&2
     # guidellm's declared dependencies would bring torch (see the file); its imports need only these.
     .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -r "$guidellm_pins" >&2
+    # AIBrix's released package, whose GPU optimizer tests/peers runs beside llmscale's port. Its
+    # declared dependencies pin httpx, kubernetes and prometheus-client below llmscale's; the
+    # optimizer's solver needs PuLP (and its bundled CBC) alone.
+    # shellcheck disable=SC2086  # two requirement specifiers, no blanks inside either
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps $aibrix_wheels >&2
   fi
   echo "$want" > "$stamp"
 fi

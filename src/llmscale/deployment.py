@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 from llmscale.guards import GuardConfig
 
 if TYPE_CHECKING:
+    from llmscale.mix.prices import GpuPrices
     from llmscale.perf.profile import FactorScale
 
 __all__ = ["DEFAULT_DEPLOYMENT", "Deployment", "GuardOverriding", "guard_config"]
@@ -60,6 +61,12 @@ class Deployment:
     max_num_batched_tokens: int = 8192
     #: the clients' time-out, seconds: a request still unanswered after it is abandoned (None: never)
     client_timeout_s: float | None = None
+    #: GPU types a mixed fleet may hold (``backtest --gpus``; () = ``gpu`` alone): what ``gpu-mix``
+    #: chooses among
+    gpus: tuple[str, ...] = ()
+    #: prices per GPU-hour and limits per type (:class:`llmscale.mix.prices.GpuPrices`; None: the
+    #: cited defaults, no limits)
+    gpu_prices: GpuPrices | None = None
 
 
 #: the default target's facts, read wherever a default model, GPU, SLO, cold start or bound is needed

@@ -316,6 +316,10 @@ class Decision:
     #: cold start; ``policies/standby.py``); None: the policy keeps no standby pool, and the
     #: adapters leave the cluster's as it is. Not guarded: sleeping replicas serve nothing
     standby: int | None = None
+    #: replicas per GPU type, ``((gpu, count), ...)``, of a policy that chooses a mix of types
+    #: (``gpu-mix``); the adapters apply it to a mixed fleet, fitted to the guarded ``final``
+    #: (:func:`llmscale.mix.fleet.fit_mix`). None: a count of one type, as every other policy
+    mix: tuple[tuple[str, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +362,8 @@ class TickRecord:
             "fleet_state": self.fleet_state,
             # Only a policy with a standby pool says so: every other line keeps its bytes.
             **({} if self.standby is None else {"standby": self.standby}),
+            # Only a policy that chooses a GPU mix says so (the proposed mix, before the guards).
+            **({} if self.proposed.mix is None else {"mix": dict(self.proposed.mix)}),
             **(
                 {}
                 if self.observed is None

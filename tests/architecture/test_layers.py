@@ -44,6 +44,8 @@ RANKS: dict[str, int] = {
     # what a policy knows about its target; GPU sharing
     "deployment": 4,
     "tenancy": 4,
+    # GPU prices and the cheapest mix of GPU types (the deployment names its types and prices)
+    "mix": 4,
     # the simulator
     "sim": 5,
     # policies; the fits that replay on the simulator; the Cluster protocol and its adapters

@@ -40,6 +40,8 @@ SUMMARY_KEYS = (
     "e2e_p50_s",
     "e2e_p99_s",
     "gpu_hours",
+    "cost",
+    "cost_currency",
     "replicas_mean",
     "replicas_max",
     "scale_events",
@@ -169,6 +171,9 @@ def summarize(
         alive = [a + k for a, k in zip(alive, series["replicas_node_pending"], strict=True)]
     mean_util = _ready_weighted_mean(series, "gpu_util")
     mean_sm = _ready_weighted_mean(series, "sm_active")
+    from llmscale.mix.fleet import fleet_cost
+
+    cost, currency, by_gpu = fleet_cost(fleet, settings.gpu, settings.gpu_prices, end_s)
     summary: dict[str, Any] = {
         "policy": policy,
         "requests": n,
@@ -190,6 +195,9 @@ def summarize(
         "e2e_p50_s": _pct(e2e, 50),
         "e2e_p99_s": _pct(e2e, 99),
         "gpu_hours": round(fleet.gpu_seconds(end_s) / 3600.0, 5),
+        # the GPU-hours at the prices per GPU-hour (--gpu-prices, or the cited defaults)
+        "cost": cost,
+        "cost_currency": currency,
         "replicas_mean": round(sum(alive) / len(alive), 3) if alive else None,
         "replicas_max": max(alive) if alive else None,
         "scale_events": fleet.scale_events,
@@ -201,6 +209,9 @@ def summarize(
         "starts": fleet.starts_by_tier(),
         "wall_s": round(wall_s, 3),
     }
+    if by_gpu is not None:
+        # Only a mixed-GPU fleet (--gpus): the GPU-hours per type behind the cost.
+        summary["gpu_hours_by_gpu"] = by_gpu
     if fleet.config.node_pool:
         # Replica-seconds spent waiting for a node (provisioning or a full pool): only with a node
         # pool, so a run without one writes the row it wrote before the pool.

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import IO, Any, Protocol, runtime_checkable
+from typing import IO, TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from llmscale.backtest.calendar import DEFAULT_START_UNIX_S
 from llmscale.backtest.results import PolicyResult, summarize
@@ -31,9 +31,13 @@ from llmscale.sim.config import SimConfig
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet
 from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
+from llmscale.sim.mixed import GpuPool
 from llmscale.sim.sub_tick import QUEUE_SAMPLE_PERIOD_S
 from llmscale.types import Phase
 from llmscale.workloads.model import Workload
+
+if TYPE_CHECKING:
+    from llmscale.mix.prices import GpuPrices
 
 __all__ = [
     "BacktestSettings",
@@ -79,9 +83,18 @@ class BacktestSettings:
     #: Unix time of the run's t = 0, which places a guards' ``schedule`` on the calendar
     #: (:func:`llmscale.backtest.calendar.run_start_unix_s`; nothing else reads it)
     start_unix_s: float = DEFAULT_START_UNIX_S
+    #: GPU types of a mixed fleet (``--gpus a100-80gb,h100-80gb,h200``; () = ``gpu`` alone): the
+    #: fleet runs each replica on its type (:mod:`llmscale.sim.mixed`) and ``gpu-mix`` chooses
+    #: among them; ``gpu`` must be one of them (the type every other policy scales)
+    gpus: tuple[str, ...] = ()
+    #: prices per GPU-hour and limits (``--gpu-prices prices.yaml``,
+    #: :func:`llmscale.mix.prices.load_gpu_prices`); None: the cited defaults, no limits
+    gpu_prices: GpuPrices | None = None
 
     def __post_init__(self) -> None:
         GuardConfig(self.min_replicas, self.max_replicas)  # validates the bounds
+        if self.gpus:
+            _check_gpus(self.gpus, self.gpu, self.sim)
         if not self.min_replicas <= self.initial_replicas <= self.max_replicas:
             raise ConfigError(
                 f"initial_replicas = {self.initial_replicas}, must be within "
@@ -141,6 +154,25 @@ class BacktestSettings:
             max_num_seqs=s.max_num_seqs,
             max_num_batched_tokens=s.max_num_batched_tokens,
             client_timeout_s=s.timeout_s,
+            gpus=self.gpus,
+            gpu_prices=self.gpu_prices,
+        )
+
+
+def _check_gpus(gpus: tuple[str, ...], gpu: str, sim: SimConfig) -> None:
+    """ConfigError unless ``gpus`` names distinct known GPU types, ``gpu`` among them, no node pool."""
+    from llmscale.mix.prices import canonical_gpu
+
+    names = [canonical_gpu(g) for g in gpus]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"gpus = {','.join(gpus)}: a GPU type is listed twice")
+    if canonical_gpu(gpu) not in names:
+        raise ConfigError(
+            f"gpu = {gpu} must be one of gpus ({','.join(names)}): the type other policies scale"
+        )
+    if sim.node_pool:
+        raise ConfigError(
+            "gpus: a mixed-GPU fleet has no node pool (node_start_s and max_nodes must be unset)"
         )
 
 
@@ -184,6 +216,17 @@ def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas
         from llmscale.perf.mig import gpu_share
 
         share = gpu_share(settings.gpu)
+    if settings.gpus:
+        return Fleet(
+            perf,
+            settings.sim,
+            workload.arrival_s,
+            workload.input_tokens,
+            workload.output_tokens,
+            initial_replicas=initial_replicas,
+            gpus_per_replica=settings.tp * share,
+            pools=mixed_pools(workload, settings),
+        )
     return Fleet(
         perf,
         settings.sim,
@@ -193,6 +236,61 @@ def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas
         initial_replicas=initial_replicas,
         gpus_per_replica=settings.tp * share,
     )
+
+
+def mixed_pools(workload: Workload, settings: BacktestSettings) -> tuple[GpuPool, ...]:
+    """The GPU pools of a mixed fleet, ``settings.gpu`` first (the type other policies scale), each
+    weighted for the router by what one replica of it sustains at the workload's mean shape.
+
+    Types that cannot serve the deployment (the model does not fit; the L40S, which the step-time
+    model has no coefficients for) are left out; ``settings.gpu`` always serves.
+    """
+    from llmscale.mix.fleet import unavailable_reason
+    from llmscale.mix.prices import canonical_gpu
+    from llmscale.perf import get_perf_model, replica_tails
+
+    first = canonical_gpu(settings.gpu)
+    names = [first, *(g for g in (canonical_gpu(x) for x in settings.gpus) if g != first)]
+    prompt = float(workload.input_tokens.mean()) if workload.num_requests else 1000.0
+    output = float(workload.output_tokens.mean()) if workload.num_requests else 200.0
+    pools = []
+    for gpu in names:
+        if gpu != first and unavailable_reason(settings.model, gpu, settings.tp) is not None:
+            continue
+        cap = replica_tails.replica_capacity(
+            settings.model,
+            gpu,
+            settings.tp,
+            prompt,
+            output,
+            settings.slo_ttft_s,
+            settings.slo_tpot_s,
+            max_num_seqs=settings.sim.max_num_seqs,
+            max_num_batched_tokens=settings.sim.max_num_batched_tokens,
+            calibration=settings.calibration,
+        )
+        perf = get_perf_model(settings.model, gpu, settings.tp, calibration=settings.calibration)
+        pools.append(GpuPool(gpu, perf, float(settings.tp), max(cap.rate_rps, 1e-3)))
+    return tuple(pools)
+
+
+def apply_mix(fleet: Fleet, mix: tuple[tuple[str, int], ...], total: int, now_s: float, drain: bool) -> bool:
+    """Scale a mixed fleet to ``mix`` fitted to the guarded ``total``; True when anything changed.
+
+    A type the fleet has no pool for gets none (the policy and the fleet read the same ``gpus``).
+    """
+    from llmscale.mix.fleet import fit_mix
+
+    fitted = dict(fit_mix(mix, total))
+    names = [p.gpu for p in fleet.pools]
+    counts = tuple(fitted.get(g, 0) for g in names)
+    short = total - sum(counts)
+    if short > 0:  # the mix named a type the fleet lacks: its replicas go to the first pool
+        counts = (counts[0] + short, *counts[1:])
+    if counts == fleet.pool_counts():
+        return False
+    fleet.scale_mix(counts, now_s, drain_until_idle=drain)
+    return True
 
 
 class SeriesRecorder:
@@ -349,7 +447,11 @@ def run_policy(
             now_s = clock.now_s()
             record, state, next_tick = tick(controller, state, source.observe(now_s))
             # Only actuation here: every step that shapes the decision is the core's.
-            if record.final != cluster.spec_replicas:
+            if record.proposed.mix is not None and fleet.pools:
+                # A policy that chose a GPU mix (gpu-mix) on a mixed fleet: per type.
+                if apply_mix(fleet, record.proposed.mix, record.final, now_s, guards.drain_aware):
+                    record = replace(record, applied=True)
+            elif record.final != cluster.spec_replicas:
                 cluster.scale_to(record.final, now_s, drain_until_idle=guards.drain_aware)
                 record = replace(record, applied=True)
             if record.standby is not None:

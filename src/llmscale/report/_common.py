@@ -325,6 +325,16 @@ COLUMNS: tuple[Column, ...] = (
         title="GPU-hours",
     ),
     Column(
+        "cost",
+        "Cost",
+        lambda v: fmt_float(v, 4),
+        "min",
+        "GPU-hours at the prices per GPU-hour (--gpu-prices, or the cited defaults; docs/gpu-mix.md)",
+        abbrev="Cost",
+        title="cost (currency of the prices)",
+        primary=False,
+    ),
+    Column(
         "replicas_mean",
         "Repl.\nmean",
         fmt_mean,

@@ -68,6 +68,8 @@ class BacktestRow(_Closed):
     e2e_p50_s: Num
     e2e_p99_s: Num
     gpu_hours: float
+    cost: Num = Field(description="the GPU-hours at the prices per GPU-hour (--gpu-prices or the defaults)")
+    cost_currency: str = Field(description="the currency of cost (the prices file's, USD by default)")
     replicas_mean: Num
     replicas_max: int | None
     scale_events: int
@@ -78,6 +80,9 @@ class BacktestRow(_Closed):
     starts: dict[str, int] = Field(description="starts into service after the initial fleet, by tier")
     wall_s: float
     node_pending_replica_s: float | None = Field(None, description="only with a node pool")
+    gpu_hours_by_gpu: dict[str, float] | None = Field(
+        None, description="only with a mixed-GPU fleet (--gpus)"
+    )
     seeds: dict[str, Any] | None = Field(None, description="only with --seeds N > 1")
     series: dict[str, list[Any]] | None = Field(None, description="only in the report's document")
 

@@ -220,6 +220,7 @@ class Fleet:
         *,
         initial_replicas: int,
         gpus_per_replica: float,
+        pools: tuple[Any, ...] = (),
     ) -> None:
         self.perf = perf
         self.config = config
@@ -234,6 +235,36 @@ class Fleet:
             )
         )
         self.costs = IterationCosts(perf, config.max_num_seqs)
+        # A mixed fleet (llmscale.sim.mixed.GpuPool per GPU type; none: one type, as before): each
+        # type prices its iterations and sizes its KV pool by its own GPU.
+        self._pools = pools
+        self._pool_costs: list[IterationCosts] = []
+        self._pool_blocks: list[int] = []
+        self._pool_weight: list[float] = []
+        self._pool_of: dict[Replica, int] = {}
+        self._pool_members: list[list[Replica]] = [[] for _ in pools]
+        #: the pool a replica started by ``scale_to`` joins (``scale_mix`` sets it per type)
+        self._start_pool = 0
+        if pools:
+            if config.node_pool:
+                raise ConfigError(
+                    "a mixed-GPU fleet has no node pool: node_start_s and max_nodes must be None"
+                )
+            for pool in pools:
+                self._pool_costs.append(IterationCosts(pool.perf, config.max_num_seqs))
+                self._pool_blocks.append(
+                    int(
+                        pool.perf.kv_capacity_blocks(
+                            config.gpu_memory_utilization,
+                            BLOCK_TOKENS,
+                            max_num_batched_tokens=config.max_num_batched_tokens,
+                            max_num_seqs=config.max_num_seqs,
+                        )
+                    )
+                )
+                self._pool_weight.append(float(pool.weight_rps))
+            # A request is admitted only when every type can hold it (the router may send it anywhere).
+            self.total_blocks = min(self._pool_blocks)
         # Settings read per request, held natively (the config is an ordinary Python object).
         self._timeout_s = config.timeout_s
         self._round_robin = config.router == "round-robin"
@@ -431,7 +462,9 @@ class Fleet:
 
     def _route(self, req: Req, now: float) -> None:
         ready = self.ready
-        if self._round_robin:
+        if self._pools:
+            target = self._least_expected_wait(ready)
+        elif self._round_robin:
             self._rr = (self._rr + 1) % len(ready)
             target = ready[self._rr]
         else:
@@ -443,6 +476,23 @@ class Fleet:
                     target = r
                     low = r.outstanding
         target.enqueue(req, now)
+
+    def _least_expected_wait(self, ready: list[Replica]) -> Replica:
+        """A mixed fleet's router: the replica whose outstanding requests, this one included, it
+        clears soonest, ``(outstanding + 1) / capacity`` (``GpuPool.weight_rps``). Of an idle A100
+        (6.9 req/s) and an H100 holding one request (12.6 req/s): 1 / 6.9 = 0.145 s against
+        2 / 12.6 = 0.159 s, the A100; with two held, the H100 takes the next of three. Types of
+        equal weight: least outstanding, as the one-type router."""
+        pool_of = self._pool_of
+        weight = self._pool_weight
+        target = ready[0]
+        best = float(target.outstanding + 1) / weight[pool_of[target]]
+        for r in ready:
+            wait = float(r.outstanding + 1) / weight[pool_of[r]]
+            if wait < best:
+                target = r
+                best = wait
+        return target
 
     def _flush_gateway(self, now: float) -> None:
         gateway = self.gateway
@@ -515,11 +565,14 @@ class Fleet:
         if self._node_pool and (provision or not node_wait):
             self._nodes_held += 1
         self._names += 1
+        costs, blocks = self.costs, self.total_blocks
+        if self._pools:
+            costs, blocks = self._pool_costs[self._start_pool], self._pool_blocks[self._start_pool]
         r = Replica(
             f"replica-{self._names}",
             self,
-            self.costs,
-            total_blocks=self.total_blocks,
+            costs,
+            total_blocks=blocks,
             max_seqs=cfg.max_num_seqs,
             max_batched_tokens=cfg.max_num_batched_tokens,
             timeout_s=cfg.timeout_s,
@@ -531,6 +584,9 @@ class Fleet:
             step_token_stats=cfg.step_token_stats,
         )
         r.start_tier = tier
+        if self._pools:
+            self._pool_of[r] = self._start_pool
+            self._pool_members[self._start_pool].append(r)
         if standby:
             self.standby_starting.append(r)
         else:
@@ -766,6 +822,65 @@ class Fleet:
                 for r in sorted(self.ready, key=_by_outstanding)[:surplus]:
                     self._drain(r, now, until_idle=drain_until_idle)
 
+    def scale_mix(self, counts: tuple[int, ...], now: float, *, drain_until_idle: bool = False) -> None:
+        """Make ``counts[k]`` replicas of GPU pool ``k`` active (ready or on the way); pre: a mixed
+        fleet, one count >= 0 per pool, ``now`` is the fleet's time.
+
+        Per type as :meth:`scale_to` does for the whole fleet: growing reclaims that type's
+        replicas draining until idle, then wakes none (a mixed fleet keeps no standby pool of its
+        own) and starts cold ones; shrinking cancels that type's unready replicas, newest first,
+        then drains its least-loaded ready ones.
+        """
+        if len(counts) != len(self._pools) or any(n < 0 for n in counts):
+            raise ConfigError(f"scale_mix({counts}): one count >= 0 per GPU pool ({len(self._pools)})")
+        total = sum(counts)
+        changed = total != self.spec_replicas
+        for k, n in enumerate(counts):
+            mine = [r for r in self.replicas if self._pool_of[r] == k]
+            active = [r for r in mine if r.phase < Phase.DRAINING]
+            if n > len(active):
+                changed = True
+                missing = n - len(active)
+                for r in [r for r in mine if r.phase == Phase.DRAINING and r.drain_until_idle][:missing]:
+                    r.phase = Phase.READY
+                    r.phase_since_s = now
+                    r.drain_until_idle = False
+                    self.ready.append(r)
+                    missing -= 1
+                self._start_pool = k
+                for _ in range(missing):
+                    self._start_replica(now, warm=False)
+                self._start_pool = 0
+            elif n < len(active):
+                changed = True
+                surplus = len(active) - n
+                starting = sorted((r for r in active if r.phase < Phase.READY), key=lambda r: -r.created_s)
+                for r in starting[:surplus]:
+                    self._gone(r, now)
+                surplus -= min(surplus, len(starting))
+                if surplus:
+                    ready = [r for r in self.ready if self._pool_of[r] == k]
+                    for r in sorted(ready, key=_by_outstanding)[:surplus]:
+                        self._drain(r, now, until_idle=drain_until_idle)
+        if changed:
+            self.scale_events += 1
+        self.spec_replicas = total
+        if self.gateway:
+            self._flush_gateway(now)
+
+    @property
+    def pools(self) -> tuple[Any, ...]:
+        """The GPU pools of a mixed fleet (``llmscale.sim.mixed.GpuPool``); () for one type."""
+        return self._pools
+
+    def pool_counts(self) -> tuple[int, ...]:
+        """Active replicas (ready or on the way, not draining) per GPU pool of a mixed fleet."""
+        counts = [0] * len(self._pools)
+        for r in self.replicas:
+            if r.phase < Phase.DRAINING:
+                counts[self._pool_of[r]] += 1
+        return tuple(counts)
+
     def set_standby(self, n: int, now: float) -> None:
         """Keep ``n`` replicas in vLLM level-1 sleep (the standby pool); pre: n >= 0.
 
@@ -817,6 +932,18 @@ class Fleet:
         if self._node_pool:
             total -= _spans_s(self._unbilled_spans, self._node_waiting, now)
         return total * self.gpus_per_replica + self.prepaid_gpu_s
+
+    def pool_gpu_seconds(self, now: float) -> tuple[float, ...]:
+        """GPU-seconds up to ``now`` per GPU pool of a mixed fleet (their sum is :meth:`gpu_seconds`
+        less the oracle's prepaid seconds): every replica of the type from creation until gone."""
+        out = []
+        for k, members in enumerate(self._pool_members):
+            held = 0.0
+            for r in members:
+                end = r.gone_s if r.gone_s >= 0.0 else now
+                held += max(0.0, min(end, now) - r.created_s)
+            out.append(held * self._pools[k].gpus_per_replica)
+        return tuple(out)
 
     def node_pending_seconds(self, now: float) -> float:
         """Replica-seconds spent in NODE_PENDING up to ``now`` (0 without a node pool)."""

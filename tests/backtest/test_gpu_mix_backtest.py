@@ -1,0 +1,69 @@
+"""A mixed-GPU backtest end to end: ``gpu-mix`` on A100s / H100s / H200s with an A100 limit, the
+cost in currency per policy, and the oracle still a lower bound (``--gpus``, ``--gpu-prices``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmscale.backtest.compare import run_backtest
+from llmscale.backtest.runner import BacktestSettings
+from llmscale.errors import ConfigError
+from llmscale.mix.prices import GpuPrice, GpuPrices
+from llmscale.sim.config import SimConfig
+from llmscale.workloads import Workload, poisson
+
+GPUS = ("a100-80gb", "h100-80gb", "h200")
+# The defaults' prices; at most 4 A100 GPUs, so the cheapest fleet for ~25 req/s is a mix.
+PRICES = GpuPrices(
+    (GpuPrice("a100-80gb", 1.30, 4), GpuPrice("h100-80gb", 3.00), GpuPrice("h200", 4.00)), "USD", "test"
+)
+SIM = SimConfig(pending_s=20.0, loading_s=10.0, warmup_s=5.0, grace_s=10.0, timeout_s=30.0)
+
+
+@pytest.fixture(scope="module")
+def chat() -> Workload:
+    rng = np.random.default_rng(3)
+    base = poisson(20.0, 240.0, seed=3)
+    n = base.num_requests
+    inp = rng.integers(500, 1500, n).astype(np.int64)
+    out = rng.integers(100, 400, n).astype(np.int64)
+    return Workload.from_arrays("chat", base.arrival_s, inp, out, {})
+
+
+def _settings(**kw) -> BacktestSettings:
+    return BacktestSettings(min_replicas=1, max_replicas=12, initial_replicas=3, sim=SIM, **kw)
+
+
+@pytest.mark.slow
+def test_a_mixed_fleet_backtest_costs_and_the_oracle_bounds_it(chat: Workload) -> None:
+    mixed = _settings(gpu="a100-80gb", gpus=GPUS, gpu_prices=PRICES)
+    results, oracle, _ = run_backtest(chat, ["gpu-mix", "slo"], mixed, include_oracle=True)
+    assert oracle is not None
+    rows = {r.policy: r.summary for r in results}
+    mix = rows["gpu-mix"]
+    by_gpu = mix["gpu_hours_by_gpu"]
+    # The A100 limit (4) binds, so the solver adds Hopper GPUs: a mix, not one type.
+    assert by_gpu["a100-80gb"] > 0 and by_gpu["h100-80gb"] + by_gpu["h200"] > 0
+    # The cost is the GPU-hours per type at their prices.
+    want = 1.30 * by_gpu["a100-80gb"] + 3.00 * by_gpu["h100-80gb"] + 4.00 * by_gpu["h200"]
+    assert mix["cost"] == pytest.approx(want, abs=1e-3)
+    assert mix["cost_currency"] == "USD"
+    assert mix["gpu_hours"] == pytest.approx(sum(by_gpu.values()), abs=1e-3)
+    # The oracle stays a lower bound: no policy reaches its attainment (or 99%) for less.
+    bar = min(0.99, oracle.summary["slo_attainment"])
+    for name, row in rows.items():
+        if row["slo_attainment"] >= bar:
+            assert row["cost"] >= oracle.summary["cost"], name
+            assert row["gpu_hours"] >= oracle.summary["gpu_hours"], name
+    # Against the same policy family on H100s alone: the mix pays less for the same load.
+    h100, _, _ = run_backtest(chat, ["slo"], _settings(gpu="h100-80gb"), include_oracle=False)
+    assert mix["slo_attainment"] >= 0.95
+    assert mix["cost"] < h100[0].summary["cost"]
+
+
+def test_gpus_are_checked_at_the_edge() -> None:
+    with pytest.raises(ConfigError, match=r"gpu = h100-80gb must be one of gpus \(a100-80gb,h200\)"):
+        _settings(gpu="h100-80gb", gpus=("a100-80gb", "h200"))
+    with pytest.raises(ConfigError, match="listed twice"):
+        _settings(gpu="h100-80gb", gpus=("h100", "h100-80gb"))
