@@ -28,6 +28,7 @@ from llmscale.policies.base import POLICIES, Policy, create_policy
 from llmscale.policies.static import StaticPolicy
 from llmscale.signals.catalog import SUB_TICK_SIGNALS
 from llmscale.sim.config import SimConfig
+from llmscale.sim.disagg import DisaggConfig
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet
 from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
@@ -79,6 +80,9 @@ class BacktestSettings:
     #: Unix time of the run's t = 0, which places a guards' ``schedule`` on the calendar
     #: (:func:`llmscale.backtest.calendar.run_start_unix_s`; nothing else reads it)
     start_unix_s: float = DEFAULT_START_UNIX_S
+    #: separate prefill and decode pools joined by a KV transfer (:mod:`llmscale.backtest.disagg`,
+    #: ``backtest --disaggregated``); None: one aggregated pool, as every backtest before it
+    disaggregated: DisaggConfig | None = None
 
     def __post_init__(self) -> None:
         GuardConfig(self.min_replicas, self.max_replicas)  # validates the bounds
