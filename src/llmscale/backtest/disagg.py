@@ -328,6 +328,7 @@ def run_disaggregated_oracle(
     *,
     target: float = 0.99,
     max_per_pool: int | None = None,
+    runs: dict[tuple[int, int], DisaggResult] | None = None,
 ) -> DisaggResult:
     """The cheapest pair of constant pool sizes that meets ``target`` attainment, knowing the future.
 
@@ -340,11 +341,12 @@ def run_disaggregated_oracle(
     run is returned (its attainment below the target says so). Every reported pair ran in
     full: attainment and GPU-hours are the simulator's. It searches constant fleets only, so
     a policy that follows a load that varies a lot can spend less; on steady load it is
-    a lower bound (tests/backtest/test_disagg_backtest.py).
+    a lower bound (tests/backtest/test_disagg_backtest.py). ``runs`` keeps the full runs by
+    pair across calls (the oracle at several targets on one workload and settings).
     """
     wall0 = time.perf_counter()
     top = max_per_pool or settings.max_replicas
-    memo: dict[tuple[int, int], DisaggResult] = {}
+    memo: dict[tuple[int, int], DisaggResult] = {} if runs is None else runs
 
     def run(p: int, d: int) -> DisaggResult:
         if (p, d) not in memo:
@@ -374,6 +376,6 @@ def run_disaggregated_oracle(
     summary = dict(best.summary)
     summary["policy"] = "oracle"
     summary["mode"] = "disaggregated"
-    summary["oracle_pair"] = {"prefill": p, "decode": d, "target": target, "runs": len(memo)}
+    summary["oracle_pair"] = {"prefill": p, "decode": d, "target": target}
     summary["wall_s"] = round(time.perf_counter() - wall0, 3)
     return DisaggResult(summary=summary, series=best.series)

@@ -13,9 +13,9 @@ Prefill (``pool = "prefill"``): TTFT and the prefill queue drive it.
     SLO less the KV transfer of a mean prompt and one decode step at the ITL
     target -- or more than ``queue_per_replica_max`` prompts waiting per replica
     asks for ``ceil(ready x ttft / budget)`` (at least one more).
-    E.g. Llama-3-8B on an H100 prefills ~2,048-token prompts at about 24k
-    tokens/s (tests/policies/test_disagg_policies.py pins the model's figure); 10 req/s of
-    2,048 tokens at ``target_util`` 0.7 is 20,480 / (24k x 0.7) -> 2 replicas.
+    E.g. Llama-3-8B on an H100 prefills 2,048-token prompts at about 32,000
+    tokens/s in 8,192-token chunks; 20 req/s of them at ``target_util`` 0.7 is
+    40,960 / (32,000 x 0.7) = 1.83 -> 2 replicas (tests/policies/test_disagg_policies.py).
 
 Decode (``pool = "decode"``): inter-token latency and KV usage drive it.
     Capacity: the largest batch ``B`` whose step stays within ``itl_target_s x

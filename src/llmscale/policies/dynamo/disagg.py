@@ -21,8 +21,9 @@ mean OSL go to one load predictor each (:mod:`.predictors`), and:
 
 Worked example (tests/policies/test_disagg_policies.py, a stub model): 600 requests in
 180 s of ISL 1,000 at 10,000 prefill tokens/s per GPU -> ceil(3,333 / 10,000) = 1
-prefill engine; OSL 200 at 40 tokens/s per sequence up to batch 25 within the ITL
-(1,000 tokens/s) -> ceil(666.7 / 1,000) = 1 decode engine; at 3x the load, 1 and 2.
+prefill engine; OSL 200 with ITL = 15 ms + 0.4 ms x batch and a 25.1 ms ITL SLO -> batch
+25 at 25 ms, 1,000 tokens/s per GPU -> ceil(666.7 / 1,000) = 1 decode engine; at 1,620
+requests per interval (9 req/s), 9,000 / 10,000 -> 1 prefill and 1,800 / 1,000 -> 2 decode.
 
 Deviations: each pool's planner reads its own pool's signals (the request count
 of the decode pool is its hand-off rate, the same in steady state); Dynamo's
