@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from llmscale.deployment import Deployment
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.errors import ConfigError
 from llmscale.perf.interconnect import POOLS, Interconnect, kv_transfer_s
 from llmscale.types import Decision, NoData, Signals
@@ -51,8 +51,8 @@ class PoolSloConfig:
     itl_target_s: float
     link: Interconnect
     kv_bytes_per_token_per_gpu: float
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
+    max_num_batched_tokens: int = DEFAULT_DEPLOYMENT.max_num_batched_tokens
+    max_num_seqs: int = DEFAULT_DEPLOYMENT.max_num_seqs
     kv_capacity_tokens: int = 0
     tick_s: float = 15.0
     #: plan each pool at this share of its capacity (queueing headroom)
@@ -63,8 +63,8 @@ class PoolSloConfig:
     queue_per_replica_max: float = 4.0
     #: weight of the newest observation of the request shape (mean prompt and output)
     shape_alpha: float = 0.3
-    min_replicas: int = 1
-    max_replicas: int = 64
+    min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
+    max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
 
     def __post_init__(self) -> None:
         if self.pool not in POOLS:

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from llmscale.deployment import Deployment
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.errors import ConfigError
 from llmscale.perf.interconnect import POOLS
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
@@ -97,12 +97,12 @@ class DynamoDisaggConfig:
     kalman_q_level: float = 1.0
     kalman_q_trend: float = 0.1
     kalman_r: float = 10.0
-    max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
+    max_num_batched_tokens: int = DEFAULT_DEPLOYMENT.max_num_batched_tokens
+    max_num_seqs: int = DEFAULT_DEPLOYMENT.max_num_seqs
     max_kv_tokens: int | None = None
     gpus_per_engine: int = 1
-    min_replicas: int = 1
-    max_replicas: int = 64
+    min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
+    max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
 
     def __post_init__(self) -> None:
         if self.pool not in POOLS:
