@@ -3,8 +3,8 @@
 The cell's workload and settings are the matrix's (``benchmarks/policies.py``'s ``matrix_cell``:
 the H100 8B deployment, chat/ramp by default, 20 simulated minutes, SLO TTFT <= 2 s and TPOT
 <= 0.1 s). It runs, side by side: ``slo`` on the aggregated fleet (the matrix's own row),
-``slo-disagg`` and ``dynamo-disagg`` on the disaggregated fleet (a controller per pool,
-:mod:`llmscale.backtest.disagg`), and the two-pool oracle (the cheapest pair of constant pool
+``slo-disagg``, ``dynamo-disagg`` and llm-d's ``wva-saturation`` (pool-wise) on the
+disaggregated fleet (a controller per pool, :mod:`llmscale.backtest.disagg`), and the two-pool oracle (the cheapest pair of constant pool
 sizes meeting 99%). It prints attainment and GPU-hours, per pool too, and the cell's
 acceptance as the matrix judges ``slo``: ``slo-disagg`` reaches min(99%, oracle - 0.5 points)
 at <= 1.3x the two-pool oracle's GPU-hours. The other cells are not rerun.
@@ -58,7 +58,7 @@ def main() -> int:
     t0 = time.perf_counter()
     agg = run_policy(w, "slo", settings).summary
     rows.append({"policy": "slo (aggregated)", **{k: agg[k] for k in ("slo_attainment", "gpu_hours")}})
-    for name in ("slo-disagg", "dynamo-disagg"):
+    for name in ("slo-disagg", "dynamo-disagg", "wva-saturation"):
         rows.append(run_disaggregated(w, name, split).as_json())
     oracle = run_disaggregated_oracle(w, split).as_json()
     rows.append(oracle)

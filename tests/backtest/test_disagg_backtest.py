@@ -31,7 +31,7 @@ SETTINGS = BacktestSettings(
 @pytest.fixture(scope="module")
 def results():
     out = {}
-    for name in ("static", "slo-disagg", "dynamo-disagg", "keda-queue"):
+    for name in ("static", "slo-disagg", "dynamo-disagg", "wva-saturation"):
         log = io.StringIO()
         out[name] = (run_disaggregated(WORKLOAD, name, SETTINGS, decisions_out=log), log.getvalue())
     return out
