@@ -1,13 +1,13 @@
 """The disaggregated matrix cell: one cell of the workload matrix served by prefill and decode pools.
 
-The cell's workload and settings are the matrix's (``benchmarks/policies.py``'s ``matrix_cell``:
-the H100 8B deployment, chat/ramp by default, 20 simulated minutes, SLO TTFT <= 2 s and TPOT
-<= 0.1 s). It runs, side by side: ``slo`` on the aggregated fleet (the matrix's own row),
-``slo-disagg``, ``dynamo-disagg`` and llm-d's ``wva-saturation`` (pool-wise) on the
-disaggregated fleet (a controller per pool, :mod:`llmscale.backtest.disagg`), and the two-pool
-oracle (the cheapest pair of constant pool sizes meeting 99%). It prints attainment and GPU-hours, per pool too, and the cell's
-acceptance as the matrix judges ``slo``: ``slo-disagg`` reaches min(99%, oracle - 0.5 points)
-at <= 1.3x the two-pool oracle's GPU-hours. The other cells are not rerun.
+The cell's workload and settings are the matrix's (``benchmarks/policies.py``'s
+``matrix_cell``: the H100 8B deployment, chat/ramp by default, 20 simulated minutes, SLO TTFT
+<= 2 s and TPOT <= 0.1 s). It runs, side by side: ``slo`` on the aggregated fleet (the matrix's
+own row); ``slo-disagg``, ``dynamo-disagg`` and llm-d's ``wva-saturation`` (pool-wise) on the
+disaggregated fleet (a controller per pool, :mod:`llmscale.backtest.disagg`); and the two-pool
+oracle (the cheapest pair of constant pool sizes meeting 99%). It prints attainment and
+GPU-hours, per pool too, and judges ``slo-disagg`` as the matrix judges ``slo``: min(99%,
+oracle - 0.5 points) at <= 1.3x the two-pool oracle's GPU-hours. The other cells are not rerun.
 
     .venv/bin/python benchmarks/disaggregated.py [--deploy h100-8b] [--cell chat/ramp] \
         [--interconnect infiniband] [--json out.json]
