@@ -11,8 +11,8 @@ Prefill (``pool = "prefill"``): TTFT and the prefill queue drive it.
     observed mean prompt); the pool needs ``ceil(rate x ISL / (C x target_util))``.
     Reaction: the pool's own P95 TTFT (queue + prefill) over its budget -- the
     SLO less the KV transfer of a mean prompt and one decode step at the ITL
-    target -- or more than ``queue_per_replica_max`` prompts waiting per replica
-    asks for ``ceil(ready x ttft / budget)`` (at least one more).
+    target -- asks for ``ceil(ready x ttft / budget)`` (at least one more); more
+    than ``queue_per_replica_max`` prompts waiting per replica, for one more.
     E.g. Llama-3-8B on an H100 prefills 2,048-token prompts at about 32,000
     tokens/s in 8,192-token chunks; 20 req/s of them at ``target_util`` 0.7 is
     40,960 / (32,000 x 0.7) = 1.83 -> 2 replicas (tests/policies/test_disagg_policies.py).
@@ -22,8 +22,8 @@ Decode (``pool = "decode"``): inter-token latency and KV usage drive it.
     itl_headroom`` at context ``ISL + OSL/2`` (``max_decode_batch_for_tpot``),
     also within ``kv_high`` of the KV pool; its rate ``T = B / step(B)`` tokens/s;
     the pool needs ``ceil(rate x OSL / (T x target_util))``.
-    Reaction: P95 ITL over the target, or the fullest replica's KV above
-    ``kv_high``, asks for one replica more (the ratio, for ITL).
+    Reaction: a P95 ITL over the target asks for ``ceil(ready x itl / target)``
+    (at least one more); the fullest replica's KV above ``kv_high``, for one more.
 
 The rule that asks for more wins; a scale-down is the capacity figure, left to
 the guards' stabilisation window. Without a request rate or shape yet the pool
