@@ -43,11 +43,13 @@ def main() -> int:
     args = ap.parse_args()
     cell = next(c for c in CELLS if c.name == args.cell)
     w, settings, cap, peak = matrix_cell(args.deploy, cell)
-    n = settings.initial_replicas
+    # The matrix sizes the aggregated initial fleet for the first two minutes (3 replicas on
+    # chat/ramp); each pool starts with half of it rounded up (2 + 2), what slo-disagg's capacity
+    # figure asks for at that rate: a smaller prefill pool spends the first cold start (108 s)
+    # building a backlog.
+    half = max(1, -(-settings.initial_replicas // 2))
     disagg = DisaggConfig(
-        interconnect=args.interconnect,
-        prefill_initial_replicas=max(1, n // 2),
-        decode_initial_replicas=max(1, n - n // 2),
+        interconnect=args.interconnect, prefill_initial_replicas=half, decode_initial_replicas=half
     )
     split = replace(settings, disaggregated=disagg)
     print(

@@ -53,7 +53,7 @@ def test_prefill_capacity_worked_number():
     ("pool", "ready", "values", "desired", "rule"),
     [
         pytest.param(
-            "prefill", 2, {"ttft_p95_s": 3.8}, 5, "ttft-over-budget", id="prefill-ttft-twice-its-budget"
+            "prefill", 2, {"ttft_p95_s": 3.0}, 4, "ttft-over-budget", id="prefill-ttft-1.58x-its-budget"
         ),
         pytest.param("prefill", 2, {"queue_per_replica": 9.0}, 3, "prefill-queue", id="prefill-queue-deep"),
         pytest.param(
@@ -67,15 +67,34 @@ def test_prefill_capacity_worked_number():
 def test_slo_disagg_reacts_to_its_pools_signals(pool, ready, values, desired, rule):
     # A light load (2 req/s of 1,000 + 100 tokens): the capacity figure is 1, so what moves the
     # pool is its own signal. The prefill budget at a 2 s SLO, 100 ms ITL and InfiniBand:
-    # 2 - 0.0027 - 0.1 = 1.8973 s; a P95 TTFT of 3.8 s is 2.0029x that: ceil(2 x 2.0029) = 5.
+    # 2 - 0.0027 - 0.1 = 1.8973 s; a P95 TTFT of 3.0 s is 1.581x that: ceil(2 x 1.581) = 4.
     policy = _slo(pool)
     base = {"arrival_rate_rps": 2.0, "prompt_len_mean_tokens": 1000.0, "decode_steps_mean": 100.0}
     d, _ = policy.decide(sig(ready, **base, **values), policy.initial_state(), 15.0)
     if rule == "ttft-over-budget":
         budget = policy.ttft_budget_s(1000.0)
         assert budget == pytest.approx(2.0 - (1000 * 131_072 / 50e9 + 50e-6) - 0.1)
-        assert math.ceil(ready * 3.8 / budget) == desired
+        assert math.ceil(ready * 3.0 / budget) == desired
     assert (d.desired, d.rule) == (desired, rule)
+
+
+@pytest.mark.parametrize(
+    ("pool", "values"),
+    [
+        pytest.param("prefill", {"ttft_p95_s": 9.7}, id="prefill-ttft-while-starting"),
+        pytest.param("decode", {"itl_p95_s": 0.3}, id="decode-itl-while-starting"),
+    ],
+)
+def test_slo_disagg_reactions_wait_for_replicas_on_the_way(pool, values):
+    # 6 asked for, 2 ready after a cold start: a 9.7 s P95 TTFT read as a ratio would ask for
+    # ceil(2 x 9.7 / 1.897) = 11; it is the backlog those 4 starting replicas will serve.
+    policy = _slo(pool)
+    base = {"arrival_rate_rps": 2.0, "prompt_len_mean_tokens": 1000.0, "decode_steps_mean": 100.0}
+    d, _ = policy.decide(sig(6, ready=2, **base, **values), policy.initial_state(), 15.0)
+    assert (d.desired, d.rule) == (6, "scaling-in-progress")
+    # ... and with every replica ready the reaction is capped at twice the ready count
+    d, _ = policy.decide(sig(2, **base, **values), policy.initial_state(), 15.0)
+    assert d.desired == 4 and d.rule in ("ttft-over-budget", "itl-over-target")
 
 
 def test_slo_disagg_holds_without_data():

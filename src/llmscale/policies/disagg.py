@@ -11,8 +11,9 @@ Prefill (``pool = "prefill"``): TTFT and the prefill queue drive it.
     observed mean prompt); the pool needs ``ceil(rate x ISL / (C x target_util))``.
     Reaction: the pool's own P95 TTFT (queue + prefill) over its budget -- the
     SLO less the KV transfer of a mean prompt and one decode step at the ITL
-    target -- asks for ``ceil(ready x ttft / budget)`` (at least one more); more
-    than ``queue_per_replica_max`` prompts waiting per replica, for one more.
+    target -- asks for ``ceil(ready x ttft / budget)`` (at least one more, at
+    most twice the ready count); more than ``queue_per_replica_max`` prompts
+    waiting per replica, for one more.
     E.g. Llama-3-8B on an H100 prefills 2,048-token prompts at about 32,000
     tokens/s in 8,192-token chunks; 20 req/s of them at ``target_util`` 0.7 is
     40,960 / (32,000 x 0.7) = 1.83 -> 2 replicas (tests/policies/test_disagg_policies.py).
@@ -23,10 +24,13 @@ Decode (``pool = "decode"``): inter-token latency and KV usage drive it.
     also within ``kv_high`` of the KV pool; its rate ``T = B / step(B)`` tokens/s;
     the pool needs ``ceil(rate x OSL / (T x target_util))``.
     Reaction: a P95 ITL over the target asks for ``ceil(ready x itl / target)``
-    (at least one more); the fullest replica's KV above ``kv_high``, for one more.
+    (at least one more, at most twice the ready count); the fullest replica's KV
+    above ``kv_high``, for one more.
 
 The rule that asks for more wins; a scale-down is the capacity figure, left to
-the guards' stabilisation window. Without a request rate or shape yet the pool
+the guards' stabilisation window. While replicas of the pool are still starting
+the reactions wait (``scaling-in-progress``: the spec, or the capacity figure if
+more), as Dynamo's planner waits for a previous change. Without a request rate or shape yet the pool
 holds (``no-data``).
 """
 
@@ -82,6 +86,10 @@ class PoolSloState:
     #: smoothed mean prompt and output lengths (None until observed)
     isl_tokens: float | None = None
     osl_tokens: float | None = None
+
+
+#: the rules that size from what the ready replicas show (latency, queue, KV), not from the load
+_REACTIVE = frozenset({"ttft-over-budget", "prefill-queue", "itl-over-target", "kv-high"})
 
 
 def _smooth(prev: float | None, new: float | None, alpha: float) -> float | None:
@@ -144,6 +152,15 @@ class PoolSloPolicy:
         else:
             assert osl is not None
             decision = self._decode(signals, rate, isl, osl, ready)
+        if spec > ready and decision.rule in _REACTIVE:
+            # Replicas are still starting: the latency the pool shows is that of the backlog
+            # they were asked for, and a ratio of it would ask again for the same load (a 108 s
+            # cold start under a 10 s TTFT read 2 ready replicas as a need for 16). Hold what
+            # is on the way, or the capacity figure if that is more.
+            capacity = int(decision.inputs.get("capacity_replicas") or 0)
+            held = _clamp(max(spec, capacity), cfg.min_replicas, cfg.max_replicas)
+            note = f"{ready} ready of {spec}: {decision.rule} waits for them"
+            decision = Decision(held, "scaling-in-progress", decision.inputs, note)
         return decision, new_state
 
     def _prefill(self, signals: Signals, rate: float, isl: float, ready: int) -> Decision:
@@ -165,7 +182,7 @@ class PoolSloPolicy:
             "queue_per_replica": queue,
         }
         if ready > 0 and ttft is not None and ttft > budget:
-            react = max(ready + 1, math.ceil(ready * ttft / budget))
+            react = max(ready + 1, min(2 * ready, math.ceil(ready * ttft / budget)))
             if react > wanted:
                 wanted, rule = react, "ttft-over-budget"
         if ready > 0 and queue is not None and queue > cfg.queue_per_replica_max and ready + 1 > wanted:
@@ -199,7 +216,7 @@ class PoolSloPolicy:
             "kv_usage_max": kv,
         }
         if ready > 0 and itl is not None and itl > cfg.itl_target_s:
-            react = max(ready + 1, math.ceil(ready * itl / cfg.itl_target_s))
+            react = max(ready + 1, min(2 * ready, math.ceil(ready * itl / cfg.itl_target_s)))
             if react > wanted:
                 wanted, rule = react, "itl-over-target"
         if ready > 0 and kv is not None and kv > cfg.kv_high and ready + 1 > wanted:
