@@ -28,6 +28,7 @@ from llmscale.policies.base import POLICIES, Policy, create_policy
 from llmscale.policies.static import StaticPolicy
 from llmscale.signals.catalog import SUB_TICK_SIGNALS
 from llmscale.sim.config import SimConfig
+from llmscale.sim.disagg import DisaggConfig
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.sim.fleet import Fleet
 from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
@@ -90,6 +91,9 @@ class BacktestSettings:
     #: prices per GPU-hour and limits (``--gpu-prices prices.yaml``,
     #: :func:`llmscale.mix.prices.load_gpu_prices`); None: the cited defaults, no limits
     gpu_prices: GpuPrices | None = None
+    #: separate prefill and decode pools joined by a KV transfer (:mod:`llmscale.backtest.disagg`,
+    #: ``backtest --disaggregated``); None: one aggregated pool
+    disaggregated: DisaggConfig | None = None
 
     def __post_init__(self) -> None:
         GuardConfig(self.min_replicas, self.max_replicas)  # validates the bounds

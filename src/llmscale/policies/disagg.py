@@ -1,0 +1,262 @@
+"""Sizing two pools: ``slo-disagg``, llmscale's pool-aware policy for prefill/decode disaggregation.
+
+Each pool of a disaggregated deployment (:mod:`llmscale.sim.disagg`) gets its own
+controller, its own guards and one instance of this policy built for its role;
+each reads only its own pool's signals, as a live deployment's per-pool scrape
+would give them.
+
+Prefill (``pool = "prefill"``): TTFT and the prefill queue drive it.
+    Capacity: one replica prefills ``C`` prompt tokens/s in chunks of
+    ``max_num_batched_tokens`` (``PerfModel.prefill_capacity_tokens_s`` at the
+    observed mean prompt); the pool needs ``ceil(rate x ISL / (C x target_util))``.
+    Reaction: the pool's own P95 TTFT (queue + prefill) over its budget -- the
+    SLO less the KV transfer of a mean prompt and one decode step at the ITL
+    target -- asks for ``ceil(ready x ttft / budget)`` (at least one more, at
+    most twice the ready count); more than ``queue_per_replica_max`` prompts
+    waiting per replica, for one more.
+    E.g. Llama-3-8B on an H100 prefills 2,048-token prompts at about 32,000
+    tokens/s in 8,192-token chunks; 20 req/s of them at ``target_util`` 0.7 is
+    40,960 / (32,000 x 0.7) = 1.83 -> 2 replicas (tests/policies/test_disagg_policies.py).
+
+Decode (``pool = "decode"``): inter-token latency and KV usage drive it.
+    Capacity: the largest batch ``B`` whose step stays within ``itl_target_s x
+    itl_headroom`` at context ``ISL + OSL/2`` (``max_decode_batch_for_tpot``),
+    also within ``kv_high`` of the KV pool; its rate ``T = B / step(B)`` tokens/s;
+    the pool needs ``ceil(rate x OSL / (T x target_util))``.
+    Reaction: a P95 ITL over the target asks for ``ceil(ready x itl / target)``
+    (at least one more, at most twice the ready count); the fullest replica's KV
+    above ``kv_high``, for one more.
+
+The rule that asks for more wins; a scale-down is the capacity figure, left to
+the guards' stabilisation window. While replicas of the pool are still starting
+the reactions wait (``scaling-in-progress``: the spec, or the capacity figure if
+more), as Dynamo's planner waits for a previous change. Without a request rate or shape yet the pool
+holds (``no-data``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
+from llmscale.errors import ConfigError
+from llmscale.perf.interconnect import POOLS, Interconnect, kv_transfer_s
+from llmscale.types import Decision, NoData, Signals
+
+__all__ = ["PoolSloConfig", "PoolSloPolicy", "PoolSloState", "make_slo_disagg"]
+
+
+@dataclass(frozen=True)
+class PoolSloConfig:
+    pool: str
+    slo_ttft_s: float
+    itl_target_s: float
+    link: Interconnect
+    kv_bytes_per_token_per_gpu: float
+    max_num_batched_tokens: int = DEFAULT_DEPLOYMENT.max_num_batched_tokens
+    max_num_seqs: int = DEFAULT_DEPLOYMENT.max_num_seqs
+    kv_capacity_tokens: int = 0
+    tick_s: float = 15.0
+    #: plan each pool at this share of its capacity (queueing headroom)
+    target_util: float = 0.7
+    #: decode batches are sized for this share of the ITL target (step-time noise, mixed lengths)
+    itl_headroom: float = 0.8
+    kv_high: float = 0.85
+    queue_per_replica_max: float = 4.0
+    #: weight of the newest observation of the request shape (mean prompt and output)
+    shape_alpha: float = 0.3
+    min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
+    max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
+
+    def __post_init__(self) -> None:
+        if self.pool not in POOLS:
+            raise ConfigError(f"pool = {self.pool!r}, must be one of {', '.join(POOLS)}")
+        for name in ("target_util", "itl_headroom", "kv_high", "shape_alpha"):
+            v = getattr(self, name)
+            if not 0.0 < v <= 1.0:
+                raise ConfigError(f"slo-disagg.{name} = {v}, must be in (0, 1]")
+        if self.slo_ttft_s <= 0 or self.itl_target_s <= 0:
+            raise ConfigError("slo-disagg: the TTFT and ITL targets must be > 0")
+
+
+@dataclass(frozen=True)
+class PoolSloState:
+    #: smoothed mean prompt and output lengths (None until observed)
+    isl_tokens: float | None = None
+    osl_tokens: float | None = None
+
+
+#: the rules that size from what the ready replicas show (latency, queue, KV), not from the load
+_REACTIVE = frozenset({"ttft-over-budget", "prefill-queue", "itl-over-target", "kv-high"})
+
+
+def _smooth(prev: float | None, new: float | None, alpha: float) -> float | None:
+    if new is None or not math.isfinite(new) or new <= 0:
+        return prev
+    return new if prev is None else prev + alpha * (new - prev)
+
+
+def _clamp(n: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, n))
+
+
+@dataclass(frozen=True)
+class PoolSloPolicy:
+    config: PoolSloConfig
+    perf: Any
+    guard_overrides: ClassVar[dict[str, Any]] = {}
+
+    @property
+    def name(self) -> str:
+        return f"slo-disagg:{self.config.pool}"
+
+    @property
+    def tick_s(self) -> float:
+        return self.config.tick_s
+
+    def initial_state(self) -> PoolSloState:
+        return PoolSloState()
+
+    def ttft_budget_s(self, isl_tokens: float) -> float:
+        """The prefill pool's share of the TTFT SLO: less the transfer and one decode step.
+
+        E.g. a 1 s SLO, 2,048-token prompts over InfiniBand (5.4 ms) and a 50 ms ITL
+        target: 1 - 0.0054 - 0.05 = 0.945 s for queue + prefill.
+        """
+        cfg = self.config
+        transfer = float(kv_transfer_s(isl_tokens, cfg.kv_bytes_per_token_per_gpu, cfg.link))
+        return max(0.05 * cfg.slo_ttft_s, cfg.slo_ttft_s - transfer - cfg.itl_target_s)
+
+    def decide(self, signals: Signals, state: PoolSloState, now_s: float) -> tuple[Decision, PoolSloState]:
+        cfg = self.config
+        spec = signals.fleet.spec_replicas
+        ready = signals.fleet.ready
+        rate = signals.get("arrival_rate_rps")
+        if rate is None:
+            rate = signals.get("request_rate_rps")
+        isl = _smooth(state.isl_tokens, signals.get("prompt_len_mean_tokens"), cfg.shape_alpha)
+        osl = state.osl_tokens
+        if cfg.pool == "decode":
+            osl = _smooth(osl, signals.get("decode_steps_mean"), cfg.shape_alpha)
+        new_state = PoolSloState(isl, osl)
+        shape_missing = isl is None or (cfg.pool == "decode" and osl is None)
+        if rate is None or shape_missing:
+            return Decision(spec, "no-data", {}, "no request rate or shape observed yet", no_data=NoData()), (
+                new_state
+            )
+        assert isl is not None
+        if cfg.pool == "prefill":
+            decision = self._prefill(signals, rate, isl, ready)
+        else:
+            assert osl is not None
+            decision = self._decode(signals, rate, isl, osl, ready)
+        if spec > ready and decision.rule in _REACTIVE:
+            # Replicas are still starting: the latency the pool shows is that of the backlog
+            # they were asked for, and a ratio of it would ask again for the same load (a 108 s
+            # cold start under a 10 s TTFT read 2 ready replicas as a need for 16). Hold what
+            # is on the way, or the capacity figure if that is more.
+            capacity = int(decision.inputs.get("capacity_replicas") or 0)
+            held = _clamp(max(spec, capacity), cfg.min_replicas, cfg.max_replicas)
+            note = f"{ready} ready of {spec}: {decision.rule} waits for them"
+            decision = Decision(held, "scaling-in-progress", decision.inputs, note)
+        return decision, new_state
+
+    def _prefill(self, signals: Signals, rate: float, isl: float, ready: int) -> Decision:
+        cfg = self.config
+        cap = float(self.perf.prefill_capacity_tokens_s(cfg.max_num_batched_tokens, max(1, round(isl))))
+        demand = rate * isl
+        wanted = math.ceil(demand / (cap * cfg.target_util)) if demand > 0 else 0
+        rule = "capacity"
+        budget = self.ttft_budget_s(isl)
+        ttft = signals.get("ttft_p95_s")
+        queue = signals.get("queue_per_replica")
+        inputs: dict[str, float | None] = {
+            "rate_rps": rate,
+            "isl_tokens": isl,
+            "prefill_capacity_tokens_s": cap,
+            "capacity_replicas": float(wanted),
+            "ttft_p95_s": ttft,
+            "ttft_budget_s": budget,
+            "queue_per_replica": queue,
+        }
+        if ready > 0 and ttft is not None and ttft > budget:
+            react = max(ready + 1, min(2 * ready, math.ceil(ready * ttft / budget)))
+            if react > wanted:
+                wanted, rule = react, "ttft-over-budget"
+        if ready > 0 and queue is not None and queue > cfg.queue_per_replica_max and ready + 1 > wanted:
+            wanted, rule = ready + 1, "prefill-queue"
+        return Decision(_clamp(wanted, cfg.min_replicas, cfg.max_replicas), rule, inputs)
+
+    def _decode(self, signals: Signals, rate: float, isl: float, osl: float, ready: int) -> Decision:
+        cfg = self.config
+        ctx = max(1, round(isl + osl / 2.0))
+        batch = int(
+            self.perf.max_decode_batch_for_tpot(cfg.itl_target_s * cfg.itl_headroom, ctx, cfg.max_num_seqs)
+        )
+        if cfg.kv_capacity_tokens > 0:
+            batch = min(batch, int(cfg.kv_capacity_tokens * cfg.kv_high // ctx))
+        reachable = batch >= 1
+        batch = max(1, batch)
+        thpt = float(self.perf.decode_throughput(batch, ctx))
+        demand = rate * osl
+        wanted = math.ceil(demand / (thpt * cfg.target_util)) if demand > 0 else 0
+        rule = "capacity" if reachable else "itl-unreachable"
+        itl = signals.get("itl_p95_s")
+        kv = signals.get("kv_usage_max")
+        inputs: dict[str, float | None] = {
+            "rate_rps": rate,
+            "isl_tokens": isl,
+            "osl_tokens": osl,
+            "batch": float(batch),
+            "decode_tokens_s": thpt,
+            "capacity_replicas": float(wanted),
+            "itl_p95_s": itl,
+            "kv_usage_max": kv,
+        }
+        if ready > 0 and itl is not None and itl > cfg.itl_target_s:
+            react = max(ready + 1, min(2 * ready, math.ceil(ready * itl / cfg.itl_target_s)))
+            if react > wanted:
+                wanted, rule = react, "itl-over-target"
+        if ready > 0 and kv is not None and kv > cfg.kv_high and ready + 1 > wanted:
+            wanted, rule = ready + 1, "kv-high"
+        return Decision(_clamp(wanted, cfg.min_replicas, cfg.max_replicas), rule, inputs)
+
+
+def make_slo_disagg(
+    pool: str, deployment: Deployment, params: dict[str, Any], link: Interconnect
+) -> PoolSloPolicy:
+    """``slo-disagg`` for ``pool``, planning with the deployment's model and SLOs (``params``
+    override the :class:`PoolSloConfig` tunables: ``tick_s``, ``target_util``, ...)."""
+    from llmscale.perf import get_perf_model
+
+    perf = get_perf_model(deployment.model, deployment.gpu, deployment.tp, calibration=deployment.calibration)
+    try:
+        kv_tokens = int(
+            perf.kv_capacity_tokens(
+                max_num_batched_tokens=deployment.max_num_batched_tokens, max_num_seqs=deployment.max_num_seqs
+            )
+        )
+    except ConfigError:
+        kv_tokens = 0
+    allowed = {"tick_s", "target_util", "itl_headroom", "kv_high", "queue_per_replica_max", "shape_alpha"}
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"slo-disagg has no parameter {unknown[0]!r}; parameters: {', '.join(sorted(allowed))}"
+        )
+    cfg = PoolSloConfig(
+        pool=pool,
+        slo_ttft_s=deployment.slo_ttft_s,
+        itl_target_s=deployment.slo_tpot_s,
+        link=link,
+        kv_bytes_per_token_per_gpu=float(perf.kv_bytes_per_token),
+        max_num_batched_tokens=deployment.max_num_batched_tokens,
+        max_num_seqs=deployment.max_num_seqs,
+        kv_capacity_tokens=kv_tokens,
+        min_replicas=max(1, deployment.min_replicas),
+        max_replicas=deployment.max_replicas,
+        **params,
+    )
+    return PoolSloPolicy(cfg, perf)

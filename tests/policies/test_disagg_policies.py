@@ -1,0 +1,181 @@
+"""The pool policies of a disaggregated deployment: ``slo-disagg`` and the Dynamo disaggregated planner."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+import pytest
+
+from llmscale.deployment import DEFAULT_DEPLOYMENT
+from llmscale.errors import ConfigError
+from llmscale.perf.interconnect import INTERCONNECTS
+from llmscale.policies.disagg import make_slo_disagg
+from llmscale.policies.dynamo.disagg import (
+    DynamoDisaggConfig,
+    DynamoDisaggPolicy,
+    decode_thpt_per_gpu,
+    make_dynamo_disagg,
+)
+from llmscale.types import FleetView, Signals, SignalValue
+
+LINK = INTERCONNECTS["infiniband"]
+
+
+def sig(spec: int, ready: int | None = None, **values: float | None) -> Signals:
+    return Signals(
+        time_s=0.0,
+        fleet=FleetView(spec_replicas=spec, ready=spec if ready is None else ready),
+        values={k: SignalValue(v) for k, v in values.items()},
+    )
+
+
+# -- slo-disagg ---------------------------------------------------------------------------------------
+
+
+def _slo(pool: str, **params):
+    return make_slo_disagg(pool, DEFAULT_DEPLOYMENT, params, LINK)
+
+
+def test_prefill_capacity_worked_number():
+    # docstring: ~32,000 prompt tokens/s at 2,048 tokens; 20 req/s at 0.7 -> 40,960 / 22,400 -> 2
+    policy = _slo("prefill")
+    cap = policy.perf.prefill_capacity_tokens_s(8192, 2048)
+    assert 31_000 < cap < 33_000
+    d, _ = policy.decide(
+        sig(1, arrival_rate_rps=20.0, prompt_len_mean_tokens=2048.0), policy.initial_state(), 15
+    )
+    assert (d.desired, d.rule) == (math.ceil(20 * 2048 / (cap * 0.7)), "capacity") == (2, "capacity")
+
+
+@pytest.mark.parametrize(
+    ("pool", "ready", "values", "desired", "rule"),
+    [
+        pytest.param(
+            "prefill", 2, {"ttft_p95_s": 3.0}, 4, "ttft-over-budget", id="prefill-ttft-1.58x-its-budget"
+        ),
+        pytest.param("prefill", 2, {"queue_per_replica": 9.0}, 3, "prefill-queue", id="prefill-queue-deep"),
+        pytest.param(
+            "prefill", 2, {"ttft_p95_s": 0.3, "queue_per_replica": 0.5}, 1, "capacity", id="prefill-calm"
+        ),
+        pytest.param("decode", 3, {"kv_usage_max": 0.95}, 4, "kv-high", id="decode-kv-full"),
+        pytest.param("decode", 4, {"itl_p95_s": 0.15}, 6, "itl-over-target", id="decode-itl-1.5x-target"),
+        pytest.param("decode", 4, {"itl_p95_s": 0.05, "kv_usage_max": 0.3}, 1, "capacity", id="decode-calm"),
+    ],
+)
+def test_slo_disagg_reacts_to_its_pools_signals(pool, ready, values, desired, rule):
+    # A light load (2 req/s of 1,000 + 100 tokens): the capacity figure is 1, so what moves the
+    # pool is its own signal. The prefill budget at a 2 s SLO, 100 ms ITL and InfiniBand:
+    # 2 - 0.0027 - 0.1 = 1.8973 s; a P95 TTFT of 3.0 s is 1.581x that: ceil(2 x 1.581) = 4.
+    policy = _slo(pool)
+    base = {"arrival_rate_rps": 2.0, "prompt_len_mean_tokens": 1000.0, "decode_steps_mean": 100.0}
+    d, _ = policy.decide(sig(ready, **base, **values), policy.initial_state(), 15.0)
+    if rule == "ttft-over-budget":
+        budget = policy.ttft_budget_s(1000.0)
+        assert budget == pytest.approx(2.0 - (1000 * 131_072 / 50e9 + 50e-6) - 0.1)
+        assert math.ceil(ready * 3.0 / budget) == desired
+    assert (d.desired, d.rule) == (desired, rule)
+
+
+@pytest.mark.parametrize(
+    ("pool", "values"),
+    [
+        pytest.param("prefill", {"ttft_p95_s": 9.7}, id="prefill-ttft-while-starting"),
+        pytest.param("decode", {"itl_p95_s": 0.3}, id="decode-itl-while-starting"),
+    ],
+)
+def test_slo_disagg_reactions_wait_for_replicas_on_the_way(pool, values):
+    # 6 asked for, 2 ready after a cold start: a 9.7 s P95 TTFT read as a ratio would ask for
+    # ceil(2 x 9.7 / 1.897) = 11; it is the backlog those 4 starting replicas will serve.
+    policy = _slo(pool)
+    base = {"arrival_rate_rps": 2.0, "prompt_len_mean_tokens": 1000.0, "decode_steps_mean": 100.0}
+    d, _ = policy.decide(sig(6, ready=2, **base, **values), policy.initial_state(), 15.0)
+    assert (d.desired, d.rule) == (6, "scaling-in-progress")
+    # ... and with every replica ready the reaction is capped at twice the ready count
+    d, _ = policy.decide(sig(2, **base, **values), policy.initial_state(), 15.0)
+    assert d.desired == 4 and d.rule in ("ttft-over-budget", "itl-over-target")
+
+
+def test_slo_disagg_holds_without_data():
+    policy = _slo("decode")
+    d, state = policy.decide(
+        sig(3, arrival_rate_rps=5.0, prompt_len_mean_tokens=900.0), policy.initial_state(), 15
+    )
+    assert d.desired == 3 and d.rule == "no-data" and d.no_data is not None
+    assert state.isl_tokens == 900.0 and state.osl_tokens is None
+
+
+def test_slo_disagg_refuses_unknown_parameters_and_pools():
+    with pytest.raises(ConfigError, match="no parameter 'target'"):
+        _slo("prefill", target=0.5)
+    with pytest.raises(ConfigError, match="pool = 'mixed'"):
+        _slo("mixed")
+    with pytest.raises(ConfigError, match=r"target_util = 1\.5"):
+        _slo("decode", target_util=1.5)
+
+
+# -- dynamo-disagg ------------------------------------------------------------------------------------
+
+
+class _Aff(NamedTuple):
+    base_s: float
+    per_ctx_s: float
+
+
+@dataclass(frozen=True)
+class Stub:
+    """10,000 prefill tokens/s per GPU at any ISL; ITL = 15 ms + 0.4 ms x batch at any context."""
+
+    def prefill_capacity_tokens_s(self, chunk_tokens, prompt_tokens):
+        return 10_000.0
+
+    def decode_affine(self, b):
+        return _Aff(0.015 + 0.0004 * b, 0.0)
+
+
+CFG = DynamoDisaggConfig(pool="prefill", ttft_sla_s=2.0, itl_sla_s=0.0251, max_num_seqs=256)
+
+
+def test_decode_thpt_scans_from_the_largest_batch_down():
+    thpt, batch = decode_thpt_per_gpu(Stub(), 0.0251, 1100.0, 256, None, 1)
+    assert batch == 25 and thpt == pytest.approx(25 / 0.025)
+    # KV holds 10 sequences of 1,100 tokens: the scan starts at 10
+    assert decode_thpt_per_gpu(Stub(), 0.0251, 1100.0, 256, 11_000, 1)[1] == 10
+    # nothing within 10 ms: batch 1's figure (Dynamo: the emptiest grid point)
+    thpt, batch = decode_thpt_per_gpu(Stub(), 0.010, 1100.0, 256, None, 1)
+    assert batch == 1 and thpt == pytest.approx(1 / 0.0154)
+
+
+@pytest.mark.parametrize(
+    ("pool", "rate", "desired"),
+    [
+        pytest.param("prefill", 600 / 180, 1, id="prefill-600-req"),
+        pytest.param("decode", 600 / 180, 1, id="decode-600-req"),
+        pytest.param("prefill", 9.0, 1, id="prefill-1620-req"),
+        pytest.param("decode", 9.0, 2, id="decode-1620-req"),
+    ],
+)
+def test_dynamo_disagg_worked_example(pool, rate, desired):
+    policy = DynamoDisaggPolicy(replace(CFG, pool=pool), Stub())
+    state = policy.initial_state()
+    values = {"arrival_rate_rps": rate, "prompt_len_mean_tokens": 1000.0, "decode_steps_mean": 200.0}
+    rules = []
+    for now in (60.0, 120.0, 180.0):
+        d, state = policy.decide(sig(3, **values), state, now)
+        rules.append(d.rule)
+    assert rules == ["observing", "observing", f"{pool}-throughput"]
+    assert d.desired == desired
+    # held at the planned count until the next interval closes
+    d, state = policy.decide(sig(desired, **values), state, 240.0)
+    assert (d.desired, d.rule) == (desired, "observing")
+
+
+def test_dynamo_disagg_builds_from_a_deployment():
+    policy = make_dynamo_disagg("decode", DEFAULT_DEPLOYMENT, {"adjustment_interval_s": 120.0})
+    assert policy.name == "dynamo-disagg:decode" and policy.tick_s == 60.0
+    assert policy.config.max_kv_tokens is not None and policy.config.max_kv_tokens > 100_000
+    with pytest.raises(ConfigError, match="no parameter 'itl'"):
+        make_dynamo_disagg("decode", DEFAULT_DEPLOYMENT, {"itl": 0.05})
+    with pytest.raises(ConfigError, match="observe_s = 300"):
+        make_dynamo_disagg("prefill", DEFAULT_DEPLOYMENT, {"observe_s": 300.0})
