@@ -164,6 +164,17 @@ def test_two_processes_at_one_address_are_not_read_as_restarts(page_server, scra
     assert oks == [True, True, False, False, False, False, False]
 
 
+def test_an_empty_page_between_does_not_make_a_fall_a_restart(page_server, scraper) -> None:
+    # 1,000 finished requests, then a page with no series, then 200: a fall to a fifth, no
+    # restart (that starts near 0), whatever came in between.
+    src = scraper("/a", server=page_server)
+    oks = []
+    for k, text in enumerate([page(1000.0), "", page(200.0), page(1010.0)]):
+        page_server.set("/a", text)
+        oks.append(_ok(src.observe(2.0 * k))["a"])
+    assert oks[2] is False and oks[3] is True, (oks, src.last_errors)
+
+
 def test_a_real_restart_that_grows_back_slowly_is_read(page_server, scraper) -> None:
     # A restart to 1, then 2 s scrapes adding 20 each: still below the 1,002 before the restart
     # when a minute has passed, and read throughout.

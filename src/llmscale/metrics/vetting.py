@@ -294,10 +294,14 @@ class CounterHistory:
             counters[f"{family}_count"] = h.count
             counters[f"{family}_sum"] = h.sum
         seen = self._last.get(key)
-        last_reset, before_reset = (None, {}) if seen is None else (seen[1], seen[2])
-        self._last[key] = (counters, last_reset, before_reset)
         if seen is None:
+            self._last[key] = (counters, None, {})
             return None
+        old, last_reset, before_reset = seen
+        # A counter this page lacks keeps its last value: an empty page, or one without the E2E
+        # histogram, in between would otherwise wipe the memory, and the page after it could fall
+        # to any value (a "restart" from 925 to 192 read as 192 new requests, then 919 more).
+        self._last[key] = ({**old, **counters}, last_reset, before_reset)
         recent = last_reset is not None and now_s - last_reset < _RESET_MIN_GAP_S
         if recent:
             assert last_reset is not None
@@ -308,7 +312,6 @@ class CounterHistory:
                         f"counter {name} is back at {now:g} {now_s - last_reset:.0f} s after it restarted "
                         f"from {before:g}: two processes answer at this address, not one restarted"
                     )
-        old = seen[0]
         falls = sorted((n, old[n], v) for n, v in counters.items() if n in old and v < old[n])
         if not falls:
             return None
@@ -322,5 +325,5 @@ class CounterHistory:
                 f"counter {name} reset again ({before:g} -> {after:g}) {now_s - last_reset:.0f} s after "
                 f"the last reset (at most one a {_RESET_MIN_GAP_S:g} s): not a restart"
             )
-        self._last[key] = (counters, now_s, {n: b for n, b, _ in falls})
+        self._last[key] = ({**old, **counters}, now_s, {n: b for n, b, _ in falls})
         return None
