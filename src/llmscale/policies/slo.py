@@ -266,6 +266,21 @@ class SloPolicy:
     def initial_state(self) -> SloState:
         return SloState()
 
+    def _engine(self) -> dict[str, Any]:
+        """The deployment and engine settings every question to the tail model carries (model, GPU,
+        TP, vLLM's batch limits, the calibration): one place, so capacity and miss share are
+        always asked of the same replica."""
+        c = self.config
+        return {
+            "model": c.model,
+            "gpu": c.gpu,
+            "tp": c.tp,
+            "max_num_seqs": c.max_num_seqs,
+            "max_num_batched_tokens": c.max_num_batched_tokens,
+            "calibration": c.calibration,
+            "scale": c.perf_scale,
+        }
+
     def capacity(
         self,
         prompt_tokens: float,
@@ -284,18 +299,12 @@ class SloPolicy:
 
         c = self.config
         return replica_tails.replica_capacity(
-            c.model,
-            c.gpu,
-            c.tp,
-            prompt_tokens,
-            output_tokens,
-            c.slo_ttft_s if ttft_target_s is None else ttft_target_s,
-            c.slo_tpot_s,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            slo_ttft_s=c.slo_ttft_s if ttft_target_s is None else ttft_target_s,
+            slo_tpot_s=c.slo_tpot_s,
             mode="tail",
-            max_num_seqs=c.max_num_seqs,
-            max_num_batched_tokens=c.max_num_batched_tokens,
-            calibration=c.calibration,
-            scale=c.perf_scale,
+            **self._engine(),
             miss_budget=c.miss_budget,
             replicas=replicas,
             output_cv=output_cv,
@@ -321,20 +330,13 @@ class SloPolicy:
 
         if replicas <= 0:
             return 1.0 if rate_rps > 0.0 else 0.0
-        c = self.config
         return replica_tails.replica_miss_share(
-            c.model,
-            c.gpu,
-            c.tp,
-            prompt_tokens,
-            output_tokens,
-            ttft_target_s,
-            c.slo_tpot_s,
-            rate_rps / replicas,
-            max_num_seqs=c.max_num_seqs,
-            max_num_batched_tokens=c.max_num_batched_tokens,
-            calibration=c.calibration,
-            scale=c.perf_scale,
+            prompt_tokens=prompt_tokens,
+            output_tokens=output_tokens,
+            slo_ttft_s=ttft_target_s,
+            slo_tpot_s=self.config.slo_tpot_s,
+            rate_per_replica_rps=rate_rps / replicas,
+            **self._engine(),
             replicas=replicas,
             output_cv=output_cv,
             dispersion=dispersion,
