@@ -252,3 +252,21 @@ def test_a_ttft_tail_is_read_again_only_a_window_after_replicas_became_ready():
     assert d.rule == "forecast"
     d, _ = policy.decide(sig(11, **steady(60.0, queue=6.0, ttft=30.0)), state, 90.0)
     assert (d.rule, d.desired) == ("ttft-over-slo", 12)
+
+
+def test_starts_are_kept_while_a_queue_builds():
+    # Its guards let a shrink cancel starts (hold_starting off); a proposal below the fleet while
+    # the queue still grows keeps them (the level lags a rise), one while it shrinks does not.
+    policy = SloPolicy(CFG)
+    starting = FleetView(spec_replicas=8, ready=4, pending=4)
+
+    def with_queue(queue: float) -> Signals:
+        return Signals(
+            time_s=0.0, fleet=starting, values={k: SignalValue(v) for k, v in steady(20.0, queue).items()}
+        )
+
+    _, state = policy.decide(with_queue(8.0), SloState(), 15.0)
+    d, _ = policy.decide(with_queue(16.0), state, 30.0)
+    assert (d.rule, d.desired) == ("hold-starts", 8)
+    d, _ = policy.decide(with_queue(4.0), state, 30.0)
+    assert d.desired < 8

@@ -581,6 +581,14 @@ class SloPolicy:
                 shape,
                 rule,
             )
+        # Starts are cancelled by a shrink (the guards hold serving replicas only: hold_starting
+        # off), so they are kept while a queue still builds: the arrival level is a 60 s
+        # window's and lags a crowd's rise. Worked (matrix chat / flash, 8B on A100s): 15 s after
+        # a TPOT tail asked for 8 of 4, the level read 29 req/s of the 39 arriving, planned 5 and
+        # cancelled two starts while the queue went 8 -> 16 -> 180 (attainment 77.3% -> 73.3%).
+        queue_builds = state.last_queue is not None and queue > state.last_queue
+        if queue_builds and signals.fleet.starting > 0 and desired < current:
+            desired, rule = current, "hold-starts"
         desired, rule, cliff_inputs = keep_off_the_cliff(c.cliff, forecast, desired, rule)
         desired = max(c.min_replicas, min(c.max_replicas, desired))
         standby_state = state.standby
