@@ -85,6 +85,14 @@ class GuardConfig:
     #: HPA-style stabilisation: the lowest (up) / highest (down) proposal over the window wins
     stabilization_up_s: float = 0.0
     stabilization_down_s: float = 0.0
+    #: the guards that protect serving replicas from a shrink (scale-down stabilisation, headroom,
+    #: drain readiness) also hold replicas still starting. Off, they hold only what serves (the
+    #: ready replicas, or the proposal if higher): a start whose reason passed before it served is
+    #: cancelled (a shrink cancels starts first, newest first), since it pays GPU-seconds from
+    #: Pending and nobody is waiting on it. Worked (docs/tail-model.md): a 2-minute x3 crowd on
+    #: the default hour ends while 30 replicas asked for it are in their 108 s start; held, they
+    #: came up to an empty queue and stayed 180 s more
+    hold_starting: bool = True
     #: replicas starting (pending/loading/warmup) cover a relative scale-up (a step over the current
     #: spec, ``Decision.relative``) before new ones are added; an absolute proposal already counts
     #: them, since the spec it is compared with includes them
@@ -298,6 +306,13 @@ def apply_guards(
             f"last change {now_s - state.last_change_s:.0f}s ago < {cfg.cooldown_down_s:.0f}s",
         )
 
+    # What the shrink guards below (stabilisation, headroom, drain) may hold: everything, or, with
+    # ``hold_starting`` off, the serving replicas and one start more than the proposal (a shrink
+    # to them cancels starts alone; the one replica is the planner's rounding, so a proposal
+    # that dips by one on a ramp does not cancel a start it asks for again a tick later: without
+    # it the default hour's ramp made 31 direction changes where it made 1).
+    held_at_most = current if cfg.hold_starting else min(current, max(desired + 1, fleet.ready))
+
     # 4. Stabilisation windows over the (post-cooldown) proposals.
     keep_s = max(cfg.stabilization_up_s, cfg.stabilization_down_s, _EVICTION_HISTORY_S)
     # Proposals are kept oldest first, so the expired ones are a prefix: drop it without a pass
@@ -310,6 +325,7 @@ def apply_guards(
         history = history[expired:]
     if cfg.stabilization_down_s > 0 and desired < current:
         hi = max([desired, *(n for t, n in history if now_s - t < cfg.stabilization_down_s)])
+        hi = min(hi, held_at_most)
         change(
             "stabilization", min(hi, current), f"highest proposal in the last {cfg.stabilization_down_s:.0f}s"
         )
@@ -363,7 +379,7 @@ def apply_guards(
                 continue
             # Keep the fewest replicas m with usage x serving / m_serving < limit.
             target = desired
-            while target < current and usage * serving / max(1, serving - (current - target)) >= limit:
+            while target < held_at_most and usage * serving / max(1, serving - (current - target)) >= limit:
                 target += 1
             if target > desired:
                 change(
@@ -383,8 +399,8 @@ def apply_guards(
         # service the comparable response is the first token, so TTFT P95 is used.
         window = eviction_window_s(_std_rate(signals), 1000.0 * (signals.get("ttft_p95_s") or 0.0))
         held = now_s - down_since
-        if held < window:
-            change("drain", current, f"shrink proposed for {held:.0f}s < eviction window {window:.0f}s")
+        if held < window and held_at_most > desired:
+            change("drain", held_at_most, f"shrink proposed for {held:.0f}s < eviction window {window:.0f}s")
 
     # 9. GPU budget (resource admission).
     if cfg.gpu_budget is not None and desired > current:

@@ -25,6 +25,14 @@ GPU-seconds (rule ``hold-by-cost``; none fires in these ten minutes) with the mi
 tracked, and abandoned requests; its inputs carry those numbers. Only ``slo``'s digest changed:
 every other policy's stayed as it was (this test, run on that branch).
 
+``slo``'s digests changed on purpose again with its control around steps and crowds (branch
+slo-default, ``docs/tail-model.md``, "Steps and crowds faster than a cold start"): the level's
+arrival estimate takes the growth of the requests in the system over the served rate's own
+60 s window (the backlog path keeps one tick's), a TTFT P99 is read only once a latency window
+has passed on a grown fleet, and its guards run with ``hold_starting`` off (starts kept while a
+queue builds: rule ``hold-starts``). Only ``slo``'s
+digests changed: every other policy's stayed as it was (this test, run on that branch).
+
 ``capacity-calibrated``'s digest changed on purpose when it began asking llmscale's one capacity
 model (``perf/replica_tails.py``, mode ``"mean"``; branch one-capacity) instead of its own copy
 of the physics: its inputs carry ``capacity_rps_per_replica`` and ``mean_itl_s`` (for
@@ -62,7 +70,7 @@ from llmscale.workloads import make_preset, window
 #: regularised fit with one optimum; docs/performance-model-fit.md): the simulator's step times
 #: move, and with them every observation and decision.
 GOLDEN: dict[str, str] = {
-    "slo": "fad0d6871cfae49f3c660acd1b5d1ece260b69c7d4fc5a97114a433dba1b1282",
+    "slo": "2379cfcf6457c2975b528d3e2b31ee054db63ace0f6bf9dffa3d4fddf63dff02",
     "static": "634372b1f2fba3df7f2951993aa9c627909979ae9ba2400258f55b2d55d72f83",
     "knative-kpa": "ab47daccb174960136b1e981a1a137d587dec23a2b5adcc7efc7dcf4d1c0d8b7",
     "dynamo-sla": "989b9f29b5ceb4c2c08150291e27f1687549543e5958a6a8309e363cca7d16db",
@@ -87,7 +95,8 @@ def ten_minutes():
 #: joined the refactored tree. Taken again when every row gained ``cost`` and ``cost_currency``
 #: (the GPU-hours at the default prices per GPU-hour, docs/gpu-mix.md): with those two keys taken
 #: out every row's digest equals the one before, and every decision log is unchanged (checked for
-#: all nine policies on branch gpu-mix).
+#: all nine policies on branch gpu-mix). slo's row merged with its own change of the same day
+(branch slo-default): without ``cost`` and ``cost_currency`` it is that branch's digest.
 RESULTS: dict[str, str] = {
     "capacity-calibrated": "f91f7586db797e07953f0329a0012634f543980cf68579c6556654a1eee0eb23",
     "dynamo-load": "4056c596328f3a41ecd3e9043a301ba74bf1e6a84eb47a4dffcaf213716b5f96",
@@ -95,7 +104,7 @@ RESULTS: dict[str, str] = {
     "hybrid-predictive": "44e80d1320b8f9bf39fc35da874237799f90de34bcb41ef44edc6a1859e9640d",
     "keda-queue": "bf85afd5e7b2fa7d2f032bcdedfff901dcb29933402d89eeedfdc5df9da2a845",
     "knative-kpa": "437dfce3a08413295aa37afd1a36b99e95dfb71ee5a3b957c6bb1908b552e6e2",
-    "slo": "16177b9eb36496b22c5f0baec3a697a7deee71a2b9dec522d4ab95ce38cfc722",
+    "slo": "29a6b236fa8d0c14224c5bb96f4960fd721f7b48351bfff1401644b6139d5f0f",
     "static": "16eb2bc761dc3f2a8cfc373b0c3f61168013d6261b7e75b8ae7559281f445944",
     "three-layer": "14f9bd40a46df08a9425127fe17109d14b557d0a5246b52def4aef3c58320485",
 }

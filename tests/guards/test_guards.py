@@ -115,6 +115,34 @@ def test_stabilization_highest_recommendation_in_the_down_window_wins():
     assert out.desired == 5
 
 
+@pytest.mark.parametrize(
+    ("hold_starting", "proposal", "expected"),
+    [
+        # 37 asked for a crowd, 23 ready, 14 starting; the crowd is over and 15 are proposed.
+        # Held: every one of the 37 for the window. Not held: the 23 serving stay, the starts go.
+        pytest.param(True, 15, 37, id="held-starts-and-all"),
+        pytest.param(False, 15, 23, id="starts-cancelled-serving-held"),
+        # A proposal above the serving replicas keeps itself plus one start of slack (rounding).
+        pytest.param(False, 29, 30, id="proposal-plus-one-start-kept"),
+        # A dip of one replica on a ramp keeps the start it would ask for again a tick later.
+        pytest.param(False, 36, 37, id="dip-of-one-keeps-the-start"),
+    ],
+)
+def test_hold_starting_off_lets_the_shrink_guards_cancel_starts_only(hold_starting, proposal, expected):
+    cfg = replace(
+        OFF,
+        max_replicas=64,
+        stabilization_down_s=180.0,
+        drain_aware=True,
+        headroom_max_usage=0.80,
+        hold_starting=hold_starting,
+    )
+    fleet = sig(spec=37, ready=23, starting=14, kv_usage_mean=0.7, ttft_p95_s=0.2)
+    _, state = guard(37, fleet, cfg, now=0.0)
+    out, _ = guard(proposal, fleet, cfg, state=state, now=15.0)
+    assert out.desired == expected
+
+
 def test_pending_aware_no_runaway_while_loading():
     cfg = replace(OFF, pending_aware=True)
     # 2 ready + 2 starting; a step policy asks for one more: covered by those on the way.

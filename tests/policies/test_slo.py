@@ -226,3 +226,47 @@ def test_a_tpot_tail_is_read_again_only_a_window_after_replicas_became_ready():
     assert d.rule == "forecast"
     d, _ = policy.decide(sig(9, **code_load(rate, 0.15)), state, 90.0)  # a whole window later
     assert (d.rule, d.desired) == ("tpot-over-slo", 10)
+
+
+def test_the_level_counts_growth_over_the_served_rates_window():
+    # The served rate is a 60 s window's. A backlog of 600 drained over the last minute: the
+    # window served 80 + 600 / 60 = 90 req/s while 80 arrived. The level reads served over the
+    # window plus growth over the same window, 90 - 600 / 60 = 80; the last tick's change alone
+    # (the queue already empty at the tick before) would read the window's 90 as arrivals.
+    policy = SloPolicy(CFG)
+    state = SloState()
+    for t, queue in ((0.0, 600.0), (15.0, 400.0), (30.0, 200.0), (45.0, 0.0)):
+        _, state = policy.decide(sig(8, **steady(80.0, queue=queue)), state, t)
+    d, _ = policy.decide(sig(8, **steady(90.0, queue=0.0)), state, 60.0)
+    assert d.inputs["arrival_rps"] == pytest.approx(80.0)
+
+
+def test_a_ttft_tail_is_read_again_only_a_window_after_replicas_became_ready():
+    # The P99 still holds the backlog the replicas that just became ready have cleared: with a
+    # queue of a few (no backlog) it adds nothing until a whole window has passed on them.
+    policy = SloPolicy(CFG)
+    _, state = policy.decide(sig(10, **steady(60.0, queue=2.0, ttft=30.0)), SloState(), 15.0)
+    d, state = policy.decide(sig(11, **steady(60.0, queue=4.0, ttft=30.0)), state, 30.0)  # one more ready
+    assert d.rule == "forecast"
+    d, state = policy.decide(sig(11, **steady(60.0, queue=5.0, ttft=30.0)), state, 75.0)
+    assert d.rule == "forecast"
+    d, _ = policy.decide(sig(11, **steady(60.0, queue=6.0, ttft=30.0)), state, 90.0)
+    assert (d.rule, d.desired) == ("ttft-over-slo", 12)
+
+
+def test_starts_are_kept_while_a_queue_builds():
+    # Its guards let a shrink cancel starts (hold_starting off); a proposal below the fleet while
+    # the queue still grows keeps them (the level lags a rise), one while it shrinks does not.
+    policy = SloPolicy(CFG)
+    starting = FleetView(spec_replicas=8, ready=4, pending=4)
+
+    def with_queue(queue: float) -> Signals:
+        return Signals(
+            time_s=0.0, fleet=starting, values={k: SignalValue(v) for k, v in steady(20.0, queue).items()}
+        )
+
+    _, state = policy.decide(with_queue(8.0), SloState(), 15.0)
+    d, _ = policy.decide(with_queue(16.0), state, 30.0)
+    assert (d.rule, d.desired) == ("hold-starts", 8)
+    d, _ = policy.decide(with_queue(4.0), state, 30.0)
+    assert d.desired < 8

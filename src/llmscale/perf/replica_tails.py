@@ -593,13 +593,14 @@ def replica_capacity(
     Llama-3-8B on one H100, prompts 1,155 / outputs 211 tokens, SLO 2 s / 0.1 s: ~12.6 req/s in
     mode ``"tail"``; ~12.9 in mode ``"mean"``, at a batch of ~249 decoding every ~96 ms.
     """
+    key = _ShapeKey.of(prompt_tokens, output_tokens, slo_ttft_s, replicas, output_cv, dispersion, prompt_cv)
     return _capacity_point(
         model,
         gpu,
         tp,
-        length_bucket(prompt_tokens),
-        length_bucket(output_tokens),
-        round(slo_ttft_s, 2),
+        key.prompt_tokens,
+        key.output_tokens,
+        key.slo_ttft_s,
         slo_tpot_s,
         mode,
         max_num_seqs,
@@ -607,12 +608,49 @@ def replica_capacity(
         calibration,
         scale,
         miss_budget,
-        fleet_bucket(replicas),
-        # the CV to 0.1 (0.95 -> 1.0) and the dispersion to ~10% log steps (1 stays 1)
-        round(max(0.0, output_cv), 1),
-        1.0 if dispersion <= 1.0 else float(length_bucket(dispersion * 100.0)) / 100.0,
-        round(max(0.0, prompt_cv), 1),
+        key.replicas,
+        key.output_cv,
+        key.dispersion,
+        key.prompt_cv,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _ShapeKey:
+    """The bucketed request shape and fleet size both memoised paths (:func:`replica_capacity`,
+    :func:`replica_miss_share`) key on, written once so the two can never bucket apart."""
+
+    prompt_tokens: int
+    output_tokens: int
+    slo_ttft_s: float
+    replicas: int
+    output_cv: float
+    dispersion: float
+    prompt_cv: float
+
+    @classmethod
+    def of(
+        cls,
+        prompt_tokens: float,
+        output_tokens: float,
+        slo_ttft_s: float,
+        replicas: int,
+        output_cv: float,
+        dispersion: float,
+        prompt_cv: float,
+    ) -> _ShapeKey:
+        """Lengths to ~5% log buckets, the TTFT target to 10 ms, the fleet down to
+        :func:`fleet_bucket`, the CVs to 0.1 (0.95 -> 1.0) and the dispersion to ~10% log steps
+        (1 stays 1)."""
+        return cls(
+            length_bucket(prompt_tokens),
+            length_bucket(output_tokens),
+            round(slo_ttft_s, 2),
+            fleet_bucket(replicas),
+            round(max(0.0, output_cv), 1),
+            1.0 if dispersion <= 1.0 else float(length_bucket(dispersion * 100.0)) / 100.0,
+            round(max(0.0, prompt_cv), 1),
+        )
 
 
 @lru_cache(maxsize=1024)
@@ -800,23 +838,24 @@ def replica_miss_share(
     like :func:`replica_capacity` (the rate to ~5% steps)."""
     if rate_per_replica_rps <= 0.0:
         return 0.0
+    key = _ShapeKey.of(prompt_tokens, output_tokens, slo_ttft_s, replicas, output_cv, dispersion, prompt_cv)
     return _miss_share(
         model,
         gpu,
         tp,
-        length_bucket(prompt_tokens),
-        length_bucket(output_tokens),
-        round(slo_ttft_s, 2),
+        key.prompt_tokens,
+        key.output_tokens,
+        key.slo_ttft_s,
         slo_tpot_s,
         length_bucket(rate_per_replica_rps * 1000.0) / 1000.0,
         max_num_seqs,
         max_num_batched_tokens,
         calibration,
         scale,
-        fleet_bucket(replicas),
-        round(max(0.0, output_cv), 1),
-        1.0 if dispersion <= 1.0 else float(length_bucket(dispersion * 100.0)) / 100.0,
-        round(max(0.0, prompt_cv), 1),
+        key.replicas,
+        key.output_cv,
+        key.dispersion,
+        key.prompt_cv,
     )
 
 

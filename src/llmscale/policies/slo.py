@@ -171,6 +171,8 @@ class SloState:
     history: tuple[tuple[float, float, float], ...] = ()
     last_t: float | None = None
     last_in_system: float | None = None
+    #: (time_s, requests in the system) of the ticks within the served rate's window, oldest first
+    in_system_history: tuple[tuple[float, float], ...] = ()
     prompt_tokens: float | None = None
     output_tokens: float | None = None
     last_queue: float | None = None
@@ -254,6 +256,9 @@ class SloPolicy:
         default_factory=lambda: {
             "pending_aware": False,
             "stabilization_down_s": 180.0,
+            # the shrink guards hold serving replicas through a dip, not starts whose reason
+            # passed before they served (a crowd shorter than a cold start)
+            "hold_starting": False,
             "headroom_max_usage": 0.80,
             "drain_aware": True,
         }
@@ -265,6 +270,23 @@ class SloPolicy:
 
     def initial_state(self) -> SloState:
         return SloState()
+
+    def _replica(self) -> tuple[str, str, int]:
+        """(model, GPU, TP): the replica every question to the tail model is about."""
+        c = self.config
+        return c.model, c.gpu, c.tp
+
+    def _engine(self) -> dict[str, Any]:
+        """The engine settings every question to the tail model carries (vLLM's batch limits, the
+        calibration and its online scale): one place, so capacity and miss share are always
+        asked of the same engine."""
+        c = self.config
+        return {
+            "max_num_seqs": c.max_num_seqs,
+            "max_num_batched_tokens": c.max_num_batched_tokens,
+            "calibration": c.calibration,
+            "scale": c.perf_scale,
+        }
 
     def capacity(
         self,
@@ -284,18 +306,13 @@ class SloPolicy:
 
         c = self.config
         return replica_tails.replica_capacity(
-            c.model,
-            c.gpu,
-            c.tp,
+            *self._replica(),
             prompt_tokens,
             output_tokens,
             c.slo_ttft_s if ttft_target_s is None else ttft_target_s,
             c.slo_tpot_s,
             mode="tail",
-            max_num_seqs=c.max_num_seqs,
-            max_num_batched_tokens=c.max_num_batched_tokens,
-            calibration=c.calibration,
-            scale=c.perf_scale,
+            **self._engine(),
             miss_budget=c.miss_budget,
             replicas=replicas,
             output_cv=output_cv,
@@ -321,20 +338,14 @@ class SloPolicy:
 
         if replicas <= 0:
             return 1.0 if rate_rps > 0.0 else 0.0
-        c = self.config
         return replica_tails.replica_miss_share(
-            c.model,
-            c.gpu,
-            c.tp,
+            *self._replica(),
             prompt_tokens,
             output_tokens,
             ttft_target_s,
-            c.slo_tpot_s,
+            self.config.slo_tpot_s,
             rate_rps / replicas,
-            max_num_seqs=c.max_num_seqs,
-            max_num_batched_tokens=c.max_num_batched_tokens,
-            calibration=c.calibration,
-            scale=c.perf_scale,
+            **self._engine(),
             replicas=replicas,
             output_cv=output_cv,
             dispersion=dispersion,
@@ -399,12 +410,27 @@ class SloPolicy:
                 current, "no-data", {"request_rate_rps": served, "queue_waiting": queue}, no_data=NoData()
             ), state
 
-        # Arrival rate = served rate + growth of the requests in the system.
+        # Arrival rate = served rate + growth of the requests in the system. The served rate is
+        # counted over the latency window (60 s), so the level takes the growth over the same
+        # span: arrivals over a window = served over it + growth over it. Mixed with one tick's
+        # growth (15 s) the two count different spans: as a backlog drains, the window's served
+        # rate still holds the drain for a minute after the queue is gone, and the estimate read
+        # 123-141 req/s on the matrix's chat / step cell at a steady 80 (the forecast planned 13
+        # replicas where 7 serve it). The tick's growth is kept for the backlog path
+        # (``arrivals_now``): a queue standing now shows the arrivals of the last tick, and a step
+        # must be sized at once, not as a window fills (at the step's first tick the window read
+        # 56 req/s, the tick 82).
         in_system = queue + running
-        arrivals = served
+        arrivals = arrivals_now = served
         dt_s = now_s - state.last_t if state.last_t is not None and now_s > state.last_t else 0.0
-        if dt_s > 0.0 and state.last_in_system is not None:
-            arrivals = max(0.0, served + (in_system - state.last_in_system) / dt_s)
+        in_system_history = (
+            *((t, n) for t, n in state.in_system_history if now_s - t <= LATENCY_WINDOW_S + 1e-9),
+            (now_s, in_system),
+        )
+        t_then, n_then = in_system_history[0]
+        if dt_s > 0.0 and state.last_in_system is not None and now_s > t_then:
+            arrivals = max(0.0, served + (in_system - n_then) / (now_s - t_then))
+            arrivals_now = max(0.0, served + (in_system - state.last_in_system) / dt_s)
             # Abandoned requests leave the system unserved: while a backlog persists on a fleet that
             # is not growing, the fleet serves all it can and what arrives is at least that; a
             # count in the system that falls is clients timing out, not less demand (a saturated
@@ -418,6 +444,7 @@ class SloPolicy:
             )
             if persisted:
                 arrivals = max(arrivals, served)
+                arrivals_now = max(arrivals_now, served)
         level = arrivals if state.level_rps is None else c.alpha * arrivals + (1 - c.alpha) * state.level_rps
         history = (*state.history, (now_s, level, arrivals))[-c.trend_ticks :]
         trend = _slope([(t, lv) for t, lv, _ in history]) if len(history) >= 4 else 0.0
@@ -472,7 +499,22 @@ class SloPolicy:
         # a burst already handled: not a reason to add more.
         # Likewise a queue already shrinking is being served by the replicas that arrived.
         shrinking = state.last_queue is not None and queue < state.last_queue
-        slow = slow and queue > 0 and signals.fleet.starting == 0 and not (c.queue_shrink_holds and shrinking)
+        # The P99 covers the last latency window (60 s): after replicas became ready it still
+        # holds the tail they have since cut, so a tail is read again only once a whole window
+        # has passed on the larger fleet. Worked (matrix chat/step, 8B on H100s): 60 s after a
+        # backlog cleared, the window's TTFT P99 still read 78 s beside a queue of 4 (11
+        # replicas' usual waiting room) and added a twelfth replica, held 285 s for nothing.
+        ready_rose_t = state.ready_rose_t
+        if state.last_ready is not None and signals.fleet.ready > state.last_ready:
+            ready_rose_t = now_s
+        settled = ready_rose_t is None or now_s - ready_rose_t >= LATENCY_WINDOW_S
+        slow = (
+            slow
+            and queue > 0
+            and signals.fleet.starting == 0
+            and settled
+            and not (c.queue_shrink_holds and shrinking)
+        )
         # The per-request TPOT P99 (vLLM's request_time_per_output_token histogram), or the
         # inter-token P99 where the engine exports no per-request one (vLLM V0, whose every gap
         # is one sample: read against the same target it is stricter than the SLO).
@@ -485,13 +527,7 @@ class SloPolicy:
         # replicas added for a tail they cannot shorten would be added without end. (A TTFT tail
         # counts only with requests waiting, which is load by itself.)
         loaded = arrivals >= c.tail_reacts_above * cap * serving
-        # The P99 covers the last latency window (60 s): after replicas became ready it still
-        # holds the tail they have since cut, so it is read again only once a whole window has
-        # passed on the larger fleet.
-        ready_rose_t = state.ready_rose_t
-        if state.last_ready is not None and signals.fleet.ready > state.last_ready:
-            ready_rose_t = now_s
-        settled = ready_rose_t is None or now_s - ready_rose_t >= LATENCY_WINDOW_S
+        # The same window's memory holds for the TPOT P99 (``settled`` above).
         tpot_slow = (
             tpot_p99 is not None
             and tpot_p99 > c.slo_tpot_s
@@ -510,7 +546,9 @@ class SloPolicy:
                 c.cold_start_s if c.client_timeout_s is None else min(c.cold_start_s, c.client_timeout_s)
             )
             drain_rps = queue / max(c.drain_s, horizon_s)
-            need = self.replicas_for(arrivals + drain_rps, prompt, output, ttft_target_s, **shape)
+            need = self.replicas_for(
+                max(arrivals, arrivals_now) + drain_rps, prompt, output, ttft_target_s, **shape
+            )
             if (slow or tpot_slow) and not backlog:
                 need = max(need, current + 1)
             if need > desired:
@@ -543,6 +581,14 @@ class SloPolicy:
                 shape,
                 rule,
             )
+        # Starts are cancelled by a shrink (the guards hold serving replicas only: hold_starting
+        # off), so they are kept while a queue still builds: the arrival level is a 60 s
+        # window's and lags a crowd's rise. Worked (matrix chat / flash, 8B on A100s): 15 s after
+        # a TPOT tail asked for 8 of 4, the level read 29 req/s of the 39 arriving, planned 5 and
+        # cancelled two starts while the queue went 8 -> 16 -> 180 (attainment 77.3% -> 73.3%).
+        queue_builds = state.last_queue is not None and queue > state.last_queue
+        if queue_builds and signals.fleet.starting > 0 and desired < current:
+            desired, rule = current, "hold-starts"
         desired, rule, cliff_inputs = keep_off_the_cliff(c.cliff, forecast, desired, rule)
         desired = max(c.min_replicas, min(c.max_replicas, desired))
         standby_state = state.standby
@@ -595,6 +641,7 @@ class SloPolicy:
             history=history,
             last_t=now_s,
             last_in_system=in_system,
+            in_system_history=in_system_history,
             prompt_tokens=prompt,
             output_tokens=output,
             last_queue=queue,
