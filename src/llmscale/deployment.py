@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 from llmscale.guards import GuardConfig
 
 if TYPE_CHECKING:
+    from llmscale.perf.precision import Precision
     from llmscale.perf.profile import FactorScale
 
 __all__ = ["DEFAULT_DEPLOYMENT", "Deployment", "GuardOverriding", "guard_config"]
@@ -60,6 +61,20 @@ class Deployment:
     max_num_batched_tokens: int = 8192
     #: the clients' time-out, seconds: a request still unanswered after it is abandoned (None: never)
     client_timeout_s: float | None = None
+    #: the served model's number formats, as vLLM names its arguments (``--dtype``,
+    #: ``--quantization``, ``--kv-cache-dtype``; :mod:`llmscale.perf.precision`): bf16 throughout
+    #: by default; ``quantization="fp8"`` halves the linear weights' bytes, ``kv_cache_dtype="fp8"``
+    #: the KV cache's
+    dtype: str = "auto"
+    quantization: str = "none"
+    kv_cache_dtype: str = "auto"
+
+    @property
+    def precision(self) -> Precision:
+        """The validated :class:`~llmscale.perf.precision.Precision` (ConfigError if a name is unknown)."""
+        from llmscale.perf.precision import precision_of
+
+        return precision_of(self.dtype, self.kv_cache_dtype, self.quantization)
 
 
 #: the default target's facts, read wherever a default model, GPU, SLO, cold start or bound is needed

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import IO, Any, Protocol, runtime_checkable
+from typing import IO, TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from llmscale.backtest.calendar import DEFAULT_START_UNIX_S
 from llmscale.backtest.results import PolicyResult, summarize
@@ -34,6 +34,9 @@ from llmscale.sim.gpu_counters import GpuCounterSpec, gpu_counters
 from llmscale.sim.sub_tick import QUEUE_SAMPLE_PERIOD_S
 from llmscale.types import Phase
 from llmscale.workloads.model import Workload
+
+if TYPE_CHECKING:
+    from llmscale.perf.precision import Precision
 
 __all__ = [
     "BacktestSettings",
@@ -79,9 +82,15 @@ class BacktestSettings:
     #: Unix time of the run's t = 0, which places a guards' ``schedule`` on the calendar
     #: (:func:`llmscale.backtest.calendar.run_start_unix_s`; nothing else reads it)
     start_unix_s: float = DEFAULT_START_UNIX_S
+    #: the served model's number formats, vLLM's ``--dtype`` / ``--quantization`` /
+    #: ``--kv-cache-dtype`` (:mod:`llmscale.perf.precision`; docs/fp8.md)
+    dtype: str = DEFAULT_DEPLOYMENT.dtype
+    quantization: str = DEFAULT_DEPLOYMENT.quantization
+    kv_cache_dtype: str = DEFAULT_DEPLOYMENT.kv_cache_dtype
 
     def __post_init__(self) -> None:
         GuardConfig(self.min_replicas, self.max_replicas)  # validates the bounds
+        self.precision  # validates dtype, quantization and kv_cache_dtype  # noqa: B018
         if not self.min_replicas <= self.initial_replicas <= self.max_replicas:
             raise ConfigError(
                 f"initial_replicas = {self.initial_replicas}, must be within "
@@ -95,6 +104,13 @@ class BacktestSettings:
             raise ConfigError(
                 f"slo_ttft_per_1k_tokens_s = {self.slo_ttft_per_1k_tokens_s}, must be >= 0 and finite"
             )
+
+    @property
+    def precision(self) -> Precision:
+        """The validated number formats of the served model (ConfigError naming the field)."""
+        from llmscale.perf.precision import precision_of
+
+        return precision_of(self.dtype, self.kv_cache_dtype, self.quantization)
 
     def with_cold_start(self) -> BacktestSettings:
         """Fill the lifecycle durations from the performance catalogue's published cold starts.
@@ -141,6 +157,9 @@ class BacktestSettings:
             max_num_seqs=s.max_num_seqs,
             max_num_batched_tokens=s.max_num_batched_tokens,
             client_timeout_s=s.timeout_s,
+            dtype=self.dtype,
+            quantization=self.quantization,
+            kv_cache_dtype=self.kv_cache_dtype,
         )
 
 
@@ -175,7 +194,13 @@ def series_step_for(duration_s: float) -> float:
 def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas: int) -> Fleet:
     from llmscale.perf import get_perf_model
 
-    perf = get_perf_model(settings.model, settings.gpu, settings.tp, calibration=settings.calibration)
+    perf = get_perf_model(
+        settings.model,
+        settings.gpu,
+        settings.tp,
+        calibration=settings.calibration,
+        precision=settings.precision,
+    )
     # A MIG slice is billed as its share of a GPU (3g of an H100: 3/7), whole GPUs as 1 each. Only a
     # slice name ("gpu:profile", as perf.catalogue.get_gpu tells them) imports llmscale.tenancy: its
     # four modules and their dataclasses are ~2% of benchmarks/sim_speed.py's run_policy otherwise.
