@@ -36,6 +36,7 @@ from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
 if TYPE_CHECKING:
+    from llmscale.history import RateHistory
     from llmscale.perf.precision import Precision
 
 __all__ = [
@@ -87,6 +88,9 @@ class BacktestSettings:
     dtype: str = DEFAULT_DEPLOYMENT.dtype
     quantization: str = DEFAULT_DEPLOYMENT.quantization
     kv_cache_dtype: str = DEFAULT_DEPLOYMENT.kv_cache_dtype
+    #: the same-hour rate history the controller starts from (:func:`llmscale.history.history_before`:
+    #: a trace of the days before the run); None: an empty one, filled as the run observes
+    history: RateHistory | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         GuardConfig(self.min_replicas, self.max_replicas)  # validates the bounds
@@ -343,7 +347,12 @@ def run_policy(
     cluster = SimCluster(fleet)
     clock = ManualClock()
     controller = Controller(
-        policy, guards, deployment, assess=decisions_out is not None, clock_epoch_s=settings.start_unix_s
+        policy,
+        guards,
+        deployment,
+        assess=decisions_out is not None,
+        clock_epoch_s=settings.start_unix_s,
+        history=settings.history,
     )
     # The core schedules its ticks (every policy.tick_s, the first one tick in); this loop only
     # fulfils them and interleaves the report's samples.
