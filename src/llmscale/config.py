@@ -132,6 +132,21 @@ class TargetConfig(_Section):
     #: gateway's or the OpenAI client's ``timeout``): ``slo`` stops counting on a backlog older
     #: than it. None: the clients wait.
     client_timeout_s: float | None = Field(default=None, gt=0)
+    #: the served model's number formats, as the deployed vLLM's ``--dtype``, ``--quantization``
+    #: and ``--kv-cache-dtype`` (docs/fp8.md): the step-time model prices FP8 weights and KV with them
+    dtype: str = DEFAULT_DEPLOYMENT.dtype
+    quantization: str = DEFAULT_DEPLOYMENT.quantization
+    kv_cache_dtype: str = DEFAULT_DEPLOYMENT.kv_cache_dtype
+
+    @model_validator(mode="after")
+    def _known_precision(self) -> TargetConfig:
+        from llmscale.perf.precision import precision_of
+
+        try:
+            precision_of(self.dtype, self.kv_cache_dtype, self.quantization)
+        except ConfigError as exc:  # pydantic then names the section and the config file
+            raise ValueError(str(exc)) from exc
+        return self
 
     @field_validator("calibration")
     @classmethod
@@ -724,12 +739,13 @@ def _check_step_model(
     if not users:
         return
     t = cfg.target
-    from llmscale.perf import get_perf_model
+    from llmscale.perf import get_perf_model, precision_of
 
     try:
-        get_perf_model(t.model, t.gpu, t.tp, calibration=t.calibration).kv_capacity_tokens(
-            max_num_batched_tokens=t.max_num_batched_tokens, max_num_seqs=t.max_num_seqs
-        )
+        precision = precision_of(t.dtype, t.kv_cache_dtype, t.quantization)
+        get_perf_model(
+            t.model, t.gpu, t.tp, calibration=t.calibration, precision=precision
+        ).kv_capacity_tokens(max_num_batched_tokens=t.max_num_batched_tokens, max_num_seqs=t.max_num_seqs)
     except ConfigError as e:
         raise fail(
             "target", f"{e} ({'; '.join(users)}: prices the replica with the step-time model of this target)"
@@ -760,6 +776,9 @@ def deployment_of(cfg: LiveConfig) -> Deployment:
         max_num_seqs=t.max_num_seqs,
         max_num_batched_tokens=t.max_num_batched_tokens,
         client_timeout_s=t.client_timeout_s,
+        dtype=t.dtype,
+        quantization=t.quantization,
+        kv_cache_dtype=t.kv_cache_dtype,
     )
 
 

@@ -17,6 +17,7 @@ from llmscale.guards import GuardConfig
 
 if TYPE_CHECKING:
     from llmscale.mix.prices import GpuPrices
+    from llmscale.perf.precision import Precision
     from llmscale.perf.profile import FactorScale
 
 __all__ = ["DEFAULT_DEPLOYMENT", "Deployment", "GuardOverriding", "guard_config"]
@@ -67,6 +68,20 @@ class Deployment:
     #: prices per GPU-hour and limits per type (:class:`llmscale.mix.prices.GpuPrices`; None: the
     #: cited defaults, no limits)
     gpu_prices: GpuPrices | None = None
+    #: the served model's number formats, as vLLM names its arguments (``--dtype``,
+    #: ``--quantization``, ``--kv-cache-dtype``; :mod:`llmscale.perf.precision`): bf16 throughout
+    #: by default; ``quantization="fp8"`` halves the linear weights' bytes, ``kv_cache_dtype="fp8"``
+    #: the KV cache's
+    dtype: str = "auto"
+    quantization: str = "none"
+    kv_cache_dtype: str = "auto"
+
+    @property
+    def precision(self) -> Precision:
+        """The validated :class:`~llmscale.perf.precision.Precision` (ConfigError if a name is unknown)."""
+        from llmscale.perf.precision import precision_of
+
+        return precision_of(self.dtype, self.kv_cache_dtype, self.quantization)
 
 
 #: the default target's facts, read wherever a default model, GPU, SLO, cold start or bound is needed

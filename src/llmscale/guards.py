@@ -19,11 +19,14 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmscale.errors import ConfigError
 from llmscale.schedules import ScheduleRule, parse_schedule, scheduled_bounds
 from llmscale.types import Decision, Signals
+
+if TYPE_CHECKING:
+    from llmscale.history import RateHistory
 
 __all__ = [
     "GUARD_FIELDS",
@@ -258,9 +261,14 @@ def apply_guards(
     state: GuardState,
     now_s: float,
     clock_epoch_s: float = 0.0,
+    rate_history: RateHistory | None = None,
 ) -> tuple[GuardOutcome, GuardState]:
     """Guard a proposal at ``now_s``. Post: min_replicas <= desired <= max_replicas (the
-    schedule's, when one of its windows is open at Unix time ``now_s + clock_epoch_s``)."""
+    schedule's, when one of its windows is open at Unix time ``now_s + clock_epoch_s``).
+
+    ``rate_history``: the request rate of the same hour on past days (:mod:`llmscale.history`); the
+    eviction window reads its spread when it has at least two days at this hour, else the
+    in-window spread (``request_rate_std_rps``), as without it."""
     fleet = signals.fleet
     current = fleet.spec_replicas
     proposal = decision.desired
@@ -397,10 +405,22 @@ def apply_guards(
     if cfg.drain_aware and desired < current and down_since is not None:
         # The seed scales with "P95 response latency" of a web service (8-42 ms); for an LLM
         # service the comparable response is the first token, so TTFT P95 is used.
-        window = eviction_window_s(_std_rate(signals), 1000.0 * (signals.get("ttft_p95_s") or 0.0))
+        # Seed 003 4.3 takes the spread of the same hour over the past 7 days; without two such
+        # days the in-window spread stands in (tests/test_history.py pins both).
+        std_rps = None if rate_history is None else rate_history.same_hour_std_rps(now_s + clock_epoch_s)
+        source = ""
+        if std_rps is None:
+            std_rps = _std_rate(signals)
+        else:
+            source = f" (same-hour std {std_rps:.1f} req/s over past days)"
+        window = eviction_window_s(std_rps, 1000.0 * (signals.get("ttft_p95_s") or 0.0))
         held = now_s - down_since
         if held < window and held_at_most > desired:
-            change("drain", held_at_most, f"shrink proposed for {held:.0f}s < eviction window {window:.0f}s")
+            change(
+                "drain",
+                held_at_most,
+                f"shrink proposed for {held:.0f}s < eviction window {window:.0f}s{source}",
+            )
 
     # 9. GPU budget (resource admission).
     if cfg.gpu_budget is not None and desired > current:

@@ -11,7 +11,10 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import ClassVar, Final, Protocol
+from typing import TYPE_CHECKING, ClassVar, Final, Protocol
+
+if TYPE_CHECKING:
+    from llmscale.history import RateHistory
 
 __all__ = [
     "Decision",
@@ -276,6 +279,12 @@ class Signals:
     per_replica: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     #: replicas whose scrape failed: unknown load
     unknown_replicas: int = 0
+    #: the request rate of each hour of the past days, as the controller has filed it up to this
+    #: tick (:mod:`llmscale.history`; None outside the controller): what a policy passes to
+    #: :func:`llmscale.seasonal.seasonal_forecast`, at Unix time ``time_s + clock_epoch_s``
+    rate_history: RateHistory | None = None
+    #: Unix time of ``time_s`` 0 (the backtest's ``--start-at``; 0 live, where ``time_s`` is Unix)
+    clock_epoch_s: float = 0.0
 
     def get(self, name: str) -> float | None:
         v = self.values.get(name)

@@ -29,6 +29,8 @@ RANKS: dict[str, int] = {
     "types": 0,
     "clock": 0,
     "slo": 0,
+    # the same-hour rate history a Signals value carries to the policies (a value, like types)
+    "history": 0,
     # the edge's strict readers (option values, YAML/JSON documents)
     "edge": 1,
     "documents": 1,
@@ -41,6 +43,8 @@ RANKS: dict[str, int] = {
     "guards": 3,
     # replica bounds by cron window, which the guards apply
     "schedules": 3,
+    # the seasonal forecast over that history, which a policy calls
+    "seasonal": 3,
     # what a policy knows about its target; GPU sharing
     "deployment": 4,
     "tenancy": 4,

@@ -96,7 +96,7 @@ def ten_minutes():
 #: (the GPU-hours at the default prices per GPU-hour, docs/gpu-mix.md): with those two keys taken
 #: out every row's digest equals the one before, and every decision log is unchanged (checked for
 #: all nine policies on branch gpu-mix). slo's row merged with its own change of the same day
-(branch slo-default): without ``cost`` and ``cost_currency`` it is that branch's digest.
+#: (branch slo-default): without ``cost`` and ``cost_currency`` it is that branch's digest.
 RESULTS: dict[str, str] = {
     "capacity-calibrated": "f91f7586db797e07953f0329a0012634f543980cf68579c6556654a1eee0eb23",
     "dynamo-load": "4056c596328f3a41ecd3e9043a301ba74bf1e6a84eb47a4dffcaf213716b5f96",

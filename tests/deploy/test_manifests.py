@@ -417,9 +417,7 @@ def _rbac(kind: str) -> dict:
 
 
 def test_rbac_grants_the_controller_its_target() -> None:
-    assert (DEPLOY / "rbac").is_dir(), (
-        "deploy/rbac is missing (the controller's RBAC)"
-    )
+    assert (DEPLOY / "rbac").is_dir(), "deploy/rbac is missing (the controller's RBAC)"
     pod_ns = _one("Deployment", "llmscale")["metadata"]["namespace"]
     target = _config()["target"]
     sa = _rbac("ServiceAccount")

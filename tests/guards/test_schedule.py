@@ -76,8 +76,10 @@ def test_overlapping_rules_take_the_highest_floor_and_lowest_ceiling_and_never_c
         ({"cron": "0 7 * * *", "duration_s": 60, "min_replicas": 5, "max_replicas": 2}, "above max_replicas"),
         ({"cron": "0 7 * * *", "duration_s": 60, "min_replicas": -1}, "min_replicas = -1"),
         ({"cron": "0 7 * * *", "duration_s": 60, "min_replicas": 2.5}, "min_replicas = 2.5"),
-        ({"cron": "0 7 * * *", "duration_s": 60, "min_replicas": 2, "timezone": "Mars/Olympus"},
-         "Mars/Olympus"),
+        (
+            {"cron": "0 7 * * *", "duration_s": 60, "min_replicas": 2, "timezone": "Mars/Olympus"},
+            "Mars/Olympus",
+        ),
         ({"cron": "0 7 * * *", "duration_s": 60, "min_replicas": 2, "tz": "UTC"}, "unknown key(s) ['tz']"),
         ({"duration_s": 60, "min_replicas": 2}, "missing cron"),
         ("0 7 * * *", "must be a mapping"),
@@ -142,11 +144,19 @@ def test_the_run_config_takes_a_schedule_and_names_a_bad_rule(tmp_path):
     [
         ({}, None, 0.0, DEFAULT_START_UNIX_S),
         # an Azure trace's first timestamp (7 fractional digits), a window starting 60 s in
-        ({"start_timestamp": "2023-11-16 18:17:03.9799600"}, None, 60.0,
-         unix("2023-11-16T18:18:03.979960+00:00")),
+        (
+            {"start_timestamp": "2023-11-16 18:17:03.9799600"},
+            None,
+            60.0,
+            unix("2023-11-16T18:18:03.979960+00:00"),
+        ),
         ({"start_timestamp": "1700000000.5"}, None, 0.0, 1700000000.5),
-        ({"start_timestamp": "2023-11-16 18:17:03"}, "2026-03-02T07:00:00+01:00", 0.0,
-         unix("2026-03-02T06:00:00+00:00")),
+        (
+            {"start_timestamp": "2023-11-16 18:17:03"},
+            "2026-03-02T07:00:00+01:00",
+            0.0,
+            unix("2026-03-02T06:00:00+00:00"),
+        ),
     ],
 )
 def test_the_run_start_on_the_calendar(meta, start_at, window_s, expected):

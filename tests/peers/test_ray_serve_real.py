@@ -28,7 +28,6 @@ from llmscale.policies.ray_serve import RayServeConfig, decide_replicas, time_we
 pytestmark = pytest.mark.peers
 
 
-
 class FakeTime:
     """Stands in for the ``time`` module inside Ray's policy: ``time()`` is the scripted clock."""
 

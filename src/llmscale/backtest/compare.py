@@ -322,6 +322,11 @@ def build_document(
             if k not in ("step_token_stats", "hbm_glitches", "adaptive_batch", "node_start_s", "max_nodes")
         },
     }
+    # FP8 likewise: a bf16 run writes the document it wrote before number formats were modelled.
+    if not settings.precision.is_default:
+        config["dtype"] = settings.dtype
+        config["quantization"] = settings.quantization
+        config["kv_cache_dtype"] = settings.kv_cache_dtype
     # The node pool likewise: a run without it writes the document it wrote before the pool.
     if settings.sim.node_pool:
         config["sim_node_start_s"] = sim["node_start_s"]
@@ -334,7 +339,13 @@ def build_document(
     workload_doc: dict[str, Any] = {"name": workload.name, **workload.summary()}
     # Requests beyond the model's context: the fleet rejects them on arrival (HTTP 400).
     workload_doc["context"] = check_context(
-        workload, settings.model, settings.gpu, settings.tp, settings.sim, settings.calibration
+        workload,
+        settings.model,
+        settings.gpu,
+        settings.tp,
+        settings.sim,
+        settings.calibration,
+        settings.precision,
     ).as_json()
     workload_doc["infeasible"] = infeasible_summary(workload, settings)
     workload_doc["source"] = dict(workload.meta)

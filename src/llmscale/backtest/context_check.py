@@ -16,13 +16,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llmscale.errors import ConfigError, LlmscaleError
 from llmscale.sim.limits import ContextLimit, context_limit, exceeds_context
 from llmscale.workloads.model import Workload
+
+if TYPE_CHECKING:
+    from llmscale.perf.precision import Precision
 
 __all__ = [
     "ContextCheck",
@@ -90,7 +93,14 @@ class ContextCheck:
         }
 
 
-def fleet_limit(model: str, gpu: str, tp: int, sim: Any, calibration: str | None = None) -> ContextLimit:
+def fleet_limit(
+    model: str,
+    gpu: str,
+    tp: int,
+    sim: Any,
+    calibration: str | None = None,
+    precision: Precision | None = None,
+) -> ContextLimit:
     """The limit a fleet of ``model`` on ``tp`` x ``gpu`` with simulator settings ``sim`` applies.
 
     Read off a fleet built with no requests (its KV pool and max_model_len are
@@ -100,7 +110,7 @@ def fleet_limit(model: str, gpu: str, tp: int, sim: Any, calibration: str | None
     from llmscale.perf import get_perf_model
     from llmscale.sim.fleet import Fleet
 
-    perf = get_perf_model(model, gpu, tp, calibration=calibration)
+    perf = get_perf_model(model, gpu, tp, calibration=calibration, precision=precision)
     none_f = np.zeros(0, dtype=np.float64)
     none_i = np.zeros(0, dtype=np.int64)
     fleet = Fleet(perf, sim, none_f, none_i, none_i, initial_replicas=0, gpus_per_replica=tp)
@@ -138,12 +148,18 @@ def _alternatives(
 
 
 def check_context(
-    workload: Workload, model: str, gpu: str, tp: int, sim: Any, calibration: str | None = None
+    workload: Workload,
+    model: str,
+    gpu: str,
+    tp: int,
+    sim: Any,
+    calibration: str | None = None,
+    precision: Precision | None = None,
 ) -> ContextCheck:
     """Count the requests of ``workload`` beyond the fleet's limit; name longer-context models."""
     from llmscale.perf.catalogue import get_model
 
-    limit = fleet_limit(model, gpu, tp, sim, calibration)
+    limit = fleet_limit(model, gpu, tp, sim, calibration, precision)
     over = _count_over(workload, limit.admitted_tokens)
     alternatives = _alternatives(workload, model, gpu, tp, sim, over) if over else ()
     return ContextCheck(

@@ -117,6 +117,7 @@ def infeasible_parts(workload: Workload, settings: BacktestSettings) -> tuple[np
         settings.gpu,
         settings.tp,
         settings.calibration,
+        settings.precision,
         _idle_engine(settings.sim),
         settings.slo_ttft_s,
         settings.slo_ttft_per_1k_tokens_s,
@@ -126,10 +127,18 @@ def infeasible_parts(workload: Workload, settings: BacktestSettings) -> tuple[np
     hit = _MEMO.get(key)
     if hit is not None:
         return hit
-    limit = fleet_limit(settings.model, settings.gpu, settings.tp, settings.sim, settings.calibration)
+    limit = fleet_limit(
+        settings.model, settings.gpu, settings.tp, settings.sim, settings.calibration, settings.precision
+    )
     over = exceeds_context(inp, out, limit.admitted_tokens)
     lengths, where = np.unique(inp[~over], return_inverse=True)
-    perf = get_perf_model(settings.model, settings.gpu, settings.tp, calibration=settings.calibration)
+    perf = get_perf_model(
+        settings.model,
+        settings.gpu,
+        settings.tp,
+        calibration=settings.calibration,
+        precision=settings.precision,
+    )
     idle = np.full(inp.size, -math.inf)
     idle[~over] = idle_ttft_s(perf, settings.sim, lengths)[where]
     target = ttft_target_s(inp, settings.slo_ttft_s, settings.slo_ttft_per_1k_tokens_s)

@@ -38,7 +38,9 @@ from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
 if TYPE_CHECKING:
+    from llmscale.history import RateHistory
     from llmscale.mix.prices import GpuPrices
+    from llmscale.perf.precision import Precision
 
 __all__ = [
     "BacktestSettings",
@@ -94,9 +96,18 @@ class BacktestSettings:
     #: separate prefill and decode pools joined by a KV transfer (:mod:`llmscale.backtest.disagg`,
     #: ``backtest --disaggregated``); None: one aggregated pool
     disaggregated: DisaggConfig | None = None
+    #: the served model's number formats, vLLM's ``--dtype`` / ``--quantization`` /
+    #: ``--kv-cache-dtype`` (:mod:`llmscale.perf.precision`; docs/fp8.md)
+    dtype: str = DEFAULT_DEPLOYMENT.dtype
+    quantization: str = DEFAULT_DEPLOYMENT.quantization
+    kv_cache_dtype: str = DEFAULT_DEPLOYMENT.kv_cache_dtype
+    #: the same-hour rate history the controller starts from (:func:`llmscale.history.history_before`:
+    #: a trace of the days before the run); None: an empty one, filled as the run observes
+    history: RateHistory | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         GuardConfig(self.min_replicas, self.max_replicas)  # validates the bounds
+        self.precision  # validates dtype, quantization and kv_cache_dtype  # noqa: B018
         if self.gpus:
             _check_gpus(self.gpus, self.gpu, self.sim)
         if not self.min_replicas <= self.initial_replicas <= self.max_replicas:
@@ -112,6 +123,13 @@ class BacktestSettings:
             raise ConfigError(
                 f"slo_ttft_per_1k_tokens_s = {self.slo_ttft_per_1k_tokens_s}, must be >= 0 and finite"
             )
+
+    @property
+    def precision(self) -> Precision:
+        """The validated number formats of the served model (ConfigError naming the field)."""
+        from llmscale.perf.precision import precision_of
+
+        return precision_of(self.dtype, self.kv_cache_dtype, self.quantization)
 
     def with_cold_start(self) -> BacktestSettings:
         """Fill the lifecycle durations from the performance catalogue's published cold starts.
@@ -158,6 +176,9 @@ class BacktestSettings:
             max_num_seqs=s.max_num_seqs,
             max_num_batched_tokens=s.max_num_batched_tokens,
             client_timeout_s=s.timeout_s,
+            dtype=self.dtype,
+            quantization=self.quantization,
+            kv_cache_dtype=self.kv_cache_dtype,
             gpus=self.gpus,
             gpu_prices=self.gpu_prices,
         )
@@ -211,7 +232,13 @@ def series_step_for(duration_s: float) -> float:
 def build_fleet(workload: Workload, settings: BacktestSettings, initial_replicas: int) -> Fleet:
     from llmscale.perf import get_perf_model
 
-    perf = get_perf_model(settings.model, settings.gpu, settings.tp, calibration=settings.calibration)
+    perf = get_perf_model(
+        settings.model,
+        settings.gpu,
+        settings.tp,
+        calibration=settings.calibration,
+        precision=settings.precision,
+    )
     # A MIG slice is billed as its share of a GPU (3g of an H100: 3/7), whole GPUs as 1 each. Only a
     # slice name ("gpu:profile", as perf.catalogue.get_gpu tells them) imports llmscale.tenancy: its
     # four modules and their dataclasses are ~2% of benchmarks/sim_speed.py's run_policy otherwise.
@@ -420,7 +447,12 @@ def run_policy(
     cluster = SimCluster(fleet)
     clock = ManualClock()
     controller = Controller(
-        policy, guards, deployment, assess=decisions_out is not None, clock_epoch_s=settings.start_unix_s
+        policy,
+        guards,
+        deployment,
+        assess=decisions_out is not None,
+        clock_epoch_s=settings.start_unix_s,
+        history=settings.history,
     )
     # The core schedules its ticks (every policy.tick_s, the first one tick in); this loop only
     # fulfils them and interleaves the report's samples.

@@ -36,6 +36,7 @@ from typing import Any
 
 from llmscale.deployment import Deployment
 from llmscale.guards import GuardConfig, GuardState, apply_guards
+from llmscale.history import EMPTY_HISTORY, RateHistory
 from llmscale.policies.base import Policy
 from llmscale.signals.fleet import window_signals
 from llmscale.signals.window import FleetWindow
@@ -107,6 +108,11 @@ class Controller:
     #: Unix time of ``now_s`` 0, which places the guards' schedule on the calendar: 0 live (the
     #: time line is Unix seconds), the run's start time in a backtest (``--start-at``)
     clock_epoch_s: float = 0.0
+    #: the same-hour rate history the run starts from (:mod:`llmscale.history`; a trace of the
+    #: days before, ``history_from_arrivals``). None: an empty one (a day per hour's bin). Either
+    #: way each tick files the observed rate into it, and the guards' eviction window reads it
+    #: once the hour has two past days (seed 003 4.3), so a run shorter than a day decides as before.
+    history: RateHistory | None = None
 
     @property
     def cadence_s(self) -> float:
@@ -126,6 +132,8 @@ class ControllerState:
     indexed: FleetWindow | None = field(default=None, compare=False, repr=False)
     #: when the next tick is due (the adapter's time line: simulated or epoch seconds)
     next_tick_s: float = 0.0
+    #: the request rate of each hour of the past days, as observed (None: the controller's seed)
+    history: RateHistory | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,9 +202,12 @@ def decide(
     model-drift hook can adjust the signals in between, and its shadow policy decide on the very
     signals the primary saw."""
     policy, guards = controller.policy, controller.guards
+    # filed before the policy decides, so a policy's seasonal forecast sees this hour so far
+    history = _filed(controller, state, signals, now_s)
+    signals = replace(signals, rate_history=history, clock_epoch_s=controller.clock_epoch_s)
     decision, policy_state = policy.decide(signals, state.policy_state, now_s)
     outcome, guard_state = apply_guards(
-        decision, signals, guards, state.guard_state, now_s, controller.clock_epoch_s
+        decision, signals, guards, state.guard_state, now_s, controller.clock_epoch_s, history
     )
     final, guard, guard_note = outcome.desired, outcome.guard, outcome.note
     spec = signals.fleet.spec_replicas
@@ -230,7 +241,20 @@ def decide(
         guard_state=guard_state,
         indexed=state.indexed,
         next_tick_s=next_tick_after(state.next_tick_s, controller.cadence_s, now_s),
+        history=history,
     )
+
+
+def _filed(controller: Controller, state: ControllerState, signals: Signals, now_s: float) -> RateHistory:
+    """The history with this tick's offered rate filed (arrivals; finished requests where the
+    metrics have no arrival counter; unchanged when neither is known: a gap is no sample)."""
+    history = state.history if state.history is not None else controller.history
+    if history is None:
+        history = EMPTY_HISTORY
+    rate = signals.get("arrival_rate_rps")
+    if rate is None:
+        rate = signals.get("request_rate_rps")
+    return history.observe(now_s + controller.clock_epoch_s, rate)
 
 
 def settle(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from llmscale.perf.catalogue import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu, get_model
 from llmscale.perf.cold_start import ColdStart, StartTiers, cold_start, start_tiers
+from llmscale.perf.precision import Precision, precision_of
 from llmscale.perf.step_time import DecodeAffine, PerfModel, StepCost, get_perf_model
 
 __all__ = [
@@ -21,11 +22,13 @@ __all__ = [
     "GpuSpec",
     "ModelSpec",
     "PerfModel",
+    "Precision",
     "StartTiers",
     "StepCost",
     "cold_start",
     "get_gpu",
     "get_model",
     "get_perf_model",
+    "precision_of",
     "start_tiers",
 ]

@@ -131,6 +131,9 @@ class GpuSpec:
     nvlink_bandwidth_bytes_s: float
     #: Board power (W), informational.
     tdp_w: float
+    #: Dense FP8 tensor-core FLOP/s; 0 for a GPU without FP8 tensor cores (Ampere: an FP8
+    #: checkpoint runs weight-only there, its GEMMs at the bf16 rate; see perf/precision.py).
+    peak_fp8_flops: float = 0.0
 
 
 _MIB: Final = 1024 * 1024
@@ -177,7 +180,8 @@ _A100_40GB = GpuSpec(
     tdp_w=400.0,
 )
 # H100 SXM5 80GB: NVIDIA H100 data sheet: 989 TFLOP/s bf16 dense (1,979 with
-# sparsity), 3.35 TB/s HBM3, NVLink 4 900 GB/s total (450 each way), 700 W.
+# sparsity), 1,979 TFLOP/s FP8 dense (3,958 with sparsity), 3.35 TB/s HBM3,
+# NVLink 4 900 GB/s total (450 each way), 700 W.
 # nvidia-smi reports 81,559 MiB.
 _H100_SXM = GpuSpec(
     name="h100-80gb",
@@ -188,9 +192,10 @@ _H100_SXM = GpuSpec(
     memory_bytes=81_559 * _MIB,
     nvlink_bandwidth_bytes_s=450e9,
     tdp_w=700.0,
+    peak_fp8_flops=1979e12,
 )
 # H200 SXM 141GB: NVIDIA H200 data sheet: same GH100 die as H100 (989 TFLOP/s
-# bf16 dense), 4.8 TB/s HBM3e, 141 GB, NVLink 4 900 GB/s total, 700 W.
+# bf16 dense, 1,979 FP8 dense), 4.8 TB/s HBM3e, 141 GB, NVLink 4 900 GB/s total, 700 W.
 # nvidia-smi reports 143,771 MiB.
 _H200 = GpuSpec(
     name="h200",
@@ -201,9 +206,10 @@ _H200 = GpuSpec(
     memory_bytes=143_771 * _MIB,
     nvlink_bandwidth_bytes_s=450e9,
     tdp_w=700.0,
+    peak_fp8_flops=1979e12,
 )
 # GH200 Grace Hopper Superchip, 96 GB HBM3 variant: NVIDIA GH200 data sheet: the H100's
-# GH100 die (989 TFLOP/s bf16 dense), 4.0 TB/s HBM3, 96 GB, 900 GB/s NVLink-C2C to the
+# GH100 die (989 TFLOP/s bf16 dense, 1,979 FP8), 4.0 TB/s HBM3, 96 GB, 900 GB/s NVLink-C2C to the
 # Grace CPU, up to 1,000 W for the module. Memory taken as the data sheet's 96 GB.
 _GH200 = GpuSpec(
     name="gh200",
@@ -214,6 +220,7 @@ _GH200 = GpuSpec(
     memory_bytes=96_000_000_000,
     nvlink_bandwidth_bytes_s=450e9,
     tdp_w=1000.0,
+    peak_fp8_flops=1979e12,
 )
 
 # -- Models -----------------------------------------------------------------

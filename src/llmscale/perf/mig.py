@@ -220,6 +220,7 @@ def slice_gpu_spec(gpu: str, profile: str) -> GpuSpec:
         name=f"{g.name}{SLICE_SEPARATOR}{p.name}",
         aliases=(),
         peak_bf16_flops=g.peak_bf16_flops * p.sms / mg.total_sms,
+        peak_fp8_flops=g.peak_fp8_flops * p.sms / mg.total_sms,
         hbm_bandwidth_bytes_s=g.hbm_bandwidth_bytes_s * p.memory_slices / MEMORY_SLICES,
         memory_bytes=p.memory_bytes,
         nvlink_bandwidth_bytes_s=0.0,

@@ -59,6 +59,7 @@ from llmscale.errors import ConfigError
 from llmscale.perf.catalogue import SUPPORTED_TP, GpuSpec, ModelSpec, get_gpu, get_model, validate_tp
 from llmscale.perf.coefficients import PerfCoefficients, load_coefficients
 from llmscale.perf.kernel import StepKernel
+from llmscale.perf.precision import BF16, Precision
 
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
@@ -158,15 +159,18 @@ class PerfModel:
         "_kv_read_bytes_per_token",
         "_kv_s_per_token",
         "_launch_s",
+        "_peak_gemm_flops_s",
         "_prefill_iter_s",
         "_step_attn_s_per_pair",
         "_step_flops_s",
         "_tm_pow",
         "_weight_stream_bytes",
+        "_weights_bytes",
         "coeffs",
         "gpu",
         "kernel",
         "model",
+        "precision",
         "stack",
         "tp",
     )
@@ -179,6 +183,7 @@ class PerfModel:
         coeffs: PerfCoefficients | None = None,
         *,
         stack: str | None = None,
+        precision: Precision | None = None,
     ) -> None:
         m = get_model(model)
         g = get_gpu(gpu)
@@ -197,8 +202,18 @@ class PerfModel:
         self.tp = tp
         self.coeffs = c
         self.stack = c.default_stack if stack is None else stack
+        prec = BF16 if precision is None else precision
+        self.precision = prec
 
         bpp = m.bytes_per_param
+        # FP8 (perf/precision.py): linear-layer weights at 1 byte (embeddings and LM head stay
+        # bf16), KV values at 1 byte. Every FP8 term below is an addition of exactly 0.0 or a
+        # separate branch under the default precision, so bf16 results are bit-for-bit the fitted
+        # model's (tests/perf/test_precision.py pins it). Llama-3-8B tp1, fp8 weights: streamed
+        # bytes 32 x 218.1M x 1 B + 525.3M x 2 B = 8.03 GB instead of 15.0 GB.
+        fp8_w = prec.weight_bytes != bpp
+        wbpp = prec.weight_bytes if fp8_w else bpp
+        kv_scale = prec.kv_bytes / prec.activation_bytes
         layers = m.num_layers
         h = m.hidden_size
         hbm = g.hbm_bandwidth_bytes_s
@@ -211,14 +226,32 @@ class PerfModel:
         # token of the batch was routed to it (StepKernel.cost); FLOPs follow the active path.
         lin_per_layer = m.linear_params_per_layer / tp
         lm_head = h * m.vocab_size / tp
-        self._weight_stream_bytes = bpp * (layers * lin_per_layer + lm_head)
-        self._flops_s = g.peak_bf16_flops * fam.gemm_flops_eff
+        if fp8_w:
+            self._weight_stream_bytes = wbpp * layers * lin_per_layer + bpp * lm_head
+        else:
+            self._weight_stream_bytes = bpp * (layers * lin_per_layer + lm_head)
+        self._weights_bytes = float(m.weights_bytes)
+        if fp8_w:
+            # all linear weights at 1 byte; embeddings, LM head and norms (the rest) at 2:
+            # Llama-3-8B: 6.98e9 x 1 + (8.03e9 - 6.98e9) x 2 = 9.08 GB instead of 16.06 GB
+            linear = m.num_layers * m.linear_params_per_layer
+            self._weights_bytes = float(linear * wbpp + (m.param_count - linear) * bpp)
+        # GEMMs of FP8 weights run at the FP8 tensor-core rate where the GPU has one (W8A8,
+        # H100: 1,979 TFLOP/s dense = 2 x 989); an A100 has none, so vLLM runs them weight-only
+        # (W8A16, Marlin) at the bf16 rate. The fitted efficiency (fraction of peak) is kept:
+        # not refitted on FP8 measurements, which are the held-out check (docs/fp8.md).
+        peak_gemm_flops = g.peak_fp8_flops if fp8_w and g.peak_fp8_flops > 0.0 else g.peak_bf16_flops
+        self._flops_s = peak_gemm_flops * fam.gemm_flops_eff
+        self._peak_gemm_flops_s = float(peak_gemm_flops)
         self._flops_per_token = 2.0 * layers * m.active_linear_params_per_layer / tp
         self._flops_per_seq = 2.0 * lm_head
         tm = self._weight_stream_bytes / (hbm * fam.weight_bw_eff)
         if m.is_moe:
-            shared_bytes = bpp * (layers * m.attn_params_per_layer / tp + lm_head)
-            expert_bytes = bpp * layers * m.expert_params / tp
+            if fp8_w:
+                shared_bytes = wbpp * layers * m.attn_params_per_layer / tp + bpp * lm_head
+            else:
+                shared_bytes = bpp * (layers * m.attn_params_per_layer / tp + lm_head)
+            expert_bytes = wbpp * layers * m.expert_params / tp
             moe_experts = float(m.num_experts)
             moe_miss = 1.0 - m.experts_per_token / m.num_experts
             weight_tm_s = shared_bytes / (hbm * fam.weight_bw_eff)
@@ -243,6 +276,8 @@ class PerfModel:
             7 * h + act_mult * m.intermediate_size / tp + (2 * (q_dim + kv_dim) + 2 * kv_dim) / tp
         )
         self._elem_bytes_per_token = bpp * (layers * per_layer_elems + 2 * h)
+        # An FP8 KV cache writes 1 byte per K or V value, not 2: 2 x kv_dim/tp values a layer.
+        self._elem_bytes_per_token += (prec.kv_bytes - bpp) * layers * 2 * kv_dim / tp
         self._elem_s_per_token = self._elem_bytes_per_token / (hbm * fam.act_bw_eff)
         # 5 element-wise kernels a layer (2 norms, RoPE, activation, KV write).
         self._elem_fixed_s = 5 * layers * fam.elementwise_kernel_s
@@ -251,7 +286,7 @@ class PerfModel:
         self._attn_flops_per_pair = 4.0 * layers * q_dim / tp
         self._attn_s_per_pair = self._attn_flops_per_pair / (g.peak_bf16_flops * c.attn_prefill_flops_eff)
         self._attn_flops_per_ctx = self._attn_flops_per_pair
-        self._kv_bytes_per_token = m.kv_bytes_per_token / tp
+        self._kv_bytes_per_token = m.kv_bytes_per_token * kv_scale / tp
         self._kv_profile_s_per_token = self._kv_bytes_per_token / (hbm * c.attn_kv_bw_eff)
         # A decode attention kernel that runs one thread block per *query* head reads a KV head
         # once per query head sharing it, partly from L2: grouped-query models (Mistral, Llama-3:
@@ -272,7 +307,7 @@ class PerfModel:
             clock = (g.tdp_w / fam.reference_power_w) ** POWER_CLOCK_EXP
         penalty = c.tp_compute_penalty if st.tp_compute_penalty is None else st.tp_compute_penalty
         sync = (1.0 + penalty * (tp - 1)) / (fam.serving_flops_scale * clock)
-        self._step_flops_s = min(g.peak_bf16_flops, self._flops_s / sync)
+        self._step_flops_s = min(peak_gemm_flops, self._flops_s / sync)
         sync = self._flops_s / self._step_flops_s
         self._step_attn_s_per_pair = self._attn_s_per_pair * sync
 
@@ -329,7 +364,8 @@ class PerfModel:
         )
 
     def __repr__(self) -> str:
-        return f"PerfModel({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}, stack={self.stack!r})"
+        extra = "" if self.precision.is_default else f", precision={self.precision.label()!r}"
+        return f"PerfModel({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}, stack={self.stack!r}{extra})"
 
     # -- the hot path ---------------------------------------------------------
     def step(
@@ -425,8 +461,16 @@ class PerfModel:
 
     @property
     def weights_bytes_per_gpu(self) -> float:
-        """Weight bytes resident on each GPU: all parameters / tp (Llama-2-70B tp4: 34.5 GB)."""
-        return self.model.weights_bytes / self.tp
+        """Weight bytes resident on each GPU: all parameters / tp (Llama-2-70B tp4: 34.5 GB).
+
+        With FP8 weights the linear layers count 1 byte a parameter (Llama-3-8B: 9.08 GB).
+        """
+        return self._weights_bytes / self.tp
+
+    @property
+    def peak_gemm_flops_s(self) -> float:
+        """Data-sheet peak of the tensor cores the GEMMs run on (H100: 989e12 bf16, 1,979e12 FP8)."""
+        return self._peak_gemm_flops_s
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -470,7 +514,7 @@ class PerfModel:
         free = usable - weights - reserve
         if free <= 0:
             raise ConfigError(
-                f"{self.model.name} needs {self.model.weights_bytes / 1e9:.0f} GB of weights; "
+                f"{self.model.name} needs {self._weights_bytes / 1e9:.0f} GB of weights; "
                 f"{self.tp} x {self.gpu.name} has {usable / 1e9:.0f} GB usable per GPU "
                 f"(gpu_memory_utilization={gpu_memory_utilization}) for {weights / 1e9:.1f} GB of weights "
                 f"and a {reserve / 1e9:.1f} GB activation reserve per GPU: "
@@ -506,7 +550,9 @@ class PerfModel:
         for tp in SUPPORTED_TP:
             if tp <= self.tp or self.model.num_heads % tp or self.model.num_kv_heads % tp:
                 continue
-            other = PerfModel(self.model, self.gpu, tp, self.coeffs, stack=self.stack)
+            other = PerfModel(
+                self.model, self.gpu, tp, self.coeffs, stack=self.stack, precision=self.precision
+            )
             free = (
                 self.gpu.memory_bytes * gpu_memory_utilization
                 - other.weights_bytes_per_gpu
@@ -568,7 +614,7 @@ class PerfModel:
         return lo
 
 
-_MODELS_CACHE: dict[tuple[str, str, int, str | None, str | None, int], PerfModel] = {}
+_MODELS_CACHE: dict[tuple[str, str, int, str | None, str | None, int, Precision], PerfModel] = {}
 #: models of online-adjusted factors (:class:`~llmscale.perf.profile.FactorScale`), most recent last.
 #: Bounded: a live controller adapting its factors asks for a new scale every few ticks for a
 #: while (1% steps, see ``llmscale.perf.drift``), and only the latest few are ever used again.
@@ -584,8 +630,12 @@ def get_perf_model(
     stack: str | None = None,
     calibration: str | None = None,
     scale: FactorScale | None = None,
+    precision: Precision | None = None,
 ) -> PerfModel:
     """The :class:`PerfModel` of ``model`` on ``tp`` x ``gpu`` with the committed coefficients.
+
+    ``precision`` is the served model's number formats (vLLM's ``--dtype``, ``--quantization``,
+    ``--kv-cache-dtype``; :mod:`llmscale.perf.precision`); None is bf16 throughout.
 
     ``calibration`` is the path of a profile written by ``llmscale calibrate``: its factors
     scale the committed coefficients (:mod:`llmscale.perf.profile`). ``scale`` multiplies the
@@ -607,13 +657,14 @@ def get_perf_model(
             raise ConfigError(
                 f"{calibration}: calibration profile not found ({getattr(exc, 'strerror', None) or exc})"
             ) from exc
-    key = (m.name, g.name, int(tp), stack, calibration, mtime)
+    prec = BF16 if precision is None else precision
+    key = (m.name, g.name, int(tp), stack, calibration, mtime, prec)
     if calibration is not None and key not in _MODELS_CACHE:
         from llmscale.perf.profile import check_profile_target
 
         check_profile_target(calibration, m.name, g.name, int(tp))
     if scale is not None and not scale.identity:
-        return _scaled_model(m, g, int(tp), stack, calibration, mtime, scale)
+        return _scaled_model(m, g, int(tp), stack, calibration, mtime, scale, prec)
     pm = _MODELS_CACHE.get(key)
     if pm is None:
         coeffs = None
@@ -625,7 +676,7 @@ def get_perf_model(
             # of an H100 engine run on an A100 is checked again here, against the A100's.
             check_physical(load_coefficients(), load_profile(calibration).factors, [g.family], calibration)
             coeffs = profile_coefficients(calibration)
-        pm = PerfModel(m, g, tp, coeffs, stack=stack)
+        pm = PerfModel(m, g, tp, coeffs, stack=stack, precision=prec)
         _MODELS_CACHE[key] = pm
     return pm
 
@@ -638,13 +689,15 @@ def _scaled_model(
     calibration: str | None,
     mtime: int,
     scale: FactorScale,
+    precision: Precision = BF16,
 ) -> PerfModel:
     from llmscale.perf.profile import profile_coefficients
 
-    key: tuple[object, ...] = (m.name, g.name, tp, stack, calibration, mtime, scale)
+    key: tuple[object, ...] = (m.name, g.name, tp, stack, calibration, mtime, scale, precision)
     pm = _SCALED_CACHE.pop(key, None)
     if pm is None:
-        pm = PerfModel(m, g, tp, profile_coefficients(calibration, scale, family=g.family), stack=stack)
+        coeffs = profile_coefficients(calibration, scale, family=g.family)
+        pm = PerfModel(m, g, tp, coeffs, stack=stack, precision=precision)
         while len(_SCALED_CACHE) >= _SCALED_CACHE_SIZE:
             del _SCALED_CACHE[next(iter(_SCALED_CACHE))]
     _SCALED_CACHE[key] = pm  # re-inserted: the most recently used is last

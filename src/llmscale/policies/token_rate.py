@@ -187,7 +187,9 @@ def _check_plan_fits(ctx: Deployment, prompt_tokens: float, output_tokens: float
     """
     from llmscale.perf import get_perf_model
 
-    perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
+    perf = get_perf_model(
+        ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale, precision=ctx.precision
+    )
     kv_tokens = perf.kv_capacity_tokens(
         max_num_batched_tokens=ctx.max_num_batched_tokens, max_num_seqs=ctx.max_num_seqs
     )

@@ -216,7 +216,7 @@ def degraded_perf(perf: Any, retained_share: float) -> Any:
     from llmscale.perf.step_time import PerfModel
 
     gpu = replace(perf.gpu, hbm_bandwidth_bytes_s=perf.gpu.hbm_bandwidth_bytes_s * retained_share)
-    return PerfModel(perf.model, gpu, perf.tp, perf.coeffs, stack=perf.stack)
+    return PerfModel(perf.model, gpu, perf.tp, perf.coeffs, stack=perf.stack, precision=perf.precision)
 
 
 # A fault event's tag, as the fleet hands it back: ((period x windows) + window) x 4 + kind.

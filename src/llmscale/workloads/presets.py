@@ -17,6 +17,7 @@ a parameter because the team will tune it once the simulator runs.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -35,7 +36,16 @@ from llmscale.workloads.synthetic import (
     workload_from_rate_curve,
 )
 
-__all__ = ["AZURE_CONV_LENGTHS", "BANDWIDTH_BOUND_LENGTHS", "PRESETS", "Preset", "make_preset"]
+__all__ = [
+    "AZURE_CONV_LENGTHS",
+    "BANDWIDTH_BOUND_LENGTHS",
+    "PRESETS",
+    "SERVEGEN_DAY_LEVEL",
+    "SERVEGEN_HOUR_SHAPE",
+    "Preset",
+    "make_preset",
+    "multi_day_curve",
+]
 
 # Azure LLM inference trace 2023, conversation: prompts mean 1155 / p99 4142,
 # outputs mean 211 / p99 601 tokens. Closed-form lognormal fit
@@ -227,6 +237,71 @@ def _on_off(
     )
 
 
+# ServeGen language m-large (alibaba/ServeGen, Apache-2.0; 14 days of 10-minute total rates, mean
+# 195.8 req/s), summarised to two tables: the mean rate of each hour of the day over the 14 days,
+# and each day's mean, both over the overall mean. The hour shape is mild (0.79 at 08:00 to 1.14 at
+# 19:00); the days differ more (0.54 to 1.43): the same hour's rate spreads ~30% from day to day,
+# which is what the same-hour history (llmscale.history) measures and the in-window spread cannot.
+SERVEGEN_HOUR_SHAPE: Final = (
+    0.994, 1.002, 0.986, 0.936, 0.908, 0.883, 0.854, 0.817, 0.788, 0.868, 1.046, 1.106,
+    0.971, 0.981, 1.047, 1.047, 1.109, 1.078, 1.040, 1.143, 1.133, 1.074, 1.103, 1.086,
+)  # fmt: skip
+SERVEGEN_DAY_LEVEL: Final = (
+    1.426, 1.068, 1.027, 0.895, 1.057, 0.926, 1.091, 1.234, 1.179, 0.985, 0.682, 0.645, 0.536, 1.248,
+)  # fmt: skip
+
+
+def multi_day_curve(days: int, day_s: float, rate_rps_mean: float, first_day: int = 0) -> Curve:
+    """Hourly rate points of ``days`` ServeGen-shaped days of ``day_s`` seconds each, mean ``rate_rps_mean``.
+
+    Hour h of day d runs at mean x hour_shape[h] x day_level[(first_day + d) mod 14], as a
+    piecewise-linear curve through the middle of each hour (and flat to both ends).
+    """
+    bin_s = day_s / 24.0
+    times = [0.0]
+    rates = []
+    for d in range(days):
+        level = SERVEGEN_DAY_LEVEL[(first_day + d) % len(SERVEGEN_DAY_LEVEL)]
+        for h, shape in enumerate(SERVEGEN_HOUR_SHAPE):
+            times.append((d * 24 + h + 0.5) * bin_s)
+            rates.append(level * shape)
+    times.append(days * day_s)
+    r = np.array([rates[0], *rates, rates[-1]]) * rate_rps_mean
+    return _normalise((np.array(times), r), rate_rps_mean)
+
+
+def _multi_day(
+    seed: int,
+    *,
+    rate_rps_mean: float = 4.0,
+    duration_s: float = 3 * 86_400.0,
+    day_s: float = 86_400.0,
+    first_day: float = 0.0,
+    cv: float = _AZURE_CV,
+) -> Workload:
+    _positive_rate(rate_rps_mean)
+    if not day_s > 0:
+        raise ConfigError(f"day_s = {day_s}, must be > 0")
+    if not 0 < duration_s <= 28 * day_s:
+        raise ConfigError(f"duration_s = {duration_s}, must be in (0, 28 days of day_s = {day_s})")
+    if first_day != int(first_day) or first_day < 0:
+        raise ConfigError(f"first_day = {first_day}, must be a whole number >= 0")
+    # whole days, then cut at duration_s (its rate interpolated there)
+    t, r = multi_day_curve(math.ceil(duration_s / day_s), day_s, rate_rps_mean, int(first_day))
+    keep = t < duration_s
+    t_cut = np.append(t[keep], duration_s)
+    r_cut = np.append(r[keep], np.interp(duration_s, t, r))
+    return workload_from_rate_curve(
+        *_normalise((t_cut, r_cut), rate_rps_mean),
+        seed=seed,
+        cv=cv,
+        lengths=AZURE_CONV_LENGTHS,
+        name="preset:multi-day",
+        stream="multi-day",
+        meta={"generator": "multi_day", "day_s": day_s},
+    )
+
+
 @dataclass(frozen=True)
 class Preset:
     """A named workload recipe: ``preset(seed, **params) -> Workload``."""
@@ -288,6 +363,11 @@ PRESETS: Final[dict[str, Preset]] = {
             _bandwidth_bound,
         ),
         Preset("on-off", "1 h of 5 min at 120 req/s / 5 min idle: scale-up and scale-to-zero", _on_off),
+        Preset(
+            "multi-day",
+            "3 days shaped as ServeGen m-large's hours and days, 4 req/s mean; day_s compresses a day",
+            _multi_day,
+        ),
     )
 }
 

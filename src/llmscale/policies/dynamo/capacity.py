@@ -189,7 +189,9 @@ def perf_for(ctx: Deployment) -> tuple[StepModel, int | None]:
     """The calibrated model of ``ctx``'s replica and its KV capacity in tokens (None if unknown)."""
     from llmscale.perf import get_perf_model
 
-    perf = get_perf_model(ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale)
+    perf = get_perf_model(
+        ctx.model, ctx.gpu, ctx.tp, calibration=ctx.calibration, scale=ctx.perf_scale, precision=ctx.precision
+    )
     try:
         kv_tokens: int | None = perf.kv_capacity_tokens(
             max_num_batched_tokens=ctx.max_num_batched_tokens,
