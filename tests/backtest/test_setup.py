@@ -150,3 +150,17 @@ def test_select_policies(names, expected):
 def test_an_unknown_policy_is_named():
     with pytest.raises(ConfigError, match=r"^'slo2' is not a policy; known: .*, or 'all'$"):
         select_policies(["slo", "slo2"])
+
+
+def test_a_workload_no_replica_admits_is_refused_after_the_context_is_reported():
+    """12,000-token prompts on an 8,192-token model: the caller hears of the context first (the
+    warning it prints), then ConfigError naming a model that would take them."""
+    import math
+
+    from llmscale.workloads import LognormalLengths, poisson
+
+    w = poisson(1.0, 30.0, seed=2, lengths=LognormalLengths(math.log(12_000), 0.05, math.log(200), 0.3))
+    seen = []
+    with pytest.raises(ConfigError, match="a backtest would reject them all"):
+        sized_settings(w, _request(), lambda clamped, context: seen.append(context.over_context_requests))
+    assert seen == [w.num_requests]

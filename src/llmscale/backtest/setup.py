@@ -17,12 +17,12 @@ The faults join after sizing: the defaults are sized for the fleet as it runs wh
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
-from llmscale.backtest.context_check import ContextCheck, check_context
+from llmscale.backtest.context_check import ContextCheck, check_context, within_context
 from llmscale.backtest.feasibility import feasible_only, infeasible_summary
 from llmscale.backtest.runner import BacktestSettings, build_fleet
 from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
@@ -147,13 +147,21 @@ def needs_capacity_probe(request: FleetRequest) -> bool:
     return request.static_replicas is None or request.max_replicas is None or request.initial_replicas is None
 
 
-def sized_settings(w: Workload, request: FleetRequest) -> Sizing:
+def sized_settings(
+    w: Workload,
+    request: FleetRequest,
+    on_context: Callable[[int, ContextCheck], None] | None = None,
+) -> Sizing:
     """The BacktestSettings of workload ``w``: the bounds and initial fleet the request leaves open
     sized from what one replica sustains on ``w``'s lengths, counting only the requests some fleet
     can serve within the SLO (the replay itself keeps every request).
 
     ``max_replicas``: max(64, 2 x the peak minute's need, min_replicas); ``initial_replicas``: the
     first 5 minutes' rate x 1.1 within the bounds; ``static``: the peak minute's need.
+
+    ``on_context(clamped_requests, context)`` is called once the workload is checked against the
+    model's context, before a workload no replica admits raises ConfigError (so a caller can show
+    the over-context warning first).
     """
     e = request.engine
     sim = SimConfig(
@@ -182,6 +190,9 @@ def sized_settings(w: Workload, request: FleetRequest) -> Sizing:
 
     clamped = int(cast(float, w.meta.get("clamped_rows", 0)) or 0)
     context = check_context(w, base.model, base.gpu, base.tp, base.sim, base.calibration)
+    if on_context is not None:
+        on_context(clamped, context)
+    within_context(w, context)  # raises ConfigError when no request fits
     slow = int(infeasible_summary(w, base)["prefill_past_ttft_target"])
     sized = feasible_only(w, base)
     cap: float | None = None

@@ -66,22 +66,23 @@ def print_sizing(w: Any, request: Any, err: Any) -> Any:
     from llmscale.backtest.setup import needs_capacity_probe, sized_settings
     from llmscale.report.context import context_warning
 
+    def on_context(clamped: int, context: Any) -> None:
+        if clamped:
+            # The loaders count a 0-token prompt or answer as 1 token (vLLM takes no empty prompt
+            # and emits at least one token); the user should know the trace was touched, and how much.
+            err.print(
+                f"[dim]{clamped:,} of {w.num_requests:,} requests had 0 prompt or output tokens in the "
+                "trace: replayed with 1 (an engine takes no empty prompt and returns at least one token)[/]"
+            )
+        message = context_warning(context.as_json())
+        if message is not None:
+            err.print(Text("warning: ", style="bold yellow") + Text(message))
+
     if needs_capacity_probe(request):
         with err.status("Measuring one replica's capacity on this workload..."):
-            sizing = sized_settings(w, request)
+            sizing = sized_settings(w, request, on_context)
     else:
-        sizing = sized_settings(w, request)
-    if sizing.clamped_requests:
-        # The loaders count a 0-token prompt or answer as 1 token (vLLM takes no empty prompt and
-        # emits at least one token); the user should know the trace was touched, and how much.
-        err.print(
-            f"[dim]{sizing.clamped_requests:,} of {w.num_requests:,} requests had 0 prompt or output "
-            "tokens in the trace: replayed with 1 (an engine takes no empty prompt and returns at "
-            "least one token)[/]"
-        )
-    message = context_warning(sizing.context.as_json())
-    if message is not None:
-        err.print(Text("warning: ", style="bold yellow") + Text(message))
+        sizing = sized_settings(w, request, on_context)
     if sizing.prefill_past_ttft_target:
         err.print(
             f"[dim]{sizing.prefill_past_ttft_target:,} of {w.num_requests:,} requests cannot meet the "
