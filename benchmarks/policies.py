@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 from llmscale.backtest.causal_reference import REFERENCE
-from llmscale.cli import DEFAULT_POLICIES
+from llmscale.policies.base import DEFAULT_POLICIES
 
 REPO = Path(__file__).resolve().parents[1]
 #: the shared traces: ../shared/data beside the checkout, or $LLMSCALE_SHARED_DATA (a git worktree

@@ -1,7 +1,7 @@
 """The ``--json`` documents of ``analyze``, ``diagnose``, ``calibrate`` and ``tune``, from their results.
 
 Plain dicts shaped as the models of :mod:`llmscale.schemas` describe (the CLI adds
-``schema_version`` when it writes them: :func:`llmscale.cli_common.write_json`). Numbers that
+``schema_version`` when it writes them: :func:`llmscale.cli.common.write_json`). Numbers that
 are NaN or infinite in a result (a knee without a value) become null: JSON has no NaN, and
 ``json.dumps`` would write a bare ``NaN`` no strict reader takes.
 """

@@ -71,9 +71,10 @@ RANKS: dict[str, int] = {
     # the configuration edge and the composition root that builds the live controller from it
     "config": 10,
     "wiring": 11,
-    # the command line and the options, logging and JSON writing its commands share
+    # the command line (one module per command group, the options, logging and JSON writing its
+    # commands share) and ``python -m llmscale``
     "cli": 12,
-    "cli_common": 12,
+    "__main__": 12,
 }
 
 

@@ -20,8 +20,8 @@ from llmscale.backtest.causal_reference import REFERENCE, ReferenceSettings, del
 from llmscale.backtest.compare import build_document, run_backtest
 from llmscale.backtest.oracle_schedule import Grid
 from llmscale.backtest.runner import BacktestSettings
-from llmscale.cli import DEFAULT_POLICIES
 from llmscale.errors import ConfigError
+from llmscale.policies.base import DEFAULT_POLICIES
 from llmscale.report import comparison_table
 from llmscale.workloads import load_trace, make_preset, rate_scale, window
 from llmscale.workloads.model import Workload

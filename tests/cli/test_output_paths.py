@@ -129,20 +129,23 @@ def test_an_overlong_file_name_is_a_clean_error(tmp_path: Path):
 
 def test_a_write_that_fails_at_the_end_names_the_option(tmp_path: Path):
     """A write can still fail at the end (a full disk): an error naming the option, not a traceback."""
-    from llmscale.cli import _write_output
+    from llmscale.cli.output import write_output
     from llmscale.errors import LlmscaleError
 
     with pytest.raises(LlmscaleError, match=r"^--json .*: cannot write: "):
-        _write_output(tmp_path / "missing" / "out.json", "{}", "--json")
+        write_output(tmp_path / "missing" / "out.json", "{}", "--json")
 
 
 def test_max_num_seqs_zero_is_an_error_not_the_default():
     """`--max-num-seqs 0` was read as 'not given' (a falsy `or`) and ran with 256."""
-    from llmscale.cli import _engine_settings
+    from llmscale.backtest.setup import engine_settings
+    from llmscale.cli.options import check_engine
 
     with pytest.raises(ConfigError, match="--max-num-seqs = 0, must be >= 1"):
-        _engine_settings(None, 0, None, None)
+        check_engine(engine_settings(None, 0, None, None))
     with pytest.raises(ConfigError, match=r"--max-num-batched-tokens = 1, must be >= --max-num-seqs \(256\)"):
-        _engine_settings(None, None, 1, None)
+        check_engine(engine_settings(None, None, 1, None))
     # without chunked prefill the budget is per prompt, and vLLM's own rule is about the context
-    assert _engine_settings(None, None, 128, False)["max_num_batched_tokens"] == 128
+    engine = engine_settings(None, None, 128, False)
+    check_engine(engine)
+    assert engine.max_num_batched_tokens == 128

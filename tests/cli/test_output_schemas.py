@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from llmscale.cli import app
-from llmscale.cli_common import configure_logging
+from llmscale.cli.common import configure_logging
 from llmscale.schemas import COMMANDS, SCHEMA_VERSION, load_schema, schema_of
 from support.page_server import PageServer, page_server  # noqa: F401  (fixture)
 from support.prometheus_server import PrometheusServer, TargetGroup, prometheus_server  # noqa: F401

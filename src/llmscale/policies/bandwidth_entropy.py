@@ -276,8 +276,9 @@ _PARAMS: dict[str, Param] = {**params_of(BandwidthEntropyConfig), **params_of(Ma
 
 @register(
     "bandwidth-entropy",
-    "seed 004: bandwidth P95 > 0.85 and queue entropy > 0.72 -> +1 (+2 above 0.9/0.8); "
-    "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer; 3.2's state machine blocks shrinking "
+    "memory bandwidth and queue entropy: bandwidth P95 > 0.85 and queue entropy > 0.72 -> +1 "
+    "(+2 above 0.9/0.8); "
+    "< 0.4 and < 0.25 for 5 min -> -1; 90 s warm-up buffer; a fleet-state machine blocks shrinking "
     "while warming, saturated or degraded",
     _PARAMS,
     check=BandwidthEntropyConfig.check_params,

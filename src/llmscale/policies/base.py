@@ -18,6 +18,7 @@ from llmscale.policies.params import Param, PolicyParamError, check_param
 from llmscale.types import Decision, Signals
 
 __all__ = [
+    "DEFAULT_POLICIES",
     "POLICIES",
     "ParamsCheck",
     "Policy",
@@ -26,6 +27,7 @@ __all__ = [
     "names_a_signal",
     "policy_names",
     "register",
+    "select_policies",
     "validate_params",
 ]
 
@@ -255,3 +257,36 @@ def _load_builtin_policies() -> None:
 def policy_names() -> list[str]:
     _load_builtin_policies()
     return sorted(POLICIES)
+
+
+#: what a backtest runs when no policy is named: ours, the fixed-fleet baseline and the autoscalers
+#: people run today (HPA, KEDA, Knative, AIBrix, Ray Serve, Dynamo, llm-d WVA); ``all`` names every
+#: registered policy (:func:`select_policies`)
+DEFAULT_POLICIES: tuple[str, ...] = (
+    "slo",
+    "static",
+    "hpa-gpu-util",
+    "keda-queue",
+    "knative-kpa",
+    "aibrix-apa",
+    "ray-serve",
+    "dynamo-sla",
+    "wva-saturation",
+)
+
+
+def select_policies(names: list[str]) -> list[str]:
+    """The policies ``names`` asks for, in its order without repeats: none for
+    :data:`DEFAULT_POLICIES` (those registered), ``all`` for every registered policy.
+
+    ConfigError names a name that is no policy (``'slo2' is not a policy; known: ...``).
+    """
+    known = set(policy_names())
+    if "all" in names:
+        return policy_names()
+    if not names:
+        return [p for p in DEFAULT_POLICIES if p in known]
+    for n in names:
+        if n not in known:
+            raise ConfigError(f"{n!r} is not a policy; known: {', '.join(sorted(known))}, or 'all'")
+    return list(dict.fromkeys(names))

@@ -305,7 +305,7 @@ _PARAMS: dict[str, Param] = {
 
 @register(
     "breathing",
-    "seed 003 ch.1 + 2.5: P99 > 2 s or queue > 10 for 30 s -> up now (early on z > 3); "
+    "rhythm-aware reactive scaling: P99 > 2 s or queue > 10 for 30 s -> up now (early on z > 3); "
     "GPU < 30% and no new requests for 2 min -> -1, unless the load's rhythm is about to rise",
     _PARAMS,
     reads=(

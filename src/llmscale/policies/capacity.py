@@ -299,7 +299,8 @@ class CalibratedCapacityPolicy:
 
 @register(
     "capacity",
-    "seed 000 4.2: ceil((running + waiting) / int(2 s x 1200 / (1 + 0.002 avg_seq_len))) GPUs",
+    "running + waiting over a fixed per-GPU batch: "
+    "ceil((running + waiting) / int(2 s x 1200 / (1 + 0.002 avg_seq_len))) GPUs",
     params_of(CapacityConfig),
     reads=("running", "queue_waiting", "prompt_len_mean_tokens", "decode_steps_mean"),
 )
@@ -310,7 +311,7 @@ def _make(ctx: Deployment, params: Mapping[str, Any]) -> CapacityPolicy:
 
 @register(
     "capacity-calibrated",
-    "seed 000 4.2 with llmscale's capacity model (mean mode): (rate x D x ITL + waiting) / B, the batch "
+    "capacity from llmscale's step-time model (mean mode): (rate x D x ITL + waiting) / B, the batch "
     "whose mean ITL reaches the TPOT SLO",
     {
         "tpot_s": Param(None, WINDOW_RANGE, kind=float, unit="s", help="default: the TPOT SLO"),

@@ -198,7 +198,8 @@ _PARAMS: dict[str, Param] = params_of(CompositeConfig)
 
 @register(
     "composite",
-    "seed 000 3.1: 0.3 prompt + 0.4 decode + 0.3 KV growth > 85% for 3 periods -> +1; "
+    "composite prefill, decode and KV-growth load: 0.3 prompt + 0.4 decode + 0.3 KV growth > 85% "
+    "for 3 periods -> +1; "
     "KV shrinking and prompts < 128 tokens -> halve",
     _PARAMS,
     reads=(

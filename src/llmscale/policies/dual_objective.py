@@ -128,7 +128,8 @@ _PARAMS: dict[str, Param] = params_of(DualObjectiveConfig)
 
 @register(
     "dual-objective",
-    "seed 003 3.2: TTFT P95 > 200 ms AND OOM risk > 0.35 -> +1; 0.6/0.4-weighted pressure < 0.5 -> -1",
+    "latency and memory together: TTFT P95 > 200 ms AND OOM risk > 0.35 -> +1; "
+    "0.6/0.4-weighted pressure < 0.5 -> -1",
     _PARAMS,
     reads=("queue_waiting", "running", "oom_risk"),
 )

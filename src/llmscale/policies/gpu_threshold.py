@@ -188,7 +188,7 @@ _HPA_COMMON: dict[str, Param] = params_of(HpaTarget)
 
 @register(
     "gpu-mem-copy",
-    "seed 000 ch.1: HPA on max(SM_ACTIVE %, MEM_COPY_UTIL) per pod, target 35%",
+    "HPA on GPU compute or copy activity: max(SM_ACTIVE %, MEM_COPY_UTIL) per pod, target 35%",
     # Under 1% the usage ratio (mean / target) of a busy pod overflows for denormal targets.
     {"target_pct": Param(35.0, "[1, 100]", unit="%"), **_HPA_COMMON},
     reads=("gpu_composite_util",),
@@ -199,7 +199,7 @@ def _make_mem_copy(ctx: Deployment, params: Mapping[str, Any]) -> GpuMemCopyPoli
 
 @register(
     "effective-vram",
-    "seed 000 3.3: HPA on 0.4 used/total + 0.3 bw/bw_max + 0.3 l2_miss/0.8, target 0.85",
+    "HPA on effective VRAM: 0.4 used/total + 0.3 bw/bw_max + 0.3 l2_miss/0.8, target 0.85",
     {"target": Param(0.85, AMOUNT_RANGE), **_HPA_COMMON},
     reads=("effective_vram",),
 )

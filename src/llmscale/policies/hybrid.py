@@ -430,7 +430,8 @@ def _config(ctx: Deployment, p: Mapping[str, Any]) -> HybridConfig:
 
 @register(
     "hybrid",
-    "seed 002 3.2: queue > 50, or P99 > 5 s with GPU > 85% -> +1; GPU < 30%, queue 0, P99 < 2 s -> -1; "
+    "queue and latency hybrid: queue > 50, or P99 > 5 s with GPU > 85% -> +1; "
+    "GPU < 30%, queue 0, P99 < 2 s -> -1; "
     "cooldowns 120 s up / 600 s down",
     _PARAMS,
     check=HybridConfig.check_params,
@@ -442,7 +443,8 @@ def _make(ctx: Deployment, params: Mapping[str, Any]) -> HybridPolicy:
 
 @register(
     "hybrid-predictive",
-    "seed 002 5.1: Holt forecast of the request rate one cold start ahead, reactive hybrid as the fallback",
+    "predictive hybrid: Holt forecast of the request rate one cold start ahead, "
+    "reactive hybrid as the fallback",
     _PREDICTIVE_PARAMS,
     check=HybridConfig.check_params,
     reads=("gpu_util_mean", "running", "request_rate_rps", "serving_replicas", "ghost_replicas"),

@@ -216,7 +216,7 @@ _PARAMS: dict[str, Param] = {
 
 @register(
     "three-layer",
-    "seed 003 3.1: request layer (TTFT SLO, queue 5/replica) triggers, instance layer checks readiness, "
+    "three layers: the request layer (TTFT SLO, queue 5/replica) triggers, instance layer checks readiness, "
     "resource layer admits (GPU budget, KV headroom)",
     _PARAMS,
     check=ThreeLayerConfig.check_params,

@@ -222,7 +222,7 @@ def _live_check(params: Mapping[str, Any]) -> str | None:
 
 @register(
     "token-rate",
-    "seed 000 2.4: HPA on generated tokens/s per replica over the adaptive window, target from the "
+    "HPA on generated tokens/s per replica over the adaptive window, target from the "
     "capacity model (mean mode) at the TPOT SLO",
     _PARAMS,
     needs_step_model=True,

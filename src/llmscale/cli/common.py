@@ -5,7 +5,7 @@ Typer app's group class) gives every command ``--log-level`` and ``--log-format`
 :func:`configure_logging` before the command's own code, and it gives every option an
 environment variable ``LLMSCALE_<OPTION>`` (``--max-replicas`` reads ``LLMSCALE_MAX_REPLICAS``),
 shown in ``--help``. A value on the command line wins over the variable, the variable over the
-default. Commands keep their own signatures: nothing here is repeated in ``cli.py``.
+default. Commands keep their own signatures: nothing here is repeated in a command module.
 
 :func:`write_json` is how a command prints its ``--json`` document: the document carries
 ``schema_version`` (:data:`llmscale.schemas.SCHEMA_VERSION`) and is checked in the tests against
