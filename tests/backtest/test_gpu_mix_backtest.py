@@ -67,3 +67,23 @@ def test_gpus_are_checked_at_the_edge() -> None:
         _settings(gpu="h100-80gb", gpus=("a100-80gb", "h200"))
     with pytest.raises(ConfigError, match="listed twice"):
         _settings(gpu="h100-80gb", gpus=("h100", "h100-80gb"))
+
+
+@pytest.mark.slow
+def test_switching_type_keeps_the_serving_replicas_until_the_new_ones_serve(chat: Workload) -> None:
+    # One H100 serving ~9 req/s (within its ~13); the A100s are cheaper per request, so gpu-mix
+    # asks for two A100s instead. Cutting the H100 at once left the load on nothing for a cold
+    # start (time-outs); held until its replacements serve, nothing times out, and the held
+    # replica is not counted again into the guards' total (which grew the fleet every tick).
+    settings = BacktestSettings(
+        min_replicas=1, max_replicas=12, initial_replicas=1, sim=SIM, gpu="h100-80gb", gpus=GPUS[:2]
+    )
+    keep = np.arange(chat.num_requests) % 9 < 4
+    light = Workload.from_arrays(
+        "chat-light", chat.arrival_s[keep], chat.input_tokens[keep], chat.output_tokens[keep], {}
+    )
+    results, _, _ = run_backtest(light, ["gpu-mix"], settings, include_oracle=False)
+    row = results[0].summary
+    assert row["gpu_hours_by_gpu"]["a100-80gb"] > 0, row
+    assert row["timed_out"] == 0 and row["slo_attainment"] >= 0.99, row
+    assert row["replicas_max"] <= 5, row

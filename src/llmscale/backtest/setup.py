@@ -26,6 +26,7 @@ from llmscale.backtest.context_check import ContextCheck, check_context, within_
 from llmscale.backtest.feasibility import feasible_only, infeasible_summary
 from llmscale.backtest.runner import BacktestSettings, build_fleet
 from llmscale.backtest.sizing import replica_capacity_rps, replicas_for_rate
+from llmscale.errors import ConfigError
 from llmscale.sim.config import SimConfig
 from llmscale.sim.faults import AdaptiveBatchConfig, HbmGlitch, parse_glitch
 from llmscale.workloads.model import Workload
@@ -93,6 +94,11 @@ class FleetRequest:
     engine: Engine
     calibration: str | None
     policy_params: Mapping[str, Mapping[str, Any]]
+    #: the served model's number formats as vLLM names them (docs/fp8.md): the capacity probe and
+    #: every run price FP8 weights and KV cache when asked
+    dtype: str = "auto"
+    quantization: str = "none"
+    kv_cache_dtype: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +192,9 @@ def sized_settings(
         seed=request.seed,
         sim=sim,
         calibration=request.calibration,
+        dtype=request.dtype,
+        quantization=request.quantization,
+        kv_cache_dtype=request.kv_cache_dtype,
     ).with_cold_start()
 
     clamped = int(cast(float, w.meta.get("clamped_rows", 0)) or 0)
@@ -269,6 +278,36 @@ def with_start_tiers(
     if wake_s is not None:
         sim = replace(sim, wake_s=wake_s)
     return replace(base, sim=sim)
+
+
+def with_gpus_and_history(
+    settings: BacktestSettings,
+    gpus: str | None,
+    gpu_prices: Path | None,
+    history: Workload | None,
+    history_period_s: float,
+) -> BacktestSettings:
+    """``settings`` with a mixed fleet's GPU types (``--gpus a100-80gb,h100-80gb``) and prices
+    (``--gpu-prices``, docs/gpu-mix.md), and the same-hour rate history seeded from ``history``,
+    a workload of the days before the run (``--history-from``, docs/history.md)."""
+    from llmscale.history import RateHistory, history_before
+    from llmscale.mix.prices import load_gpu_prices
+
+    if gpus is not None:
+        names = tuple(g.strip() for g in gpus.split(",") if g.strip())
+        if not names:
+            raise ConfigError(f"--gpus {gpus!r}: name at least one GPU type, e.g. a100-80gb,h100-80gb")
+        settings = replace(settings, gpus=names)
+    if gpu_prices is not None:
+        settings = replace(settings, gpu_prices=load_gpu_prices(gpu_prices))
+    if not 60.0 <= history_period_s <= 30 * 86400.0:
+        raise ConfigError(f"--history-period-s = {history_period_s:g}, must be within [60, 2592000]")
+    if history is not None:
+        seeded = history_before(history.arrival_s, settings.start_unix_s, period_s=history_period_s)
+        settings = replace(settings, history=seeded)
+    elif history_period_s != 86400.0:
+        settings = replace(settings, history=RateHistory(period_s=history_period_s))
+    return settings
 
 
 def with_node_pool(

@@ -14,17 +14,20 @@ from llmscale.cli.options import (
     BurstShare,
     Calibration,
     ChunkedPrefill,
+    Dtype,
     Format,
     Gpu,
     GraceS,
     HbmGlitch,
     InitialReplicas,
+    KvCacheDtype,
     Lengths,
     MaxNumBatchedTokens,
     MaxNumSeqs,
     MaxReplicas,
     MinReplicas,
     Model,
+    Quantization,
     RateScale,
     RateShape,
     Router,
@@ -143,6 +146,33 @@ def backtest(
     model: Model = DEFAULT_DEPLOYMENT.model,
     gpu: Gpu = DEFAULT_DEPLOYMENT.gpu,
     tp: Tp = DEFAULT_DEPLOYMENT.tp,
+    dtype: Dtype = DEFAULT_DEPLOYMENT.dtype,
+    quantization: Quantization = DEFAULT_DEPLOYMENT.quantization,
+    kv_cache_dtype: KvCacheDtype = DEFAULT_DEPLOYMENT.kv_cache_dtype,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            help="GPU types of a mixed fleet, e.g. a100-80gb,h100-80gb,h200: the gpu-mix policy chooses the "
+            "cheapest mix among them (--gpu must be one of them; the other policies scale --gpu)."
+        ),
+    ] = None,
+    gpu_prices: Annotated[
+        Path | None,
+        typer.Option(
+            help="YAML of prices per GPU-hour and max_gpus per type (docs/gpu-mix.md); default: the "
+            "cited on-demand list prices, no limits."
+        ),
+    ] = None,
+    history_from: Annotated[
+        str | None,
+        typer.Option(
+            help="A trace or preset of the days before the run (as --trace or --workload take): seeds the "
+            "same-hour rate history the eviction window and seasonal forecasts read (docs/history.md)."
+        ),
+    ] = None,
+    history_period_s: Annotated[
+        float, typer.Option(help="The history's period, s (86400: a day; shorter for a compressed day).")
+    ] = 86400.0,
     rate_scale: RateScale = 1.0,
     scale_mode: ScaleMode = "users",
     lengths: Lengths = None,
@@ -268,6 +298,7 @@ def backtest(
         engine_settings,
         faults_from_text,
         with_faults,
+        with_gpus_and_history,
         with_node_pool,
         with_standby_replicas,
         with_start_tiers,
@@ -309,7 +340,12 @@ def backtest(
             ("--report", report),
             ("--decisions", decisions),
         ],
-        [("--trace", trace), ("--policy-config", policy_config), ("--calibration", calibration)],
+        [
+            ("--trace", trace),
+            ("--policy-config", policy_config),
+            ("--calibration", calibration),
+            ("--gpu-prices", gpu_prices),
+        ],
     )
     # a pool is part of the fleet: at most the fleet's bound (a million ran out of memory in 50 s)
     check_option("--standby-replicas", standby_replicas, f"[0, {max_replicas or MAX_REPLICAS}]", integer=True)
@@ -352,6 +388,9 @@ def backtest(
         engine=engine,
         calibration=None if calibration is None else str(calibration),
         policy_params=params,
+        dtype=dtype,
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
     )
     settings = print_sizing(w, request, err)
     curve_sizes = _standby_sizes(standby_curve)
@@ -376,6 +415,26 @@ def backtest(
     # The faults join after sizing: the defaults are sized for the fleet as it runs when healthy.
     settings = with_faults(settings, faults)
     settings = replace(settings, start_unix_s=run_start_unix_s(w.meta, start_at, start_s or 0.0))
+    history = None
+    if history_from is not None:
+        history_path = Path(history_from)
+        history = load_workload(
+            workload_source(
+                history_path if history_path.exists() else None,
+                "auto",
+                None if history_path.exists() else history_from,
+                seed,
+                None,
+                None,
+                1.0,
+                rate_shape,
+                0.0,
+            ),
+            seed,
+            err,
+            quiet=True,
+        )
+    settings = with_gpus_and_history(settings, gpus, gpu_prices, history, history_period_s)
     try:
         check_policies(names, settings)
     except ConfigError as e:

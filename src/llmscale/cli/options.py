@@ -73,6 +73,21 @@ GPU_HELP = "GPU: " + ", ".join(GPUS) + " (or an alias, or a MIG slice gpu:profil
 Model = Annotated[str, typer.Option(help="Model: short name (llama-3-8b) or Hugging Face id.")]
 Gpu = Annotated[str, typer.Option(help=GPU_HELP)]
 Tp = Annotated[int, typer.Option(help="Tensor-parallel GPUs per replica: 1, 2, 4 or 8.")]
+# -- number formats, as vLLM names its arguments (docs/fp8.md) -----------------------------------
+Dtype = Annotated[
+    str, typer.Option(help="The model's weight/activation dtype, as vLLM's --dtype: auto, bfloat16, float16.")
+]
+Quantization = Annotated[
+    str,
+    typer.Option(
+        help="As vLLM's --quantization: none, or fp8 (FP8 linear weights: W8A8 on H100/H200, "
+        "weight-only on A100)."
+    ),
+]
+KvCacheDtype = Annotated[
+    str,
+    typer.Option(help="As vLLM's --kv-cache-dtype: auto, fp8, fp8_e4m3, fp8_e5m2 (fp8 halves the KV bytes)."),
+]
 
 # -- the fleet's bounds (None: sized from the workload) ------------------------------------------
 MinReplicas = Annotated[int, typer.Option(help="Lower bound for autoscaling policies.")]

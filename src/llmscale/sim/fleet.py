@@ -881,6 +881,14 @@ class Fleet:
                 counts[self._pool_of[r]] += 1
         return tuple(counts)
 
+    def pool_ready_counts(self) -> tuple[int, ...]:
+        """Ready (serving) replicas per GPU pool of a mixed fleet."""
+        counts = [0] * len(self._pools)
+        for r in self.replicas:
+            if r.phase == Phase.READY:
+                counts[self._pool_of[r]] += 1
+        return tuple(counts)
+
     def set_standby(self, n: int, now: float) -> None:
         """Keep ``n`` replicas in vLLM level-1 sleep (the standby pool); pre: n >= 0.
 
