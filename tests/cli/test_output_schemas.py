@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from llmscale.cli import app
 from llmscale.cli.common import configure_logging
+from llmscale.errors import ConfigError
 from llmscale.schemas import COMMANDS, SCHEMA_VERSION, load_schema, schema_of
 from support.page_server import PageServer, page_server  # noqa: F401  (fixture)
 from support.prometheus_server import PrometheusServer, TargetGroup, prometheus_server  # noqa: F401
@@ -259,3 +260,25 @@ def test_node_check(
     _valid("node-check", doc)
     assert _valid("node-check", json.loads(out.read_text())) == doc
     assert doc["readings"]["free_memory_bytes"] == pytest.approx(5.1e10)
+
+
+def test_backtest_disaggregated_json_follows_its_schema(tmp_path: Path) -> None:
+    out, log = tmp_path / "disagg.json", tmp_path / "disagg.jsonl"
+    _cli("backtest", *WORKLOAD, "--disaggregated", "--policy", "slo-disagg,static", "--no-oracle",
+         "--json", str(out), "--decisions", str(log))  # fmt: skip
+    doc = _valid("backtest-disaggregated", json.loads(out.read_text()))
+    assert [r["policy"] for r in doc["results"]] == ["slo-disagg", "static"]
+    for row in doc["results"]:
+        pools = row["pools"]
+        assert row["gpu_hours"] == pytest.approx(
+            pools["prefill"]["gpu_hours"] + pools["decode"]["gpu_hours"], abs=1e-4
+        )
+    assert {json.loads(line)["pool"] for line in log.read_text().splitlines()} == {"prefill", "decode"}
+
+
+def test_backtest_disaggregated_refuses_what_only_one_pool_has(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        app, ["backtest", *WORKLOAD, "--disaggregated", "--report", str(tmp_path / "r.html")]
+    )
+    assert isinstance(res.exception, ConfigError), res.exception  # the command line's exit 2
+    assert "--disaggregated writes the table" in str(res.exception)

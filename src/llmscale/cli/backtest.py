@@ -277,6 +277,27 @@ def backtest(
         int | None,
         typer.Option(help="slo's standby pool of sleeping replicas (its standby_replicas parameter)."),
     ] = None,
+    disaggregated: Annotated[
+        bool,
+        typer.Option(
+            help="Separate prefill and decode pools joined by a KV transfer, each sized by its own "
+            "controller (policies slo-disagg, dynamo-disagg, static, or any other per pool; "
+            "docs/disaggregation.md)."
+        ),
+    ] = False,
+    interconnect: Annotated[
+        str, typer.Option(help="--disaggregated: the KV transfer's link: nvlink, infiniband or ethernet.")
+    ] = "infiniband",
+    prefill_replicas: Annotated[
+        int, typer.Option(help="--disaggregated: the prefill pool's first size.")
+    ] = 2,
+    decode_replicas: Annotated[int, typer.Option(help="--disaggregated: the decode pool's first size.")] = 2,
+    prefill_max_replicas: Annotated[
+        int | None, typer.Option(help="--disaggregated: the prefill pool's bound (default --max-replicas).")
+    ] = None,
+    decode_max_replicas: Annotated[
+        int | None, typer.Option(help="--disaggregated: the decode pool's bound (default --max-replicas).")
+    ] = None,
     standby_curve: Annotated[
         str | None,
         typer.Option(
@@ -349,7 +370,20 @@ def backtest(
     )
     # a pool is part of the fleet: at most the fleet's bound (a million ran out of memory in 50 s)
     check_option("--standby-replicas", standby_replicas, f"[0, {max_replicas or MAX_REPLICAS}]", integer=True)
-    names = split_policies(policy)
+    if disaggregated:
+        from llmscale.backtest.disagg import DISAGG_POLICIES
+        from llmscale.policies.base import policy_names
+
+        given = [n.strip() for p in policy or () for n in p.split(",") if n.strip()]
+        names = given or list(DISAGG_POLICIES)
+        unknown = [n for n in names if n not in DISAGG_POLICIES and n not in policy_names()]
+        if unknown:
+            raise ConfigError(
+                f"--policy {unknown[0]!r} is not a policy; with --disaggregated: "
+                f"{', '.join(DISAGG_POLICIES)} or any of `llmscale policies` per pool"
+            )
+    else:
+        names = split_policies(policy)
     params = load_policy_config(policy_config)
     check_option("--seeds", seeds, f"[1, {MAX_SEEDS}]", integer=True)
     source = workload_source(
@@ -435,6 +469,41 @@ def backtest(
             quiet=True,
         )
     settings = with_gpus_and_history(settings, gpus, gpu_prices, history, history_period_s)
+    if disaggregated:
+        from llmscale.cli.disaggregated import run_disaggregated_backtest
+        from llmscale.sim.disagg import DisaggConfig
+
+        if report is not None or seeds > 1 or ray is not None or standby_curve is not None:
+            raise ConfigError(
+                "--disaggregated writes the table, --json and --decisions; --report, --seeds, --ray and "
+                "--standby-curve are for one aggregated pool"
+            )
+        for option, value in (
+            ("--prefill-replicas", prefill_replicas),
+            ("--decode-replicas", decode_replicas),
+        ):
+            check_option(option, value, f"[1, {MAX_REPLICAS}]", integer=True)
+        settings = replace(
+            settings,
+            disaggregated=DisaggConfig(
+                interconnect=interconnect,
+                prefill_initial_replicas=prefill_replicas,
+                decode_initial_replicas=decode_replicas,
+                prefill_max_replicas=prefill_max_replicas,
+                decode_max_replicas=decode_max_replicas,
+            ),
+        )
+        run_disaggregated_backtest(
+            w,
+            names,
+            settings,
+            with_oracle=oracle,
+            json_out=json_out,
+            decisions=decisions,
+            out=out,
+            err=err,
+        )
+        return
     try:
         check_policies(names, settings)
     except ConfigError as e:

@@ -135,6 +135,52 @@ class BacktestDocument(_Closed):
     seeds: dict[str, Any] | None = None
 
 
+class DisaggPool(_Closed):
+    """One pool's share of a disaggregated run (``pools.prefill``, ``pools.decode``)."""
+
+    gpu_hours: float
+    replicas_mean: Num
+    replicas_max: int | None
+    scale_events: int
+    requests: int
+
+
+class DisaggRow(_Closed):
+    """One policy's row of ``backtest --disaggregated``: llmscale.backtest.disagg.DISAGG_KEYS."""
+
+    policy: str
+    mode: str
+    interconnect: str
+    requests: int
+    completed: int
+    rejected: int
+    timed_out: int
+    killed_by_scale_down: int
+    in_flight_at_end: int
+    slo_attainment: Num = Field(description="share of all arrived requests that met the SLO")
+    ttft_p50_s: Num
+    ttft_p99_s: Num
+    tpot_p50_s: Num
+    tpot_p99_s: Num
+    e2e_p99_s: Num
+    transfer_p50_s: Num = Field(description="the KV transfer from the prefill to the decode pool")
+    transfer_p99_s: Num
+    gpu_hours: float = Field(description="both pools")
+    pools: dict[str, DisaggPool]
+    wall_s: float
+
+
+class DisaggDocument(_Closed):
+    """``llmscale backtest --disaggregated --json``."""
+
+    schema_version: _Version
+    workload: BacktestWorkload
+    config: dict[str, Any]
+    results: list[DisaggRow]
+    #: the cheapest pair of constant pool sizes meeting 99% (a lower bound on steady load)
+    oracle: DisaggRow | None
+
+
 # ---------------------------------------------------------------------------------------------
 # loadgen
 
@@ -371,6 +417,7 @@ class NodeCheckDocument(_Closed):
 #: command -> the model of its --json document
 COMMANDS: dict[str, type[BaseModel]] = {
     "backtest": BacktestDocument,
+    "backtest-disaggregated": DisaggDocument,
     "loadgen": LoadgenDocument,
     "tenants": TenantsDocument,
     "analyze": AnalyzeDocument,
