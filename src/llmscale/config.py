@@ -140,7 +140,7 @@ class TargetConfig(_Section):
 
     @model_validator(mode="after")
     def _known_precision(self) -> TargetConfig:
-        from llmscale.perf.precision import precision_of
+        from llmscale.precision import precision_of
 
         try:
             precision_of(self.dtype, self.kv_cache_dtype, self.quantization)

@@ -17,8 +17,8 @@ from llmscale.guards import GuardConfig
 
 if TYPE_CHECKING:
     from llmscale.mix.prices import GpuPrices
-    from llmscale.perf.precision import Precision
     from llmscale.perf.profile import FactorScale
+    from llmscale.precision import Precision
 
 __all__ = ["DEFAULT_DEPLOYMENT", "Deployment", "GuardOverriding", "guard_config"]
 
@@ -69,7 +69,7 @@ class Deployment:
     #: cited defaults, no limits)
     gpu_prices: GpuPrices | None = None
     #: the served model's number formats, as vLLM names its arguments (``--dtype``,
-    #: ``--quantization``, ``--kv-cache-dtype``; :mod:`llmscale.perf.precision`): bf16 throughout
+    #: ``--quantization``, ``--kv-cache-dtype``; :mod:`llmscale.precision`): bf16 throughout
     #: by default; ``quantization="fp8"`` halves the linear weights' bytes, ``kv_cache_dtype="fp8"``
     #: the KV cache's
     dtype: str = "auto"
@@ -78,8 +78,8 @@ class Deployment:
 
     @property
     def precision(self) -> Precision:
-        """The validated :class:`~llmscale.perf.precision.Precision` (ConfigError if a name is unknown)."""
-        from llmscale.perf.precision import precision_of
+        """The validated :class:`~llmscale.precision.Precision` (ConfigError if a name is unknown)."""
+        from llmscale.precision import precision_of
 
         return precision_of(self.dtype, self.kv_cache_dtype, self.quantization)
 

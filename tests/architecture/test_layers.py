@@ -26,6 +26,8 @@ RANKS: dict[str, int] = {
     "_source_first": 0,
     "errors": 0,
     "ranges": 0,
+    # the served model's number formats (vLLM's dtype names): validated at the edge without the model
+    "precision": 0,
     "types": 0,
     "clock": 0,
     "slo": 0,

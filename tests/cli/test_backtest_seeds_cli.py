@@ -52,8 +52,9 @@ def test_one_seed_output_is_unchanged(tmp_path: Path) -> None:
     """Golden: one seed's JSON is what the code before --seeds wrote, wall times left out.
 
     Regenerate only for a deliberate change of the simulator or the policies, with the command
-    of SMALL plus ``--no-oracle --json``. Last taken with the refit step-time coefficients and
-    slo's tail model (slo 53.3% at 0.324 GPU-h; static unchanged in attainment).
+    of SMALL plus ``--no-oracle --json``. Last taken when every row gained ``cost`` and
+    ``cost_currency`` and slo began cancelling starts whose reason passed (slo 53.3% at 0.306
+    GPU-h, was 0.324, one cold start fewer; static unchanged but for its cost).
     """
     doc = _backtest(tmp_path, "--no-oracle", "--seeds", "1")
     # the document's version (llmscale/schemas), added after the golden was made: the rest is as it was

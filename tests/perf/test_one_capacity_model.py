@@ -35,8 +35,9 @@ CTX = Deployment(min_replicas=1, max_replicas=100, model=MODEL, gpu=GPU)
 _PRIMITIVES = {"decode_affine", "max_decode_batch_for_tpot"}
 #: modules outside perf/ allowed to price engine iterations: the simulator and emulator run them,
 #: and Dynamo's planner interpolates its profiler's measurements, which llmscale's step-time model
-#: stands in for (a faithful re-implementation of ai-dynamo's search, not llmscale's model)
-_ALLOWED = {"policies/dynamo/capacity.py"}
+#: stands in for (a faithful re-implementation of ai-dynamo's search, not llmscale's model; its
+#: disaggregated planner's interpolation likewise)
+_ALLOWED = {"policies/dynamo/capacity.py", "policies/dynamo/disagg.py"}
 _ALLOWED_DIRS = ("perf/", "sim/", "emulate/", "offline/")
 #: what a module outside perf/ may take from the model: the one entry point, its buckets and types
 _PUBLIC = {
@@ -46,6 +47,7 @@ _PUBLIC = {
     "CapacityMode",
     "length_bucket",
     "fleet_bucket",
+    "decode_only_batch",
 }
 
 

@@ -1,4 +1,4 @@
-"""FP8 weights and FP8 KV cache in the step-time model (perf/precision.py; docs/fp8.md).
+"""FP8 weights and FP8 KV cache in the step-time model (precision.py; docs/fp8.md).
 
 The bf16 model is the fitted one and must not move; FP8 changes bytes moved, KV capacity and the
 GEMM rate by physics only (no coefficient was refitted). Published FP8-vs-BF16 serving figures are
@@ -16,7 +16,7 @@ import pytest
 from llmscale.backtest.runner import BacktestSettings, run_policy
 from llmscale.errors import ConfigError
 from llmscale.perf import PerfModel, get_perf_model, precision_of
-from llmscale.perf.precision import BF16, Precision
+from llmscale.precision import BF16, Precision
 from llmscale.workloads.synthetic import poisson
 
 W8 = precision_of(quantization="fp8")

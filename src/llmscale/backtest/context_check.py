@@ -25,7 +25,7 @@ from llmscale.sim.limits import ContextLimit, context_limit, exceeds_context
 from llmscale.workloads.model import Workload
 
 if TYPE_CHECKING:
-    from llmscale.perf.precision import Precision
+    from llmscale.precision import Precision
 
 __all__ = [
     "ContextCheck",

@@ -40,7 +40,7 @@ from llmscale.workloads.model import Workload
 if TYPE_CHECKING:
     from llmscale.history import RateHistory
     from llmscale.mix.prices import GpuPrices
-    from llmscale.perf.precision import Precision
+    from llmscale.precision import Precision
 
 __all__ = [
     "BacktestSettings",
@@ -97,7 +97,7 @@ class BacktestSettings:
     #: ``backtest --disaggregated``); None: one aggregated pool
     disaggregated: DisaggConfig | None = None
     #: the served model's number formats, vLLM's ``--dtype`` / ``--quantization`` /
-    #: ``--kv-cache-dtype`` (:mod:`llmscale.perf.precision`; docs/fp8.md)
+    #: ``--kv-cache-dtype`` (:mod:`llmscale.precision`; docs/fp8.md)
     dtype: str = DEFAULT_DEPLOYMENT.dtype
     quantization: str = DEFAULT_DEPLOYMENT.quantization
     kv_cache_dtype: str = DEFAULT_DEPLOYMENT.kv_cache_dtype
@@ -127,7 +127,7 @@ class BacktestSettings:
     @property
     def precision(self) -> Precision:
         """The validated number formats of the served model (ConfigError naming the field)."""
-        from llmscale.perf.precision import precision_of
+        from llmscale.precision import precision_of
 
         return precision_of(self.dtype, self.kv_cache_dtype, self.quantization)
 

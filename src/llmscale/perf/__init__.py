@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from llmscale.perf.catalogue import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu, get_model
 from llmscale.perf.cold_start import ColdStart, StartTiers, cold_start, start_tiers
-from llmscale.perf.precision import Precision, precision_of
 from llmscale.perf.step_time import DecodeAffine, PerfModel, StepCost, get_perf_model
+from llmscale.precision import Precision, precision_of
 
 __all__ = [
     "GPUS",

@@ -132,7 +132,7 @@ class GpuSpec:
     #: Board power (W), informational.
     tdp_w: float
     #: Dense FP8 tensor-core FLOP/s; 0 for a GPU without FP8 tensor cores (Ampere: an FP8
-    #: checkpoint runs weight-only there, its GEMMs at the bf16 rate; see perf/precision.py).
+    #: checkpoint runs weight-only there, its GEMMs at the bf16 rate; see precision.py).
     peak_fp8_flops: float = 0.0
 
 

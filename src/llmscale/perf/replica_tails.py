@@ -83,7 +83,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -523,6 +523,14 @@ def tail_capacity_rps(
 def meets_mean(op: OperatingPoint, slo_tpot_s: float) -> bool:
     """Mode ``"mean"``'s test of an operating point: stable queues and mean ITL within the target."""
     return not op.saturated and bool(tpot_within(op.mean_itl_s, slo_tpot_s))
+
+
+def decode_only_batch(perf: Any, itl_target_s: float, context_tokens: int, max_num_seqs: int) -> int:
+    """The largest decode batch a decode-only replica (a disaggregated pool's: no prefill shares its
+    steps, so the step is the decode step alone) runs within ``itl_target_s`` per token at
+    ``context_tokens`` of context each: the decode pool's sizing (``policies/disagg.py``) asks this
+    model rather than pricing steps itself. 0 when even one sequence is slower."""
+    return int(perf.max_decode_batch_for_tpot(itl_target_s, context_tokens, max_num_seqs))
 
 
 def length_bucket(tokens: float) -> int:

@@ -59,7 +59,7 @@ from llmscale.errors import ConfigError
 from llmscale.perf.catalogue import SUPPORTED_TP, GpuSpec, ModelSpec, get_gpu, get_model, validate_tp
 from llmscale.perf.coefficients import PerfCoefficients, load_coefficients
 from llmscale.perf.kernel import StepKernel
-from llmscale.perf.precision import BF16, Precision
+from llmscale.precision import BF16, Precision
 
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
@@ -206,7 +206,7 @@ class PerfModel:
         self.precision = prec
 
         bpp = m.bytes_per_param
-        # FP8 (perf/precision.py): linear-layer weights at 1 byte (embeddings and LM head stay
+        # FP8 (precision.py): linear-layer weights at 1 byte (embeddings and LM head stay
         # bf16), KV values at 1 byte. Every FP8 term below is an addition of exactly 0.0 or a
         # separate branch under the default precision, so bf16 results are bit-for-bit the fitted
         # model's (tests/perf/test_precision.py pins it). Llama-3-8B tp1, fp8 weights: streamed
@@ -635,7 +635,7 @@ def get_perf_model(
     """The :class:`PerfModel` of ``model`` on ``tp`` x ``gpu`` with the committed coefficients.
 
     ``precision`` is the served model's number formats (vLLM's ``--dtype``, ``--quantization``,
-    ``--kv-cache-dtype``; :mod:`llmscale.perf.precision`); None is bf16 throughout.
+    ``--kv-cache-dtype``; :mod:`llmscale.precision`); None is bf16 throughout.
 
     ``calibration`` is the path of a profile written by ``llmscale calibrate``: its factors
     scale the committed coefficients (:mod:`llmscale.perf.profile`). ``scale`` multiplies the

@@ -21,7 +21,8 @@ Prefill (``pool = "prefill"``): TTFT and the prefill queue drive it.
 Decode (``pool = "decode"``): inter-token latency and KV usage drive it.
     Capacity: the largest batch ``B`` whose step stays within ``itl_target_s x
     itl_headroom`` at context ``ISL + OSL/2`` (``max_decode_batch_for_tpot``),
-    also within ``kv_high`` of the KV pool; its rate ``T = B / step(B)`` tokens/s;
+    also within ``kv_high`` of the KV pool (``perf.replica_tails.decode_only_batch``); its rate
+    ``T = B / step(B)`` tokens/s;
     the pool needs ``ceil(rate x OSL / (T x target_util))``.
     Reaction: a P95 ITL over the target asks for ``ceil(ready x itl / target)``
     (at least one more, at most twice the ready count); the fullest replica's KV
@@ -38,12 +39,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.errors import ConfigError
-from llmscale.perf.interconnect import POOLS, Interconnect, kv_transfer_s
 from llmscale.types import Decision, NoData, Signals
+
+if TYPE_CHECKING:
+    from llmscale.perf.interconnect import Interconnect
+
+#: the two pools (``perf.interconnect.POOLS``; the registry imports every policy module, so this
+#: one imports the performance model only when a policy is built)
+POOLS = ("prefill", "decode")
 
 __all__ = ["PoolSloConfig", "PoolSloPolicy", "PoolSloState", "make_slo_disagg"]
 
@@ -126,6 +133,8 @@ class PoolSloPolicy:
         target: 1 - 0.0054 - 0.05 = 0.945 s for queue + prefill.
         """
         cfg = self.config
+        from llmscale.perf.interconnect import kv_transfer_s
+
         transfer = float(kv_transfer_s(isl_tokens, cfg.kv_bytes_per_token_per_gpu, cfg.link))
         return max(0.05 * cfg.slo_ttft_s, cfg.slo_ttft_s - transfer - cfg.itl_target_s)
 
@@ -192,9 +201,9 @@ class PoolSloPolicy:
     def _decode(self, signals: Signals, rate: float, isl: float, osl: float, ready: int) -> Decision:
         cfg = self.config
         ctx = max(1, round(isl + osl / 2.0))
-        batch = int(
-            self.perf.max_decode_batch_for_tpot(cfg.itl_target_s * cfg.itl_headroom, ctx, cfg.max_num_seqs)
-        )
+        from llmscale.perf.replica_tails import decode_only_batch
+
+        batch = decode_only_batch(self.perf, cfg.itl_target_s * cfg.itl_headroom, ctx, cfg.max_num_seqs)
         if cfg.kv_capacity_tokens > 0:
             batch = min(batch, int(cfg.kv_capacity_tokens * cfg.kv_high // ctx))
         reachable = batch >= 1

@@ -125,7 +125,7 @@ class GpuCounterSpec:
 
         check_physical(perf.coeffs, {}, [gpu.family], f"{gpu.name} coefficients")
         return cls(
-            # FP8 GEMMs (perf/precision.py) run on the FP8 tensor cores: their peak is the ceiling
+            # FP8 GEMMs (precision.py) run on the FP8 tensor cores: their peak is the ceiling
             peak_flops_s=float(getattr(perf, "peak_gemm_flops_s", gpu.peak_bf16_flops)),
             step_flops_s=float(perf.kernel.step_flops_s),
             hbm_bytes_s=float(gpu.hbm_bandwidth_bytes_s),
