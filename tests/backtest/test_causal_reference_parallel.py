@@ -22,6 +22,9 @@ from llmscale.backtest.results import PolicyResult
 from llmscale.backtest.runner import BacktestSettings
 from llmscale.workloads import make_preset, window
 
+# an oracle search and four reference searches on eight minutes: ~2.5 CPU-minutes in pure Python
+pytestmark = pytest.mark.slow
+
 
 def _row(result: PolicyResult) -> str:
     row: dict[str, Any] = result.as_json(with_series=True)
@@ -50,12 +53,16 @@ def test_parallel_search_writes_the_serial_record(case: tuple[Any, BacktestSetti
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the parallel search forks")
 def test_guesses_it_did_not_need_leave_no_process(case: tuple[Any, BacktestSettings, PolicyResult]) -> None:
-    # A budget no run can meet but the largest headroom's: the search takes the uniform branch,
-    # lowers its budget, and the constant fleets started under the first budget are not used.
+    # No round of headroom and none uniform: the late schedule misses, so the budget becomes what
+    # it reached, and the constant fleets started under the first budget are not the runs the
+    # search asks for (they run again here, and the forks are stopped).
     w, settings, oracle = case
-    reference = ReferenceSettings(rounds=0, max_headroom=0.125)
+    reference = ReferenceSettings(rounds=0, max_headroom=0.0)
     serial = run_causal_reference(w, settings, oracle, reference)
     parallel = run_causal_reference(w, settings, oracle, reference, spare_workers=lambda: 2)
+    search = serial.summary["reference_search"]
+    assert [t[0] for t in search["tried"][:2]] == ["levels#0", "h=0"]
+    assert search["allowed_misses"] == search["tried"][0][1]  # the budget was what it reached
     assert _row(parallel) == _row(serial)
     with pytest.raises(ChildProcessError):
         os.waitpid(-1, os.WNOHANG)  # no child left running or unreaped
