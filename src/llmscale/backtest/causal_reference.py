@@ -39,15 +39,25 @@ default preset and a shared trace, and that it never costs less than the
 oracle.
 
 Cost: one full run per headroom tried, most of them given up early; on the
-default preset ~3-6 runs, well under the oracle's own search (the CLI prints
-the reference's ``wall_s``).
+default hour ten full runs (six rounds, two trims, two constant fleets), under
+the oracle's own search (the CLI prints the reference's ``wall_s``). With
+``spare_workers`` (a pool's worker) the constant fleets, and the trim's second
+candidates when a worker is idle, run in forked processes beside the search
+(:class:`_Forked`); ``benchmarks/causal_reference_cost.py`` prints the ratio of
+the default backtest's wall time with and without the reference.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
+import os
+import pickle
+import signal
 import time
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -56,7 +66,7 @@ from llmscale.backtest.oracle_judge import Judge
 from llmscale.backtest.oracle_schedule import Grid, ScheduleRun, Scored
 from llmscale.backtest.results import PolicyResult
 from llmscale.backtest.runner import BacktestSettings
-from llmscale.errors import ConfigError
+from llmscale.errors import ConfigError, LlmscaleError
 from llmscale.workloads.model import Workload
 
 __all__ = ["REFERENCE", "ReferenceSettings", "delayed_schedule", "run_causal_reference"]
@@ -164,6 +174,80 @@ def _run(
     return run.result(judge, schedule)
 
 
+class _Forked:
+    """Runs of :func:`_run` in forked processes, started before the search asks for them.
+
+    A fork starts from the parent's memory as it is, so the child's run is the run the parent
+    would make (a fresh fleet from the same settings and seed: nothing of the parent's own runs
+    leaks into it) and its :class:`Scored` comes back pickled through a pipe. The search still
+    asks for its runs in its own order and records only those it asks for: a run started on a
+    guess it does not need is killed, so the record (``reference_search``) is the serial one's.
+    """
+
+    def __init__(self) -> None:
+        #: (schedule, give-up budget) -> (child pid, read end of its pipe)
+        self._running: dict[tuple[tuple[int, ...], int | None], tuple[int, int]] = {}
+
+    def start(self, key: tuple[tuple[int, ...], int | None], run: Callable[[], Scored | None]) -> None:
+        if key in self._running:
+            return
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the run
+            code = 1
+            try:
+                os.close(read_fd)
+                for _, other_fd in self._running.values():
+                    os.close(other_fd)
+                data = pickle.dumps(run(), protocol=pickle.HIGHEST_PROTOCOL)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(write_fd, view) :]
+                os.close(write_fd)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.close(write_fd)
+        self._running[key] = (pid, read_fd)
+
+    def __contains__(self, key: tuple[tuple[int, ...], int | None]) -> bool:
+        return key in self._running
+
+    def take(self, key: tuple[tuple[int, ...], int | None]) -> Scored | None:
+        """The run started for ``key``, waited for."""
+        pid, read_fd = self._running.pop(key)
+        chunks = []
+        try:
+            while chunk := os.read(read_fd, 1 << 20):
+                chunks.append(chunk)
+        finally:
+            os.close(read_fd)
+        _, status = os.waitpid(pid, 0)
+        if status != 0 or not chunks:
+            raise LlmscaleError(
+                f"a causal reference run failed (exit status {status}); its traceback is above"
+            )
+        scored: Scored | None = pickle.loads(b"".join(chunks))
+        return scored
+
+    def cancel(self) -> None:
+        """Stop the runs the search did not ask for."""
+        for pid, read_fd in self._running.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(read_fd)
+        self._running.clear()
+
+
+def _middle(low: Sequence[int], high: Sequence[int]) -> list[int]:
+    """Halfway from ``low`` to ``high``, segment by segment (rounded down; ``high`` where it is
+    not above ``low``): the trim's bisection step. E.g. [0, 2, 4] to [1, 4, 8]: [1, 3, 6]."""
+    return [(a + b) // 2 if b > a else b for a, b in zip(low, high, strict=True)]
+
+
 def with_levels(
     base: Sequence[int], levels: Sequence[int], segment_steps: int, lo: int, hi: int
 ) -> tuple[int, ...]:
@@ -206,11 +290,38 @@ def run_causal_reference(
     settings: BacktestSettings,
     oracle: PolicyResult,
     reference: ReferenceSettings | None = None,
+    *,
+    spare_workers: Callable[[], int] | None = None,
 ) -> PolicyResult:
     """The causal reference's run on ``workload``, derived from ``oracle`` (a result of
     :func:`~llmscale.backtest.oracle.run_oracle`, whose summary holds its schedule, interval and
-    target). ``settings`` as given to the oracle."""
+    target). ``settings`` as given to the oracle.
+
+    With ``spare_workers`` (how many more processes may run now, as the oracle is given it; None:
+    every run in this process, one after another) the runs that wait for no verdict of the search
+    fork beside it (POSIX only): the two constant fleets from the start (runs the search makes
+    anyway, ~30% of its work on the default hour), and, while a worker is spare, both candidates
+    of the trim's second step alongside its first (one of them is wasted, on a core that was idle).
+    The result is the serial search's, byte for byte
+    (``tests/backtest/test_causal_reference_parallel.py``).
+    """
     reference = reference or ReferenceSettings()
+    forked = _Forked() if spare_workers is not None and hasattr(os, "fork") else None
+    try:
+        return _search(workload, settings, oracle, reference, forked, spare_workers or (lambda: 0))
+    finally:
+        if forked is not None:
+            forked.cancel()
+
+
+def _search(
+    workload: Workload,
+    settings: BacktestSettings,
+    oracle: PolicyResult,
+    reference: ReferenceSettings,
+    forked: _Forked | None,
+    spare_workers: Callable[[], int],
+) -> PolicyResult:
     wall0 = time.perf_counter()
     summary = oracle.summary
     search = summary.get("oracle_search")
@@ -236,18 +347,21 @@ def run_causal_reference(
     tried: list[tuple[str, int | None, float | None]] = []
     allowed = judge.allowed_misses
 
+    def run_now(schedule: tuple[int, ...], give_up_over: int | None) -> Scored | None:
+        return _run(workload, settings, grid, cold_start_s, schedule, judge, give_up_over, check_every)
+
+    def prefetch(schedule: tuple[int, ...]) -> None:
+        """Start the run ``attempt(..., schedule)`` will ask for (give-up budget as now)."""
+        if forked is not None and schedule not in runs:
+            forked.start((schedule, allowed), functools.partial(run_now, schedule, allowed))
+
     def attempt(label: str, schedule: tuple[int, ...], *, give_up: bool = True) -> Scored | None:
         if schedule not in runs or (runs[schedule] is None and not give_up):
-            runs[schedule] = _run(
-                workload,
-                settings,
-                grid,
-                cold_start_s,
-                schedule,
-                judge,
-                allowed if give_up else None,
-                check_every,
-            )
+            key = (schedule, allowed if give_up else None)
+            if forked is not None and key in forked:
+                runs[schedule] = forked.take(key)
+            else:
+                runs[schedule] = run_now(schedule, key[1])
         scored = runs[schedule]
         tried.append(
             (label, None if scored is None else scored.misses, None if scored is None else scored.gpu_s)
@@ -263,6 +377,13 @@ def run_causal_reference(
     def meets(s: Scored | None) -> bool:
         return s is not None and s.misses <= allowed
 
+    # The constant fleets of step 3 wait for no verdict of the search: started now, they run
+    # beside it (with ``forked``) under the budget they will be judged by, unless step 2 lowers it.
+    constant = search.get("constant_replicas")
+    peak = int(constant) if isinstance(constant, int) else max(oracle_schedule)
+    constants = [(n, tuple([n] * (grid.num_intervals + 1))) for n in (peak - 1, peak) if lo <= n <= hi]
+    for _, schedule in constants:
+        prefetch(schedule)
     # 1. Headroom where the delayed schedule misses: run it in full, raise the segments holding
     #    the most misses (and the one before each) a level, run again, up to ``rounds`` times.
     base = delayed_schedule(
@@ -285,8 +406,16 @@ def run_causal_reference(
             break
     if found and levels != previous:
         # The last doubling may overshoot (a crowd needing 5 levels got 8): halfway back, twice.
+        # The second step halves whichever side the first leaves: while a worker is spare, both
+        # of its candidates run beside the first (one is wasted, on a core otherwise idle).
+        if spare_workers() > 0:
+            first = _middle(previous, levels)
+            for low, high in ((previous, first), (first, levels)):
+                middle = _middle(low, high)
+                if first not in (previous, levels) and middle not in (low, high):
+                    prefetch(with_levels(base, middle, segment_steps, lo, hi))
         for _ in range(2):
-            middle = [(a + b) // 2 if b > a else b for a, b in zip(previous, levels, strict=True)]
+            middle = _middle(previous, levels)
             if middle in (levels, previous):
                 break
             if meets(attempt("levels-trim", with_levels(base, middle, segment_steps, lo, hi))):
@@ -322,11 +451,8 @@ def run_causal_reference(
     # 3. A constant fleet is causal too (it needs no forecast): the oracle's cheapest constant
     #    meeting the target (its search's, else its peak count) and one replica fewer. On a
     #    bursty cell (Azure in burst mode) 8 replicas held cost less than any late schedule.
-    constant = search.get("constant_replicas")
-    peak = int(constant) if isinstance(constant, int) else max(oracle_schedule)
-    for n in (peak - 1, peak):
-        if lo <= n <= hi:
-            attempt(f"constant={n}", tuple([n] * (grid.num_intervals + 1)))
+    for n, schedule in constants:
+        attempt(f"constant={n}", schedule)
     meeting = [s for s in runs.values() if s is not None and s.misses <= allowed]
     best = min(meeting, key=lambda s: s.gpu_s)
     result = best.result

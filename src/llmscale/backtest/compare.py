@@ -142,9 +142,14 @@ def _run_here(
             spare_workers=spare_workers,
         )
         # The reference is derived from the oracle's schedule, so it runs in the oracle's job,
-        # right after it (it writes no decision log: the oracle's lines stay as they were).
+        # right after it (it writes no decision log: the oracle's lines stay as they were). In a
+        # pool's worker (``spare_workers`` given) its runs that wait for no verdict fork beside
+        # its search: the oracle's job is the longest, and the reference would otherwise extend
+        # it alone while the other workers finish (benchmarks/causal_reference_cost.py).
         if reference is not None:
-            result.causal_reference = run_causal_reference(workload, settings, result, reference)
+            result.causal_reference = run_causal_reference(
+                workload, settings, result, reference, spare_workers=spare_workers
+            )
     else:
         result = run_policy(workload, name, settings, decisions_out=sink, progress=progress)  # type: ignore[arg-type]
     return result, (sink.lines if sink else [])
