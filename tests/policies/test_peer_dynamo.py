@@ -12,6 +12,7 @@ from llmscale.deployment import Deployment
 from llmscale.errors import ConfigError
 from llmscale.policies.base import create_policy
 from llmscale.policies.dynamo.capacity import agg_engine_capacity, capacity_batch_sizes
+from llmscale.policies.dynamo.interval import PlannerState
 from llmscale.policies.dynamo.load import (
     KV_METRIC,
     RUNNING_METRIC,
@@ -23,7 +24,6 @@ from llmscale.policies.dynamo.predictors import add_point, constant_forecast, ka
 from llmscale.policies.dynamo.sla import (
     DynamoSlaConfig,
     DynamoSlaPolicy,
-    DynamoSlaState,
     cap_adjustment,
     gpu_budget_guard,
 )
@@ -190,7 +190,7 @@ def traffic(
 
 def test_replicas_are_predicted_demand_over_engine_capacity():
     policy = DynamoSlaPolicy(SLA_CFG, STUB)
-    state = DynamoSlaState()
+    state = PlannerState()
     for t in (60.0, 120.0):
         d, state = policy.decide(traffic(2, 10.0), state, t)
         assert (d.desired, d.rule) == (2, "observing")
@@ -206,7 +206,7 @@ def test_replicas_are_predicted_demand_over_engine_capacity():
 
 def test_interval_mean_is_rate_weighted_for_the_request_shape():
     policy = DynamoSlaPolicy(SLA_CFG, STUB)
-    state = DynamoSlaState()
+    state = PlannerState()
     for t, rate, isl in ((60.0, 2.0, 400.0), (120.0, 6.0, 1200.0), (180.0, 10.0, 1000.0)):
         d, state = policy.decide(traffic(1, rate, isl=isl), state, t)
     assert d.inputs["observed_rate_rps"] == pytest.approx(6.0)
@@ -215,7 +215,7 @@ def test_interval_mean_is_rate_weighted_for_the_request_shape():
 
 def test_no_demand_goes_to_min_endpoint():
     policy = DynamoSlaPolicy(SLA_CFG, STUB)
-    state = DynamoSlaState()
+    state = PlannerState()
     for t in (60.0, 120.0):
         _, state = policy.decide(traffic(4, 10.0), state, t)
     _, state = policy.decide(traffic(4, 10.0), state, 180.0)
@@ -227,7 +227,7 @@ def test_no_demand_goes_to_min_endpoint():
 
 def test_no_rate_in_the_interval_is_no_data_and_holds():
     policy = DynamoSlaPolicy(SLA_CFG, STUB)
-    state = DynamoSlaState()
+    state = PlannerState()
     for t in (60.0, 120.0, 180.0):
         d, state = policy.decide(traffic(6, None), state, t)
     assert (d.desired, d.rule) == (6, "no-data")
@@ -235,7 +235,7 @@ def test_no_rate_in_the_interval_is_no_data_and_holds():
 
 def plan(cfg: DynamoSlaConfig, spec: int, rate: float, **kw) -> tuple[int, str]:
     """One adjustment interval at ``rate`` req/s on ``spec`` replicas; the decision at its close."""
-    policy, state = DynamoSlaPolicy(cfg, STUB), DynamoSlaState()
+    policy, state = DynamoSlaPolicy(cfg, STUB), PlannerState()
     for t in (60.0, 120.0, 180.0):
         d, state = policy.decide(traffic(spec, rate, **kw), state, t)
     return d.desired, d.rule
@@ -319,7 +319,7 @@ def test_with_the_calibrated_perf_model():
     assert isinstance(policy, DynamoSlaPolicy)
     desired = []
     for rate in (2.0, 20.0):
-        state = DynamoSlaState()
+        state = PlannerState()
         for t in (60.0, 120.0, 180.0):
             d, state = policy.decide(traffic(1, rate, isl=1000.0, osl=200.0), state, t)
         assert d.rule == "throughput"
@@ -429,7 +429,7 @@ def test_easy_mode_kv_thresholds(target, kvs, waiting, expected):
 def test_the_plan_is_proposed_again_until_the_next_adjustment():
     # 1 req/s on 6 replicas plans 2 at 180 s; while the fleet still runs 6 (a guard holds the
     # shrink), the observing ticks keep proposing 2 rather than the running count.
-    policy, state = DynamoSlaPolicy(SLA_CFG, STUB), DynamoSlaState()
+    policy, state = DynamoSlaPolicy(SLA_CFG, STUB), PlannerState()
     for t in (60.0, 120.0, 180.0):
         d, state = policy.decide(traffic(6, 1.0), state, t)
     assert (d.desired, d.rule) == (2, "throughput")

@@ -84,8 +84,10 @@ headroom check, which the real project does not have, are off. Hold-on-
 missing-data, drain-aware scale-down and the bounds stay on.
 
 The package, one module per job: :mod:`.capacity` (the capacity search and the step-time
-questions), :mod:`.predictors` (load predictors), :mod:`.sla` (``dynamo-sla``) and :mod:`.load`
-(``dynamo-load``). Importing it registers both policies.
+questions), :mod:`.predictors` (load predictors), :mod:`.interval` (the adjustment interval
+that ``dynamo-sla`` and ``dynamo-disagg`` share), :mod:`.sla` (``dynamo-sla``), :mod:`.load`
+(``dynamo-load``) and :mod:`.disagg` (``dynamo-disagg``, built per pool by the backtest).
+Importing it registers ``dynamo-sla`` and ``dynamo-load``.
 """
 
 from __future__ import annotations

@@ -44,13 +44,19 @@ from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.errors import ConfigError
 from llmscale.perf.interconnect import POOLS
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, clamp
-from llmscale.policies.dynamo.predictors import PREDICTORS, add_point, constant_forecast, kalman_forecast
+from llmscale.policies.dynamo.interval import (
+    ClosedInterval,
+    PlannerState,
+    advance_interval,
+    forecast,
+    held_target,
+)
+from llmscale.policies.dynamo.predictors import PREDICTORS
 from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
     "DynamoDisaggConfig",
     "DynamoDisaggPolicy",
-    "DynamoDisaggState",
     "decode_thpt_per_gpu",
     "make_dynamo_disagg",
     "prefill_thpt_per_gpu",
@@ -124,22 +130,6 @@ class DynamoDisaggConfig:
 
 
 @dataclass(frozen=True)
-class DynamoDisaggState:
-    interval_start_s: float | None = None
-    #: (rate, mean ISL, mean OSL) per observation of the interval
-    observed: tuple[tuple[float, float | None, float | None], ...] = ()
-    num_req: tuple[float, ...] = ()
-    isl: tuple[float, ...] = ()
-    osl: tuple[float, ...] = ()
-    planned: int | None = None
-
-
-def _mean(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    return sum(vals) / len(vals) if vals else None
-
-
-@dataclass(frozen=True)
 class DynamoDisaggPolicy:
     config: DynamoDisaggConfig
     perf: Any
@@ -153,44 +143,30 @@ class DynamoDisaggPolicy:
     def tick_s(self) -> float:
         return self.config.observe_s
 
-    def initial_state(self) -> DynamoDisaggState:
-        return DynamoDisaggState()
+    def initial_state(self) -> PlannerState:
+        return PlannerState()
 
-    def _forecast(self, history: tuple[float, ...]) -> float | None:
-        cfg = self.config
-        if cfg.load_predictor == "kalman":
-            return kalman_forecast(history, cfg.kalman_q_level, cfg.kalman_q_trend, cfg.kalman_r)
-        return constant_forecast(history)
-
-    def decide(
-        self, signals: Signals, state: DynamoDisaggState, now_s: float
-    ) -> tuple[Decision, DynamoDisaggState]:
+    def decide(self, signals: Signals, state: PlannerState, now_s: float) -> tuple[Decision, PlannerState]:
         cfg = self.config
         spec = signals.fleet.spec_replicas
-        held = clamp(spec if state.planned is None else state.planned, cfg.min_replicas, cfg.max_replicas)
-        rate = signals.get("arrival_rate_rps")
-        if rate is None:
-            rate = signals.get("request_rate_rps")
-        observed = state.observed
-        if rate is not None and math.isfinite(rate):
-            osl = signals.get("decode_steps_mean") if cfg.pool == "decode" else None
-            observed = (*observed, (rate, signals.get("prompt_len_mean_tokens"), osl))
-        start = now_s - cfg.observe_s if state.interval_start_s is None else state.interval_start_s
-        if now_s - start < cfg.adjustment_interval_s - 1e-6:
-            keep = DynamoDisaggState(start, observed, state.num_req, state.isl, state.osl, state.planned)
-            return Decision(held, "observing", {"observations": float(len(observed))}), keep
-        interval_s = now_s - start
-        if not observed:
-            nxt = DynamoDisaggState(now_s, (), state.num_req, state.isl, state.osl, state.planned)
-            return Decision(held, "no-data", {}, "no request rate observed", no_data=NoData()), nxt
-        mean_rate = sum(r for r, _, _ in observed) / len(observed)
-        num_req = add_point(state.num_req, mean_rate * interval_s)
-        isl_h = add_point(state.isl, _mean([i for _, i, _ in observed]))
-        osl_h = add_point(state.osl, _mean([o for _, _, o in observed]))
-        nxt = DynamoDisaggState(now_s, (), num_req, isl_h, osl_h, state.planned)
-        n_req = max(0.0, self._forecast(num_req) or 0.0)
-        isl = self._forecast(isl_h)
-        osl = self._forecast(osl_h) if cfg.pool == "decode" else 1.0
+        held = held_target(state, spec, cfg.min_replicas, cfg.max_replicas)
+        step = advance_interval(
+            state,
+            signals,
+            now_s,
+            observe_s=cfg.observe_s,
+            adjustment_interval_s=cfg.adjustment_interval_s,
+            held=held,
+            record_osl=cfg.pool == "decode",
+            weight_by_rate=False,
+            no_data_note="no request rate observed",
+        )
+        if not isinstance(step, ClosedInterval):
+            return step
+        nxt = step.state
+        n_req = max(0.0, forecast(cfg, nxt.num_req) or 0.0)
+        isl = forecast(cfg, nxt.isl)
+        osl = forecast(cfg, nxt.osl) if cfg.pool == "decode" else 1.0
         inputs: dict[str, float | None] = {
             "predicted_num_req": n_req,
             "predicted_isl": isl,

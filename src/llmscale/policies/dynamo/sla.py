@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -11,7 +11,14 @@ from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.policies._hpa_behavior import PEER_GUARD_OVERRIDES, check_positive, clamp
 from llmscale.policies.base import register
 from llmscale.policies.dynamo.capacity import StepModel, agg_engine_capacity, perf_for
-from llmscale.policies.dynamo.predictors import PREDICTORS, add_point, constant_forecast, kalman_forecast
+from llmscale.policies.dynamo.interval import (
+    ClosedInterval,
+    PlannerState,
+    advance_interval,
+    forecast,
+    held_target,
+)
+from llmscale.policies.dynamo.predictors import PREDICTORS
 from llmscale.policies.params import (
     AMOUNT_RANGE,
     COUNT_MAX,
@@ -26,7 +33,7 @@ from llmscale.policies.params import (
 )
 from llmscale.types import Decision, NoData, Signals
 
-__all__ = ["DynamoSlaConfig", "DynamoSlaPolicy", "DynamoSlaState", "cap_adjustment", "gpu_budget_guard"]
+__all__ = ["DynamoSlaConfig", "DynamoSlaPolicy", "cap_adjustment", "gpu_budget_guard"]
 
 
 def cap_adjustment(desired: int, current: int, limit: int) -> int:
@@ -114,33 +121,6 @@ class DynamoSlaConfig:
 
 
 @dataclass(frozen=True)
-class DynamoSlaState:
-    #: start of the adjustment interval being observed (None before the first tick)
-    interval_start_s: float | None = None
-    #: (request rate, mean ISL, mean OSL) per observation of the interval
-    observed: tuple[tuple[float, float | None, float | None], ...] = ()
-    #: predictor histories, one point per interval
-    num_req: tuple[float, ...] = ()
-    isl: tuple[float, ...] = ()
-    osl: tuple[float, ...] = ()
-    #: the replica count the last adjustment set (None before the first): Dynamo sets a target
-    #: once per interval and leaves it, so it is proposed again at every tick until the next one
-    #: (a proposal held for one tick only would never outlast the drain guard's eviction window)
-    planned: int | None = None
-
-
-def _weighted_mean(pairs: Sequence[tuple[float, float | None]]) -> float | None:
-    """Mean of the values weighted by rate (plain mean when every rate is 0); None without values."""
-    vals = [(w, v) for w, v in pairs if v is not None and math.isfinite(v)]
-    if not vals:
-        return None
-    wsum = sum(w for w, _ in vals)
-    if wsum > 0:
-        return sum(w * v for w, v in vals) / wsum
-    return sum(v for _, v in vals) / len(vals)
-
-
-@dataclass(frozen=True)
 class DynamoSlaPolicy:
     config: DynamoSlaConfig
     perf: StepModel
@@ -151,57 +131,31 @@ class DynamoSlaPolicy:
     def tick_s(self) -> float:
         return self.config.observe_s
 
-    def initial_state(self) -> DynamoSlaState:
-        return DynamoSlaState()
+    def initial_state(self) -> PlannerState:
+        return PlannerState()
 
-    def _forecast(self, history: Sequence[float]) -> float | None:
-        cfg = self.config
-        if cfg.load_predictor == "kalman":
-            return kalman_forecast(history, cfg.kalman_q_level, cfg.kalman_q_trend, cfg.kalman_r)
-        return constant_forecast(history)
-
-    def decide(
-        self, signals: Signals, state: DynamoSlaState, now_s: float
-    ) -> tuple[Decision, DynamoSlaState]:
+    def decide(self, signals: Signals, state: PlannerState, now_s: float) -> tuple[Decision, PlannerState]:
         cfg = self.config
         spec = signals.fleet.spec_replicas
-        held = clamp(spec if state.planned is None else state.planned, cfg.min_replicas, cfg.max_replicas)
-        # 1.6.1 counts requests the frontend started (offered load) and falls back to the
-        # completed count when that series is missing: a saturated fleet completes only what
-        # it can serve, so planning on completions holds it saturated.
-        rate = signals.get("arrival_rate_rps")
-        if rate is None:
-            rate = signals.get("request_rate_rps")
-        observed = state.observed
-        if rate is not None and math.isfinite(rate):
-            observed = (
-                *observed,
-                (rate, signals.get("prompt_len_mean_tokens"), signals.get("decode_steps_mean")),
-            )
-        # The first observation covers the tick before it.
-        start = now_s - cfg.observe_s if state.interval_start_s is None else state.interval_start_s
-        if now_s - start < cfg.adjustment_interval_s - 1e-6:
-            return (
-                Decision(held, "observing", {"observations": float(len(observed))}),
-                DynamoSlaState(start, observed, state.num_req, state.isl, state.osl, state.planned),
-            )
-
-        # The interval closes: one data point per predictor, then plan the next interval.
-        interval_s = now_s - start
-        if not observed:
-            decision = Decision(
-                held, "no-data", {}, "no request rate observed in the interval", no_data=NoData()
-            )
-            return decision, DynamoSlaState(now_s, (), state.num_req, state.isl, state.osl, state.planned)
-        mean_rate = sum(r for r, _, _ in observed) / len(observed)
-        num_req_hist = add_point(state.num_req, mean_rate * interval_s)
-        isl_hist = add_point(state.isl, _weighted_mean([(r, i) for r, i, _ in observed]))
-        osl_hist = add_point(state.osl, _weighted_mean([(r, o) for r, _, o in observed]))
-        next_state = DynamoSlaState(now_s, (), num_req_hist, isl_hist, osl_hist, state.planned)
-
-        next_num_req = self._forecast(num_req_hist)
-        next_isl = self._forecast(isl_hist)
-        next_osl = self._forecast(osl_hist)
+        held = held_target(state, spec, cfg.min_replicas, cfg.max_replicas)
+        step = advance_interval(
+            state,
+            signals,
+            now_s,
+            observe_s=cfg.observe_s,
+            adjustment_interval_s=cfg.adjustment_interval_s,
+            held=held,
+            record_osl=True,
+            weight_by_rate=True,
+            no_data_note="no request rate observed in the interval",
+        )
+        if not isinstance(step, ClosedInterval):
+            return step
+        # The interval closed: plan the next one.
+        mean_rate, next_state = step.mean_rate_rps, step.state
+        next_num_req = forecast(cfg, next_state.num_req)
+        next_isl = forecast(cfg, next_state.isl)
+        next_osl = forecast(cfg, next_state.osl)
         demand_rps = max(0.0, next_num_req or 0.0) / cfg.adjustment_interval_s
         inputs: dict[str, float | None] = {
             "observed_rate_rps": mean_rate,

@@ -1,0 +1,138 @@
+"""The throughput planner's adjustment interval, shared by ``dynamo-sla`` and ``dynamo-disagg``.
+
+Dynamo's planner observes every ``observe_s`` (60 s) and adjusts every
+``adjustment_interval_s`` (180 s): the observations of one interval become one
+point of each load predictor's history (the request count, the mean ISL, the
+mean OSL), and the next interval is planned on their forecasts. Between two
+adjustments the target set at the last one is proposed again (``planned``).
+What each planner then does with the forecasts (one aggregated engine, or one
+pool of a disaggregated pair) stays in its own module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from llmscale.policies._hpa_behavior import clamp
+from llmscale.policies.dynamo.predictors import add_point, constant_forecast, kalman_forecast
+from llmscale.types import Decision, NoData, Signals
+
+__all__ = [
+    "ClosedInterval",
+    "PlannerState",
+    "PredictorSettings",
+    "advance_interval",
+    "forecast",
+    "held_target",
+]
+
+
+@dataclass(frozen=True)
+class PlannerState:
+    #: start of the adjustment interval being observed (None before the first tick)
+    interval_start_s: float | None = None
+    #: (request rate, mean ISL, mean OSL) per observation of the interval
+    observed: tuple[tuple[float, float | None, float | None], ...] = ()
+    #: predictor histories, one point per interval
+    num_req: tuple[float, ...] = ()
+    isl: tuple[float, ...] = ()
+    osl: tuple[float, ...] = ()
+    #: the replica count the last adjustment set (None before the first): Dynamo sets a target
+    #: once per interval and leaves it, so it is proposed again at every tick until the next one
+    #: (a proposal held for one tick only would never outlast the drain guard's eviction window)
+    planned: int | None = None
+
+
+@dataclass(frozen=True)
+class ClosedInterval:
+    """An interval that just closed: its mean request rate and the state holding its new points."""
+
+    mean_rate_rps: float
+    state: PlannerState
+
+
+class PredictorSettings(Protocol):
+    """The load predictor a planner's config names, with the Kalman filter's noise settings."""
+
+    @property
+    def load_predictor(self) -> str: ...
+    @property
+    def kalman_q_level(self) -> float: ...
+    @property
+    def kalman_q_trend(self) -> float: ...
+    @property
+    def kalman_r(self) -> float: ...
+
+
+def forecast(cfg: PredictorSettings, history: Sequence[float]) -> float | None:
+    """The next value of ``history`` by the config's load predictor (``kalman`` or ``constant``)."""
+    if cfg.load_predictor == "kalman":
+        return kalman_forecast(history, cfg.kalman_q_level, cfg.kalman_q_trend, cfg.kalman_r)
+    return constant_forecast(history)
+
+
+def held_target(state: PlannerState, spec_replicas: int, min_replicas: int, max_replicas: int) -> int:
+    """What the planner proposes between adjustments: its last target (before the first: the spec)."""
+    return clamp(spec_replicas if state.planned is None else state.planned, min_replicas, max_replicas)
+
+
+def _mean(pairs: Sequence[tuple[float, float | None]], weight_by_rate: bool) -> float | None:
+    """Mean of the values, by rate when ``weight_by_rate`` (plain when every rate is 0); None without any."""
+    vals = [(w if weight_by_rate else 1.0, v) for w, v in pairs if v is not None and math.isfinite(v)]
+    if not vals:
+        return None
+    wsum = sum(w for w, _ in vals)
+    if wsum > 0:
+        return sum(w * v for w, v in vals) / wsum
+    return sum(v for _, v in vals) / len(vals)
+
+
+def advance_interval(
+    state: PlannerState,
+    signals: Signals,
+    now_s: float,
+    *,
+    observe_s: float,
+    adjustment_interval_s: float,
+    held: int,
+    record_osl: bool,
+    weight_by_rate: bool,
+    no_data_note: str,
+) -> ClosedInterval | tuple[Decision, PlannerState]:
+    """Record this tick's observation; a decision that holds ``held``, or the interval that closed.
+
+    The rate is the offered load (``arrival_rate_rps``), with the completed count
+    (``request_rate_rps``) when the arrivals series is missing: a saturated fleet completes
+    only what it can serve, so planning on completions holds it saturated. ``record_osl``
+    False keeps no OSL (a prefill pool's planner does not read it); ``weight_by_rate``
+    weights the interval's mean ISL and OSL by each observation's rate (``dynamo-sla``),
+    otherwise each observation counts once (``dynamo-disagg``). The first observation
+    covers the tick before it: at 60 s ticks and a 180 s interval, the interval started
+    at t = 0 closes at the third tick, t = 180 s.
+    """
+    rate = signals.get("arrival_rate_rps")
+    if rate is None:
+        rate = signals.get("request_rate_rps")
+    observed = state.observed
+    if rate is not None and math.isfinite(rate):
+        osl = signals.get("decode_steps_mean") if record_osl else None
+        observed = (*observed, (rate, signals.get("prompt_len_mean_tokens"), osl))
+    start = now_s - observe_s if state.interval_start_s is None else state.interval_start_s
+    if now_s - start < adjustment_interval_s - 1e-6:
+        return (
+            Decision(held, "observing", {"observations": float(len(observed))}),
+            PlannerState(start, observed, state.num_req, state.isl, state.osl, state.planned),
+        )
+    # The interval closes: one data point per predictor.
+    interval_s = now_s - start
+    if not observed:
+        decision = Decision(held, "no-data", {}, no_data_note, no_data=NoData())
+        return decision, PlannerState(now_s, (), state.num_req, state.isl, state.osl, state.planned)
+    mean_rate = sum(r for r, _, _ in observed) / len(observed)
+    num_req = add_point(state.num_req, mean_rate * interval_s)
+    isl = add_point(state.isl, _mean([(r, i) for r, i, _ in observed], weight_by_rate))
+    osl_h = add_point(state.osl, _mean([(r, o) for r, _, o in observed], weight_by_rate))
+    return ClosedInterval(mean_rate, PlannerState(now_s, (), num_req, isl, osl_h, state.planned))
