@@ -62,7 +62,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from llmscale.deployment import Deployment
 from llmscale.policies.base import register
@@ -79,7 +79,14 @@ from llmscale.policies.params import (
 from llmscale.signals.gpu import seed_composite_util
 from llmscale.types import Decision, NoData, Signals
 
-__all__ = ["EffectiveVramPolicy", "GpuMemCopyPolicy", "HpaTarget", "hpa_decision", "pod_values"]
+__all__ = [
+    "EffectiveVramPolicy",
+    "GpuMemCopyPolicy",
+    "HpaTarget",
+    "HpaTargetPolicy",
+    "hpa_decision",
+    "pod_values",
+]
 
 
 @dataclass(frozen=True)
@@ -120,16 +127,14 @@ def hpa_decision(signals: Signals, values: Mapping[str, float | None], t: HpaTar
     return Decision(desired, rule, inputs, note)
 
 
-def _overrides(t: HpaTarget) -> dict[str, Any]:
-    return {"stabilization_down_s": t.down_stabilization_s}
-
-
 @dataclass(frozen=True)
-class GpuMemCopyPolicy:
-    """Seed 000 chapter 1: HPA on ``max(SM_ACTIVE x 100, MEM_COPY_UTIL)`` per pod, 35 % target."""
+class HpaTargetPolicy:
+    """HPA target tracking on one per-pod value (a subclass says which): HPA's tick, its
+    scale-down stabilisation as a guard override, and :func:`hpa_decision` on the values."""
 
     config: HpaTarget
-    name: str = "gpu-mem-copy"
+    #: the metric as the decision's note names it
+    metric: ClassVar[str]
 
     @property
     def tick_s(self) -> float:
@@ -137,41 +142,44 @@ class GpuMemCopyPolicy:
 
     @property
     def guard_overrides(self) -> Mapping[str, Any]:
-        return _overrides(self.config)
+        return {"stabilization_down_s": self.config.down_stabilization_s}
 
     def initial_state(self) -> None:
         return None
 
+    def values(self, signals: Signals) -> dict[str, float | None]:
+        """Pod -> the metric's value (None: the pod has no sample)."""
+        raise NotImplementedError
+
     def decide(self, signals: Signals, state: None, now_s: float) -> tuple[Decision, None]:
+        return hpa_decision(signals, self.values(signals), self.config, self.metric), None
+
+
+@dataclass(frozen=True)
+class GpuMemCopyPolicy(HpaTargetPolicy):
+    """Seed 000 chapter 1: HPA on ``max(SM_ACTIVE x 100, MEM_COPY_UTIL)`` per pod, 35 % target."""
+
+    name: str = "gpu-mem-copy"
+    metric: ClassVar[str] = "max(sm_active, mem_copy_util) %"
+
+    def values(self, signals: Signals) -> dict[str, float | None]:
         values: dict[str, float | None] = {
             pod: seed_composite_util(m) for pod, m in signals.per_replica.items()
         }
         if not any(v is not None for v in values.values()):
             values = pod_values(signals, signals.get("gpu_composite_util"))
-        return hpa_decision(signals, values, self.config, "max(sm_active, mem_copy_util) %"), None
+        return values
 
 
 @dataclass(frozen=True)
-class EffectiveVramPolicy:
+class EffectiveVramPolicy(HpaTargetPolicy):
     """Seed 000 3.3: HPA on Effective VRAM Utilization with a 0.85 target."""
 
-    config: HpaTarget
     name: str = "effective-vram"
+    metric: ClassVar[str] = "effective_vram"
 
-    @property
-    def tick_s(self) -> float:
-        return self.config.tick_s
-
-    @property
-    def guard_overrides(self) -> Mapping[str, Any]:
-        return _overrides(self.config)
-
-    def initial_state(self) -> None:
-        return None
-
-    def decide(self, signals: Signals, state: None, now_s: float) -> tuple[Decision, None]:
-        values = pod_values(signals, signals.get("effective_vram"))
-        return hpa_decision(signals, values, self.config, "effective_vram"), None
+    def values(self, signals: Signals) -> dict[str, float | None]:
+        return pod_values(signals, signals.get("effective_vram"))
 
 
 def _target(name: str, params: Mapping[str, Any], key: str) -> HpaTarget:
