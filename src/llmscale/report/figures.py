@@ -121,10 +121,39 @@ def _empty(fig: go.Figure, message: str) -> go.Figure:
     return fig
 
 
-def _row_height_spacing(n: int, row_px: int, gap_px: int) -> tuple[int, float]:
-    """Total height and plotly's fractional vertical spacing for ``n`` stacked panels."""
+def _policy_panels(
+    data: list[tuple[Row, _Series]], row_px: int, secondary_y: bool = False
+) -> tuple[go.Figure, int]:
+    """Small multiples: one panel per policy, stacked on a shared time axis, each titled with the
+    policy's label; (figure, its height in px). Panels are ``row_px`` tall, 48 px apart."""
+    from plotly.subplots import make_subplots
+
+    n, gap_px = len(data), 48
     height = n * row_px + (n - 1) * gap_px + 134  # + top/bottom margins of _style(panel_titles=True)
-    return height, (gap_px / (height - 134)) if n > 1 else 0.0
+    specs = {"specs": [[{"secondary_y": True}] for _ in range(n)]} if secondary_y else {}
+    fig = make_subplots(
+        rows=n,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=(gap_px / (height - 134)) if n > 1 else 0.0,
+        subplot_titles=[f"<b>{_esc(row.label)}</b>" for row, _ in data],
+        **specs,
+        figure=_figure(),
+    )
+    return fig, height
+
+
+def _finish_policy_panels(
+    fig: go.Figure, data: list[tuple[Row, _Series]], tax: _TimeAxis, height: int
+) -> go.Figure:
+    """The time axis titled under the last panel, ticks on every panel, each title in its policy's colour."""
+    fig.update_xaxes(title_text=tax.title, row=len(data), col=1)
+    fig.update_xaxes(showticklabels=True)
+    for annotation, (row, _) in zip(fig.layout.annotations, data, strict=False):
+        annotation.font = {"color": row.color, "size": 13}
+    _style(fig, height, panel_titles=True)
+    fig.update_layout(hovermode="x unified")
+    return fig
 
 
 def _line(row: Row, x: np.ndarray, y: np.ndarray, **kwargs: Any) -> go.Scatter:
@@ -145,21 +174,11 @@ def _line(row: Row, x: np.ndarray, y: np.ndarray, **kwargs: Any) -> go.Scatter:
 def _fig_load(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
     """Chart 1: stacked replicas by lifecycle state + desired (step) + arrival rate, one panel each."""
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     if not data:
         return _empty(_figure(), "no time series in this backtest")
     n = len(data)
-    height, spacing = _row_height_spacing(n, 210, 48)
-    fig = make_subplots(
-        rows=n,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=spacing,
-        subplot_titles=[f"<b>{_esc(row.label)}</b>" for row, _ in data],
-        specs=[[{"secondary_y": True}] for _ in range(n)],
-        figure=_figure(),
-    )
+    fig, height = _policy_panels(data, 210, secondary_y=True)
     budget = _budget(n * 7)
     rps_max = 1.0
     lifecycle = _lifecycle(data)
@@ -232,13 +251,7 @@ def _fig_load(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
         title_font={"color": _ARRIVAL_COLOR},
         tickfont={"color": _ARRIVAL_COLOR},
     )
-    fig.update_xaxes(title_text=tax.title, row=n, col=1)
-    fig.update_xaxes(showticklabels=True)
-    for annotation, (row, _) in zip(fig.layout.annotations, data, strict=False):
-        annotation.font = {"color": row.color, "size": 13}
-    _style(fig, height, panel_titles=True)
-    fig.update_layout(hovermode="x unified")
-    return fig
+    return _finish_policy_panels(fig, data, tax, height)
 
 
 def _fig_lines(
@@ -324,20 +337,11 @@ def _fig_ttft(data: list[tuple[Row, _Series]], tax: _TimeAxis, slo_ttft_s: float
 def _fig_util(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
     """Chart 4: GPU utilization, SM activity, HBM bandwidth and KV-cache usage, one panel per policy."""
     import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     if not data:
         return _empty(_figure(), "no time series in this backtest")
     n = len(data)
-    height, spacing = _row_height_spacing(n, 170, 48)
-    fig = make_subplots(
-        rows=n,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=spacing,
-        subplot_titles=[f"<b>{_esc(row.label)}</b>" for row, _ in data],
-        figure=_figure(),
-    )
+    fig, height = _policy_panels(data, 170)
     budget = _budget(n * 4)
     for k, (_row, s) in enumerate(data, start=1):
         gpu, sm, bw, kv = (s.get(key) * 100.0 for key in ("gpu_util", "sm_active", "bw_util", "kv_usage"))
@@ -370,13 +374,7 @@ def _fig_util(data: list[tuple[Row, _Series]], tax: _TimeAxis) -> go.Figure:
                 col=1,
             )
     fig.update_yaxes(range=[0, 105], ticksuffix=" %", dtick=25, title_text="% busy / used")
-    fig.update_xaxes(title_text=tax.title, row=n, col=1)
-    fig.update_xaxes(showticklabels=True)
-    for annotation, (row, _) in zip(fig.layout.annotations, data, strict=False):
-        annotation.font = {"color": row.color, "size": 13}
-    _style(fig, height, panel_titles=True)
-    fig.update_layout(hovermode="x unified")
-    return fig
+    return _finish_policy_panels(fig, data, tax, height)
 
 
 def _fig_pareto(rows: Sequence[Row]) -> go.Figure:
