@@ -26,7 +26,7 @@ import numpy as np
 
 from llmscale.errors import ConfigError
 from llmscale.workloads.arrivals import cumulative_rate
-from llmscale.workloads.lengths import LognormalLengths
+from llmscale.workloads.lengths import LengthModel, LognormalLengths
 from llmscale.workloads.model import Workload
 from llmscale.workloads.synthetic import (
     Curve,
@@ -93,6 +93,29 @@ def _positive_rate(rate_rps_mean: float) -> None:
         raise ConfigError(f"rate_rps_mean = {rate_rps_mean}, must be > 0")
 
 
+def _preset_workload(
+    name: str,
+    curve: Curve,
+    seed: int,
+    cv: float,
+    generator: str,
+    *,
+    lengths: LengthModel = AZURE_CONV_LENGTHS,
+    **meta: object,
+) -> Workload:
+    """Preset ``name``'s workload on ``curve``: named ``preset:<name>`` and drawn from its own random
+    stream ``<name>`` (so two presets at one seed share no draws); ``meta`` follows ``generator``."""
+    return workload_from_rate_curve(
+        *curve,
+        seed=seed,
+        cv=cv,
+        lengths=lengths,
+        name=f"preset:{name}",
+        stream=name,
+        meta={"generator": generator, **meta},
+    )
+
+
 def _default(
     seed: int,
     *,
@@ -111,15 +134,7 @@ def _default(
     curve = with_spike(
         _ramp_curve(duration_s, rate_rps_mean), spike_start_s, spike_duration_s, spike_multiplier
     )
-    return workload_from_rate_curve(
-        *curve,
-        seed=seed,
-        cv=cv,
-        lengths=AZURE_CONV_LENGTHS,
-        name="preset:default",
-        stream="default",
-        meta={"generator": "ramp+spike", "spike_start_s": spike_start_s},
-    )
+    return _preset_workload("default", curve, seed, cv, "ramp+spike", spike_start_s=spike_start_s)
 
 
 def _azure_like(
@@ -127,15 +142,7 @@ def _azure_like(
 ) -> Workload:
     _positive_rate(rate_rps_mean)
     curve = _ramp_curve(duration_s, rate_rps_mean)
-    return workload_from_rate_curve(
-        *curve,
-        seed=seed,
-        cv=cv,
-        lengths=AZURE_CONV_LENGTHS,
-        name="preset:azure-like",
-        stream="azure-like",
-        meta={"generator": "ramp"},
-    )
+    return _preset_workload("azure-like", curve, seed, cv, "ramp")
 
 
 def _flash_crowd(
@@ -153,15 +160,7 @@ def _flash_crowd(
     if not duration_s > 0:
         raise ConfigError(f"duration_s = {duration_s}, must be > 0")
     curve = with_spike(flat, spike_start_s, spike_duration_s, spike_multiplier)
-    return workload_from_rate_curve(
-        *curve,
-        seed=seed,
-        cv=cv,
-        lengths=AZURE_CONV_LENGTHS,
-        name="preset:flash-crowd",
-        stream="flash-crowd",
-        meta={"generator": "flat+spike"},
-    )
+    return _preset_workload("flash-crowd", curve, seed, cv, "flat+spike")
 
 
 def _diurnal(
@@ -182,15 +181,7 @@ def _diurnal(
     # compressed 2-hour "day" keeps the backtest short but the swing visible.
     peak_rps = 2.0 * rate_rps_mean / (1.0 + trough_ratio)
     curve = diurnal_curve(trough_ratio * peak_rps, peak_rps, period_s, duration_s)
-    return workload_from_rate_curve(
-        *curve,
-        seed=seed,
-        cv=cv,
-        lengths=AZURE_CONV_LENGTHS,
-        name="preset:diurnal",
-        stream="diurnal",
-        meta={"generator": "diurnal"},
-    )
+    return _preset_workload("diurnal", curve, seed, cv, "diurnal")
 
 
 def _bandwidth_bound(
@@ -198,15 +189,7 @@ def _bandwidth_bound(
 ) -> Workload:
     _positive_rate(rate_rps_mean)
     flat = (np.array([0.0, duration_s]), np.array([rate_rps_mean, rate_rps_mean]))
-    return workload_from_rate_curve(
-        *flat,
-        seed=seed,
-        cv=cv,
-        lengths=BANDWIDTH_BOUND_LENGTHS,
-        name="preset:bandwidth-bound",
-        stream="bandwidth-bound",
-        meta={"generator": "flat"},
-    )
+    return _preset_workload("bandwidth-bound", flat, seed, cv, "flat", lengths=BANDWIDTH_BOUND_LENGTHS)
 
 
 def _on_off(
@@ -226,15 +209,7 @@ def _on_off(
     # 5 min on / 5 min off at 60 req/s mean means 120 req/s when on, 0 when off.
     on_rate_rps = rate_rps_mean * (on_s + off_s) / (on_s + off_ratio * off_s)
     curve = on_off_curve(on_rate_rps, on_s, off_s, duration_s, off_rate_rps=off_ratio * on_rate_rps)
-    return workload_from_rate_curve(
-        *curve,
-        seed=seed,
-        cv=cv,
-        lengths=AZURE_CONV_LENGTHS,
-        name="preset:on-off",
-        stream="on-off",
-        meta={"generator": "on_off"},
-    )
+    return _preset_workload("on-off", curve, seed, cv, "on_off")
 
 
 # ServeGen language m-large (alibaba/ServeGen, Apache-2.0; 14 days of 10-minute total rates, mean
@@ -291,14 +266,8 @@ def _multi_day(
     keep = t < duration_s
     t_cut = np.append(t[keep], duration_s)
     r_cut = np.append(r[keep], np.interp(duration_s, t, r))
-    return workload_from_rate_curve(
-        *_normalise((t_cut, r_cut), rate_rps_mean),
-        seed=seed,
-        cv=cv,
-        lengths=AZURE_CONV_LENGTHS,
-        name="preset:multi-day",
-        stream="multi-day",
-        meta={"generator": "multi_day", "day_s": day_s},
+    return _preset_workload(
+        "multi-day", _normalise((t_cut, r_cut), rate_rps_mean), seed, cv, "multi_day", day_s=day_s
     )
 
 
