@@ -104,8 +104,9 @@ def advance_interval(
 ) -> ClosedInterval | tuple[Decision, PlannerState]:
     """Record this tick's observation; a decision that holds ``held``, or the interval that closed.
 
-    The rate is the offered load (``arrival_rate_rps``), with the completed count
-    (``request_rate_rps``) when the arrivals series is missing: a saturated fleet completes
+    The rate is the offered load (``arrival_rate_rps``; ai-dynamo 1.6.1 counts the requests the
+    frontend started), with the completed count (``request_rate_rps``) when the arrivals series
+    is missing, as 1.6.1 falls back: a saturated fleet completes
     only what it can serve, so planning on completions holds it saturated. ``record_osl``
     False keeps no OSL (a prefill pool's planner does not read it); ``weight_by_rate``
     weights the interval's mean ISL and OSL by each observation's rate (``dynamo-sla``),
