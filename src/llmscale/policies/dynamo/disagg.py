@@ -49,7 +49,6 @@ from llmscale.policies.dynamo.interval import (
     PlannerState,
     advance_interval,
     forecast,
-    held_target,
 )
 from llmscale.policies.dynamo.predictors import PREDICTORS
 from llmscale.types import Decision, NoData, Signals
@@ -148,22 +147,18 @@ class DynamoDisaggPolicy:
 
     def decide(self, signals: Signals, state: PlannerState, now_s: float) -> tuple[Decision, PlannerState]:
         cfg = self.config
-        spec = signals.fleet.spec_replicas
-        held = held_target(state, spec, cfg.min_replicas, cfg.max_replicas)
         step = advance_interval(
+            cfg,
             state,
             signals,
             now_s,
-            observe_s=cfg.observe_s,
-            adjustment_interval_s=cfg.adjustment_interval_s,
-            held=held,
             record_osl=cfg.pool == "decode",
             weight_by_rate=False,
             no_data_note="no request rate observed",
         )
         if not isinstance(step, ClosedInterval):
             return step
-        nxt = step.state
+        held, nxt = step.held, step.state
         n_req = max(0.0, forecast(cfg, nxt.num_req) or 0.0)
         isl = forecast(cfg, nxt.isl)
         osl = forecast(cfg, nxt.osl) if cfg.pool == "decode" else 1.0

@@ -22,11 +22,10 @@ from llmscale.types import Decision, NoData, Signals
 
 __all__ = [
     "ClosedInterval",
+    "PlannerSettings",
     "PlannerState",
-    "PredictorSettings",
     "advance_interval",
     "forecast",
-    "held_target",
 ]
 
 
@@ -51,12 +50,22 @@ class ClosedInterval:
     """An interval that just closed: its mean request rate and the state holding its new points."""
 
     mean_rate_rps: float
+    #: what the planner proposes until it sets a new target: its last one (before the first: the spec)
+    held: int
     state: PlannerState
 
 
-class PredictorSettings(Protocol):
-    """The load predictor a planner's config names, with the Kalman filter's noise settings."""
+class PlannerSettings(Protocol):
+    """What the interval reads of a planner's config: its cadence, bounds and load predictor."""
 
+    @property
+    def observe_s(self) -> float: ...
+    @property
+    def adjustment_interval_s(self) -> float: ...
+    @property
+    def min_replicas(self) -> int: ...
+    @property
+    def max_replicas(self) -> int: ...
     @property
     def load_predictor(self) -> str: ...
     @property
@@ -67,16 +76,18 @@ class PredictorSettings(Protocol):
     def kalman_r(self) -> float: ...
 
 
-def forecast(cfg: PredictorSettings, history: Sequence[float]) -> float | None:
+def forecast(cfg: PlannerSettings, history: Sequence[float]) -> float | None:
     """The next value of ``history`` by the config's load predictor (``kalman`` or ``constant``)."""
     if cfg.load_predictor == "kalman":
         return kalman_forecast(history, cfg.kalman_q_level, cfg.kalman_q_trend, cfg.kalman_r)
     return constant_forecast(history)
 
 
-def held_target(state: PlannerState, spec_replicas: int, min_replicas: int, max_replicas: int) -> int:
+def _held_target(cfg: PlannerSettings, state: PlannerState, spec_replicas: int) -> int:
     """What the planner proposes between adjustments: its last target (before the first: the spec)."""
-    return clamp(spec_replicas if state.planned is None else state.planned, min_replicas, max_replicas)
+    return clamp(
+        spec_replicas if state.planned is None else state.planned, cfg.min_replicas, cfg.max_replicas
+    )
 
 
 def _mean(pairs: Sequence[tuple[float, float | None]], weight_by_rate: bool) -> float | None:
@@ -91,18 +102,16 @@ def _mean(pairs: Sequence[tuple[float, float | None]], weight_by_rate: bool) -> 
 
 
 def advance_interval(
+    cfg: PlannerSettings,
     state: PlannerState,
     signals: Signals,
     now_s: float,
     *,
-    observe_s: float,
-    adjustment_interval_s: float,
-    held: int,
     record_osl: bool,
     weight_by_rate: bool,
     no_data_note: str,
 ) -> ClosedInterval | tuple[Decision, PlannerState]:
-    """Record this tick's observation; a decision that holds ``held``, or the interval that closed.
+    """Record this tick's observation: a decision that holds the planner's target, or the closed interval.
 
     The rate is the offered load (``arrival_rate_rps``; ai-dynamo 1.6.1 counts the requests the
     frontend started), with the completed count (``request_rate_rps``) when the arrivals series
@@ -114,6 +123,7 @@ def advance_interval(
     covers the tick before it: at 60 s ticks and a 180 s interval, the interval started
     at t = 0 closes at the third tick, t = 180 s.
     """
+    held = _held_target(cfg, state, signals.fleet.spec_replicas)
     rate = signals.get("arrival_rate_rps")
     if rate is None:
         rate = signals.get("request_rate_rps")
@@ -121,8 +131,8 @@ def advance_interval(
     if rate is not None and math.isfinite(rate):
         osl = signals.get("decode_steps_mean") if record_osl else None
         observed = (*observed, (rate, signals.get("prompt_len_mean_tokens"), osl))
-    start = now_s - observe_s if state.interval_start_s is None else state.interval_start_s
-    if now_s - start < adjustment_interval_s - 1e-6:
+    start = now_s - cfg.observe_s if state.interval_start_s is None else state.interval_start_s
+    if now_s - start < cfg.adjustment_interval_s - 1e-6:
         return (
             Decision(held, "observing", {"observations": float(len(observed))}),
             PlannerState(start, observed, state.num_req, state.isl, state.osl, state.planned),
@@ -136,4 +146,4 @@ def advance_interval(
     num_req = add_point(state.num_req, mean_rate * interval_s)
     isl = add_point(state.isl, _mean([(r, i) for r, i, _ in observed], weight_by_rate))
     osl_h = add_point(state.osl, _mean([(r, o) for r, _, o in observed], weight_by_rate))
-    return ClosedInterval(mean_rate, PlannerState(now_s, (), num_req, isl, osl_h, state.planned))
+    return ClosedInterval(mean_rate, held, PlannerState(now_s, (), num_req, isl, osl_h, state.planned))

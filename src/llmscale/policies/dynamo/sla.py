@@ -16,7 +16,6 @@ from llmscale.policies.dynamo.interval import (
     PlannerState,
     advance_interval,
     forecast,
-    held_target,
 )
 from llmscale.policies.dynamo.predictors import PREDICTORS
 from llmscale.policies.params import (
@@ -136,15 +135,11 @@ class DynamoSlaPolicy:
 
     def decide(self, signals: Signals, state: PlannerState, now_s: float) -> tuple[Decision, PlannerState]:
         cfg = self.config
-        spec = signals.fleet.spec_replicas
-        held = held_target(state, spec, cfg.min_replicas, cfg.max_replicas)
         step = advance_interval(
+            cfg,
             state,
             signals,
             now_s,
-            observe_s=cfg.observe_s,
-            adjustment_interval_s=cfg.adjustment_interval_s,
-            held=held,
             record_osl=True,
             weight_by_rate=True,
             no_data_note="no request rate observed in the interval",
@@ -152,7 +147,7 @@ class DynamoSlaPolicy:
         if not isinstance(step, ClosedInterval):
             return step
         # The interval closed: plan the next one.
-        mean_rate, next_state = step.mean_rate_rps, step.state
+        mean_rate, held, next_state = step.mean_rate_rps, step.held, step.state
         next_num_req = forecast(cfg, next_state.num_req)
         next_isl = forecast(cfg, next_state.isl)
         next_osl = forecast(cfg, next_state.osl)
@@ -184,7 +179,7 @@ class DynamoSlaPolicy:
             est_ttft_s=cap.ttft_s,
             est_itl_s=cap.itl_s,
         )
-        current = signals.fleet.ready
+        spec, current = signals.fleet.spec_replicas, signals.fleet.ready
         inputs["eligible"] = 1.0 if cap.eligible else 0.0
         if cap.engine_rps <= 0.0:
             # 1.6.1: the model is not ready -> hold the workers, still lifted to the endpoint floor.
