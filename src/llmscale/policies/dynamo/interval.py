@@ -83,13 +83,6 @@ def forecast(cfg: PlannerSettings, history: Sequence[float]) -> float | None:
     return constant_forecast(history)
 
 
-def _held_target(cfg: PlannerSettings, state: PlannerState, spec_replicas: int) -> int:
-    """What the planner proposes between adjustments: its last target (before the first: the spec)."""
-    return clamp(
-        spec_replicas if state.planned is None else state.planned, cfg.min_replicas, cfg.max_replicas
-    )
-
-
 def _mean(pairs: Sequence[tuple[float, float | None]], weight_by_rate: bool) -> float | None:
     """Mean of the values, by rate when ``weight_by_rate`` (plain when every rate is 0); None without any."""
     vals = [(w if weight_by_rate else 1.0, v) for w, v in pairs if v is not None and math.isfinite(v)]
@@ -123,7 +116,11 @@ def advance_interval(
     covers the tick before it: at 60 s ticks and a 180 s interval, the interval started
     at t = 0 closes at the third tick, t = 180 s.
     """
-    held = _held_target(cfg, state, signals.fleet.spec_replicas)
+    held = clamp(
+        signals.fleet.spec_replicas if state.planned is None else state.planned,
+        cfg.min_replicas,
+        cfg.max_replicas,
+    )
     rate = signals.get("arrival_rate_rps")
     if rate is None:
         rate = signals.get("request_rate_rps")
