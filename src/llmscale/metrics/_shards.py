@@ -212,9 +212,15 @@ class ShardPool:
             raise RuntimeError("the scrape workers were closed")
         sent: list[_Worker | str] = []
         for k, targets in enumerate(shards):
+            msg = (now_s, wall_s, tuple(targets))
             try:
                 w = self._worker(k)
-                w.outbox.send((now_s, wall_s, tuple(targets)))
+                try:
+                    w.outbox.send(msg)
+                except OSError:  # it died since it was last seen alive: one fresh worker, once
+                    w.busy = True  # stopped at once
+                    w = self._worker(k)
+                    w.outbox.send(msg)
                 w.busy = True
                 sent.append(w)
             except OSError as e:

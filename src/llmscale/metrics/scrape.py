@@ -100,6 +100,8 @@ _REDIRECT_POLICIES = ("never", "same-host")
 _MAX_REDIRECTS = 3
 #: scrape worker processes a source may start (metrics/_shards.py)
 _MAX_WORKERS = 64
+#: beyond its fetch time-outs, how long a scrape worker's answer is waited for (a wedged worker)
+WORKER_GRACE_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,7 +365,7 @@ class PodScrapeSource:
             shards[shard_of(t.url, n)].append(t)
         per_worker = self._worker_settings["max_concurrency"]
         # As the in-process bound: every fetch has its own time-out, this only guards a wedged worker.
-        bounds = [self.timeout_s * 2 * (1 + len(s) // per_worker) + 30 for s in shards]
+        bounds = [self.timeout_s * 2 * (1 + len(s) // per_worker) + WORKER_GRACE_S for s in shards]
         replies = pool.observe(shards, now_s, self._wall.now_s(), bounds)
         by_shard: list[Iterator[ReplicaSample]] = []
         held: int | None = None
