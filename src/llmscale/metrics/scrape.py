@@ -475,9 +475,12 @@ class PodScrapeSource:
         """The page of ``body``; ExpositionError also for one with more than ``max_page_lines`` lines.
 
         The line count is checked first (a C scan, ~2 us on a 20 KiB page): a page of 4 million
-        one-sample lines fits 8 MiB and would take ~500 MB of line objects to parse.
+        one-sample lines fits 8 MiB and would take ~500 MB of line objects to parse. A page of no
+        more bytes than the limit has no more lines either, so it is not scanned (a vLLM page of
+        ~34 KB against the default 100,000: the scan cost ~20 us a page, 0.1 s of a 5,000-replica
+        tick, on the loaded 2-core VM).
         """
-        lines = body.count(b"\n")
+        lines = 0 if len(body) <= self.max_page_lines else body.count(b"\n")
         if lines > self.max_page_lines:
             raise ExpositionError(f"{lines} lines (limit {self.max_page_lines}): not parsed", source=source)
         text = body.decode("utf-8", errors="replace")
