@@ -25,6 +25,11 @@ simulated replica ``j mod n`` (so pages still change from tick to tick). The scr
 distinct targets over real HTTP keep-alive connections; the listener is a minimal HTTP/1.1
 responder over the cached pages (its CPU is printed with the emulators').
 
+``--workers N`` builds the measured source with ``metrics.scrape.workers: N``: the pages are
+fetched, parsed and vetted by N worker processes (``metrics/_shards.py``); the tick's CPU then
+counts the workers' CPU as well as the measuring process's, and the memory target counts their
+peak RSS with its own. The baseline below always scrapes in the measuring process.
+
 Beside the full tick, the same process runs the same tick over the first
 ``--baseline-replicas`` targets (their own source and window, same pages) and prints the
 ratio: linear scaling would take 10x the time for 10x the replicas.

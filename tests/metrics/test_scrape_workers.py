@@ -109,6 +109,9 @@ def test_workers_read_what_one_process_reads_and_leave_nothing_behind(page_serve
         pids = three.worker_pids()
     assert not any(_alive(p) for p in pids)
     assert three.worker_pids() == []
+    # A tick after close (an abandoned one finishing late) starts no worker: it reads nothing.
+    late = three.observe(50.0)
+    assert not any(s.ok for s in late.replicas) and three.worker_pids() == []
 
 
 def test_a_worker_that_does_not_answer_makes_its_shard_unknown(page_server, monkeypatch) -> None:

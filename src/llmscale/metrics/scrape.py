@@ -255,6 +255,7 @@ class PodScrapeSource:
         #: scrape worker processes (0: scrape and parse in this process); see metrics/_shards.py
         self.workers = workers
         self._pool: ShardPool | None = None
+        self._closed = False
         self._shard_reads = [0, 0]  # pages the workers read through a layout, line by line
         #: CPU seconds the workers spent on the last observe (not in this process's own CPU time)
         self.last_worker_cpu_s = 0.0
@@ -292,6 +293,7 @@ class PodScrapeSource:
         self.close()
 
     def close(self) -> None:
+        self._closed = True  # no worker is started again (an abandoned tick may still call observe)
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
@@ -357,6 +359,13 @@ class PodScrapeSource:
         """:meth:`observe` by the worker processes, each over its shard of ``targets``
         (``metrics/_shards.py``)."""
         n = self.workers
+        if self._closed:
+            for t in targets:
+                errors[t.replica] = "the source is closed: its scrape workers are stopped"
+            samples = [ReplicaSample(t.replica, t.phase, ok=False) for t in targets]
+            self.errors_total += len(errors)
+            self.last_errors = errors
+            return Observation(time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples))
         if self._pool is None:
             self._pool = ShardPool(n, self._worker_settings)
         pool = self._pool
