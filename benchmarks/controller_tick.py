@@ -754,7 +754,8 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             f"time for {args.replicas / n_base:g}x the replicas"
         )
     print(
-        f"  CPU of the measuring process per tick (all threads): median {cpu_med:.3f} s; "
+        f"  CPU of the measuring process per tick (all threads"
+        f"{f', and its {args.workers} scrape workers' if args.workers else ''}): median {cpu_med:.3f} s; "
         f"emulator processes' CPU during the tick: median {emu_med:.3f} s"
     )
     ref = min(ref_before, ref_after)
