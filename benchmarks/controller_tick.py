@@ -25,6 +25,11 @@ simulated replica ``j mod n`` (so pages still change from tick to tick). The scr
 distinct targets over real HTTP keep-alive connections; the listener is a minimal HTTP/1.1
 responder over the cached pages (its CPU is printed with the emulators').
 
+``--workers N`` builds the measured source with ``metrics.scrape.workers: N``: the pages are
+fetched, parsed and vetted by N worker processes (``metrics/_shards.py``); the tick's CPU then
+counts the workers' CPU as well as the measuring process's, and the memory target counts their
+peak RSS with its own. The baseline below always scrapes in the measuring process.
+
 Beside the full tick, the same process runs the same tick over the first
 ``--baseline-replicas`` targets (their own source and window, same pages) and prints the
 ratio: linear scaling would take 10x the time for 10x the replicas.
@@ -523,6 +528,13 @@ def main(argv: list[str] | None = None) -> int:
         default=500,
         help="also time the tick over this many of the targets, in the same process (when fewer)",
     )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="scrape worker processes of the measured source (metrics.scrape.workers; 0: scrape and "
+        "parse in the measuring process)",
+    )
     ap.add_argument("--profile", default=None, help="cProfile the timed ticks' main thread into this file")
     ap.add_argument("--baseline-pages", type=int, default=50, help="pages parsed by prometheus_client alone")
     ap.add_argument(
@@ -602,12 +614,13 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     print(f"emulators ready after {time.monotonic() - started:.1f} s: {len(targets)} replica targets")
 
     # The live controller's parts, from a validated config as `llmscale run` builds them.
-    def scraping(some: list[dict[str, str]]) -> dict[str, Any]:
-        return {"source": "scrape", "scrape": {"static_targets": some, "timeout_s": args.scrape_timeout_s}}
+    def scraping(some: list[dict[str, str]], workers: int = 0) -> dict[str, Any]:
+        scrape = {"static_targets": some, "timeout_s": args.scrape_timeout_s, "workers": workers}
+        return {"source": "scrape", "scrape": scrape}
 
     raw: dict[str, Any] = {
         "target": {"name": "bench", "model": "llama-3-8b", "gpu": "h100-80gb"},
-        "metrics": scraping(targets),
+        "metrics": scraping(targets, args.workers),
         "policy": {"name": "slo"},
         "guards": {"min_replicas": 1, "max_replicas": max(1000, 2 * len(targets))},
         "mode": "dry-run",
@@ -663,6 +676,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             t2 = time.perf_counter()
             record, state = decide(core, state, signals, now_s)
             t3, c3 = time.perf_counter(), time.process_time()
+            c3 += getattr(source, "last_worker_cpu_s", 0.0)  # the scrape workers' CPU for this tick
             if prof is not None and timed:
                 prof.disable()
             if base_source is not None:
@@ -697,6 +711,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             if bad:
                 print(f"    errors: {dict(list(source.last_errors.items())[:3])}", file=sys.stderr)
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        worker_mb = [_peak_rss_mb(pid) for pid in getattr(source, "worker_pids", list)()]
         # Same process, same (paused) pages: the reader as the timed ticks left it.
         pages = [b.decode("utf-8") for b in asyncio.run(_fetch_pages([t["url"] for t in _targets(cfg)]))]
         parse_cmp = _compare_parsers(pages, [t["url"] for t in _targets(cfg)], args.baseline_pages)
@@ -739,7 +754,8 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             f"time for {args.replicas / n_base:g}x the replicas"
         )
     print(
-        f"  CPU of the measuring process per tick (all threads): median {cpu_med:.3f} s; "
+        f"  CPU of the measuring process per tick (all threads"
+        f"{f', and its {args.workers} scrape workers' if args.workers else ''}): median {cpu_med:.3f} s; "
         f"emulator processes' CPU during the tick: median {emu_med:.3f} s"
     )
     ref = min(ref_before, ref_after)
@@ -755,6 +771,12 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
         f"{(peak_mb - start_mb) * 1024 / args.replicas:.0f} KB per replica for pages in flight, "
         f"page layouts and a window of {window_len} observations)"
     )
+    if worker_mb:
+        print(
+            f"peak RSS of the {len(worker_mb)} scrape workers: "
+            f"{' + '.join(f'{m:.0f}' for m in worker_mb)} MB; with the measuring process "
+            f"{peak_mb + sum(worker_mb):.0f} MB"
+        )
     if last_record is not None:
         r = last_record
         print(
@@ -765,6 +787,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     print(parse_cmp)
     if fetch_cmp:
         print(fetch_cmp)
+    peak_mb += sum(worker_mb)  # the target counts the workers' memory too
     ok_t, ok_m = med < TARGET_TICK_S, peak_mb < TARGET_PEAK_MB
     print(
         f"target: tick < {TARGET_TICK_S:g} s: {'PASS' if ok_t else 'MISS'} (median {med:.3f} s); "
@@ -864,6 +887,18 @@ def _rss_mb() -> float:
             return int(f.read().split()[1]) * resource.getpagesize() / 2**20
     except OSError:
         return float("nan")
+
+
+def _peak_rss_mb(pid: int) -> float:
+    """A process's peak resident memory (MB), from /proc (VmHWM)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return float("nan")
 
 
 def _loadavg() -> str:

@@ -229,6 +229,9 @@ class ScrapeConfig(_Section):
     #: the metrics page of an activator (a front door holding requests while no replica is ready),
     #: read into the gateway queue; default with emulate_url: emulate's front door, <emulate_url>/metrics
     activator_url: HttpUrl | None = None
+    #: processes that scrape, parse and vet the pages beside the controller's (0: none, all in the
+    #: controller's own process); a few thousand replicas need them (metrics/_shards.py)
+    workers: int = Field(default=0, ge=0, le=64)
 
 
 class MetricsConfig(_Section):

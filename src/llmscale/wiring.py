@@ -313,6 +313,7 @@ def build_source(cfg: LiveConfig, kube: Any) -> MetricSource:
         follow_redirects=s.follow_redirects,
         max_clock_ahead_s=s.max_clock_ahead_s,
         activator_url=activator,
+        workers=s.workers,
     )
     return scrape
 

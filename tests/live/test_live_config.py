@@ -243,6 +243,7 @@ BAD_FIELDS = [
     ("tick_deadline_s", 0.5, "tick_deadline_s: Input should be greater than or equal to 1", "tick-deadline"),
     ("metrics.scrape.max_page_bytes", 10, "metrics.scrape.max_page_bytes:", "page-bytes"),
     ("metrics.scrape.follow_redirects", "always", "metrics.scrape.follow_redirects:", "redirects"),
+    ("metrics.scrape.workers", 65, "metrics.scrape.workers:", "scrape-workers"),
 ]
 
 

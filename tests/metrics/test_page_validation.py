@@ -48,12 +48,15 @@ def page(
     )
 
 
-@pytest.fixture
-def scraper():
+@pytest.fixture(params=[0, 2], ids=["in-process", "2-workers"])
+def scraper(request):
+    """Sources scraping in this process, and through two scrape worker processes (each defence
+    must hold in a worker as well: ``metrics/_shards.py``)."""
     made: list[PodScrapeSource] = []
 
     def make(*paths: str, server, **kw):
         kw.setdefault("wall_clock", ManualClock(WALL0))
+        kw.setdefault("workers", request.param)
         s = PodScrapeSource([(p.strip("/"), server.url(p)) for p in paths], timeout_s=5.0, **kw)
         made.append(s)
         return s

@@ -80,6 +80,7 @@ shapes, and the miss shares with a simulated fleet.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
@@ -504,20 +505,23 @@ def tail_capacity_rps(
     dispersion: float = 1.0,
 ) -> float:
     """:meth:`TailModel.capacity_rps` for a deployment, memoised (callers bucket the lengths)."""
-    return _deployment_model(
-        model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale
-    ).capacity_rps(
-        prompt_tokens,
-        output_tokens,
-        slo_ttft_s,
-        slo_tpot_s,
-        miss_budget=miss_budget,
-        prompt_cv=prompt_cv,
-        output_cv=output_cv,
-        replicas=replicas,
-        mode=mode,
-        dispersion=dispersion,
-    )
+    shared = _shape_model(
+        model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale,
+        prompt_tokens, output_tokens, prompt_cv, output_cv, mode == "tail",
+    )  # fmt: skip
+    with _SHAPE_LOCK:
+        return shared.capacity_rps(
+            prompt_tokens,
+            output_tokens,
+            slo_ttft_s,
+            slo_tpot_s,
+            miss_budget=miss_budget,
+            prompt_cv=prompt_cv,
+            output_cv=output_cv,
+            replicas=replicas,
+            mode=mode,
+            dispersion=dispersion,
+        )
 
 
 def meets_mean(op: OperatingPoint, slo_tpot_s: float) -> bool:
@@ -700,19 +704,23 @@ def _capacity_point(
         mode=mode,
         dispersion=dispersion,
     )
-    tails = _deployment_model(model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale)
-    op = tails.at(
-        rate,
-        prompt_tokens,
-        output_tokens,
-        slo_ttft_s,
-        slo_tpot_s,
-        replicas=replicas,
-        tails=mode == "tail",
-        output_cv=output_cv,
-        dispersion=dispersion,
-        prompt_cv=prompt_cv,
-    )
+    tails = _shape_model(
+        model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale,
+        prompt_tokens, output_tokens, prompt_cv, output_cv, mode == "tail",
+    )  # fmt: skip
+    with _SHAPE_LOCK:
+        op = tails.at(
+            rate,
+            prompt_tokens,
+            output_tokens,
+            slo_ttft_s,
+            slo_tpot_s,
+            replicas=replicas,
+            tails=mode == "tail",
+            output_cv=output_cv,
+            dispersion=dispersion,
+            prompt_cv=prompt_cv,
+        )
     within = meets_mean(op, slo_tpot_s) if mode == "mean" else op.miss <= miss_budget
     return ReplicaCapacity(rate, op.batch, op.mean_itl_s, prompt_tokens, output_tokens, replicas, within)
 
@@ -822,6 +830,47 @@ def _deployment_model(
     return TailModel(perf, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
 
 
+#: request shapes whose :class:`TailModel` (and its prefill memo) is kept: a live fleet's smoothed
+#: shape moves over a few buckets; each model's memo holds a few hundred batch sizes of ~1 KB
+_SHAPE_MODELS = 32
+#: one question at a time to a shared model: an operating point sets the fleet size and burst on it
+#: before reading them (a KEDA or external-metrics thread could ask while a tick decides)
+_SHAPE_LOCK = threading.RLock()
+
+
+@lru_cache(maxsize=_SHAPE_MODELS)
+def _shape_model(
+    model: str,
+    gpu: str,
+    tp: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    calibration: str | None,
+    scale: FactorScale | None,
+    prompt_tokens: int,
+    output_tokens: int,
+    prompt_cv: float,
+    output_cv: float,
+    tails: bool,
+) -> TailModel:
+    """The :class:`TailModel` every question about one request shape asks, whatever the fleet size,
+    the arrivals' dispersion, the rate or the SLO.
+
+    Its prefill memo is keyed by (prompt lengths, batch, context rounded to a token), and the
+    context is a function of exactly these arguments (the lengths, their CVs and whether the tails
+    are judged: :meth:`TailModel.at`), so every entry was computed with the very context a
+    fresh model would use: the answers are the ones of a fresh model per question (decision logs
+    unchanged, ``tests/backtest/test_decision_log_identity.py``). What it saves: ``slo``'s search
+    for a fleet size asks one capacity per fleet bucket, and the arrivals' dispersion of a large
+    fleet moves a bucket most ticks; each of those capacities re-priced the same prefills (half of
+    a capacity's CPU), now priced once per shape (``benchmarks/controller_tick.py --replicas
+    5000``). Shared, so asked under :data:`_SHAPE_LOCK` (an operating point sets the fleet size
+    on the model before reading it).
+    """
+    del prompt_tokens, output_tokens, prompt_cv, output_cv, tails  # the memo key only
+    return _deployment_model(model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale)
+
+
 def replica_miss_share(
     model: str,
     gpu: str,
@@ -886,9 +935,13 @@ def _miss_share(
     dispersion: float,
     prompt_cv: float,
 ) -> float:
-    tails = _deployment_model(model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale)
-    op = tails.at(
-        rate_rps, prompt_tokens, output_tokens, slo_ttft_s, slo_tpot_s,
-        replicas=replicas, output_cv=output_cv, dispersion=dispersion, prompt_cv=prompt_cv,
+    tails = _shape_model(
+        model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale,
+        prompt_tokens, output_tokens, prompt_cv, output_cv, True,
     )  # fmt: skip
+    with _SHAPE_LOCK:
+        op = tails.at(
+            rate_rps, prompt_tokens, output_tokens, slo_ttft_s, slo_tpot_s,
+            replicas=replicas, output_cv=output_cv, dispersion=dispersion, prompt_cv=prompt_cv,
+        )  # fmt: skip
     return op.miss
