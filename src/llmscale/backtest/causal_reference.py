@@ -49,19 +49,17 @@ the default backtest's wall time with and without the reference.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
 import pickle
-import signal
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from llmscale.backtest.forks import Forks
 from llmscale.backtest.oracle_judge import Judge
 from llmscale.backtest.oracle_schedule import Grid, ScheduleRun, Scored
 from llmscale.backtest.results import PolicyResult
@@ -175,7 +173,8 @@ def _run(
 
 
 class _Forked:
-    """Runs of :func:`_run` in forked processes, started before the search asks for them.
+    """Runs of :func:`_run` in forked processes (:class:`~llmscale.backtest.forks.Forks`), started
+    before the search asks for them.
 
     A fork starts from the parent's memory as it is, so the child's run is the run the parent
     would make (a fresh fleet from the same settings and seed: nothing of the parent's own runs
@@ -185,61 +184,29 @@ class _Forked:
     """
 
     def __init__(self) -> None:
-        #: (schedule, give-up budget) -> (child pid, read end of its pipe)
-        self._running: dict[tuple[tuple[int, ...], int | None], tuple[int, int]] = {}
+        #: (schedule, give-up budget) -> its forked run
+        self._forks: Forks[tuple[tuple[int, ...], int | None]] = Forks()
 
     def start(self, key: tuple[tuple[int, ...], int | None], run: Callable[[], Scored | None]) -> None:
-        if key in self._running:
-            return
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the run
-            code = 1
-            try:
-                os.close(read_fd)
-                for _, other_fd in self._running.values():
-                    os.close(other_fd)
-                data = pickle.dumps(run(), protocol=pickle.HIGHEST_PROTOCOL)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(write_fd, view) :]
-                os.close(write_fd)
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                os._exit(code)
-        os.close(write_fd)
-        self._running[key] = (pid, read_fd)
+        self._forks.start(key, lambda: pickle.dumps(run(), protocol=pickle.HIGHEST_PROTOCOL))
 
     def __contains__(self, key: tuple[tuple[int, ...], int | None]) -> bool:
-        return key in self._running
+        return key in self._forks
 
     def take(self, key: tuple[tuple[int, ...], int | None]) -> Scored | None:
         """The run started for ``key``, waited for."""
-        pid, read_fd = self._running.pop(key)
-        chunks = []
-        try:
-            while chunk := os.read(read_fd, 1 << 20):
-                chunks.append(chunk)
-        finally:
-            os.close(read_fd)
+        pid, data = self._forks.read(key)
         _, status = os.waitpid(pid, 0)
-        if status != 0 or not chunks:
+        if status != 0 or not data:
             raise LlmscaleError(
                 f"a causal reference run failed (exit status {status}); its traceback is above"
             )
-        scored: Scored | None = pickle.loads(b"".join(chunks))
+        scored: Scored | None = pickle.loads(data)
         return scored
 
     def cancel(self) -> None:
         """Stop the runs the search did not ask for."""
-        for pid, read_fd in self._running.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(read_fd)
-        self._running.clear()
+        self._forks.cancel()
 
 
 def _middle(low: Sequence[int], high: Sequence[int]) -> list[int]:

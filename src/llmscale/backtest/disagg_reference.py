@@ -14,22 +14,33 @@ So the two-pool oracle here goes on from that pair, knowing the future:
    six runs at most). Each candidate is a full run (:class:`PairRun`, the oracle's
    accounting: a started replica serves at its interval's start and is charged a cold start,
    a removed one drains until idle).
-2. The oracle is the cheapest run, the constant pair's included, that meets the target.
+2. **Trimmed.** The 60 s grid and the neighbours' share round a step early: each rise of a pool
+   is tried an interval later and each fall an interval earlier, one at a time, kept when the
+   run still meets the target for less, until none is kept (at most 24 runs). On a step of load
+   a policy that added its second prefill replica 30 s after the step beat the untrimmed shape,
+   which added it a minute before (``tests/backtest/test_pool_references.py``).
+3. The oracle is the cheapest run, the constant pair's included, that meets the target.
 
 The causal reference has the one-pool reference's definition
-(:mod:`~llmscale.backtest.causal_reference`, steps 1, 3 and 4), per pool:
+(:mod:`~llmscale.backtest.causal_reference`), per pool:
 
 1. **Delay.** Each pool's oracle count is learnt ``detection_s`` late and a rise serves one cold
    start after it is learnt (:func:`~llmscale.backtest.causal_reference.delayed_schedule`, on the
    reference's 6 s grid).
-2. **Uniform headroom** when that misses: ``ceil(n x (1 + h))`` in both pools, ``h`` doubling from
-   1/8 up to ``max_headroom`` until a run meets the target, then bisected.
-3. **The constant pair** (holding it needs no foresight of *when*).
+2. **Headroom where it misses**, per pool: while the late schedule misses the target, the minutes
+   holding the most missed requests (and the minute before each) get a headroom level of
+   max(1, 10%) replicas, then doubled, in the prefill pool for requests whose first token was
+   late and in the decode pool for the others (their tokens came too slowly); the last doubling
+   is bisected back, and then each raised minute alone is halved where the target still holds
+   (one run each: with one-replica pools a level is a whole replica, and a minute raised only as
+   "the one before" often needs none).
+3. **Uniform headroom** when that does not meet the target: ``ceil(n x (1 + h))`` in both pools,
+   ``h`` doubling from 1/8 up to ``max_headroom`` until a run meets it, then bisected.
+4. **The constant pair** (holding it needs no foresight of *when*).
 
 The answer is the cheapest run that met the target (the oracle's target, or what the largest
-headroom reached). The targeted per-minute headroom of the one-pool reference (its step 2) is
-not searched here: it is a refinement with hindsight, and leaving it out can only make this
-reference dearer, never cheaper than what a causal controller could do.
+headroom reached). As the one-pool reference's, the minutes its headroom lands on are chosen
+with hindsight (step 2): a yardstick, not a policy.
 
 Attainment is over every request, as every two-pool row (``backtest/disagg.py``).
 """
@@ -43,12 +54,20 @@ from typing import Any
 
 import numpy as np
 
-from llmscale.backtest.causal_reference import REFERENCE, ReferenceSettings, delayed_schedule
+from llmscale.backtest.causal_reference import (
+    REFERENCE,
+    ReferenceSettings,
+    _middle,
+    _raise_levels,
+    delayed_schedule,
+    with_levels,
+)
 from llmscale.backtest.disagg import DisaggResult, _alive, _summarize, build_disagg_fleet
 from llmscale.backtest.oracle_schedule import Grid, scale
 from llmscale.backtest.runner import BacktestSettings
 from llmscale.errors import ConfigError
 from llmscale.perf.interconnect import POOLS
+from llmscale.slo import slo_met, ttft_target_s, ttft_within
 from llmscale.workloads.model import Workload
 
 __all__ = [
@@ -64,6 +83,8 @@ __all__ = [
 ORACLE_INTERVAL_S = 60.0
 #: bisection runs of the shaped oracle's headroom
 SHAPED_BISECT_STEPS = 6
+#: most full runs of the shaped oracle's trim (step 3)
+SHAPED_TRIM_RUNS = 24
 
 
 @dataclass(frozen=True)
@@ -104,6 +125,9 @@ class PairRun:
         self.settings = _settings(settings)
         self.cold_start_s = _cold_start_s(settings)
         self.wall0 = time.perf_counter()
+        #: per request of the last run: met the SLO; first token within its target
+        self.met = np.zeros(0, dtype=bool)
+        self.ttft_ok = np.zeros(0, dtype=bool)
 
     def run(self, schedule: PairSchedule, name: str) -> DisaggResult:
         w, grid, settings = self.workload, self.grid, self.settings
@@ -145,7 +169,13 @@ class PairRun:
         fleet.finish(fleet.now)
         end_s = max(fleet.last_resolved_s, last_arrival)
         wall_s = time.perf_counter() - self.wall0
-        return _summarize(name, w, fleet, settings, series, end_s, wall_s, "disaggregated")
+        result = _summarize(name, w, fleet, settings, series, end_s, wall_s, "disaggregated")
+        out = fleet.outcomes()
+        target_s = ttft_target_s(w.input_tokens, settings.slo_ttft_s, settings.slo_ttft_per_1k_tokens_s)
+        self.met = slo_met(out["status"], out["ttft_s"], out["tpot_s"], target_s, settings.slo_tpot_s)
+        #: requests whose first token came in time (a miss among them is the decode pool's)
+        self.ttft_ok = ttft_within(out["ttft_s"], target_s)
+        return result
 
 
 def run_pair_schedule(
@@ -229,6 +259,32 @@ def run_shaped_oracle(
             else:
                 lo_h = h
             h = (lo_h + hi_h) / 2.0
+        # 3. Trimmed: each step of a pool moved one interval later (a rise) or earlier (a fall)
+        #    while the run still meets the target and costs less.
+        budget = SHAPED_TRIM_RUNS
+        seen: set[PairSchedule] = set()
+        changed = True
+        while changed and budget > 0:
+            changed = False
+            for pool in POOLS:
+                for k in range(1, steps):
+                    counts = list(getattr(best_schedule, pool))
+                    if counts[k] == counts[k - 1] or budget <= 0:
+                        continue
+                    if counts[k] > counts[k - 1]:
+                        counts[k] = counts[k - 1]  # the rise an interval later
+                    else:
+                        counts[k - 1] = counts[k]  # the fall an interval earlier
+                    schedule = replace(best_schedule, **{pool: tuple(counts)})
+                    if schedule in seen:
+                        continue
+                    seen.add(schedule)
+                    result = run.run(schedule, "oracle")
+                    budget -= 1
+                    ok = _meets(result, target)
+                    tried.append([f"{pool}@{k}", round(float(result.summary["gpu_hours"]), 5), ok])
+                    if ok and float(result.summary["gpu_hours"]) < float(best.summary["gpu_hours"]):
+                        best, best_schedule, changed = result, schedule, True
     summary = dict(best.summary)
     summary["policy"] = "oracle"
     summary["oracle_pair"] = dict(pair)
@@ -287,18 +343,85 @@ def run_disaggregated_reference(
             )
         )
 
+    verdicts: dict[PairSchedule, tuple[np.ndarray, np.ndarray]] = {}
+
     def attempt(label: str, schedule: PairSchedule) -> DisaggResult:
         if schedule not in runs:
             runs[schedule] = run.run(schedule, REFERENCE)
+            verdicts[schedule] = (run.met, run.ttft_ok)
         r = runs[schedule]
         tried.append([label, r.summary["slo_attainment"], round(float(r.summary["gpu_hours"]), 5)])
         return r
 
-    # 1. The oracle's schedule learnt late; 2. uniform headroom doubling from 1/8, then bisected.
-    headroom: dict[PairSchedule, float] = {}
-    first = delayed(0.0)
-    headroom[first] = 0.0
-    if not _meets(attempt("h=0", first), target):
+    n = workload.num_requests
+    allowed = n - math.ceil(target * n - 1e-9)
+    segment_steps = max(1, round(reference.segment_s / reference.step_s))
+    base = delayed(0.0)
+    #: the uniform headroom, or the per-segment levels, each run schedule was made with
+    headroom: dict[PairSchedule, float] = {base: 0.0}
+    level_of: dict[PairSchedule, dict[str, list[int]]] = {}
+
+    def leveled(levels: dict[str, list[int]]) -> PairSchedule:
+        return PairSchedule(
+            *(with_levels(getattr(base, pool), levels[pool], segment_steps, lo, hi) for pool in POOLS)
+        )
+
+    # 1. The oracle's schedule learnt late, run in full; 2. headroom where it misses, per pool:
+    #    the segments holding the most misses (and the one before each) a level up, the prefill
+    #    pool's for requests whose first token was late, the decode pool's for the others
+    #    (their tokens came too slowly), up to ``rounds`` runs, the last doubling trimmed.
+    levels = {pool: [0] * (len(base.prefill) // segment_steps + 1) for pool in POOLS}
+    previous = {pool: list(v) for pool, v in levels.items()}
+    found = False
+    for r_round in range(reference.rounds + 1):
+        schedule = leveled(levels)
+        level_of.setdefault(schedule, {pool: list(v) for pool, v in levels.items()})
+        attempt(f"levels#{r_round}", schedule)
+        met, ttft_ok = verdicts[schedule]
+        misses = int(np.count_nonzero(~met))
+        if misses <= allowed:
+            found = True
+            break
+        previous = {pool: list(v) for pool, v in levels.items()}
+        raised = False
+        for pool, late in (("prefill", ~met & ~ttft_ok), ("decode", ~met & ttft_ok)):
+            if late.any():
+                raised |= _raise_levels(
+                    levels[pool],
+                    workload.arrival_s[late],
+                    misses - allowed,
+                    reference.segment_s,
+                    reference.max_level,
+                )
+        if not raised:
+            break
+    if found and levels != previous:
+        for _ in range(2):
+            middle = {pool: _middle(previous[pool], levels[pool]) for pool in POOLS}
+            if middle in (levels, previous):
+                break
+            schedule = leveled(middle)
+            level_of.setdefault(schedule, middle)
+            if _meets(attempt("levels-trim", schedule), target):
+                levels = middle
+            else:
+                previous = middle
+    if found:
+        # Pruned: each raised segment alone halved (a segment raised only as "the one before" a
+        # missing minute often needs nothing once its neighbour holds), kept when the run still
+        # meets the target. At most one run per raised segment.
+        for pool in POOLS:
+            for j in range(len(levels[pool])):
+                if levels[pool][j] == 0:
+                    continue
+                fewer = {p: list(v) for p, v in levels.items()}
+                fewer[pool][j] //= 2
+                schedule = leveled(fewer)
+                level_of.setdefault(schedule, fewer)
+                if _meets(attempt("levels-prune", schedule), target):
+                    levels = fewer
+    # 3. Otherwise the same headroom everywhere: doubling from 1/8, then bisected.
+    if not found:
         miss_h, hit_h, h = 0.0, None, 0.125
         while True:
             h = min(h, reference.max_headroom)
@@ -340,7 +463,11 @@ def run_disaggregated_reference(
         # (what was run, attainment, GPU-hours) of each attempt, in order
         "tried": tried,
         "step_s": reference.step_s,
-        "headroom": headroom.get(pick),
+        # the uniform headroom of the answer (0: none), or None for levels or the constant pair
+        "headroom": None if pick in level_of and pick != base else headroom.get(pick),
+        # each pool's headroom level per segment of segment_s (None: not a levelled schedule)
+        "levels": None if pick == base else level_of.get(pick),
+        "segment_s": reference.segment_s,
         "prefill": list(pick.prefill),
         "decode": list(pick.decode),
     }
