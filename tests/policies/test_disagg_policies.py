@@ -76,12 +76,12 @@ def test_prefill_tail_util(budget_s, service_s, miss, util):
 
 
 def test_prefill_is_planned_within_its_floor_and_ceiling():
-    tight = _slo("prefill", prefill_util_max=0.75)
+    tight = _slo("prefill", util_max=0.75)
     d, _ = tight.decide(
         sig(1, arrival_rate_rps=20.0, prompt_len_mean_tokens=2048.0), tight.initial_state(), 15
     )
     assert d.inputs["planned_util"] == 0.75
-    floor = _slo("prefill", target_util=0.9, prefill_util_max=0.95)
+    floor = _slo("prefill", target_util=0.9, util_max=0.95)
     d, _ = floor.decide(
         sig(1, arrival_rate_rps=20.0, prompt_len_mean_tokens=2048.0), floor.initial_state(), 15
     )
@@ -218,3 +218,24 @@ def test_dynamo_disagg_builds_from_a_deployment():
         make_dynamo_disagg("decode", DEFAULT_DEPLOYMENT, {"itl": 0.05})
     with pytest.raises(ConfigError, match="observe_s = 300"):
         make_dynamo_disagg("prefill", DEFAULT_DEPLOYMENT, {"observe_s": 300.0})
+
+
+@pytest.mark.parametrize(
+    "rate", [pytest.param(5.0, id="few-in-flight"), pytest.param(60.0, id="many-in-flight")]
+)
+def test_decode_holds_the_poisson_tail_of_sequences_in_flight(rate):
+    from statistics import NormalDist
+
+    policy = _slo("decode")
+    values = {"arrival_rate_rps": rate, "prompt_len_mean_tokens": 1000.0, "decode_steps_mean": 200.0}
+    d, _ = policy.decide(sig(1, **values), policy.initial_state(), 15)
+    i = d.inputs
+    demand = rate * 200.0
+    batch, thpt = i["batch"], i["decode_tokens_s"]
+    in_flight = demand * batch / thpt
+    tail = math.ceil((in_flight + NormalDist().inv_cdf(0.99) * math.sqrt(in_flight)) / batch)
+    fixed = math.ceil(demand / (thpt * 0.7))
+    assert d.rule == "capacity"
+    assert d.desired == min(fixed, max(tail, math.ceil(demand / (thpt * 0.9))))
+    # never more than the fixed 0.7 planned, and never planned above 90% of the capacity
+    assert d.desired <= fixed and d.desired * thpt * 0.9 >= demand
