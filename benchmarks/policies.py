@@ -21,9 +21,13 @@ each 10-minute window's count kept; ``step``: constant per window, as before the
 ``--matrix`` runs the workload matrix instead (:mod:`llmscale.workloads.matrix`: chat, code,
 reasoning and long-context mixes on ramps, step changes and flash crowds, 20 simulated minutes
 each) on three deployments — an 8B model on one H100 and on one A100, a 70B model on four H100s
-— with the default policy set (``slo``, ``static`` and the peers) and the oracle, and checks the
-acceptance of the generalisation issue per cell: ``slo`` reaches min(99%, oracle - 0.5 points)
-at <= 1.3x the oracle's GPU-hours, no policy dominates it and it kills nothing on scale-down.
+— with the default policy set (``slo``, ``static`` and the peers), the oracle and the causal
+reference, and checks the criterion per cell (:func:`judge`): ``slo`` reaches min(99%, the
+reference's attainment - 0.5 points) at <= 1.15x the reference's GPU-hours, no policy dominates
+it and it kills nothing on scale-down; the line also names any policy under the oracle or the
+reference. Two more cells run on other fleets (``matrix_fleets.py``): code / ramp on prefill and
+decode pools (``h100-8b-pd``, judged: ``slo-disagg``) and chat / ramp on A100s, H100s and H200s
+(``a100-8b-mix``, judged: ``gpu-mix``, in cost).
 Each cell's peak rate is 6 replicas' worth of the capacity probe on its mix, so every cell has a
 fleet of a few replicas. ``--quick`` runs the H100 8B deployment only.
 
