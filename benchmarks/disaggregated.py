@@ -33,7 +33,7 @@ from policies import DEPLOYMENTS, matrix_cell
 def main() -> int:
     from llmscale.backtest.causal_reference import ReferenceSettings
     from llmscale.backtest.disagg import run_disaggregated, run_disaggregated_oracle
-    from llmscale.backtest.disagg_reference import run_disaggregated_reference, run_shaped_oracle
+    from llmscale.backtest.disagg_reference import run_two_pool_yardsticks
     from llmscale.backtest.runner import run_policy
     from llmscale.perf.interconnect import INTERCONNECTS
     from llmscale.sim.disagg import DisaggConfig
@@ -67,8 +67,8 @@ def main() -> int:
     for name in ("slo-disagg", "dynamo-disagg", "wva-saturation"):
         rows.append(run_disaggregated(w, name, split).as_json())
     pair = run_disaggregated_oracle(w, split)
-    shaped = run_shaped_oracle(w, split, pair)
-    reference = run_disaggregated_reference(w, split, shaped, ReferenceSettings()).as_json()
+    shaped, ref = run_two_pool_yardsticks(w, split, ReferenceSettings())
+    reference = ref.as_json()
     oracle = shaped.as_json()
     rows.append({**pair.as_json(), "policy": "oracle (constant pair)"})
     rows.append(oracle)

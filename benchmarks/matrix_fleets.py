@@ -73,12 +73,11 @@ def run_fleet_cell(name: str, w: Any, settings: Any, policies: list[str], jobs: 
 
     spec = FLEET_CELLS[name]
     if spec.fleet == "disaggregated":
-        from llmscale.backtest.disagg import run_disaggregated, run_disaggregated_oracle
-        from llmscale.backtest.disagg_reference import run_disaggregated_reference, run_shaped_oracle
+        from llmscale.backtest.disagg import run_disaggregated
+        from llmscale.backtest.disagg_reference import run_two_pool_yardsticks
 
         rows = [run_disaggregated(w, p, settings).summary for p in DISAGG_ROSTER]
-        oracle = run_shaped_oracle(w, settings, run_disaggregated_oracle(w, settings))
-        ref = run_disaggregated_reference(w, settings, oracle, ReferenceSettings())
+        oracle, ref = run_two_pool_yardsticks(w, settings, ReferenceSettings())
         return [*rows, oracle.summary, ref.summary]
     from llmscale.backtest.compare import run_backtest
     from llmscale.backtest.mixed_reference import run_mixed_oracle
