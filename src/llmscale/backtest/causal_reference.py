@@ -67,7 +67,7 @@ from llmscale.backtest.runner import BacktestSettings
 from llmscale.errors import ConfigError, LlmscaleError
 from llmscale.workloads.model import Workload
 
-__all__ = ["REFERENCE", "ReferenceSettings", "delayed_schedule", "run_causal_reference"]
+__all__ = ["REFERENCE", "ReferenceSettings", "delayed_schedule", "run_causal_reference", "uniform_headroom"]
 
 #: the reference's name in results and the JSON document's key
 REFERENCE = "causal-reference"
@@ -252,6 +252,32 @@ def _raise_levels(
     return raised
 
 
+def uniform_headroom(meets_at: Callable[[float], bool], reference: ReferenceSettings) -> float | None:
+    """The search's uniform headroom (step 3 of the module docstring): ``meets_at(h)`` runs the
+    schedule with headroom ``h`` and says whether it met the target; ``h`` doubles from 1/8 up to
+    ``max_headroom`` until one meets, then ``bisect_steps`` runs halve the gap to the last that
+    missed. The lowest ``h`` that met, or None when not even ``max_headroom`` did. E.g. misses
+    at 1/8 and 1/4, meets at 1/2: then 3/8 (meets), 5/16, 11/32."""
+    miss_h, hit_h = 0.0, None
+    h = 0.125
+    while True:
+        h = min(h, reference.max_headroom)
+        if meets_at(h):
+            hit_h = h
+            break
+        miss_h = h
+        if h >= reference.max_headroom:
+            return None
+        h *= 2.0
+    for _ in range(reference.bisect_steps):
+        mid = (miss_h + hit_h) / 2.0
+        if meets_at(mid):
+            hit_h = mid
+        else:
+            miss_h = mid
+    return hit_h
+
+
 def run_causal_reference(
     workload: Workload,
     settings: BacktestSettings,
@@ -391,30 +417,13 @@ def _search(
                 previous = middle
     # 2. Otherwise the same headroom everywhere: doubling from 1/8, then bisected.
     if not found:
-        miss_h, hit_h = 0.0, None
-        h = 0.125
-        while True:
-            h = min(h, reference.max_headroom)
-            if meets(uniform(h)):
-                hit_h = h
-                break
-            miss_h = h
-            if h >= reference.max_headroom:
-                break
-            h *= 2.0
+        hit_h = uniform_headroom(lambda h: meets(uniform(h)), reference)
         if hit_h is None:
             # Not even the largest headroom meets 99%: its attainment is what is reachable, and
             # the reference is the cheapest run reaching it.
             top = uniform(reference.max_headroom, give_up=False)
             assert top is not None
             allowed = min(s.misses for s in runs.values() if s is not None)
-        else:
-            for _ in range(reference.bisect_steps):
-                mid = (miss_h + hit_h) / 2.0
-                if meets(uniform(mid)):
-                    hit_h = mid
-                else:
-                    miss_h = mid
     # 3. A constant fleet is causal too (it needs no forecast): the oracle's cheapest constant
     #    meeting the target (its search's, else its peak count) and one replica fewer. On a
     #    bursty cell (Azure in burst mode) 8 replicas held cost less than any late schedule.

@@ -62,6 +62,7 @@ from llmscale.backtest.causal_reference import (
     _middle,
     _raise_levels,
     delayed_schedule,
+    uniform_headroom,
     with_levels,
 )
 from llmscale.backtest.disagg import DisaggResult, _alive, _summarize, build_disagg_fleet
@@ -428,31 +429,16 @@ def run_disaggregated_reference(
                     levels = fewer
     # 3. Otherwise the same headroom everywhere: doubling from 1/8, then bisected.
     if not found:
-        miss_h, hit_h, h = 0.0, None, 0.125
-        while True:
-            h = min(h, reference.max_headroom)
+
+        def meets_at(h: float) -> bool:
             s = delayed(h)
             headroom.setdefault(s, h)
-            if _meets(attempt(f"h={h:g}", s), target):
-                hit_h = h
-                break
-            miss_h = h
-            if h >= reference.max_headroom:
-                break
-            h *= 2.0
-        if hit_h is None:
+            return _meets(attempt(f"h={h:g}", s), target)
+
+        if uniform_headroom(meets_at, reference) is None:
             # Not even the largest headroom meets the target: the reachable attainment is.
             target = max(float(r.summary["slo_attainment"] or 0.0) for r in runs.values())
-        else:
-            for _ in range(reference.bisect_steps):
-                mid = (miss_h + hit_h) / 2.0
-                s = delayed(mid)
-                headroom.setdefault(s, mid)
-                if _meets(attempt(f"h={mid:g}", s), target):
-                    hit_h = mid
-                else:
-                    miss_h = mid
-    # 3. The constant pair: holding it needs no foresight of when.
+    # 4. The constant pair: holding it needs no foresight of when.
     constant = PairSchedule.constant(int(pair["prefill"]), int(pair["decode"]), grid.num_intervals + 1)
     attempt("constant", constant)
     meeting = {s: r for s, r in runs.items() if _meets(r, target)}
