@@ -21,9 +21,13 @@ each 10-minute window's count kept; ``step``: constant per window, as before the
 ``--matrix`` runs the workload matrix instead (:mod:`llmscale.workloads.matrix`: chat, code,
 reasoning and long-context mixes on ramps, step changes and flash crowds, 20 simulated minutes
 each) on three deployments — an 8B model on one H100 and on one A100, a 70B model on four H100s
-— with the default policy set (``slo``, ``static`` and the peers) and the oracle, and checks the
-acceptance of the generalisation issue per cell: ``slo`` reaches min(99%, oracle - 0.5 points)
-at <= 1.3x the oracle's GPU-hours, no policy dominates it and it kills nothing on scale-down.
+— with the default policy set (``slo``, ``static`` and the peers), the oracle and the causal
+reference, and checks the criterion per cell (:func:`judge`): ``slo`` reaches min(99%, the
+reference's attainment - 0.5 points) at <= 1.15x the reference's GPU-hours, no policy dominates
+it and it kills nothing on scale-down; the line also names any policy under the oracle or the
+reference. Two more cells run on other fleets (``matrix_fleets.py``): code / ramp on prefill and
+decode pools (``h100-8b-pd``, judged: ``slo-disagg``) and chat / ramp on A100s, H100s and H200s
+(``a100-8b-mix``, judged: ``gpu-mix``, in cost).
 Each cell's peak rate is 6 replicas' worth of the capacity probe on its mix, so every cell has a
 fleet of a few replicas. ``--quick`` runs the H100 8B deployment only.
 
@@ -159,58 +163,89 @@ def matrix_cell(deploy: str, cell, seed: int = 0, duration_s: float = 1200.0):  
     return w, settings, cap, peak
 
 
-def best_peer(rows: list[dict], reference: dict) -> dict | None:  # type: ignore[type-arg]
-    """The cheapest peer (not ``slo``, ``static``, the oracle or the reference) reaching
-    min(99%, the reference's attainment - 0.5 points); else the peer of highest attainment."""
-    peers = [r for r in rows if r["policy"] not in ("slo", "static", "oracle", REFERENCE)]
+#: the matrix's criterion: attainment min(99%, the reference's - 0.5 point) at <= this x its measure
+REFERENCE_RATIO = 1.15
+
+
+def best_peer(
+    rows: list[dict], reference: dict, default: str = "slo", measure: str = "gpu_hours"
+) -> dict | None:  # type: ignore[type-arg]
+    """The cheapest peer by ``measure`` (not ``default``, ``slo``, ``static``, the oracle or the
+    reference) reaching min(99%, the reference's attainment - 0.5 points); else the peer of
+    highest attainment."""
+    peers = [r for r in rows if r["policy"] not in (default, "slo", "static", "oracle", REFERENCE)]
     if not peers:
         return None
     need = min(0.99, float(reference["slo_attainment"]) - 0.005)
     meeting = [r for r in peers if r["slo_attainment"] >= need]
     if meeting:
-        return min(meeting, key=lambda r: float(r["gpu_hours"]))
-    return max(peers, key=lambda r: (float(r["slo_attainment"]), -float(r["gpu_hours"])))
+        return min(meeting, key=lambda r: float(r[measure]))
+    return max(peers, key=lambda r: (float(r["slo_attainment"]), -float(r[measure])))
 
 
-def judge_cell(rows: list[dict]) -> tuple[bool, str]:  # type: ignore[type-arg]
-    """The issue's acceptance in one cell: (met, one line saying why)."""
+def judge(rows: list[dict], default: str = "slo", measure: str = "gpu_hours") -> tuple[bool, str]:  # type: ignore[type-arg]
+    """The criterion in one cell for the policy ``default``: attainment >= min(99%, the causal
+    reference's - 0.5 point) at <= 1.15x the reference's ``measure`` (GPU-hours; cost on a mixed
+    fleet), dominated by no policy, nothing killed on scale-down. The line also says whether the
+    oracle is a lower bound (no policy reaches its attainment for less) and whether the reference is
+    undominated (no policy reaches min(99%, its attainment) for less)."""
     by = {r["policy"]: r for r in rows}
-    slo, oracle = by["slo"], by["oracle"]
-    o_att, o_gpu = float(oracle["slo_attainment"]), float(oracle["gpu_hours"])
-    need = min(0.99, o_att - 0.005)
+    slo, oracle, ref = by[default], by["oracle"], by[REFERENCE]
+    r_att, r_cost = float(ref["slo_attainment"]), float(ref[measure])
+    need = min(0.99, r_att - 0.005)
     ok_att = slo["slo_attainment"] >= need
-    ok_cost = slo["gpu_hours"] <= 1.3 * o_gpu
+    ok_cost = slo[measure] <= REFERENCE_RATIO * r_cost
+    policies = [r for r in rows if r["policy"] not in ("oracle", REFERENCE)]
     dominators = [
         r["policy"]
-        for r in rows
-        if r["policy"] not in ("slo", "oracle", REFERENCE)
+        for r in policies
+        if r["policy"] != default
         and r["slo_attainment"] >= slo["slo_attainment"]
-        and r["gpu_hours"] <= slo["gpu_hours"]
-        and (r["slo_attainment"] > slo["slo_attainment"] or r["gpu_hours"] < slo["gpu_hours"])
+        and r[measure] <= slo[measure]
+        and (r["slo_attainment"] > slo["slo_attainment"] or r[measure] < slo[measure])
+    ]
+    under_oracle = [
+        r["policy"]
+        for r in policies
+        if r["slo_attainment"] >= oracle["slo_attainment"] and r[measure] < oracle[measure]
+    ]
+    under_ref = [
+        r["policy"] for r in policies if r["slo_attainment"] >= min(0.99, r_att) and r[measure] < r_cost
     ]
     killed = int(slo["killed_by_scale_down"])
     met = ok_att and ok_cost and not dominators and killed == 0
+    unit = "GPU-hours" if measure == "gpu_hours" else measure
     why = (
         f"attainment {100 * slo['slo_attainment']:.2f}% "
         f"(need {100 * need:.2f}%: {'yes' if ok_att else 'NO'}), "
-        f"GPU-hours {slo['gpu_hours'] / o_gpu:.2f}x oracle ({'yes' if ok_cost else 'NO'}), "
-        f"dominated by {', '.join(dominators) or 'none'}, killed {killed}"
+        f"{unit} {slo[measure] / r_cost:.2f}x reference ({'yes' if ok_cost else 'NO'}), "
+        f"dominated by {', '.join(dominators) or 'none'}, killed {killed}; "
+        f"under the oracle: {', '.join(under_oracle) or 'none'}; "
+        f"under the reference: {', '.join(under_ref) or 'none'}"
     )
     return met, why
+
+
+def judge_cell(rows: list[dict]) -> tuple[bool, str]:  # type: ignore[type-arg]
+    """The criterion for ``slo`` in a cell of one aggregated pool of one GPU type (:func:`judge`)."""
+    return judge(rows, "slo", "gpu_hours")
 
 
 def run_matrix(args: argparse.Namespace) -> int:
     from llmscale.backtest.causal_reference import ReferenceSettings
     from llmscale.backtest.compare import run_backtest_seeds
     from llmscale.workloads.matrix import CELLS
+    from matrix_fleets import FLEET_CELLS, fleet_cell_setup, run_fleet_cell
 
-    deploys = args.deploy or (["h100-8b"] if args.quick else list(DEPLOYMENTS))
+    chosen = args.deploy or (["h100-8b"] if args.quick else [*DEPLOYMENTS, *FLEET_CELLS])
+    deploys = [d for d in chosen if d in DEPLOYMENTS]
+    fleets = [d for d in chosen if d in FLEET_CELLS and (not args.cell or FLEET_CELLS[d].cell in args.cell)]
     cells = [c for c in CELLS if not args.cell or c.name in args.cell]
     policies = args.policy.split(",") if args.policy else list(MATRIX_POLICIES)
     if "slo" not in policies:
         policies.insert(0, "slo")
     summary: list[tuple[str, str, dict, dict, bool, str]] = []  # type: ignore[type-arg]
-    cell_rows: list[tuple[str, str, dict, dict, dict, dict | None]] = []  # type: ignore[type-arg]
+    cell_rows: list[tuple[str, str, dict, dict, dict, dict | None, str]] = []  # type: ignore[type-arg]
     everything: dict[str, list[dict]] = {}  # type: ignore[type-arg]
     t_all = time.perf_counter()
     # Every cell's runs are jobs of one pool (local processes, or Ray tasks with --ray): a cell's
@@ -223,7 +258,7 @@ def run_matrix(args: argparse.Namespace) -> int:
         for cell in cells
         if deploy not in DEPLOY_CELLS or cell.name in DEPLOY_CELLS[deploy]
     ]
-    if not specs:
+    if not specs and not fleets:
         print("no matrix cell matches --deploy/--cell", file=sys.stderr)
         return 2
     total = len(specs) * (len(policies) + 1)
@@ -238,39 +273,54 @@ def run_matrix(args: argparse.Namespace) -> int:
         where = f"{specs[int(k) - 1][0]} {specs[int(k) - 1][1].name}" if k.isdigit() else ""
         print(f"[{len(finished)}/{total}] {name or label} {where}".rstrip(), file=sys.stderr, flush=True)
 
-    runs = run_backtest_seeds(
-        [w for _, _, w, _, _, _ in specs],
-        policies,
-        [settings for _, _, _, settings, _, _ in specs],
-        include_oracle=True,
-        jobs=args.jobs,
-        ray_address=args.ray,
-        reference=ReferenceSettings(),
-        on_progress=progress,
+    runs = (
+        []
+        if not specs
+        else run_backtest_seeds(
+            [w for _, _, w, _, _, _ in specs],
+            policies,
+            [settings for _, _, _, settings, _, _ in specs],
+            include_oracle=True,
+            jobs=args.jobs,
+            ray_address=args.ray,
+            reference=ReferenceSettings(),
+            on_progress=progress,
+        )
     )
+    cell_runs = []
     for (deploy, cell, w, _settings, cap, peak), (results, oracle, _) in zip(specs, runs, strict=True):
         assert oracle is not None and oracle.causal_reference is not None
         rows = [r.summary for r in results] + [oracle.summary, oracle.causal_reference.summary]
-        o_gpu = float(oracle.summary["gpu_hours"])
+        cell_runs.append((deploy, cell.name, w, cap, peak, rows, "slo", "gpu_hours"))
+    # The cells on other fleets (two pools; mixed GPU types) run after the pool, each in this
+    # process with its own roster, oracle and reference (matrix_fleets.py).
+    for name in fleets:
+        spec = FLEET_CELLS[name]
+        w, settings, cap, peak = fleet_cell_setup(name, args.duration_s)
+        rows = run_fleet_cell(name, w, settings, policies, args.jobs)
+        print(f"[fleet cell] {name} {spec.cell}", file=sys.stderr, flush=True)
+        cell_runs.append((name, spec.cell, w, cap, peak, rows, spec.default, spec.measure))
+    for deploy, cell_name, w, cap, peak, rows, default, measure in cell_runs:
+        o_gpu = float(next(r for r in rows if r["policy"] == "oracle")["gpu_hours"])
         print(
-            f"\n{deploy} {cell.name}: {w.num_requests:,} requests over {w.duration_s / 60:.0f} min; "
+            f"\n{deploy} {cell_name}: {w.num_requests:,} requests over {w.duration_s / 60:.0f} min; "
             f"probe ~{cap:.2f} req/s per replica; peak minute needs {peak}"
         )
         header = f"{'policy':<22}{'SLO attain.':>12}{'GPU-hours':>11}{'x oracle':>10}"
-        print(f"{header}{'TPOT p99':>10}{'killed':>8}")
+        print(f"{header}{'TPOT p99':>10}{'killed':>8}" + (f"{'cost':>9}" if measure == "cost" else ""))
         for row in sorted(rows, key=lambda r: -float(r["slo_attainment"] or 0)):
             print(
                 f"{row['policy']:<22}{100 * row['slo_attainment']:>11.2f}%{row['gpu_hours']:>11.3f}"
                 f"{row['gpu_hours'] / o_gpu:>10.2f}{row['tpot_p99_s'] or float('nan'):>10.3f}"
-                f"{row['killed_by_scale_down']:>8}"
+                f"{row['killed_by_scale_down']:>8}" + (f"{row['cost']:>9.3f}" if measure == "cost" else "")
             )
-        met, why = judge_cell(rows)
-        print(f"slo: {why}")
+        met, why = judge(rows, default, measure)
+        print(f"{default}: {why}")
         by = {r["policy"]: r for r in rows}
-        summary.append((deploy, cell.name, by["slo"], by["oracle"], met, why))
-        peer = best_peer(rows, by[REFERENCE])
-        cell_rows.append((deploy, cell.name, by["oracle"], by[REFERENCE], by["slo"], peer))
-        everything[f"{deploy} {cell.name}"] = rows
+        summary.append((deploy, cell_name, by[default], by["oracle"], met, why))
+        peer = best_peer(rows, by[REFERENCE], default, measure)
+        cell_rows.append((deploy, cell_name, by["oracle"], by[REFERENCE], by[default], peer, measure))
+        everything[f"{deploy} {cell_name}"] = rows
     print(f"\nmatrix ({time.perf_counter() - t_all:.0f} s)")
     print(
         f"{'deployment':<12}{'cell':<22}{'slo att.':>10}{'oracle att.':>12}"
@@ -283,15 +333,16 @@ def run_matrix(args: argparse.Namespace) -> int:
             f"{slo['gpu_hours']:>11.3f}{oracle['gpu_hours']:>13.3f}"
             f"{slo['gpu_hours'] / oracle['gpu_hours']:>10.2f}  {'yes' if met else 'NO'}"
         )
-    print(f"\n{'deployment':<12}{'cell':<22}{'oracle':>16}{'reference':>16}{'slo':>16}  best peer")
-    for deploy, name, orc, ref, slo, peer in cell_rows:
-        cells_text = "".join(
-            f"{100 * r['slo_attainment']:>8.2f}%{r['gpu_hours']:>7.3f}" for r in (orc, ref, slo)
-        )
+    print(
+        f"\n{'deployment':<12}{'cell':<22}{'oracle':>16}{'reference':>16}{'slo':>16}  best peer"
+        "  (GPU-hours; the mixed cell: cost, and its slo is gpu-mix; two pools: slo-disagg)"
+    )
+    for deploy, name, orc, ref, slo, peer, measure in cell_rows:
+        cells_text = "".join(f"{100 * r['slo_attainment']:>8.2f}%{r[measure]:>7.3f}" for r in (orc, ref, slo))
         peer_text = (
             "none"
             if peer is None
-            else f"{peer['policy']} {100 * peer['slo_attainment']:.2f}% {peer['gpu_hours']:.3f}"
+            else f"{peer['policy']} {100 * peer['slo_attainment']:.2f}% {peer[measure]:.3f}"
         )
         print(f"{deploy:<12}{name:<22}{cells_text}  {peer_text}")
     if args.json:
@@ -317,7 +368,13 @@ def main() -> int:
     )
     ap.add_argument("--matrix", action="store_true", help="run the workload matrix (see the docstring)")
     ap.add_argument("--quick", action="store_true", help="matrix: the H100 8B deployment only")
-    ap.add_argument("--deploy", action="append", choices=sorted(DEPLOYMENTS), help="matrix: these only")
+    ap.add_argument(
+        "--deploy",
+        action="append",
+        choices=[*sorted(DEPLOYMENTS), "a100-8b-mix", "h100-8b-pd"],
+        help="matrix: these only (h100-8b-pd: code/ramp on prefill/decode pools; a100-8b-mix: chat/ramp "
+        "on A100/H100/H200; benchmarks/matrix_fleets.py)",
+    )
     ap.add_argument("--cell", action="append", help="matrix: these cells only (mix/shape)")
     ap.add_argument(
         "--duration-s",

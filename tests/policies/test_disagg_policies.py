@@ -11,7 +11,7 @@ import pytest
 from llmscale.deployment import DEFAULT_DEPLOYMENT
 from llmscale.errors import ConfigError
 from llmscale.perf.interconnect import INTERCONNECTS
-from llmscale.policies.disagg import make_slo_disagg
+from llmscale.policies.disagg import make_slo_disagg, prefill_tail_util
 from llmscale.policies.dynamo.disagg import (
     DynamoDisaggConfig,
     DynamoDisaggPolicy,
@@ -39,14 +39,53 @@ def _slo(pool: str, **params):
 
 
 def test_prefill_capacity_worked_number():
-    # docstring: ~32,000 prompt tokens/s at 2,048 tokens; 20 req/s at 0.7 -> 40,960 / 22,400 -> 2
+    # docstring: ~32,000 prompt tokens/s at 2,048 tokens; 20 req/s under a 2 s TTFT, planned at
+    # u = 0.85 -> 40,960 / 27,200 -> 2
     policy = _slo("prefill")
     cap = policy.perf.prefill_capacity_tokens_s(8192, 2048)
     assert 31_000 < cap < 33_000
     d, _ = policy.decide(
         sig(1, arrival_rate_rps=20.0, prompt_len_mean_tokens=2048.0), policy.initial_state(), 15
     )
-    assert (d.desired, d.rule) == (math.ceil(20 * 2048 / (cap * 0.7)), "capacity") == (2, "capacity")
+    util = d.inputs["planned_util"]
+    assert util == pytest.approx(0.845, abs=0.005)
+    assert (d.desired, d.rule) == (math.ceil(20 * 2048 / (cap * util)), "capacity") == (2, "capacity")
+    # 40 req/s: 81,920 tokens/s is 3.7 replicas at 0.7 (4) and 3.0 at 0.845 (one fewer would miss)
+    d, _ = policy.decide(
+        sig(1, arrival_rate_rps=40.0, prompt_len_mean_tokens=2048.0), policy.initial_state(), 15
+    )
+    assert d.desired == math.ceil(40 * 2048 / (cap * util)) <= math.ceil(40 * 2048 / (cap * 0.7))
+
+
+@pytest.mark.parametrize(
+    ("budget_s", "service_s", "miss", "util"),
+    [
+        pytest.param(1.89, 2000 / 31_900, 0.01, 0.848, id="code-prompts-2s-ttft"),
+        pytest.param(0.945, 2048 / 32_000, 0.01, 0.692, id="1s-ttft-below-the-0.7-floor"),
+        pytest.param(1.89, 2000 / 31_900, 0.05, 0.901, id="looser-miss-budget-allows-more"),
+        pytest.param(0.05, 0.06, 0.01, 0.0, id="prefill-alone-outlasts-the-budget"),
+    ],
+)
+def test_prefill_tail_util(budget_s, service_s, miss, util):
+    rho = prefill_tail_util(budget_s, service_s, miss)
+    assert rho == pytest.approx(util, abs=0.002)
+    if rho > 0:
+        # the M/M/1 wait tail at rho is the miss budget
+        t = budget_s - service_s
+        assert rho * math.exp(-(1 - rho) * t / service_s) == pytest.approx(miss, rel=1e-6)
+
+
+def test_prefill_is_planned_within_its_floor_and_ceiling():
+    tight = _slo("prefill", util_max=0.75)
+    d, _ = tight.decide(
+        sig(1, arrival_rate_rps=20.0, prompt_len_mean_tokens=2048.0), tight.initial_state(), 15
+    )
+    assert d.inputs["planned_util"] == 0.75
+    floor = _slo("prefill", target_util=0.9, util_max=0.95)
+    d, _ = floor.decide(
+        sig(1, arrival_rate_rps=20.0, prompt_len_mean_tokens=2048.0), floor.initial_state(), 15
+    )
+    assert d.inputs["planned_util"] == 0.9
 
 
 @pytest.mark.parametrize(
@@ -179,3 +218,24 @@ def test_dynamo_disagg_builds_from_a_deployment():
         make_dynamo_disagg("decode", DEFAULT_DEPLOYMENT, {"itl": 0.05})
     with pytest.raises(ConfigError, match="observe_s = 300"):
         make_dynamo_disagg("prefill", DEFAULT_DEPLOYMENT, {"observe_s": 300.0})
+
+
+@pytest.mark.parametrize(
+    "rate", [pytest.param(5.0, id="few-in-flight"), pytest.param(60.0, id="many-in-flight")]
+)
+def test_decode_holds_the_poisson_tail_of_sequences_in_flight(rate):
+    from statistics import NormalDist
+
+    policy = _slo("decode")
+    values = {"arrival_rate_rps": rate, "prompt_len_mean_tokens": 1000.0, "decode_steps_mean": 200.0}
+    d, _ = policy.decide(sig(1, **values), policy.initial_state(), 15)
+    i = d.inputs
+    demand = rate * 200.0
+    batch, thpt = i["batch"], i["decode_tokens_s"]
+    in_flight = demand * batch / thpt
+    tail = math.ceil((in_flight + NormalDist().inv_cdf(0.99) * math.sqrt(in_flight)) / batch)
+    fixed = math.ceil(demand / (thpt * 0.7))
+    assert d.rule == "capacity"
+    assert d.desired == min(fixed, max(tail, math.ceil(demand / (thpt * 0.9))))
+    # never more than the fixed 0.7 planned, and never planned above 90% of the capacity
+    assert d.desired <= fixed and d.desired * thpt * 0.9 >= demand

@@ -49,19 +49,17 @@ the default backtest's wall time with and without the reference.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
 import pickle
-import signal
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from llmscale.backtest.forks import Forks
 from llmscale.backtest.oracle_judge import Judge
 from llmscale.backtest.oracle_schedule import Grid, ScheduleRun, Scored
 from llmscale.backtest.results import PolicyResult
@@ -69,7 +67,7 @@ from llmscale.backtest.runner import BacktestSettings
 from llmscale.errors import ConfigError, LlmscaleError
 from llmscale.workloads.model import Workload
 
-__all__ = ["REFERENCE", "ReferenceSettings", "delayed_schedule", "run_causal_reference"]
+__all__ = ["REFERENCE", "ReferenceSettings", "delayed_schedule", "run_causal_reference", "uniform_headroom"]
 
 #: the reference's name in results and the JSON document's key
 REFERENCE = "causal-reference"
@@ -175,7 +173,8 @@ def _run(
 
 
 class _Forked:
-    """Runs of :func:`_run` in forked processes, started before the search asks for them.
+    """Runs of :func:`_run` in forked processes (:class:`~llmscale.backtest.forks.Forks`), started
+    before the search asks for them.
 
     A fork starts from the parent's memory as it is, so the child's run is the run the parent
     would make (a fresh fleet from the same settings and seed: nothing of the parent's own runs
@@ -185,61 +184,29 @@ class _Forked:
     """
 
     def __init__(self) -> None:
-        #: (schedule, give-up budget) -> (child pid, read end of its pipe)
-        self._running: dict[tuple[tuple[int, ...], int | None], tuple[int, int]] = {}
+        #: (schedule, give-up budget) -> its forked run
+        self._forks: Forks[tuple[tuple[int, ...], int | None]] = Forks()
 
     def start(self, key: tuple[tuple[int, ...], int | None], run: Callable[[], Scored | None]) -> None:
-        if key in self._running:
-            return
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the run
-            code = 1
-            try:
-                os.close(read_fd)
-                for _, other_fd in self._running.values():
-                    os.close(other_fd)
-                data = pickle.dumps(run(), protocol=pickle.HIGHEST_PROTOCOL)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(write_fd, view) :]
-                os.close(write_fd)
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                os._exit(code)
-        os.close(write_fd)
-        self._running[key] = (pid, read_fd)
+        self._forks.start(key, lambda: pickle.dumps(run(), protocol=pickle.HIGHEST_PROTOCOL))
 
     def __contains__(self, key: tuple[tuple[int, ...], int | None]) -> bool:
-        return key in self._running
+        return key in self._forks
 
     def take(self, key: tuple[tuple[int, ...], int | None]) -> Scored | None:
         """The run started for ``key``, waited for."""
-        pid, read_fd = self._running.pop(key)
-        chunks = []
-        try:
-            while chunk := os.read(read_fd, 1 << 20):
-                chunks.append(chunk)
-        finally:
-            os.close(read_fd)
+        pid, data = self._forks.read(key)
         _, status = os.waitpid(pid, 0)
-        if status != 0 or not chunks:
+        if status != 0 or not data:
             raise LlmscaleError(
                 f"a causal reference run failed (exit status {status}); its traceback is above"
             )
-        scored: Scored | None = pickle.loads(b"".join(chunks))
+        scored: Scored | None = pickle.loads(data)
         return scored
 
     def cancel(self) -> None:
         """Stop the runs the search did not ask for."""
-        for pid, read_fd in self._running.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(read_fd)
-        self._running.clear()
+        self._forks.cancel()
 
 
 def _middle(low: Sequence[int], high: Sequence[int]) -> list[int]:
@@ -283,6 +250,32 @@ def _raise_levels(
                 raised = True
         covered += int(counts[seg])
     return raised
+
+
+def uniform_headroom(meets_at: Callable[[float], bool], reference: ReferenceSettings) -> float | None:
+    """The search's uniform headroom (step 3 of the module docstring): ``meets_at(h)`` runs the
+    schedule with headroom ``h`` and says whether it met the target; ``h`` doubles from 1/8 up to
+    ``max_headroom`` until one meets, then ``bisect_steps`` runs halve the gap to the last that
+    missed. The lowest ``h`` that met, or None when not even ``max_headroom`` did. E.g. misses
+    at 1/8 and 1/4, meets at 1/2: then 3/8 (meets), 5/16, 11/32."""
+    miss_h, hit_h = 0.0, None
+    h = 0.125
+    while True:
+        h = min(h, reference.max_headroom)
+        if meets_at(h):
+            hit_h = h
+            break
+        miss_h = h
+        if h >= reference.max_headroom:
+            return None
+        h *= 2.0
+    for _ in range(reference.bisect_steps):
+        mid = (miss_h + hit_h) / 2.0
+        if meets_at(mid):
+            hit_h = mid
+        else:
+            miss_h = mid
+    return hit_h
 
 
 def run_causal_reference(
@@ -424,30 +417,13 @@ def _search(
                 previous = middle
     # 2. Otherwise the same headroom everywhere: doubling from 1/8, then bisected.
     if not found:
-        miss_h, hit_h = 0.0, None
-        h = 0.125
-        while True:
-            h = min(h, reference.max_headroom)
-            if meets(uniform(h)):
-                hit_h = h
-                break
-            miss_h = h
-            if h >= reference.max_headroom:
-                break
-            h *= 2.0
+        hit_h = uniform_headroom(lambda h: meets(uniform(h)), reference)
         if hit_h is None:
             # Not even the largest headroom meets 99%: its attainment is what is reachable, and
             # the reference is the cheapest run reaching it.
             top = uniform(reference.max_headroom, give_up=False)
             assert top is not None
             allowed = min(s.misses for s in runs.values() if s is not None)
-        else:
-            for _ in range(reference.bisect_steps):
-                mid = (miss_h + hit_h) / 2.0
-                if meets(uniform(mid)):
-                    hit_h = mid
-                else:
-                    miss_h = mid
     # 3. A constant fleet is causal too (it needs no forecast): the oracle's cheapest constant
     #    meeting the target (its search's, else its peak count) and one replica fewer. On a
     #    bursty cell (Azure in burst mode) 8 replicas held cost less than any late schedule.

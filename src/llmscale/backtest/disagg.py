@@ -32,6 +32,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from llmscale.backtest.results import OUTCOME_KEYS, outcome_counts
 from llmscale.backtest.runner import BacktestSettings
 from llmscale.clock import ManualClock
 from llmscale.cluster.sim import SimCluster
@@ -44,7 +45,7 @@ from llmscale.policies.static import StaticPolicy
 from llmscale.sim.disagg import DisaggConfig, DisaggFleet
 from llmscale.sim.exporter import SimMetricSource
 from llmscale.slo import slo_met, ttft_target_s
-from llmscale.types import Phase, Status
+from llmscale.types import Phase
 from llmscale.workloads.model import Workload
 
 __all__ = [
@@ -65,13 +66,7 @@ DISAGG_KEYS = (
     "policy",
     "mode",
     "interconnect",
-    "requests",
-    "completed",
-    "rejected",
-    "timed_out",
-    "killed_by_scale_down",
-    "in_flight_at_end",
-    "slo_attainment",
+    *OUTCOME_KEYS,
     "ttft_p50_s",
     "ttft_p99_s",
     "tpot_p50_s",
@@ -196,10 +191,8 @@ def _summarize(
 ) -> DisaggResult:
     out = fleet.outcomes()
     status = out["status"]
-    n = int(status.size)
     target = ttft_target_s(workload.input_tokens, settings.slo_ttft_s, settings.slo_ttft_per_1k_tokens_s)
     met = slo_met(status, out["ttft_s"], out["tpot_s"], target, settings.slo_tpot_s)
-    counts = np.bincount(status, minlength=len(Status.NAMES))
     gpu_s = fleet.gpu_seconds(end_s)
     handed = fleet.decode_idx >= 0
     transfer = fleet.transfer_s[handed] if handed.any() else np.array([math.nan])
@@ -218,13 +211,7 @@ def _summarize(
         "policy": name,
         "mode": mode,
         "interconnect": fleet.link.name,
-        "requests": n,
-        "completed": int(counts[Status.COMPLETED]),
-        "rejected": int(counts[Status.REJECTED]),
-        "timed_out": int(counts[Status.TIMED_OUT]),
-        "killed_by_scale_down": int(counts[Status.KILLED]),
-        "in_flight_at_end": int(counts[Status.IN_FLIGHT]),
-        "slo_attainment": round(float(met.sum()) / n, 6) if n else None,
+        **outcome_counts(status, met),
         "ttft_p50_s": _pct(out["ttft_s"], 50),
         "ttft_p99_s": _pct(out["ttft_s"], 99),
         "tpot_p50_s": _pct(out["tpot_s"], 50),

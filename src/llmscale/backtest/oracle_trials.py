@@ -4,18 +4,18 @@ A fork is the snapshot: the child sees the fleet exactly as it is, changes
 only its own copy-on-write pages and sends back two numbers. This is faster
 than deep-copying a fleet with thousands of requests in flight, and it works
 for the mypyc-compiled simulator classes, which cannot be copied. Several
-trials may run at once (one core each).
+trials may run at once (one core each). The forking is :class:`~llmscale.backtest.forks.Forks`,
+which the causal reference's runs share.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
-import signal
 import struct
-import traceback
 from collections.abc import Callable
 
+from llmscale.backtest.forks import Forks
 from llmscale.errors import LlmscaleError
 from llmscale.sim.fleet import Fleet
 
@@ -34,48 +34,26 @@ class Trials:
             raise LlmscaleError("the oracle searches with forked trial runs, which needs a POSIX system")
         self._fleet = fleet
         self._run = run
-        #: replica count -> (child pid, read end of its pipe)
-        self._running: dict[int, tuple[int, int]] = {}
+        #: replica count -> its forked run (:class:`~llmscale.backtest.forks.Forks`)
+        self._forks: Forks[int] = Forks()
         #: children that answered and are exiting (shared from interval to interval): see :func:`reap`
         self._exiting = exiting
         self.done: dict[int, Outcome] = {}
 
     def start(self, n: int) -> None:
         """Start the trial of ``n`` replicas unless it ran or runs already."""
-        if n in self.done or n in self._running:
-            return
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the trial
-            code = 1
-            try:
-                os.close(read_fd)
-                for _, other_fd in self._running.values():
-                    os.close(other_fd)  # the siblings' pipes are the parent's
-                value, kind = self._run(self._fleet, n)
-                os.write(write_fd, struct.pack("<dd", value, float(kind)))
-                # Closed now, the parent reads its end-of-file before this process's memory is
-                # torn down (tens of ms for a large fleet here), which it need not wait for.
-                os.close(write_fd)
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                os._exit(code)
-        os.close(write_fd)
-        self._running[n] = (pid, read_fd)
+        if n not in self.done:
+            self._forks.start(n, functools.partial(self._answer, n))
+
+    def _answer(self, n: int) -> bytes:
+        value, kind = self._run(self._fleet, n)
+        return struct.pack("<dd", value, float(kind))
 
     def outcome(self, n: int) -> Outcome:
         """The outcome of ``n`` replicas: started now if it is not running, then waited for."""
         if n not in self.done:
             self.start(n)
-            pid, read_fd = self._running.pop(n)
-            try:
-                data = b""
-                while chunk := os.read(read_fd, 64):
-                    data += chunk
-            finally:
-                os.close(read_fd)
+            pid, data = self._forks.read(n)
             if len(data) != 16:
                 _, status = os.waitpid(pid, 0)
                 raise LlmscaleError(
@@ -89,12 +67,7 @@ class Trials:
 
     def cancel(self) -> None:
         """Stop the trials still running (guesses the search did not need)."""
-        for pid, read_fd in self._running.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(read_fd)
-        self._running.clear()
+        self._forks.cancel()
         reap(self._exiting, block=False)
 
 

@@ -18,11 +18,11 @@ if TYPE_CHECKING:
     from llmscale.workloads.model import Workload
 
 #: ``slo_met`` is :func:`llmscale.slo.slo_met`, kept importable from here for scripts
-__all__ = ["SUMMARY_KEYS", "PolicyResult", "summarize"]
+__all__ = ["OUTCOME_KEYS", "SUMMARY_KEYS", "PolicyResult", "outcome_counts", "summarize"]
 
-#: the keys of one result row in the JSON output, in order (a contract for scripts)
-SUMMARY_KEYS = (
-    "policy",
+#: how a run's requests ended and the share that met the SLO: every row's keys after ``policy``
+#: (:data:`SUMMARY_KEYS`, and the two-pool row's, ``backtest.disagg.DISAGG_KEYS``)
+OUTCOME_KEYS = (
     "requests",
     "completed",
     "rejected",
@@ -30,6 +30,12 @@ SUMMARY_KEYS = (
     "killed_by_scale_down",
     "in_flight_at_end",
     "slo_attainment",
+)
+
+#: the keys of one result row in the JSON output, in order (a contract for scripts)
+SUMMARY_KEYS = (
+    "policy",
+    *OUTCOME_KEYS,
     "infeasible",
     "slo_attainment_feasible",
     "ttft_p50_s",
@@ -131,6 +137,21 @@ def _ready_weighted_mean(series: dict[str, list[Any]], key: str) -> float | None
     return sum(u * r for u, r in pairs) / weight if weight else None
 
 
+def outcome_counts(status: np.ndarray, met: np.ndarray) -> dict[str, Any]:
+    """The :data:`OUTCOME_KEYS` of a run from each request's status code and SLO verdict."""
+    n = int(status.size)
+    counts = np.bincount(status, minlength=len(Status.NAMES))
+    return {
+        "requests": n,
+        "completed": int(counts[Status.COMPLETED]),
+        "rejected": int(counts[Status.REJECTED]),
+        "timed_out": int(counts[Status.TIMED_OUT]),
+        "killed_by_scale_down": int(counts[Status.KILLED]),
+        "in_flight_at_end": int(counts[Status.IN_FLIGHT]),
+        "slo_attainment": round(float(met.sum()) / n, 6) if n else None,
+    }
+
+
 def summarize(
     policy: str,
     workload: Workload,
@@ -153,7 +174,6 @@ def summarize(
     feasible_n = n - int(infeasible.sum())
     first_arrival = float(workload.arrival_s[0]) if n else 0.0
     last_finish = float(np.nanmax(finish)) if np.any(~np.isnan(finish)) else first_arrival
-    counts = np.bincount(status, minlength=len(Status.NAMES))
     desired = series.get("desired_replicas", [])
     alive = [
         p + lo + w + r + d
@@ -176,13 +196,7 @@ def summarize(
     cost, currency, by_gpu = fleet_cost(fleet, settings.gpu, settings.gpu_prices, end_s)
     summary: dict[str, Any] = {
         "policy": policy,
-        "requests": n,
-        "completed": int(counts[Status.COMPLETED]),
-        "rejected": int(counts[Status.REJECTED]),
-        "timed_out": int(counts[Status.TIMED_OUT]),
-        "killed_by_scale_down": int(counts[Status.KILLED]),
-        "in_flight_at_end": int(counts[Status.IN_FLIGHT]),
-        "slo_attainment": round(float(met.sum()) / n, 6) if n else None,
+        **outcome_counts(status, met),
         "infeasible": n - feasible_n,
         "slo_attainment_feasible": (
             round(float(met[~infeasible].sum()) / feasible_n, 6) if feasible_n else None

@@ -8,22 +8,26 @@ would give them.
 Prefill (``pool = "prefill"``): TTFT and the prefill queue drive it.
     Capacity: one replica prefills ``C`` prompt tokens/s in chunks of
     ``max_num_batched_tokens`` (``PerfModel.prefill_capacity_tokens_s`` at the
-    observed mean prompt); the pool needs ``ceil(rate x ISL / (C x target_util))``.
+    observed mean prompt); the pool needs ``ceil(rate x ISL / (C x u))``, ``u`` the
+    utilisation the TTFT budget allows a replica's queue (:func:`prefill_tail_util`),
+    within [``target_util``, ``util_max``].
     Reaction: the pool's own P95 TTFT (queue + prefill) over its budget -- the
     SLO less the KV transfer of a mean prompt and one decode step at the ITL
     target -- asks for ``ceil(ready x ttft / budget)`` (at least one more, at
     most twice the ready count); more than ``queue_per_replica_max`` prompts
     waiting per replica, for one more.
     E.g. Llama-3-8B on an H100 prefills 2,048-token prompts at about 32,000
-    tokens/s in 8,192-token chunks; 20 req/s of them at ``target_util`` 0.7 is
-    40,960 / (32,000 x 0.7) = 1.83 -> 2 replicas (tests/policies/test_disagg_policies.py).
+    tokens/s in 8,192-token chunks; 20 req/s of them under a 2 s TTFT (u = 0.85) is
+    40,960 / (32,000 x 0.85) = 1.51 -> 2 replicas (tests/policies/test_disagg_policies.py).
 
 Decode (``pool = "decode"``): inter-token latency and KV usage drive it.
     Capacity: the largest batch ``B`` whose step stays within ``itl_target_s x
     itl_headroom`` at context ``ISL + OSL/2`` (``max_decode_batch_for_tpot``),
     also within ``kv_high`` of the KV pool (``perf.replica_tails.decode_only_batch``); its rate
     ``T = B / step(B)`` tokens/s;
-    the pool needs ``ceil(rate x OSL / (T x target_util))``.
+    the pool needs ``ceil(rate x OSL / (T x u))``; ``u`` holds the Poisson count of sequences
+    in flight (``rate x OSL x B / T``, Little's law) within ``B`` per replica but for
+    ``miss_budget`` of the time, within [``target_util``, ``util_max``].
     Reaction: a P95 ITL over the target asks for ``ceil(ready x itl / target)``
     (at least one more, at most twice the ready count); the fullest replica's KV
     above ``kv_high``, for one more.
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
@@ -66,8 +71,14 @@ class PoolSloConfig:
     max_num_seqs: int = DEFAULT_DEPLOYMENT.max_num_seqs
     kv_capacity_tokens: int = 0
     tick_s: float = 15.0
-    #: plan each pool at this share of its capacity (queueing headroom)
+    #: plan each pool at this share of its capacity (queueing headroom); the prefill pool's floor
     target_util: float = 0.7
+    #: each pool is planned at the utilisation its latency tail allows (the prefill pool's queue
+    #: within its TTFT budget, :func:`prefill_tail_util`; the decode pool's sequences in flight
+    #: within its batch), at least ``target_util`` and at most this
+    util_max: float = 0.9
+    #: share of requests those tails may put over their target
+    miss_budget: float = 0.01
     #: decode batches are sized for this share of the ITL target (step-time noise, mixed lengths)
     itl_headroom: float = 0.8
     kv_high: float = 0.85
@@ -80,7 +91,14 @@ class PoolSloConfig:
     def __post_init__(self) -> None:
         if self.pool not in POOLS:
             raise ConfigError(f"pool = {self.pool!r}, must be one of {', '.join(POOLS)}")
-        for name in ("target_util", "itl_headroom", "kv_high", "shape_alpha"):
+        for name in (
+            "target_util",
+            "itl_headroom",
+            "kv_high",
+            "shape_alpha",
+            "util_max",
+            "miss_budget",
+        ):
             v = getattr(self, name)
             if not 0.0 < v <= 1.0:
                 raise ConfigError(f"slo-disagg.{name} = {v}, must be in (0, 1]")
@@ -103,6 +121,36 @@ def _smooth(prev: float | None, new: float | None, alpha: float) -> float | None
     if new is None or not math.isfinite(new) or new <= 0:
         return prev
     return new if prev is None else prev + alpha * (new - prev)
+
+
+def prefill_tail_util(budget_s: float, service_s: float, miss_budget: float) -> float:
+    """The highest utilisation at which a prefill replica's queueing wait exceeds what is left of
+    the TTFT budget for at most ``miss_budget`` of the prompts.
+
+    A replica is taken as an M/M/1 queue of prompts, each served in ``service_s`` (mean prompt /
+    prefill tokens/s): P(wait > t) = rho x exp(-(1 - rho) t / service_s), with t = budget - service;
+    the largest rho with P <= miss_budget is bisected (the tail grows with rho). Exponential
+    service is the cautious case for prompts of unknown spread; a router spreading over n
+    replicas only shortens the wait. E.g. 2,000-token prompts on an H100 (31,900 tokens/s: 63 ms
+    each), a 1.89 s budget (2 s TTFT less the transfer and one 0.1 s decode step), 1%: t / s =
+    29.1 and rho = 0.85, where a fixed 0.7 planned 1.2x the replicas (a pool of 5 where 4 held:
+    tests/policies/test_disagg_policies.py). With a 1 s budget rho is 0.69.
+    """
+    if service_s <= 0.0 or budget_s <= service_s:
+        return 0.0
+    ratio = (budget_s - service_s) / service_s
+
+    def tail(rho: float) -> float:
+        return rho * math.exp(-(1.0 - rho) * ratio)
+
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2.0
+        if tail(mid) <= miss_budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _clamp(n: int, lo: int, hi: int) -> int:
@@ -176,15 +224,18 @@ class PoolSloPolicy:
         cfg = self.config
         cap = float(self.perf.prefill_capacity_tokens_s(cfg.max_num_batched_tokens, max(1, round(isl))))
         demand = rate * isl
-        wanted = math.ceil(demand / (cap * cfg.target_util)) if demand > 0 else 0
-        rule = "capacity"
         budget = self.ttft_budget_s(isl)
+        tail_util = prefill_tail_util(budget, isl / cap, cfg.miss_budget) if cap > 0 else 0.0
+        util = max(cfg.target_util, min(cfg.util_max, tail_util))
+        wanted = math.ceil(demand / (cap * util)) if demand > 0 else 0
+        rule = "capacity"
         ttft = signals.get("ttft_p95_s")
         queue = signals.get("queue_per_replica")
         inputs: dict[str, float | None] = {
             "rate_rps": rate,
             "isl_tokens": isl,
             "prefill_capacity_tokens_s": cap,
+            "planned_util": util,
             "capacity_replicas": float(wanted),
             "ttft_p95_s": ttft,
             "ttft_budget_s": budget,
@@ -211,6 +262,20 @@ class PoolSloPolicy:
         thpt = float(self.perf.decode_throughput(batch, ctx))
         demand = rate * osl
         wanted = math.ceil(demand / (thpt * cfg.target_util)) if demand > 0 else 0
+        if demand > 0 and reachable:
+            # Sequences in flight at ``batch`` per replica: each decodes ``osl`` steps of
+            # ``batch / thpt`` s, so ``in_flight = demand x batch / thpt`` (Little). Poisson
+            # arrivals make the count in flight Poisson: the pool holds its 1 - miss_budget
+            # quantile within ``batch`` per replica. E.g. 4,800 tokens/s of demand at 128
+            # sequences decoding 3,200 tokens/s each: 192 in flight, +2.33 x 13.9 = 224.3 ->
+            # 2 replicas, where 0.7 planned 3. Kept between the figures at ``util_max`` and at
+            # ``target_util`` of the capacity. On the matrix's chat / ramp cell split in two
+            # pools the decode pool then cost 1.03 GPU-hours, not 1.30 (benchmarks/disaggregated.py).
+            in_flight = demand * batch / thpt
+            z = NormalDist().inv_cdf(1.0 - cfg.miss_budget)
+            tail = math.ceil((in_flight + z * math.sqrt(in_flight)) / batch)
+            ceiling = math.ceil(demand / (thpt * cfg.util_max))
+            wanted = min(wanted, max(tail, ceiling))
         rule = "capacity" if reachable else "itl-unreachable"
         itl = signals.get("itl_p95_s")
         kv = signals.get("kv_usage_max")
@@ -249,7 +314,16 @@ def make_slo_disagg(
         )
     except ConfigError:
         kv_tokens = 0
-    allowed = {"tick_s", "target_util", "itl_headroom", "kv_high", "queue_per_replica_max", "shape_alpha"}
+    allowed = {
+        "tick_s",
+        "target_util",
+        "util_max",
+        "miss_budget",
+        "itl_headroom",
+        "kv_high",
+        "queue_per_replica_max",
+        "shape_alpha",
+    }
     unknown = sorted(set(params) - allowed)
     if unknown:
         raise ConfigError(
