@@ -317,8 +317,10 @@ class PerfModel:
             bw = fam.allreduce_bw_bytes_s.get(tp)
             if lat is None or bw is None:
                 raise ConfigError(f"no fitted all-reduce coefficients for tp = {tp} on {g.name}")
-            if st.allreduce_latency_s > 0.0:
-                lat = st.allreduce_latency_s  # the engine's own small-message all-reduce
+            if st.allreduce_latency_s > 0.0 and g.nvlink_bandwidth_bytes_s > 0.0:
+                # The engine's own small-message all-reduce, over NVLink (vLLM falls back to NCCL
+                # on PCIe-only GPUs such as the L40S); one-shot, it waits on every peer.
+                lat = st.allreduce_latency_s + st.allreduce_peer_s * (tp - 2)
             self._ar_fixed_s = 2 * layers * lat
             self._ar_s_per_token = 2 * layers * h * bpp / bw
         else:
@@ -326,7 +328,9 @@ class PerfModel:
             self._ar_s_per_token = 0.0
 
         self._launch_s = layers * fam.launch_per_layer_s
-        self._cpu_fixed_s = c.cpu_iter_s + (c.cpu_tp_s if tp > 1 else 0.0) + st.iter_s
+        self._cpu_fixed_s = (
+            c.cpu_iter_s + (c.cpu_tp_s if tp > 1 else 0.0) + st.iter_s + st.sample_s_per_vocab * m.vocab_size
+        )
         self._cpu_per_seq_s = c.cpu_per_seq_s + st.per_seq_s + st.sample_s_per_logit * m.vocab_size
         self._prefill_iter_s = st.prefill_iter_s
         self._decode_cache: list[DecodeAffine | None] = [None] * (DECODE_AFFINE_CACHE_SIZE + 1)
