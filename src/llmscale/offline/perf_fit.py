@@ -316,7 +316,7 @@ def _params() -> tuple[Param, ...]:
             "row-wise sampler kernels, one block a row: ~10 passes of 4 B at 10-50 GB/s, 1-5 ns",
         ),
         # Llama-2-7B and Qwen2-7B on H100 at batch 1 run only 0.26 and 0.42 ms a step faster at
-        # TP 4 than at TP 2, while halving their weight stream saves 1.1 ms: the all-reduce waits
+        # TP 4 than at TP 2, while halving their weight stream saves 1.1-1.2 ms: the all-reduce waits
         # on more peers.
         Param(
             "stack.vllm.allreduce_peer_s",
