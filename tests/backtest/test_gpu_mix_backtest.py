@@ -87,3 +87,30 @@ def test_switching_type_keeps_the_serving_replicas_until_the_new_ones_serve(chat
     assert row["gpu_hours_by_gpu"]["a100-80gb"] > 0, row
     assert row["timed_out"] == 0 and row["slo_attainment"] >= 0.99, row
     assert row["replicas_max"] <= 5, row
+
+
+@pytest.mark.slow
+def test_the_l40s_joins_the_mix_where_the_model_fits(chat: Workload) -> None:
+    # --gpus a100-80gb,h100-80gb,h200,l40s on Llama-3-8B (17.1 GB with a full-context sequence, in
+    # an L40S's 48 GB x 0.9). Per replica at this chat shape the tail model gives A100 6.9, H100
+    # 12.6, H200 14.1 and L40S 4.1 req/s: per $/h 5.3, 4.2, 3.5 and 4.7. With the A100s capped at
+    # four, what is left goes to the next best value, the L40S, not to a Hopper GPU.
+    prices = GpuPrices((*PRICES.prices, GpuPrice("l40s", 0.87)), "USD", "test")
+    settings = _settings(gpu="a100-80gb", gpus=(*GPUS, "l40s"), gpu_prices=prices)
+    results, _, _ = run_backtest(chat, ["gpu-mix"], settings, include_oracle=False)
+    row = results[0].summary
+    by_gpu = row["gpu_hours_by_gpu"]
+    assert by_gpu["l40s"] > 0 and by_gpu["a100-80gb"] > 0, by_gpu
+    assert by_gpu["h100-80gb"] == 0 and by_gpu["h200"] == 0, by_gpu
+    assert row["cost"] == pytest.approx(1.30 * by_gpu["a100-80gb"] + 0.87 * by_gpu["l40s"], abs=1e-3)
+    assert row["slo_attainment"] >= 0.99 and row["timed_out"] == 0, row
+
+
+def test_the_l40s_is_left_out_where_the_model_does_not_fit(chat: Workload) -> None:
+    # CodeLlama-34B: 67.5 GB of weights fit an H100's 80 GB x 0.9, not an L40S's 48 GB x 0.9.
+    from llmscale.backtest.runner import mixed_pools
+    from llmscale.mix.fleet import unavailable_reason
+
+    settings = _settings(model="codellama-34b", gpu="h100-80gb", gpus=("h100-80gb", "l40s"))
+    assert [p.gpu for p in mixed_pools(chat, settings)] == ["h100-80gb"]
+    assert unavailable_reason("codellama-34b", "l40s", 1) == "codellama-34b does not fit 1 x l40s"

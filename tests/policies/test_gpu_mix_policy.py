@@ -96,8 +96,8 @@ def test_which_types_hold_the_model(model, gpu, tp, fits) -> None:
     assert model_fits(model, gpu, tp) is fits
 
 
-def test_the_l40s_is_priced_but_not_planned_without_a_step_time_model() -> None:
-    assert (
-        unavailable_reason("llama-3-8b", "l40s", 1) == "l40s: the step-time model has no coefficients for it"
-    )
+def test_the_l40s_is_planned_where_the_model_fits() -> None:
+    # the L40S has a step-time model (the Ada family's priors, docs/gpu-mix.md): only memory rules it out
+    assert unavailable_reason("llama-3-8b", "l40s", 1) is None
+    assert unavailable_reason("llama-3-70b", "l40s", 1) == "llama-3-70b does not fit 1 x l40s"
     assert unavailable_reason("llama-3-8b", "h100-80gb", 1) is None

@@ -189,7 +189,7 @@ def test_the_seeds_glitch_train_costs_its_duty_cycle_not_more(perf) -> None:  # 
     normal.run_until(100.0)
     glitched.run_until(100.0)
     base, slow = max(normal.finish_at_s), max(glitched.finish_at_s)
-    assert base == pytest.approx(10.92, abs=0.05)
+    assert base == pytest.approx(10.85, abs=0.05)
     assert 1.10 < slow / base < 1.20
 
 

@@ -273,8 +273,9 @@ def mixed_pools(workload: Workload, settings: BacktestSettings) -> tuple[GpuPool
     """The GPU pools of a mixed fleet, ``settings.gpu`` first (the type other policies scale), each
     weighted for the router by what one replica of it sustains at the workload's mean shape.
 
-    Types that cannot serve the deployment (the model does not fit; the L40S, which the step-time
-    model has no coefficients for) are left out; ``settings.gpu`` always serves.
+    Types that cannot serve the deployment (the model's weights and one full-context sequence do
+    not fit: :func:`llmscale.mix.fleet.unavailable_reason`) are left out; ``settings.gpu`` always
+    serves.
     """
     from llmscale.mix.fleet import unavailable_reason
     from llmscale.mix.prices import canonical_gpu

@@ -9,7 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from llmscale.mix.prices import L40S_MEMORY_BYTES, GpuPrices, canonical_gpu, default_prices
+from llmscale.mix.prices import GpuPrices, canonical_gpu, default_prices
 from llmscale.mix.solver import GpuOption
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def model_fits(model: str, gpu: str, tp: int, gpu_memory_utilization: float = 0.
     from llmscale.perf.catalogue import get_gpu, get_model
 
     spec = get_model(model)
-    memory = L40S_MEMORY_BYTES if canonical_gpu(gpu) == "l40s" else get_gpu(gpu).memory_bytes
+    memory = get_gpu(gpu).memory_bytes
     need = spec.weights_bytes / tp + spec.max_context_tokens * spec.kv_bytes_per_token / tp
     return need <= gpu_memory_utilization * memory
 
@@ -49,10 +49,6 @@ def unavailable_reason(model: str, gpu: str, tp: int) -> str | None:
     """Why a GPU type cannot serve the deployment (None: it can)."""
     if not model_fits(model, gpu, tp):
         return f"{model} does not fit {tp} x {gpu}"
-    if canonical_gpu(gpu) == "l40s":
-        # Priced and checked for memory, but the step-time model has no fitted coefficients for
-        # the Ada generation: no capacity to plan with, so it is left out rather than guessed.
-        return "l40s: the step-time model has no coefficients for it"
     return None
 
 

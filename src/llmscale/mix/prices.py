@@ -1,8 +1,7 @@
 """Per-GPU prices and per-type limits: ``--gpu-prices prices.yaml``, checked at the edge.
 
-The file maps a GPU name (any spelling :func:`llmscale.perf.catalogue.get_gpu` accepts, or
-``l40s``) to its on-demand price per GPU-hour and, optionally, the most GPUs of that type the
-fleet may hold::
+The file maps a GPU name (any spelling :func:`llmscale.perf.catalogue.get_gpu` accepts) to its
+on-demand price per GPU-hour and, optionally, the most GPUs of that type the fleet may hold::
 
     currency: USD
     gpus:
@@ -38,7 +37,6 @@ from llmscale.errors import ConfigError
 __all__ = [
     "DEFAULT_CURRENCY",
     "DEFAULT_PRICES",
-    "L40S_MEMORY_BYTES",
     "GpuPrice",
     "GpuPrices",
     "canonical_gpu",
@@ -58,11 +56,6 @@ DEFAULT_PRICES: Final[Mapping[str, float]] = MappingProxyType(
         "l40s": 0.87,
     }
 )
-
-#: the L40S (NVIDIA data sheet: 48 GB GDDR6, 864 GB/s), which the step-time model has no fitted
-#: coefficients for: it is priced, and offered only where the model's weights fit in its memory
-#: and a step-time model for it exists (:mod:`llmscale.mix.options`)
-L40S_MEMORY_BYTES: Final = 48 * 1024**3
 
 _FIELDS: Final = ("price_per_gpu_hour", "max_gpus")
 
@@ -111,13 +104,11 @@ def default_prices() -> GpuPrices:
 
 
 def canonical_gpu(name: str) -> str:
-    """The catalogue's name for a GPU spelling (``H100`` -> ``h100-80gb``); ``l40s`` as such.
+    """The catalogue's name for a GPU spelling (``H100`` -> ``h100-80gb``, ``L40S-48GB`` -> ``l40s``).
 
-    Raises ConfigError for a GPU neither the catalogue nor the price list knows.
+    Raises ConfigError (listing the catalogue's GPUs) for a GPU the catalogue does not know.
     """
     key = name.strip().lower()
-    if key in ("l40s", "l40s-48gb", "nvidia-l40s"):
-        return "l40s"
     from llmscale.perf.catalogue import get_gpu
 
     return get_gpu(key).name

@@ -56,6 +56,7 @@ from llmscale.perf.coefficients import FamilyCoefficients, PerfCoefficients, Sta
 from llmscale.perf.step_time import PerfModel
 
 __all__ = [
+    "ADA_PRIOR",
     "GEMM_BLEND_EXP",
     "LLAMA2_7B_H100_BATCH1_TPOT_MS",
     "PARAMS",
@@ -97,6 +98,29 @@ GEMM_BLEND_EXP = 20.0
 #: vLLM captures CUDA graphs for decode batches of up to 256 sequences (its default
 #: max capture size in 2024 releases and in V1 for these batch limits).
 VLLM_CUDA_GRAPH_MAX_BATCH = 256
+
+
+#: The Ada family (L40S, sm_89), which no measurement in ../shared covers: priors, not a fit, written
+#: into coefficients.json as constants so that the simulator, calibrate and the bounds treat it as
+#: any family. Ada's SM is Ampere's with FP8 tensor cores (same mma.sync GEMM kernels, no TMA or
+#: wgmma), so the kernel efficiencies are the A100 family's fitted ones, rounded; the serving FLOP
+#: scale is 1 (the kernel profiles' rate: no serving run says otherwise) at the L40S's own 350 W.
+#: All-reduce over PCIe Gen4 x16 without NVLink (32 GB/s each way): NCCL's ring moves 2(n-1)/n of
+#: the payload per GPU at ~20 GB/s, so 20, 13.3 and 11.4 GB/s of payload at TP 2, 4, 8, after a
+#: start-up of a few tens of us. docs/gpu-mix.md says what this prior gives against a published
+#: L40S serving measurement.
+ADA_PRIOR = FamilyCoefficients(
+    gemm_flops_eff=0.717,
+    weight_bw_eff=0.781,
+    gemm_kernel_s=11.5e-6,
+    act_bw_eff=0.494,
+    elementwise_kernel_s=2.06e-6,
+    allreduce_latency_s=MappingProxyType({2: 20e-6, 4: 30e-6, 8: 40e-6}),
+    allreduce_bw_bytes_s=MappingProxyType({2: 20e9, 4: 13.3e9, 8: 11.4e9}),
+    launch_per_layer_s=0.533e-3,
+    serving_flops_scale=1.0,
+    reference_power_w=350.0,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +302,32 @@ def _params() -> tuple[Param, ...]:
             0.3,
             "per-query-head re-reads mostly served by L2",
         ),
+        # A vocabulary's sampling cost is paid per iteration, not per sequence: with the cost per
+        # sequence alone, Qwen2-7B (152,064 entries) against Llama-2-7B (32,000) on one H100 came
+        # out 0.36 ms a step too fast at batch 1 and 0.8 ms too slow at batch 64 (fitted rows).
+        Param(
+            "stack.vllm.sample_s_per_vocab",
+            2e-9,
+            0.0,
+            1e-7,
+            1e-9,
+            "engines",
+            5e-9,
+            "row-wise sampler kernels, one block a row: ~10 passes of 4 B at 10-50 GB/s, 1-5 ns",
+        ),
+        # Llama-2-7B and Qwen2-7B on H100 at batch 1 run only 0.26 and 0.42 ms a step faster at
+        # TP 4 than at TP 2, while halving their weight stream saves 1.1-1.2 ms: the all-reduce waits
+        # on more peers.
+        Param(
+            "stack.vllm.allreduce_peer_s",
+            3e-6,
+            0.0,
+            50e-6,
+            1e-6,
+            "engines",
+            5e-6,
+            "a one-shot all-reduce signals and reads every peer, a few us each",
+        ),
     ]
     return tuple(ps)
 
@@ -328,6 +378,7 @@ def coefficients_from_vector(
             serving_flops_scale=v[f"{f}.serving_flops_scale"],
             reference_power_w=REFERENCE_POWER_W[f],
         )
+    fams["ada"] = ADA_PRIOR
     stacks = {
         st: StackCoefficients(
             iter_s=v[f"stack.{st}.iter_s"],
@@ -336,6 +387,8 @@ def coefficients_from_vector(
             cuda_graph_max_batch=VLLM_CUDA_GRAPH_MAX_BATCH if st == "vllm" else 0,
             allreduce_latency_s=v.get(f"stack.{st}.allreduce_latency_s", 0.0),
             sample_s_per_logit=v.get(f"stack.{st}.sample_s_per_logit", 0.0),
+            sample_s_per_vocab=v.get(f"stack.{st}.sample_s_per_vocab", 0.0),
+            allreduce_peer_s=v.get(f"stack.{st}.allreduce_peer_s", 0.0),
             graph_kernel_scale=v.get(f"stack.{st}.graph_kernel_scale", 1.0),
             gqa_kv_reread=v.get(f"stack.{st}.gqa_kv_reread", 0.0),
             tp_compute_penalty=v.get(f"stack.{st}.tp_compute_penalty"),

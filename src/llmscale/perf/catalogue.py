@@ -116,7 +116,7 @@ class GpuSpec:
 
     ``family`` groups GPUs that share fitted efficiency coefficients (same SM
     generation and NVLink generation): A100 SXM and PCIe are ``"a100"``, H100
-    and H200 are ``"h100"``.
+    and H200 are ``"h100"``; the L40S is ``"ada"`` (priors, not fitted).
     """
 
     name: str
@@ -127,7 +127,7 @@ class GpuSpec:
     hbm_bandwidth_bytes_s: float
     #: Device memory as the driver reports it (nvidia-smi "Total"), in bytes.
     memory_bytes: int
-    #: NVLink bandwidth per GPU, one direction, bytes/s.
+    #: NVLink bandwidth per GPU, one direction, bytes/s; 0 = none (PCIe only: the L40S).
     nvlink_bandwidth_bytes_s: float
     #: Board power (W), informational.
     tdp_w: float
@@ -221,6 +221,23 @@ _GH200 = GpuSpec(
     nvlink_bandwidth_bytes_s=450e9,
     tdp_w=1000.0,
     peak_fp8_flops=1979e12,
+)
+
+# L40S (Ada Lovelace, AD102, sm_89): NVIDIA L40S data sheet (PB-11349, 2023): 48 GB GDDR6 with
+# ECC, 864 GB/s, BF16/FP16 tensor core 362.05 TFLOP/s dense (733 with sparsity), FP8 733 TFLOP/s
+# dense (1,466 with sparsity), PCIe Gen4 x16 (64 GB/s both ways, 32 each), no NVLink, 350 W.
+# Memory taken as the data sheet's 48 GB. No L40S measurement is fitted: its efficiencies are
+# the "ada" family's priors (llmscale.offline.perf_fit.ADA_PRIOR; docs/gpu-mix.md).
+_L40S = GpuSpec(
+    name="l40s",
+    aliases=("l40s-48gb", "nvidia-l40s", "l40s-pcie"),
+    family="ada",
+    peak_bf16_flops=362.05e12,
+    hbm_bandwidth_bytes_s=864e9,
+    memory_bytes=48_000_000_000,
+    nvlink_bandwidth_bytes_s=0.0,
+    tdp_w=350.0,
+    peak_fp8_flops=733e12,
 )
 
 # -- Models -----------------------------------------------------------------
@@ -549,7 +566,7 @@ MODELS: Final[MappingProxyType[str, ModelSpec]] = MappingProxyType(
 )
 #: GPUs by canonical short name.
 GPUS: Final[MappingProxyType[str, GpuSpec]] = MappingProxyType(
-    {g.name: g for g in (_A100_SXM, _A100_PCIE, _A100_40GB, _H100_SXM, _H200, _GH200)}
+    {g.name: g for g in (_A100_SXM, _A100_PCIE, _A100_40GB, _H100_SXM, _H200, _GH200, _L40S)}
 )
 
 _MODEL_KEYS: Final = _index((m, (m.name, m.hf_id, *m.aliases)) for m in MODELS.values())

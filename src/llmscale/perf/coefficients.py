@@ -90,6 +90,14 @@ class StackCoefficients:
     #: soft-maxed and sorted for top-p / top-k, so a 152k-token vocabulary (Qwen2) costs ~4.75x
     #: a 32k one (Llama-2) at the same batch.
     sample_s_per_logit: float = 0.0
+    #: Sampling work per iteration per vocabulary entry, s, whatever the batch: the sampler's
+    #: row-wise kernels (softmax, log-softmax, argmax, ranks over the vocabulary) run one thread
+    #: block per sequence, so up to a GPU's SM count (108 on A100, 132 on H100) the rows run side
+    #: by side and an iteration pays the time of one row, latency-bound on a single SM.
+    sample_s_per_vocab: float = 0.0
+    #: Extra latency of the engine's all-reduce per GPU beyond two in the TP group, s: a one-shot
+    #: all-reduce signals and reads every peer, so a TP-4 all-reduce waits on three peers, not one.
+    allreduce_peer_s: float = 0.0
     #: Share of a grouped-query model's KV re-reads (one per query head sharing a KV head) that
     #: reach HBM in the engine's decode attention kernel: 0 = each KV head read once.
     gqa_kv_reread: float = 0.0
@@ -188,6 +196,8 @@ def coefficients_from_dict(d: Mapping[str, Any]) -> PerfCoefficients:
                         allreduce_latency_s=float(v.get("allreduce_latency_s", 0.0)),
                         graph_kernel_scale=float(v.get("graph_kernel_scale", 1.0)),
                         sample_s_per_logit=float(v.get("sample_s_per_logit", 0.0)),
+                        sample_s_per_vocab=float(v.get("sample_s_per_vocab", 0.0)),
+                        allreduce_peer_s=float(v.get("allreduce_peer_s", 0.0)),
                         gqa_kv_reread=float(v.get("gqa_kv_reread", 0.0)),
                         tp_compute_penalty=(
                             None if v.get("tp_compute_penalty") is None else float(v["tp_compute_penalty"])
@@ -238,6 +248,8 @@ def coefficients_to_dict(c: PerfCoefficients) -> dict[str, Any]:
                 "allreduce_latency_s": s.allreduce_latency_s,
                 "graph_kernel_scale": s.graph_kernel_scale,
                 "sample_s_per_logit": s.sample_s_per_logit,
+                "sample_s_per_vocab": s.sample_s_per_vocab,
+                "allreduce_peer_s": s.allreduce_peer_s,
                 "gqa_kv_reread": s.gqa_kv_reread,
                 "tp_compute_penalty": s.tp_compute_penalty,
             }

@@ -270,7 +270,9 @@ def scale_coefficients(c: PerfCoefficients, factors: Mapping[str, float]) -> Per
             per_seq_s=s.per_seq_s * per_seq,
             prefill_iter_s=s.prefill_iter_s * host,
             sample_s_per_logit=s.sample_s_per_logit * per_seq,
+            sample_s_per_vocab=s.sample_s_per_vocab * host,
             allreduce_latency_s=s.allreduce_latency_s * comm,
+            allreduce_peer_s=s.allreduce_peer_s * comm,
             gqa_kv_reread=s.gqa_kv_reread if reread is None else float(reread),
         )
         for name, s in c.stacks.items()

@@ -19,7 +19,9 @@ mixes prefill chunks and decode sequences. Its cost is modelled as::
     (query, key) pair at the fitted FlashAttention efficiency, plus a fixed
     time per attention call;
   - two all-reduces per layer of ``tokens x hidden x 2`` bytes (tp > 1):
-    latency + bytes / bandwidth, fitted per TP degree to NCCL measurements.
+    latency + bytes / bandwidth, fitted per TP degree to NCCL measurements;
+    an engine's own one-shot all-reduce over NVLink replaces the latency,
+    growing by a fitted amount per peer beyond two.
 * ``launch_time`` = layers x host time to issue one layer's kernels. In an
   eager-mode engine the GPU idles when the host issues kernels slower than
   they run, so the forward pass takes the larger of the two, blended like the
@@ -34,6 +36,8 @@ mixes prefill chunks and decode sequences. Its cost is modelled as::
 * ``serial_cpu`` = scheduling, input preparation, sampling and output
   processing, which a synchronous engine runs between forward passes:
   fixed + per-sequence terms (+ an extra fixed term when a prefill is present).
+  The fixed term holds the sampler's pass over the vocabulary, once an
+  iteration: its row-wise kernels run one block per sequence, side by side.
 * ``kv_read_time`` = decode context tokens x KV bytes per token per GPU /
   (HBM x eff): the decode attention stream. It is added outside the max() so
   that a decode-only iteration is *exactly affine* in the total decode
@@ -42,8 +46,9 @@ mixes prefill chunks and decode sequences. Its cost is modelled as::
 Worked example (Llama-3-8B, one H100, committed coefficients): a batch-1 decode
 step replays a CUDA graph: the 15.0 GB of matmul and LM-head weights stream in
 15.0e9 / (3.35e12 x 0.878) = 5.10 ms, the kernels' fixed times add 2.09 ms x
-0.449 (the share a graph keeps) = 0.94 ms, the CPU phases 1.74 + 0.06 ms and the
-KV reads at 1,000 tokens 0.08 ms: 7.9 ms, against 7.3 ms per output token
+0.430 (the share a graph keeps) = 0.90 ms, the serial phases 1.90 ms (0.54 of it
+the sampler's pass over the 128,256-entry vocabulary) + 0.06 ms for the sequence
+and the KV reads at 1,000 tokens 0.08 ms: 8.0 ms, against 7.3 ms per output token
 measured for Llama-2-7B on an H100 (shared/data/calibration/argonne). Prefill
 (Llama-2-7B, 4,096 tokens a V0 iteration): the GEMMs run at 989e12 x 0.688 x
 0.970 = 660 TFLOP/s on an H100 (80.3 ms) and x1.126 = 744 TFLOP/s on a GH200
@@ -317,8 +322,10 @@ class PerfModel:
             bw = fam.allreduce_bw_bytes_s.get(tp)
             if lat is None or bw is None:
                 raise ConfigError(f"no fitted all-reduce coefficients for tp = {tp} on {g.name}")
-            if st.allreduce_latency_s > 0.0:
-                lat = st.allreduce_latency_s  # the engine's own small-message all-reduce
+            if st.allreduce_latency_s > 0.0 and g.nvlink_bandwidth_bytes_s > 0.0:
+                # The engine's own small-message all-reduce, over NVLink (vLLM falls back to NCCL
+                # on PCIe-only GPUs such as the L40S); one-shot, it waits on every peer.
+                lat = st.allreduce_latency_s + st.allreduce_peer_s * (tp - 2)
             self._ar_fixed_s = 2 * layers * lat
             self._ar_s_per_token = 2 * layers * h * bpp / bw
         else:
@@ -326,7 +333,9 @@ class PerfModel:
             self._ar_s_per_token = 0.0
 
         self._launch_s = layers * fam.launch_per_layer_s
-        self._cpu_fixed_s = c.cpu_iter_s + (c.cpu_tp_s if tp > 1 else 0.0) + st.iter_s
+        self._cpu_fixed_s = (
+            c.cpu_iter_s + (c.cpu_tp_s if tp > 1 else 0.0) + st.iter_s + st.sample_s_per_vocab * m.vocab_size
+        )
         self._cpu_per_seq_s = c.cpu_per_seq_s + st.per_seq_s + st.sample_s_per_logit * m.vocab_size
         self._prefill_iter_s = st.prefill_iter_s
         self._decode_cache: list[DecodeAffine | None] = [None] * (DECODE_AFFINE_CACHE_SIZE + 1)
