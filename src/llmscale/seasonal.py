@@ -31,10 +31,19 @@ import numpy as np
 from llmscale.errors import ConfigError
 from llmscale.history import HISTORY_DAYS, MIN_HISTORY_DAYS, RateHistory
 
-__all__ = ["LEVEL_CLIP", "SeasonalForecast", "SeasonalRise", "seasonal_forecast", "seasonal_rise"]
+__all__ = [
+    "LEVEL_CLIP",
+    "PEAK_STEPS",
+    "SeasonalForecast",
+    "SeasonalRise",
+    "seasonal_forecast",
+    "seasonal_rise",
+]
 
 #: today's level against the past days' same hour is clipped to this range
 LEVEL_CLIP: Final = (0.25, 4.0)
+#: points of the horizon :func:`seasonal_rise` reads each past day at (its highest counts)
+PEAK_STEPS: Final = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +113,18 @@ def seasonal_forecast(
 
 @dataclass(frozen=True, slots=True)
 class SeasonalRise:
-    """How the rate moved over the same ``horizon_s`` on past days, and how far the days agree.
+    """How high the rate went over the next ``horizon_s`` on past days, and how far the days agree.
 
-    ``ratios`` are rate(now + horizon) / rate(now) of each past day with both (newest first,
-    between bin centres: :meth:`~llmscale.history.RateHistory.rate_on_day`). Today's rate times
-    the ratio is today's forecast if today moves as those days did; how much today may stray is
-    their spread, so the ratio planned with is the low edge of a one-sigma prediction interval
-    for one more day, ``planned = mean - sd x sqrt(1 + 1/n)``: a rise the days agree on counts
-    almost in full, one they disagree on counts little or not at all.
+    ``ratios`` are, for each past day with the whole window filed (newest first), the highest
+    rate over ``(now, now + horizon]`` over the rate at ``now`` (read at :data:`PEAK_STEPS`
+    points, between bin centres: :meth:`~llmscale.history.RateHistory.rate_on_day`). The
+    highest, not the end point: a replica given up now cannot be back before a cold start, so
+    the fleet must carry the whole window; a peak 60 s ahead that is gone 90 s ahead still
+    needs its replicas (ServeGen's hour 11 is 1.106 of the mean, hour 12 0.971). Today's rate
+    times the ratio is today's forecast if today moves as those days did; how much today may
+    stray is their spread, so the ratio planned with is the low edge of a one-sigma prediction
+    interval for one more day, ``planned = mean - sd x sqrt(1 + 1/n)``: a rise the days agree on
+    counts almost in full, one they disagree on counts little or not at all.
 
     Worked (``tests/history/test_seasonal_rise.py``): ratios 1.30, 1.25, 1.35 over three days
     (mean 1.30, sd 0.05) plan 1.30 - 0.05 x 1.155 = 1.242; 1.6, 1.0, 1.3 (sd 0.3) plan 0.954,
@@ -131,8 +144,8 @@ class SeasonalRise:
 
     def reason(self) -> str:
         return (
-            f"same time of {self.days} past days: x{self.mean:.3f} over the next {self.horizon_s:.0f}s "
-            f"(sd {self.sd:.3f}); planned x{self.planned:.3f}"
+            f"same time of {self.days} past days: up to x{self.mean:.3f} within the next "
+            f"{self.horizon_s:.0f}s (sd {self.sd:.3f}); planned x{self.planned:.3f}"
         )
 
 
@@ -148,11 +161,12 @@ def seasonal_rise(
     if not (horizon_s >= 0 and math.isfinite(horizon_s)):
         raise ConfigError(f"horizon_s = {horizon_s}, must be >= 0 and finite")
     ratios = []
+    offsets = [horizon_s * j / PEAK_STEPS for j in range(1, PEAK_STEPS + 1)]
     for k in range(1, days + 1):
         now = history.rate_on_day(now_unix_s, k)
-        later = history.rate_on_day(now_unix_s + horizon_s, k)
-        if now is not None and later is not None and now > 0.0:
-            ratios.append(later / now)
+        later = [history.rate_on_day(now_unix_s + dt, k) for dt in offsets]
+        if now is not None and now > 0.0 and all(x is not None for x in later):
+            ratios.append(max(x for x in later if x is not None) / now)
     n = len(ratios)
     if n < MIN_HISTORY_DAYS:
         return None

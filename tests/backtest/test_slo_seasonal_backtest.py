@@ -64,7 +64,7 @@ def test_seven_days_of_history_carry_slo_through_the_daily_rise():
     assert not any(day == 1 for day, _ in _late(known_ticks, slo_ttft))
     # the reason is in the log: the same time of seven past days, one cold start ahead
     cited = [r for r in known_ticks if r["note"].startswith("seasonal: same time of 7 past days")]
-    assert cited and all("over the next 90s" in r["note"] for r in cited)
+    assert cited and all("within the next 90s" in r["note"] for r in cited)
     assert not any("seasonal" in r["note"] for r in plain_ticks)
     # through the dip before the rise (day 1, hours 8-10) the seeded run keeps more replicas
     dip = (DAY_S + 8 * BIN_S, DAY_S + 10 * BIN_S)
