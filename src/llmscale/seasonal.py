@@ -31,10 +31,19 @@ import numpy as np
 from llmscale.errors import ConfigError
 from llmscale.history import HISTORY_DAYS, MIN_HISTORY_DAYS, RateHistory
 
-__all__ = ["LEVEL_CLIP", "SeasonalForecast", "seasonal_forecast"]
+__all__ = [
+    "LEVEL_CLIP",
+    "PEAK_STEPS",
+    "SeasonalForecast",
+    "SeasonalRise",
+    "seasonal_forecast",
+    "seasonal_rise",
+]
 
 #: today's level against the past days' same hour is clipped to this range
 LEVEL_CLIP: Final = (0.25, 4.0)
+#: points of the horizon :func:`seasonal_rise` reads each past day at (its highest counts)
+PEAK_STEPS: Final = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +109,69 @@ def seasonal_forecast(
     weight = seasonal_weight * min(1.0, len(at_target) / days)
     rate = weight * seasonal + (1.0 - weight) * trend
     return SeasonalForecast(rate, seasonal, trend, level, len(at_target), weight)
+
+
+@dataclass(frozen=True, slots=True)
+class SeasonalRise:
+    """How high the rate went over the next ``horizon_s`` on past days, and how far the days agree.
+
+    ``ratios`` are, for each past day with the whole window filed (newest first), the highest
+    rate over ``(now, now + horizon]`` over the rate at ``now`` (read at :data:`PEAK_STEPS`
+    points, between bin centres: :meth:`~llmscale.history.RateHistory.rate_on_day`). The
+    highest, not the end point: a replica given up now cannot be back before a cold start, so
+    the fleet must carry the whole window; a peak 60 s ahead that is gone 90 s ahead still
+    needs its replicas (ServeGen's hour 11 is 1.106 of the mean, hour 12 0.971). Today's rate
+    times the ratio is today's forecast if today moves as those days did; how much today may
+    stray is their spread, so the ratio planned with is the low edge of a one-sigma prediction
+    interval for one more day, ``planned = mean - sd x sqrt(1 + 1/n)``: a rise the days agree on
+    counts almost in full, one they disagree on counts little or not at all.
+
+    Worked (``tests/history/test_seasonal_rise.py``): ratios 1.30, 1.25, 1.35 over three days
+    (mean 1.30, sd 0.05) plan 1.30 - 0.05 x 1.155 = 1.242; 1.6, 1.0, 1.3 (sd 0.3) plan 0.954,
+    no rise at all.
+    """
+
+    ratios: tuple[float, ...]
+    mean: float
+    #: sample standard deviation of the ratios (n - 1)
+    sd: float
+    planned: float
+    horizon_s: float
+
+    @property
+    def days(self) -> int:
+        return len(self.ratios)
+
+    def reason(self) -> str:
+        return (
+            f"same time of {self.days} past days: up to x{self.mean:.3f} within the next "
+            f"{self.horizon_s:.0f}s (sd {self.sd:.3f}); planned x{self.planned:.3f}"
+        )
+
+
+def seasonal_rise(
+    history: RateHistory, now_unix_s: float, horizon_s: float, days: int = HISTORY_DAYS
+) -> SeasonalRise | None:
+    """The past days' move over ``[now, now + horizon_s]`` (see :class:`SeasonalRise`); None below
+    :data:`~llmscale.history.MIN_HISTORY_DAYS` days with both ends filed and a rate above 0 now.
+
+    Pre: ``horizon_s >= 0`` and finite. Only the ratios are read, never the days' levels: a busy
+    Monday and a quiet Sunday that both rise 30% at 09:00 agree.
+    """
+    if not (horizon_s >= 0 and math.isfinite(horizon_s)):
+        raise ConfigError(f"horizon_s = {horizon_s}, must be >= 0 and finite")
+    ratios = []
+    offsets = [horizon_s * j / PEAK_STEPS for j in range(1, PEAK_STEPS + 1)]
+    for k in range(1, days + 1):
+        now = history.rate_on_day(now_unix_s, k)
+        later = [history.rate_on_day(now_unix_s + dt, k) for dt in offsets]
+        if now is not None and now > 0.0 and all(x is not None for x in later):
+            ratios.append(max(x for x in later if x is not None) / now)
+    n = len(ratios)
+    if n < MIN_HISTORY_DAYS:
+        return None
+    a = np.asarray(ratios, dtype=np.float64)
+    mean = float(a.mean())
+    sd = float(a.std(ddof=1))
+    planned = mean - sd * math.sqrt(1.0 + 1.0 / n)
+    return SeasonalRise(tuple(ratios), mean, sd, planned, horizon_s)

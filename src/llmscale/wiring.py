@@ -469,6 +469,7 @@ def build_drift(cfg: LiveConfig, runs: list[PolicyRun], registry: Any) -> tuple[
             budget_tokens=t.max_num_batched_tokens,
             target=t.label,
             registry=registry,
+            precision=deployment_of(cfg).precision,
         )
     except ConfigError as e:
         log.warning("model drift is off: %s", e)

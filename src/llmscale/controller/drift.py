@@ -54,6 +54,7 @@ from llmscale.perf.drift import (
 from llmscale.perf.profile import FACTOR_NAMES, FactorScale
 from llmscale.perf.step_time import PerfModel
 from llmscale.policies.base import Policy
+from llmscale.precision import Precision
 from llmscale.signals.drift import DriftWindow, drift_window
 from llmscale.signals.fleet import SignalValues
 from llmscale.signals.histograms import LATENCY_WINDOW_S
@@ -269,8 +270,15 @@ class DriftMonitor:
         target: str,
         registry: Any = None,
         policies: Sequence[AdjustablePolicy] = (),
+        precision: Precision | None = None,
     ) -> None:
-        """Raises ConfigError when the model, GPU or profile is unknown (the caller may run without)."""
+        """Raises ConfigError when the model, GPU or profile is unknown (the caller may run without).
+
+        ``precision``: the served number formats (None: bf16 throughout). Drift is the observed
+        step time over the model's prediction, so the prediction must be the FP8 one for an FP8
+        fleet: judged against bf16, an FP8 replica's decode (~1.4x faster at small batches,
+        docs/fp8.md) reads as the engine running fast, and ``drift.adapt`` would shrink the
+        bandwidth factor the bf16 plan uses instead of planning FP8."""
         from llmscale.perf.catalogue import get_gpu, get_model, validate_tp
         from llmscale.perf.profile import profile_factors
 
@@ -279,6 +287,7 @@ class DriftMonitor:
         validate_tp(self._model, tp)
         self._tp = tp
         self._calibration = calibration
+        self._precision = precision
         self.start = profile_factors(calibration)
         self._budget = budget_tokens
         self.target = target
@@ -318,7 +327,7 @@ class DriftMonitor:
         from llmscale.perf.profile import profile_coefficients
 
         coeffs = profile_coefficients(self._calibration, scale, family=get_gpu(self._gpu).family)
-        return PerfModel(self._model, self._gpu, self._tp, coeffs)
+        return PerfModel(self._model, self._gpu, self._tp, coeffs, precision=self._precision)
 
     @property
     def factors(self) -> dict[str, float]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from llmscale.deployment import DEFAULT_DEPLOYMENT
 from llmscale.emulate.versions import DEFAULT_VLLM_VERSION, parse_vllm_version
 from llmscale.errors import ConfigError
+from llmscale.precision import Precision, precision_of
 from llmscale.sim.faults import AdaptiveBatchConfig, HbmGlitch
 
 __all__ = ["ADMIN_TOKEN_ENV", "MIN_ADMIN_TOKEN_CHARS", "EmulateConfig", "admin_token"]
@@ -105,9 +106,20 @@ class EmulateConfig:
     wake_s: float | None = None
     #: the vLLM release played (emulate/versions.py: 0.10.0 and later)
     vllm_version: str = DEFAULT_VLLM_VERSION
+    #: the served number formats, as vLLM's ``--dtype``, ``--quantization`` and
+    #: ``--kv-cache-dtype`` (:mod:`llmscale.precision`; docs/fp8.md): bf16 throughout by default
+    dtype: str = DEFAULT_DEPLOYMENT.dtype
+    quantization: str = DEFAULT_DEPLOYMENT.quantization
+    kv_cache_dtype: str = DEFAULT_DEPLOYMENT.kv_cache_dtype
+
+    @property
+    def precision(self) -> Precision:
+        """The validated :class:`~llmscale.precision.Precision` of the replicas served."""
+        return precision_of(self.dtype, self.kv_cache_dtype, self.quantization)
 
     def __post_init__(self) -> None:
         parse_vllm_version(self.vllm_version)  # a ConfigError naming vllm_version
+        self.precision  # a ConfigError naming dtype, quantization or kv_cache_dtype  # noqa: B018
         if not 0 <= self.replicas <= self.max_replicas:
             raise ConfigError(
                 f"replicas = {self.replicas}, must be within [0, max_replicas {self.max_replicas}]"

@@ -126,7 +126,9 @@ class Emulator:
         from llmscale.perf import get_perf_model
 
         self.cfg = cfg
-        self.perf = get_perf_model(cfg.model, cfg.gpu, cfg.tp, calibration=cfg.calibration)
+        self.perf = get_perf_model(
+            cfg.model, cfg.gpu, cfg.tp, calibration=cfg.calibration, precision=cfg.precision
+        )
         empty_f = np.zeros(0, dtype=np.float64)
         empty_i = np.zeros(0, dtype=np.int64)
         self.fleet = Fleet(

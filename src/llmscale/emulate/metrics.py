@@ -108,11 +108,13 @@ class CacheConfigInfo:
     block_size: int
     gpu_memory_utilization: float
     num_gpu_blocks: int
+    #: vLLM's ``--kv-cache-dtype`` as given (``auto``, ``fp8``, ...): the label vLLM writes
+    cache_dtype: str = "auto"
 
     def labels(self) -> dict[str, str]:
         return {
             "block_size": str(self.block_size),
-            "cache_dtype": "auto",
+            "cache_dtype": self.cache_dtype,
             "cpu_offload_gb": "0",
             "enable_prefix_caching": "False",
             "gpu_memory_utilization": str(self.gpu_memory_utilization),

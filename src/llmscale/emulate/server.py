@@ -156,6 +156,7 @@ class EmulateServer:
             block_size=16,
             gpu_memory_utilization=fleet.config.gpu_memory_utilization,
             num_gpu_blocks=fleet.total_blocks,
+            cache_dtype=cfg.kv_cache_dtype,
         )
         self._listeners: dict[str, _Listener] = {}
         self._tasks: set[asyncio.Task[None]] = set()

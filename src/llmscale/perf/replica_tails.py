@@ -93,6 +93,7 @@ from llmscale.slo import tpot_within, ttft_within
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
     from llmscale.perf.step_time import PerfModel
+    from llmscale.precision import Precision
 
 __all__ = [
     "CapacityMode",
@@ -503,11 +504,13 @@ def tail_capacity_rps(
     replicas: int = 1,
     mode: CapacityMode = "tail",
     dispersion: float = 1.0,
+    precision: Precision | None = None,
 ) -> float:
-    """:meth:`TailModel.capacity_rps` for a deployment, memoised (callers bucket the lengths)."""
+    """:meth:`TailModel.capacity_rps` for a deployment, memoised (callers bucket the lengths).
+    ``precision``: the served number formats (None: bf16 throughout; docs/fp8.md)."""
     shared = _shape_model(
         model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale,
-        prompt_tokens, output_tokens, prompt_cv, output_cv, mode == "tail",
+        prompt_tokens, output_tokens, prompt_cv, output_cv, mode == "tail", precision,
     )  # fmt: skip
     with _SHAPE_LOCK:
         return shared.capacity_rps(
@@ -596,6 +599,7 @@ def replica_capacity(
     output_cv: float = 1.0,
     dispersion: float = 1.0,
     prompt_cv: float = 1.0,
+    precision: Precision | None = None,
 ) -> ReplicaCapacity:
     """The one entry point: what each of ``replicas`` replicas holds for this mean request shape.
 
@@ -604,6 +608,10 @@ def replica_capacity(
     deployment, shape and mode gets the same number. Worked (``tests/perf/test_one_capacity_model.py``):
     Llama-3-8B on one H100, prompts 1,155 / outputs 211 tokens, SLO 2 s / 0.1 s: ~12.6 req/s in
     mode ``"tail"``; ~12.9 in mode ``"mean"``, at a batch of ~249 decoding every ~96 ms.
+
+    ``precision`` is the served model's number formats (None: bf16 throughout). FP8 weights and
+    an FP8 KV cache change both the step time and the KV cache a replica holds (docs/fp8.md), so
+    an FP8 fleet asked about as bf16 is sized for the slower, smaller replica.
     """
     key = _ShapeKey.of(prompt_tokens, output_tokens, slo_ttft_s, replicas, output_cv, dispersion, prompt_cv)
     return _capacity_point(
@@ -624,7 +632,13 @@ def replica_capacity(
         key.output_cv,
         key.dispersion,
         key.prompt_cv,
+        _non_default(precision),
     )
+
+
+def _non_default(precision: Precision | None) -> Precision | None:
+    """None for bf16 (the default formats), so a bf16 question memoises under the key it always had."""
+    return None if precision is None or precision.is_default else precision
 
 
 @dataclass(frozen=True, slots=True)
@@ -684,6 +698,7 @@ def _capacity_point(
     output_cv: float = 1.0,
     dispersion: float = 1.0,
     prompt_cv: float = 1.0,
+    precision: Precision | None = None,
 ) -> ReplicaCapacity:
     rate = tail_capacity_rps(
         model,
@@ -703,10 +718,11 @@ def _capacity_point(
         replicas=replicas,
         mode=mode,
         dispersion=dispersion,
+        precision=precision,
     )
     tails = _shape_model(
         model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale,
-        prompt_tokens, output_tokens, prompt_cv, output_cv, mode == "tail",
+        prompt_tokens, output_tokens, prompt_cv, output_cv, mode == "tail", precision,
     )  # fmt: skip
     with _SHAPE_LOCK:
         op = tails.at(
@@ -820,13 +836,14 @@ def _deployment_model(
     max_num_batched_tokens: int,
     calibration: str | None,
     scale: FactorScale | None,
+    precision: Precision | None = None,
 ) -> TailModel:
     """A fresh :class:`TailModel` of a deployment. Not shared between shapes: its prefill memo is keyed
     by the context rounded to a token, and two shapes whose contexts round alike would read each
     other's entries (the answers are memoised per shape bucket above it instead)."""
     from llmscale.perf import get_perf_model
 
-    perf = get_perf_model(model, gpu, tp, calibration=calibration, scale=scale)
+    perf = get_perf_model(model, gpu, tp, calibration=calibration, scale=scale, precision=precision)
     return TailModel(perf, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
 
 
@@ -852,6 +869,7 @@ def _shape_model(
     prompt_cv: float,
     output_cv: float,
     tails: bool,
+    precision: Precision | None = None,
 ) -> TailModel:
     """The :class:`TailModel` every question about one request shape asks, whatever the fleet size,
     the arrivals' dispersion, the rate or the SLO.
@@ -868,7 +886,9 @@ def _shape_model(
     on the model before reading it).
     """
     del prompt_tokens, output_tokens, prompt_cv, output_cv, tails  # the memo key only
-    return _deployment_model(model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale)
+    return _deployment_model(
+        model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale, precision
+    )
 
 
 def replica_miss_share(
@@ -889,6 +909,7 @@ def replica_miss_share(
     output_cv: float = 1.0,
     dispersion: float = 1.0,
     prompt_cv: float = 1.0,
+    precision: Precision | None = None,
 ) -> float:
     """Share of feasible requests the tail model puts over TTFT or TPOT at this rate per replica
     (1 when saturated): what ``slo`` weighs a replica more or fewer against. Bucketed and memoised
@@ -913,6 +934,7 @@ def replica_miss_share(
         key.output_cv,
         key.dispersion,
         key.prompt_cv,
+        _non_default(precision),
     )
 
 
@@ -934,10 +956,11 @@ def _miss_share(
     output_cv: float,
     dispersion: float,
     prompt_cv: float,
+    precision: Precision | None = None,
 ) -> float:
     tails = _shape_model(
         model, gpu, tp, max_num_seqs, max_num_batched_tokens, calibration, scale,
-        prompt_tokens, output_tokens, prompt_cv, output_cv, True,
+        prompt_tokens, output_tokens, prompt_cv, output_cv, True, precision,
     )  # fmt: skip
     with _SHAPE_LOCK:
         op = tails.at(

@@ -91,6 +91,7 @@ from llmscale.types import Decision, NoData, Signals
 if TYPE_CHECKING:
     from llmscale.perf.profile import FactorScale
     from llmscale.perf.replica_tails import ReplicaCapacity
+    from llmscale.precision import Precision
 
 __all__ = [
     "CalibratedCapacityPolicy",
@@ -215,6 +216,8 @@ class CalibratedCapacityPolicy:
     max_num_batched_tokens: int = DEFAULT_DEPLOYMENT.max_num_batched_tokens
     calibration: str | None = None
     perf_scale: FactorScale | None = None
+    #: the served number formats (docs/fp8.md), or None for bf16 throughout
+    precision: Precision | None = None
     #: plan each replica at this share of its mode-"mean" capacity, the margin ``slo`` keeps too
     #: (``target_utilization``): the capacity is where the batch reaches max_num_seqs or the mean
     #: ITL the TPOT, the edge of the latency cliff, and a rate read a little low goes over it. On
@@ -252,6 +255,7 @@ class CalibratedCapacityPolicy:
             max_num_batched_tokens=self.max_num_batched_tokens,
             calibration=self.calibration,
             scale=self.perf_scale,
+            precision=self.precision,
         )
 
     def decide(self, signals: Signals, state: CapacityState, now_s: float) -> tuple[Decision, CapacityState]:
@@ -341,5 +345,6 @@ def _make_calibrated(ctx: Deployment, params: Mapping[str, Any]) -> CalibratedCa
         max_num_batched_tokens=ctx.max_num_batched_tokens,
         calibration=ctx.calibration,
         perf_scale=ctx.perf_scale,
+        precision=None if ctx.precision.is_default else ctx.precision,
         cliff=config_from(CliffConfig, params),
     )

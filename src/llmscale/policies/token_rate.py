@@ -140,6 +140,7 @@ def slo_tokens_per_replica(
         max_num_batched_tokens=ctx.max_num_batched_tokens,
         calibration=ctx.calibration,
         scale=ctx.perf_scale,
+        precision=ctx.precision,
     )
     return cap.batch, cap.batch / cap.mean_itl_s
 
