@@ -311,7 +311,11 @@ class PodScrapeSource:
         self.errors_total += len(errors)
         self.last_errors = errors
         return Observation(
-            time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples), gateway_queue=held
+            time_s=now_s,
+            fleet=fleet_view_of(samples),
+            replicas=tuple(samples),
+            gateway_queue=held,
+            sample_lag_s=self.timeout_s,
         )
 
     def _held(self, body: bytes | str | None, errors: dict[str, str]) -> int | None:
