@@ -132,9 +132,9 @@ def _count_increase(span: Span, first: ReplicaSample, last: ReplicaSample, name:
 
 
 #: a replica's rate counts once its span is this many times the newest observation's
-#: ``sample_lag_s`` (the scrape time-out): each end of the span may have been rendered up to one
-#: lag after its stamp, so the rate reads up to (span + lag) / span of the truth; at 4 lags that
-#: is 1.25x. At 0.5 s ticks with a 1 s time-out, two samples 0.5 s apart could read 3x.
+#: ``sample_lag_s`` (its scrape's slowest page): each end of the span may have been rendered up
+#: to one lag after its stamp, so the rate reads up to (span + lag) / span of the truth; at 4 lags
+#: that is 1.25x. At 0.5 s ticks, a page 1 s late made two samples 0.5 s apart read 3x.
 MIN_SPAN_LAGS = 4.0
 
 
@@ -142,8 +142,8 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
     """Sum of per-replica counter rates over ``window_s``; see the module docstring for who counts.
 
     A replica whose samples span less than :data:`MIN_SPAN_LAGS` sample lags has no rate yet,
-    and is counted as one with none (blind when serving all along): with 15 s ticks and a 2 s
-    time-out that is any span of one step or more; at 0.5 s ticks, 8 steps.
+    and is counted as one with none (blind when serving all along): with pages answered within
+    0.1 s any span of 0.4 s or more counts; after a scrape whose slowest page took 1 s, 4 s.
     """
     min_span_s = MIN_SPAN_LAGS * fw.newest.sample_lag_s
     start = start_index(fw, window_s)
