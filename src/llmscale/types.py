@@ -254,6 +254,11 @@ class Observation:
     #: the fleet's waiting queue (serving replicas plus the gateway) sampled every second since the
     #: previous observation, when the source has it (seed 004's per-second q[t]; ``sim/sub_tick.py``)
     queue_per_s: SubTickSeries | None = None
+    #: how late after ``time_s`` a replica's page may have been made: a pod scrape stamps every
+    #: page with the tick's start, but a replica renders its counters when it answers, up to the
+    #: scrape's time-out later (the scrape's slowest page received); 0 where samples are taken at
+    #: ``time_s`` (the simulator)
+    sample_lag_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

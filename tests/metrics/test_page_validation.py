@@ -167,6 +167,34 @@ def test_two_processes_at_one_address_are_not_read_as_restarts(page_server, scra
     assert oks == [True, True, False, False, False, False, False]
 
 
+@pytest.mark.parametrize(
+    "other",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("# TYPE go_goroutines gauge\ngo_goroutines 12\n", id="other-metrics"),
+    ],
+)
+def test_a_page_with_nothing_llmscale_reads_is_unknown_not_idle(page_server, scraper, other: str) -> None:
+    # Read as known, an empty page at either end of a replica's span left its request count out
+    # of the fleet's rate without counting it at the others' mean: a true 40 req/s read as 20.
+    _one(page_server, scraper, other, "no series llmscale reads")
+
+
+def test_an_old_page_served_twice_is_refused_both_times(page_server, scraper) -> None:
+    # A replica's page from its first seconds (192 finished requests) served again at 571, twice:
+    # the second copy used to pass (the refused first copy had become the baseline), and the
+    # window read 571 -> 192 -> 600 as a restart, 192 + 408 "new" requests where 29 finished
+    # (the hostile-fleet spike: 4 replicas at a true 40 req/s read ~60-90).
+    oks = _scrape_series(page_server, scraper, [571.0, 192.0, 192.0, 600.0])
+    assert oks == [True, False, False, True]
+
+
+def test_a_restart_far_from_zero_is_read_once_it_passes_the_old_value(page_server, scraper) -> None:
+    # 100 -> 30: not near zero, refused; the process keeps serving and is read again past 100.
+    oks = _scrape_series(page_server, scraper, [100.0, 30.0, 60.0, 90.0, 120.0])
+    assert oks == [True, False, False, False, True]
+
+
 def test_an_empty_page_between_does_not_make_a_fall_a_restart(page_server, scraper) -> None:
     # 1,000 finished requests, then a page with no series, then 200: a fall to a fifth, no
     # restart (that starts near 0), whatever came in between.

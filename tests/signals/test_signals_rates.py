@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from signals_fixtures import hist, obs, sample
@@ -143,3 +144,28 @@ def test_prompt_length_divides_by_prefills_not_completions():
     bare = FleetWindow.build([obs(t, at(t, False)) for t in (0.0, 30.0, 60.0)])
     values, _ = rate_signals(bare)
     assert values["prompt_len_mean_tokens"].value == pytest.approx(2500.0)
+
+
+def _lagged_fleet(lag_s: float, ticks: int):
+    """4 replicas finishing 10 req/s each, scraped every 0.5 s with pages stamped at the tick's
+    start; "a"'s first page was rendered on time, every later one a full time-out (``lag_s``) late."""
+    rows = []
+    for k in range(ticks):
+        t = 0.5 * k
+        late = lag_s if k else 0.0
+        samples = [_replica("a", gen=0.0, prompt=0.0, done=10.0 * (t + late))]
+        samples += [_replica(n, gen=0.0, prompt=0.0, done=10.0 * t) for n in "bcd"]
+        rows.append(replace(obs(t, *samples), sample_lag_s=lag_s))
+    return rows
+
+
+def test_a_rate_over_a_span_shorter_than_a_few_time_outs_does_not_count():
+    # Two ticks 0.5 s apart, the second page 1 s late: "a" reads 10 x 1.5 / 0.5 = 30 req/s.
+    # Stamped with the scrape's time-out, its span (0.5 s < 4 x 1 s) gives no rate yet, nor does
+    # anyone's: no rate rather than 60 for a true 40.
+    assert counter_rates(FleetWindow.build(_lagged_fleet(1.0, 2))).request_rps is None
+    # Past 4 s of samples the rates count: "a" reads (4.5 + 1) / 4.5 x 10 = 12.2, the fleet 42.2.
+    r = counter_rates(FleetWindow.build(_lagged_fleet(1.0, 10)))
+    assert r.request_rps == pytest.approx(40.0 + 10.0 / 4.5)
+    # Without a lag (the simulator's samples), two ticks are a rate at once, as before.
+    assert counter_rates(FleetWindow.build(_lagged_fleet(0.0, 2))).request_rps == pytest.approx(40.0)

@@ -223,6 +223,8 @@ class PodScrapeSource:
             fixed = tuple(targets)
             self._targets_fn = lambda: fixed
         self.timeout_s = timeout_s
+        #: seconds from the start of the last scrape to its slowest page received
+        self._slowest_page_s = 0.0
         self.max_concurrency = max_concurrency
         self.dcgm_pod_label = dcgm_pod_label
         self.lean_http = lean_http
@@ -350,7 +352,11 @@ class PodScrapeSource:
         self.errors_total += len(errors)
         self.last_errors = errors
         return Observation(
-            time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples), gateway_queue=held
+            time_s=now_s,
+            fleet=fleet_view_of(samples),
+            replicas=tuple(samples),
+            gateway_queue=held,
+            sample_lag_s=self._slowest_page_s,
         )
 
     def _observe_sharded(
@@ -572,10 +578,18 @@ class PodScrapeSource:
         # max_concurrency workers, each fetching one URL after another: at most that many requests
         # are open, and a URL's time-out starts when its worker takes it (not while it waits for
         # a free worker). Cheaper than a task per URL behind a semaphore (~0.1 ms a request here).
+        # The slowest page that came: its counters were rendered at most this long after the
+        # tick's stamp (Observation.sample_lag_s; signals/rates.py MIN_SPAN_LAGS).
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        self._slowest_page_s = 0.0
+
         async def worker() -> None:
             while todo:
                 url = todo.pop()
-                out[url] = await self._fetch(url)
+                got = out[url] = await self._fetch(url)
+                if isinstance(got, bytes):
+                    self._slowest_page_s = max(self._slowest_page_s, loop.time() - t0)
 
         await asyncio.gather(*(worker() for _ in range(min(self.max_concurrency, len(urls)))))
         return out

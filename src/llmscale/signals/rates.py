@@ -131,8 +131,21 @@ def _count_increase(span: Span, first: ReplicaSample, last: ReplicaSample, name:
     return None
 
 
+#: a replica's rate counts once its span is this many times the newest observation's
+#: ``sample_lag_s`` (its scrape's slowest page): each end of the span may have been rendered up
+#: to one lag after its stamp, so the rate reads up to (span + lag) / span of the truth; at 4 lags
+#: that is 1.25x. At 0.5 s ticks, a page 1 s late made two samples 0.5 s apart read 3x.
+MIN_SPAN_LAGS = 4.0
+
+
 def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> CounterRates:
-    """Sum of per-replica counter rates over ``window_s``; see the module docstring for who counts."""
+    """Sum of per-replica counter rates over ``window_s``; see the module docstring for who counts.
+
+    A replica whose samples span less than :data:`MIN_SPAN_LAGS` sample lags has no rate yet,
+    and is counted as one with none (blind when serving all along): with pages answered within
+    0.1 s any span of 0.4 s or more counts; after a scrape whose slowest page took 1 s, 4 s.
+    """
+    min_span_s = MIN_SPAN_LAGS * fw.newest.sample_lag_s
     start = start_index(fw, window_s)
     spans = fw.spans(start)
     obs = fw.observations
@@ -152,7 +165,7 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
         if span is not None and span.count >= 2:
             (i_first, first), (i_last, last) = span.first, span.last
             dt = obs[i_last].time_s - obs[i_first].time_s
-        if not dt > 0.0 or span is None:
+        if not (dt > 0.0 and dt >= min_span_s) or span is None:
             if s_now.phase == ready:
                 # Unknown now, or serving since the window began and back with one good sample
                 # only (a replica just made ready has no rate yet, and is not guessed one).
