@@ -68,6 +68,8 @@ class ShardReply:
     layout_reads: int
     line_reads: int
     cpu_s: float
+    #: how long the worker's slowest page took to arrive (``Observation.sample_lag_s``)
+    sample_lag_s: float = 0.0
 
 
 class _SetClock:
@@ -125,6 +127,7 @@ def _worker(read_fd: int, write_fd: int) -> None:
                 source.layout_reads - r0,
                 source.line_reads - l0,
                 time.process_time() - c0,
+                obs.sample_lag_s,
             )
             try:
                 outbox.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))

@@ -385,6 +385,8 @@ class PodScrapeSource:
         by_shard: list[Iterator[ReplicaSample]] = []
         held: int | None = None
         cpu_s = 0.0
+        # the slowest page of any shard: a rate's span is judged against it (signals/rates.py)
+        lag_s = 0.0
         for k, (shard, reply) in enumerate(zip(shards, replies, strict=True)):
             if isinstance(reply, str):  # the worker failed: its replicas are unknown this tick
                 for t in shard:
@@ -397,6 +399,7 @@ class PodScrapeSource:
             self._shard_reads[0] += reply.layout_reads
             self._shard_reads[1] += reply.line_reads
             cpu_s += reply.cpu_s
+            lag_s = max(lag_s, reply.sample_lag_s)
             if k == 0:
                 held = reply.gateway_queue
             bounds_of = [pool.shared_bounds(b) for b in reply.bounds]
@@ -424,7 +427,11 @@ class PodScrapeSource:
         self.errors_total += len(errors)
         self.last_errors = errors
         return Observation(
-            time_s=now_s, fleet=fleet_view_of(samples), replicas=tuple(samples), gateway_queue=held
+            time_s=now_s,
+            fleet=fleet_view_of(samples),
+            replicas=tuple(samples),
+            gateway_queue=held,
+            sample_lag_s=lag_s,
         )
 
     def _held(self, body: bytes | str | None, errors: dict[str, str]) -> int | None:
