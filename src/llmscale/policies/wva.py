@@ -66,7 +66,14 @@ from llmscale.policies.params import (
 )
 from llmscale.types import Decision, NoData, Signals
 
-__all__ = ["SaturationAnalysis", "WvaConfig", "WvaPolicy", "WvaState", "analyze_saturation"]
+__all__ = [
+    "SaturationAnalysis",
+    "WvaConfig",
+    "WvaPolicy",
+    "WvaState",
+    "analyze_saturation",
+    "saturation_target",
+]
 
 KV_METRIC: str = VllmMetric.KV_USAGE
 WAITING_METRIC: str = VllmMetric.WAITING
@@ -137,6 +144,22 @@ def analyze_saturation(peaks: Mapping[str, tuple[float, float]], cfg: WvaConfig)
     return SaturationAnalysis(len(peaks), non_sat, avg_kv, avg_queue, scale_up, safe)
 
 
+def saturation_target(a: SaturationAnalysis, spec_replicas: int, starting: int = 0) -> tuple[int, str]:
+    """``CalculateSaturationTargets`` for one variant, before the min/max bounds: (replicas, rule).
+
+    A model in transition -- pods starting, or fewer pods with metrics than ``spec_replicas`` --
+    keeps ``spec_replicas``; otherwise the pods with metrics +1 on a scale-up, -1 when a scale-down
+    is safe (never below 1), else unchanged. E.g. 3 pods at KV 0.40: safe, 2.
+    """
+    if starting > 0 or a.replicas != spec_replicas:
+        return spec_replicas, "model-in-transition"
+    if a.scale_up:
+        return a.replicas + 1, "scale-up-spare-low"
+    if a.scale_down_safe and a.replicas > 1:
+        return a.replicas - 1, "scale-down-safe"
+    return a.replicas, "no-change"
+
+
 @dataclass(frozen=True)
 class WvaPolicy:
     config: WvaConfig
@@ -195,12 +218,8 @@ class WvaPolicy:
                 peaks[pod] = (max(old[0], kv), max(old[1], waiting))
         a = analyze_saturation(peaks, cfg)
         count = a.replicas
-        if a.scale_up:
-            desired, rule = count + 1, "scale-up-spare-low"
-        elif a.scale_down_safe and count > 1:
-            desired, rule = count - 1, "scale-down-safe"
-        else:
-            desired, rule = count, "no-change"
+        # the transitions returned above, every pod with metrics is in peaks: count == spec
+        desired, rule = saturation_target(a, count)
         inputs: dict[str, float | None] = {
             "replicas_with_metrics": float(count),
             "non_saturated": float(a.non_saturated),

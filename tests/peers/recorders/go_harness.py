@@ -36,14 +36,25 @@ def run_harness(
 ) -> str:
     """Build ``harness`` (the module's tree) with ``real_files`` from ``commit`` and run
     ``./cmd/record`` with ``stdin``; its stdout."""
+    texts = {rel: _git_show(git_dir, f"{commit}:{rel}") for rel in real_files}
+    return run_harness_texts(harness, module, texts, stubs, stdin)
+
+
+def _git_show(git_dir: Path, spec: str) -> str:
+    return subprocess.run(
+        ["git", f"--git-dir={git_dir}", "show", spec], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def run_harness_texts(
+    harness: Path, module: str, texts: Mapping[str, str], stubs: Mapping[str, Path], stdin: str
+) -> str:
+    """:func:`run_harness` with the real files given as text (path in the module -> content), for a
+    peer whose pinned source is not in a local clone."""
     with tempfile.TemporaryDirectory(prefix="peer-record-") as tmp:
         root = Path(tmp) / "module"
         shutil.copytree(harness, root)
-        for rel in real_files:
-            text = subprocess.run(
-                ["git", f"--git-dir={git_dir}", "show", f"{commit}:{rel}"],
-                capture_output=True, text=True, check=True,
-            ).stdout  # fmt: skip
+        for rel, text in texts.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text)
         lines = [f"module {module}", "", "go 1.19", ""]

@@ -1,0 +1,3 @@
+module sigs.k8s.io/controller-runtime
+
+go 1.19

@@ -1,0 +1,3 @@
+module go.opentelemetry.io/otel
+
+go 1.19
