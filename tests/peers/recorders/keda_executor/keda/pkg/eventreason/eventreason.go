@@ -1,0 +1,9 @@
+// Package eventreason: the event reasons the executor emits.
+package eventreason
+
+const (
+	KEDAScaleTargetActivated          = "KEDAScaleTargetActivated"
+	KEDAScaleTargetDeactivated        = "KEDAScaleTargetDeactivated"
+	KEDAScaleTargetActivationFailed   = "KEDAScaleTargetActivationFailed"
+	KEDAScaleTargetDeactivationFailed = "KEDAScaleTargetDeactivationFailed"
+)

@@ -1,0 +1,4 @@
+// Package types: NamespacedName.
+package types
+
+type NamespacedName struct{ Namespace, Name string }

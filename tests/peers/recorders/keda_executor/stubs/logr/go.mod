@@ -1,0 +1,3 @@
+module github.com/go-logr/logr
+
+go 1.19
