@@ -191,13 +191,13 @@ def test_calibrated_demand_at_the_slo_operating_point(values, demand):
 
 
 def test_calibrated_worked_example_60_rps_needs_5():
-    # One replica holds 12.875 req/s with B = 230.8 in flight; 60 req/s keeps 60 x 230.8 / 12.875
-    # = 1,076 in flight at that operating point; planned at 95% of B (219.3) per replica: 4.9 -> 5.
+    # One replica holds 13.0 req/s with B = 239.5 in flight; 60 req/s keeps 60 x 239.5 / 13.0
+    # = 1,105 in flight at that operating point; planned at 95% of B (227.5) per replica: 4.9 -> 5.
     policy = create_policy("capacity-calibrated", CTX)
     s = sig(**SHAPE, running=480.0, queue_waiting=0.0, request_rate_rps=60.0)
     d, _ = policy.decide(s, policy.initial_state(), 0.0)
-    assert d.inputs["capacity_rps_per_replica"] == pytest.approx(12.875, rel=0.01)
-    assert d.inputs["demand"] == pytest.approx(1076.0, rel=0.02)
+    assert d.inputs["capacity_rps_per_replica"] == pytest.approx(13.0, rel=0.01)
+    assert d.inputs["demand"] == pytest.approx(1105.0, rel=0.02)
     assert d.desired == 5
     assert dict(policy.guard_overrides) == {"stabilization_down_s": 300.0}
 

@@ -77,7 +77,7 @@ def _queue_each_second(w: Workload, replicas: int) -> list[float]:
 
 @pytest.mark.parametrize(
     ("seed", "bits_before", "bits_after"),
-    [pytest.param(0, 1.660, 2.066, id="seed-0"), pytest.param(1, 1.529, 2.000, id="seed-1")],
+    [pytest.param(0, 1.570, 2.095, id="seed-0"), pytest.param(1, 1.594, 1.973, id="seed-1")],
 )
 def test_the_fleets_queue_becomes_high_entropy(seed: int, bits_before: float, bits_after: float) -> None:
     # Six replicas serve these five minutes within the SLO; the queue is read once a second,
@@ -95,7 +95,7 @@ def test_the_fleets_queue_becomes_high_entropy(seed: int, bits_before: float, bi
     assert entropies["bursts"][0] == pytest.approx(bits_after, abs=0.01)
     assert entropies["plain"][0] < 1.8 <= entropies["bursts"][0] <= 2.5
     # Chapter 1's normalised entropy (llmscale's queue_entropy signal) reads evenness over the
-    # window, and bursts make the queue uneven: it falls (0.76 -> 0.52 at seed 0), it does not rise.
+    # window, and bursts make the queue uneven: it falls (0.75 -> 0.52 at seed 0), it does not rise.
     assert entropies["bursts"][1] < entropies["plain"][1]
 
 
