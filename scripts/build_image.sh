@@ -113,9 +113,11 @@ else
         || die "buildah bud failed"
 fi
 "${BUILDAH[@]}" tag "$name" "ghcr.io/llmscale/llmscale:$version" "localhost/llmscale:latest" >/dev/null
-# Images of older contexts go: vfs storage keeps a full copy (~1 GB) of each.
+# Images of older contexts go: vfs storage keeps a full copy (~1 GB) of each. (awk, not grep:
+# a grep that matches nothing exits 1, which pipefail turns into a failed build when this is the
+# only image.)
 "${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' 2>/dev/null \
-    | grep '^localhost/llmscale:build-' | grep -vx "$name" \
+    | awk -v keep="$name" 'index($0, "localhost/llmscale:build-") == 1 && $0 != keep' \
     | while read -r old; do "${BUILDAH[@]}" rmi "$old" >/dev/null 2>&1 || true; done
 if [[ -n "$push_ref" ]]; then
     log "pushing $name to $push_ref"

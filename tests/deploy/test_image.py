@@ -38,7 +38,21 @@ def _buildah(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[
 def image() -> str:
     if os.geteuid() != 0:
         pytest.skip("building the image needs root (buildah's vfs storage and chroot isolation)")
-    build = subprocess.run(
+    build = _build_image()
+    assert build.returncode == 0, build.stderr[-4000:]
+    name = build.stdout.strip().splitlines()[-1]
+    # The second run is the one a user gets after the first (and the suite on an unchanged
+    # tree): the context is found built, nothing is built again, and it must succeed too,
+    # also when this build is the only one in the storage.
+    again = _build_image()
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert "already built from this context" in again.stderr
+    assert again.stdout.strip().splitlines()[-1] == name
+    return name
+
+
+def _build_image() -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         ["bash", str(REPO / "scripts" / "build_image.sh")],
         capture_output=True,
         text=True,
@@ -48,8 +62,6 @@ def image() -> str:
         # the wheels are downloaded by the pip of the interpreter running the tests
         env={**os.environ, "PYTHON": sys.executable},
     )
-    assert build.returncode == 0, build.stderr[-4000:]
-    return build.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")
