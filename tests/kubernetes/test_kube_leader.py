@@ -233,6 +233,9 @@ class _ScaleHistory:
             if not self._stopped.is_set():
                 self.error = e
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def __enter__(self) -> _ScaleHistory:
         self._thread.start()
         return self
@@ -294,7 +297,16 @@ def test_two_run_processes_one_actor_and_a_failover_that_keeps_the_cooldown(
                 cooldown_up_s + 30.0,
             )
             # the admin's 2 and b's 3 after a's: the last 3 alone was already there before b acted
-            wait_for("the watch to see b's scale", lambda: len(history.changes) >= 5, 10.0)
+            wait_for(
+                "the watch to see b's scale",
+                lambda: len(history.changes) >= 5 or history.error,
+                10.0,
+                # once seen as a bare time-out: say whether the watch died or missed a change
+                context=lambda: (
+                    f"changes {history.changes}, watch error {history.error!r}, "
+                    f"watch alive {history.alive()}, b's applied {[r for r in _records(log_b) if r['applied']]}"
+                ),
+            )
         b.send_signal(signal.SIGTERM)
         _, err_b = b.communicate(timeout=30)
         assert b.returncode == 0, err_b[-3000:]
