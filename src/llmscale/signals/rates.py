@@ -54,7 +54,7 @@ from llmscale.signals.window import (
     Span,
     start_index,
 )
-from llmscale.types import Phase, ReplicaSample, SignalValue
+from llmscale.types import Observation, Phase, ReplicaSample, SignalValue
 
 __all__ = [
     "RATE_SIGNALS",
@@ -138,6 +138,31 @@ def _count_increase(span: Span, first: ReplicaSample, last: ReplicaSample, name:
 MIN_SPAN_LAGS = 4.0
 
 
+def _dated(span: Span, obs: tuple[Observation, ...]) -> Span | None:
+    """``span`` from its first sample that can be dated (``Observation.undated_replicas``).
+
+    A page's counters are whatever its renderer last read: vLLM reads its registry when it
+    answers, but a cache or a sidecar exporter in front of it that starts cold hands over the
+    copy it last kept, and refreshes behind it. Nothing on the page says how old that copy is,
+    so a rate from it is off by (span + its age) / span: a copy 4 s old followed by a fresh page
+    0.5 s later read the replica at 9x, and the fleet at ~6x for the first ticks, the replicas
+    still without a rate standing in at the mean of the inflated ones
+    (``tests/live/test_stale_first_page.py``). The first page read from a target and the same
+    bytes again since are such pages; the rate starts from the first page that differs, which
+    the renderer made after the controller first asked. An honest busy replica's second page
+    already differs (its counters moved), so its rate comes one tick later than before.
+    Samples that are all undated are the same bytes, an increase of 0 from any of them (an idle
+    replica whose page never changes): the span then starts at its second sample, for the same
+    one tick. None when what is left has one sample.
+    """
+    i_first, first = span.first
+    if first.replica not in obs[i_first].undated_replicas:
+        return span
+    entries = span.entries
+    k = next((k for k, (i, s) in enumerate(entries) if s.replica not in obs[i].undated_replicas), 1)
+    return span.later(k) if k < span.count - 1 else None
+
+
 def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> CounterRates:
     """Sum of per-replica counter rates over ``window_s``; see the module docstring for who counts.
 
@@ -161,6 +186,8 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
     ready = Phase.READY
     for s_now in fw.newest.replicas:
         span = spans.get(s_now.replica)
+        if span is not None and span.count >= 2:
+            span = _dated(span, obs)
         dt = 0.0
         if span is not None and span.count >= 2:
             (i_first, first), (i_last, last) = span.first, span.last

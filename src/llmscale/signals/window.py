@@ -192,6 +192,10 @@ class Span:
         """The samples, oldest first."""
         return self._series.samples[self._j :]
 
+    def later(self, k: int) -> Span:
+        """The same replica's span without its ``k`` oldest samples (0 < k < count)."""
+        return Span(self._window, self._series, self._j + k)
+
     @property
     def entries(self) -> list[tuple[int, ReplicaSample]]:
         """``(observation index, sample)`` pairs, oldest first."""
