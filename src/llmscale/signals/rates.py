@@ -291,14 +291,18 @@ def _step_rates_by_replica(fw: FleetWindow) -> StepRates:
     bulk_gen = [0.0] * n
     bulk = 0
     base = fw.base
-    for ser in fw.series.values():
+    # replicas with a page that cannot be dated start no step from it (see _dated): walked
+    undated: set[str] = set()
+    for o in obs:
+        undated |= o.undated_replicas
+    for name, ser in fw.series.items():
         samples = ser.samples
         if len(samples) < 2:
             continue
         last = samples[-1]
         g_name = _scalar(last, GENERATION_TOKENS)
         e2e = _e2e_name(last)
-        if len(samples) == n and g_name is not None and e2e is not None:
+        if len(samples) == n and g_name is not None and e2e is not None and name not in undated:
             try:
                 gs = [s.values[g_name] for s in samples]
                 cs = [s.histograms[e2e].count for s in samples]
@@ -318,7 +322,7 @@ def _step_rates_by_replica(fw: FleetWindow) -> StepRates:
             g = s.values.get(g_name) if g_name is not None else None
             h = s.histograms.get(e2e) if e2e is not None else None
             c = h.count if h is not None else None
-            if i == prev_i + 1:
+            if i == prev_i + 1 and name not in obs[prev_i].undated_replicas:
                 if g is not None and prev_g is not None:
                     gen[i] += g - prev_g if g >= prev_g else g
                     gen_seen[i] = True
