@@ -15,6 +15,9 @@ Rates (seed 000 3.1 names the request-shape signals; 2.4 the adaptive window):
   NaN, a frozen page) never get here: the sources mark those replicas unknown
   (``metrics/vetting.py``), so a replica back from such a stretch counts from
   its last good sample, over the time since (no spike).
+  A replica's span starts at its first sample the source could date
+  (``Observation.undated_replicas``: a pod scrape's first page of a target
+  may be a cold cache's old copy; see :func:`_dated`).
   So a replica made ready 30 s ago counts at its current rate, not at half
   of it; a replica whose latest scrape failed counts at its last known rate
   (unknown is not zero load), and a serving one unknown for the whole window
@@ -145,7 +148,7 @@ def _dated(span: Span, obs: tuple[Observation, ...]) -> Span | None:
     answers, but a cache or a sidecar exporter in front of it that starts cold hands over the
     copy it last kept, and refreshes behind it. Nothing on the page says how old that copy is,
     so a rate from it is off by (span + its age) / span: a copy 4 s old followed by a fresh page
-    0.5 s later read the replica at 9x, and the fleet at ~6x for the first ticks, the replicas
+    0.5 s later read the replica at 9x, and the fleet at ~5x for the first ticks, the replicas
     still without a rate standing in at the mean of the inflated ones
     (``tests/live/test_stale_first_page.py``). The first page read from a target and the same
     bytes again since are such pages; the rate starts from the first page that differs, which
