@@ -259,6 +259,12 @@ class Observation:
     #: scrape's time-out later (the scrape's slowest page received); 0 where samples are taken at
     #: ``time_s`` (the simulator)
     sample_lag_s: float = 0.0
+    #: replicas whose page this observation cannot date: the first page accepted from the
+    #: replica's target, or the same bytes again since. Nothing on a page says when its counters
+    #: were read (exporters rarely stamp), and a cache or a sidecar that starts cold hands over
+    #: an old copy first; a counter rate never starts from such a sample (``signals/rates.py``).
+    #: Empty where samples are read at ``time_s`` (the simulator)
+    undated_replicas: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

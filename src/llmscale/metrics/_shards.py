@@ -70,6 +70,8 @@ class ShardReply:
     cpu_s: float
     #: how long the worker's slowest page took to arrive (``Observation.sample_lag_s``)
     sample_lag_s: float = 0.0
+    #: its replicas whose page could not be dated (``Observation.undated_replicas``)
+    undated_replicas: frozenset[str] = frozenset()
 
 
 class _SetClock:
@@ -128,6 +130,7 @@ def _worker(read_fd: int, write_fd: int) -> None:
                 source.line_reads - l0,
                 time.process_time() - c0,
                 obs.sample_lag_s,
+                obs.undated_replicas,
             )
             try:
                 outbox.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))

@@ -250,6 +250,8 @@ class PodScrapeSource:
         self._pages: dict[str, tuple[int, float]] = {}
         #: per URL: its read counters at the last scrape (counters only grow, or restart near 0)
         self._counters = CounterHistory()
+        #: URLs whose last accepted page could not be dated (``Observation.undated_replicas``)
+        self._undated: set[str] = set()
         #: the activator's metrics page (see the module docstring), or None
         self.activator_url = activator_url
         self.errors_total = 0
@@ -338,6 +340,7 @@ class PodScrapeSource:
             self._pages = {u: v for u, v in self._pages.items() if u in urls}
         if len(self._counters) > len(urls):
             self._counters.retain(urls)
+        self._undated &= urls
         # Generous outer bound: every fetch has its own time-out; this only guards a wedged loop.
         waves = 1 + len(targets) // self.max_concurrency
         try:
@@ -347,7 +350,8 @@ class PodScrapeSource:
         except Exception as e:  # the loop itself failed: every replica is unknown this tick
             errors["scrape"] = f"scrape loop failed: {type(e).__name__}: {e}"
             pages = {}
-        samples = self._samples(targets, pages, errors, now_s)
+        undated: set[str] = set()
+        samples = self._samples(targets, pages, errors, now_s, undated)
         held = None if self.activator_url is None else self._held(pages.get(self.activator_url), errors)
         self.errors_total += len(errors)
         self.last_errors = errors
@@ -357,6 +361,7 @@ class PodScrapeSource:
             replicas=tuple(samples),
             gateway_queue=held,
             sample_lag_s=self._slowest_page_s,
+            undated_replicas=frozenset(undated),
         )
 
     def _observe_sharded(
@@ -387,6 +392,7 @@ class PodScrapeSource:
         cpu_s = 0.0
         # the slowest page of any shard: a rate's span is judged against it (signals/rates.py)
         lag_s = 0.0
+        undated: set[str] = set()
         for k, (shard, reply) in enumerate(zip(shards, replies, strict=True)):
             if isinstance(reply, str):  # the worker failed: its replicas are unknown this tick
                 for t in shard:
@@ -400,6 +406,7 @@ class PodScrapeSource:
             self._shard_reads[1] += reply.line_reads
             cpu_s += reply.cpu_s
             lag_s = max(lag_s, reply.sample_lag_s)
+            undated.update(reply.undated_replicas)
             if k == 0:
                 held = reply.gateway_queue
             bounds_of = [pool.shared_bounds(b) for b in reply.bounds]
@@ -432,6 +439,7 @@ class PodScrapeSource:
             replicas=tuple(samples),
             gateway_queue=held,
             sample_lag_s=lag_s,
+            undated_replicas=frozenset(undated),
         )
 
     def _held(self, body: bytes | str | None, errors: dict[str, str]) -> int | None:
@@ -459,7 +467,9 @@ class PodScrapeSource:
         pages: dict[str, bytes | str],
         errors: dict[str, str],
         now_s: float,
+        undated: set[str],
     ) -> list[ReplicaSample]:
+        """The targets' samples; adds to ``undated`` the replicas whose accepted page cannot be dated."""
         samples: list[ReplicaSample] = []
         wall_s = self._wall.now_s()
         for t in targets:
@@ -474,6 +484,9 @@ class PodScrapeSource:
                 errors[t.replica] = str(e)
                 samples.append(ReplicaSample(t.replica, t.phase, ok=False))
                 continue
+            seen = self._pages.get(t.url)
+            same_bytes = seen is not None and seen[0] == hash(body)  # bytes cache their hash
+            first_page = t.url not in self._counters
             why = (
                 self._stale(t.url, body, now_s)
                 or self._untrusted(page, wall_s)
@@ -483,6 +496,15 @@ class PodScrapeSource:
                 errors[t.replica] = f"{t.url}: {why}"
                 samples.append(ReplicaSample(t.replica, t.phase, ok=False))
                 continue
+            # The first page accepted from a target, and the same bytes again, cannot be dated: a
+            # cache (or a sidecar exporter) that starts cold hands over the copy it last kept, and
+            # refreshes behind it. Read as a rate's baseline, a copy 4 s old followed by a fresh
+            # page 0.5 s later read 9x the replica's rate (signals/rates.py; docs/hostile-inputs.md).
+            if first_page or (same_bytes and t.url in self._undated):
+                self._undated.add(t.url)
+                undated.add(t.replica)
+            else:
+                self._undated.discard(t.url)
             values = page.values
             if t.dcgm_url is not None:
                 values = self._merge_dcgm(t, values, pages.get(t.dcgm_url), errors, now_s, wall_s)

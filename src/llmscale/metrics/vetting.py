@@ -285,6 +285,10 @@ class CounterHistory:
     def __len__(self) -> int:
         return len(self._last)
 
+    def __contains__(self, key: Hashable) -> bool:
+        """Whether a page of ``key`` was read (and not forgotten since)."""
+        return key in self._last
+
     def retain(self, keys: Collection[Hashable]) -> None:
         """Forget sources not in ``keys`` (targets gone)."""
         self._last = {k: v for k, v in self._last.items() if k in keys}

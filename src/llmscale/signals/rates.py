@@ -15,6 +15,9 @@ Rates (seed 000 3.1 names the request-shape signals; 2.4 the adaptive window):
   NaN, a frozen page) never get here: the sources mark those replicas unknown
   (``metrics/vetting.py``), so a replica back from such a stretch counts from
   its last good sample, over the time since (no spike).
+  A replica's span starts at its first sample the source could date
+  (``Observation.undated_replicas``: a pod scrape's first page of a target
+  may be a cold cache's old copy; see :func:`_dated`).
   So a replica made ready 30 s ago counts at its current rate, not at half
   of it; a replica whose latest scrape failed counts at its last known rate
   (unknown is not zero load), and a serving one unknown for the whole window
@@ -54,7 +57,7 @@ from llmscale.signals.window import (
     Span,
     start_index,
 )
-from llmscale.types import Phase, ReplicaSample, SignalValue
+from llmscale.types import Observation, Phase, ReplicaSample, SignalValue
 
 __all__ = [
     "RATE_SIGNALS",
@@ -138,6 +141,31 @@ def _count_increase(span: Span, first: ReplicaSample, last: ReplicaSample, name:
 MIN_SPAN_LAGS = 4.0
 
 
+def _dated(span: Span, obs: tuple[Observation, ...]) -> Span | None:
+    """``span`` from its first sample that can be dated (``Observation.undated_replicas``).
+
+    A page's counters are whatever its renderer last read: vLLM reads its registry when it
+    answers, but a cache or a sidecar exporter in front of it that starts cold hands over the
+    copy it last kept, and refreshes behind it. Nothing on the page says how old that copy is,
+    so a rate from it is off by (span + its age) / span: a copy 4 s old followed by a fresh page
+    0.5 s later read the replica at 9x, and the fleet at ~5x for the first ticks, the replicas
+    still without a rate standing in at the mean of the inflated ones
+    (``tests/live/test_stale_first_page.py``). The first page read from a target and the same
+    bytes again since are such pages; the rate starts from the first page that differs, which
+    the renderer made after the controller first asked. An honest busy replica's second page
+    already differs (its counters moved), so its rate comes one tick later than before.
+    Samples that are all undated are the same bytes, an increase of 0 from any of them (an idle
+    replica whose page never changes): the span then starts at its second sample, for the same
+    one tick. None when what is left has one sample.
+    """
+    i_first, first = span.first
+    if first.replica not in obs[i_first].undated_replicas:
+        return span
+    entries = span.entries
+    k = next((k for k, (i, s) in enumerate(entries) if s.replica not in obs[i].undated_replicas), 1)
+    return span.later(k) if k < span.count - 1 else None
+
+
 def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> CounterRates:
     """Sum of per-replica counter rates over ``window_s``; see the module docstring for who counts.
 
@@ -161,6 +189,8 @@ def counter_rates(fw: FleetWindow, window_s: float = LATENCY_WINDOW_S) -> Counte
     ready = Phase.READY
     for s_now in fw.newest.replicas:
         span = spans.get(s_now.replica)
+        if span is not None and span.count >= 2:
+            span = _dated(span, obs)
         dt = 0.0
         if span is not None and span.count >= 2:
             (i_first, first), (i_last, last) = span.first, span.last
@@ -264,14 +294,18 @@ def _step_rates_by_replica(fw: FleetWindow) -> StepRates:
     bulk_gen = [0.0] * n
     bulk = 0
     base = fw.base
-    for ser in fw.series.values():
+    # replicas with a page that cannot be dated start no step from it (see _dated): walked
+    undated: set[str] = set()
+    for o in obs:
+        undated |= o.undated_replicas
+    for name, ser in fw.series.items():
         samples = ser.samples
         if len(samples) < 2:
             continue
         last = samples[-1]
         g_name = _scalar(last, GENERATION_TOKENS)
         e2e = _e2e_name(last)
-        if len(samples) == n and g_name is not None and e2e is not None:
+        if len(samples) == n and g_name is not None and e2e is not None and name not in undated:
             try:
                 gs = [s.values[g_name] for s in samples]
                 cs = [s.histograms[e2e].count for s in samples]
@@ -291,7 +325,7 @@ def _step_rates_by_replica(fw: FleetWindow) -> StepRates:
             g = s.values.get(g_name) if g_name is not None else None
             h = s.histograms.get(e2e) if e2e is not None else None
             c = h.count if h is not None else None
-            if i == prev_i + 1:
+            if i == prev_i + 1 and name not in obs[prev_i].undated_replicas:
                 if g is not None and prev_g is not None:
                     gen[i] += g - prev_g if g >= prev_g else g
                     gen_seen[i] = True

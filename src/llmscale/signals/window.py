@@ -192,6 +192,10 @@ class Span:
         """The samples, oldest first."""
         return self._series.samples[self._j :]
 
+    def later(self, k: int) -> Span:
+        """The same replica's span without its ``k`` oldest samples (0 < k < count)."""
+        return Span(self._window, self._series, self._j + k)
+
     @property
     def entries(self) -> list[tuple[int, ReplicaSample]]:
         """``(observation index, sample)`` pairs, oldest first."""
@@ -470,6 +474,10 @@ def step_totals(before: Observation, after: Observation) -> StepTotals:
     prev = {s.replica: s for s in before.replicas if s.ok}
     # a replica named twice in one observation (a misbehaving source): leave it to the general path
     exact = len(prev) == sum(1 for s in before.replicas if s.ok)
+    for name in before.undated_replicas:
+        # A page that cannot be dated starts no step, as it starts no rate (signals/rates.py
+        # _dated): its replica is unknown at this end, like one whose scrape failed.
+        prev.pop(name, None)
     ok_after = [s for s in after.replicas if s.ok]
     exact = exact and len({s.replica for s in ok_after}) == len(ok_after)
     lim = EXACT_COUNTER_LIMIT
