@@ -163,9 +163,9 @@ def test_a_worker_that_does_not_answer_makes_its_shard_unknown(page_server, monk
 
 
 def test_a_worker_killed_mid_tick_is_reported_with_its_signal(page_server, caplog) -> None:
-    # The slow page keeps the worker fetching for 2 s; a timer kills it 0.3 s into the tick. Its
-    # shard is unknown for that tick, and the error says how the worker ended, not only that the
-    # pipe closed; the next tick logs it and replaces it.
+    # The slow page keeps the worker fetching for 2 s; it is killed once that fetch has arrived,
+    # mid-tick. Its shard is unknown for that tick, and the error says how the worker ended, not
+    # only that the pipe closed; the next tick logs it and replaces it.
     page_server.set("/slow", _vllm(0, 1), delay_s=2.0)
     page_server.set("/fast", _vllm(0, 2))
     with PodScrapeSource(
@@ -175,7 +175,13 @@ def test_a_worker_killed_mid_tick_is_reported_with_its_signal(page_server, caplo
             if all(s.ok for s in src.observe(float(k)).replicas):
                 break
         (pid,) = src.worker_pids()
-        killer = threading.Timer(0.3, os.kill, (pid, signal.SIGKILL))
+        fetched = page_server.hits["/slow"]
+
+        def kill_mid_fetch() -> None:
+            wait_for("the worker to ask for /slow", lambda: page_server.hits["/slow"] > fetched)
+            os.kill(pid, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_mid_fetch)
         killer.start()
         try:
             obs = src.observe(20.0)
