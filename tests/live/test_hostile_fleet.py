@@ -39,6 +39,7 @@ import pytest
 import yaml
 
 from llmscale.metrics.names import VLLM
+from support.processes import children
 
 REPLICAS = 4
 RATE_RPS = 2.5  # per replica: the fleet's truth is 10 req/s
@@ -230,15 +231,6 @@ class HostileFleet(ThreadingHTTPServer):
         return f"http://{host}:{port}/r{replica}/metrics"
 
 
-def _children() -> set[int]:
-    """PIDs of this process's children, running or not yet reaped (Linux /proc)."""
-    pids: set[int] = set()
-    for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        with open(f"/proc/{os.getpid()}/task/{task}/children", encoding="ascii") as f:
-            pids.update(int(p) for p in f.read().split())
-    return pids
-
-
 def _config(tmp_path: Path, fleet: HostileFleet) -> Path:
     doc = {
         "target": {"namespace": "serving", "name": "llm", "model": "llama-3-8b", "gpu": "h100-80gb"},
@@ -264,7 +256,7 @@ def _config(tmp_path: Path, fleet: HostileFleet) -> Path:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_fleet_answering_random_attacks_is_read_sanely(tmp_path: Path, seed: int) -> None:
-    before = _children()
+    before = children()
     fleet = HostileFleet(seed)
     serving = threading.Thread(target=fleet.serve_forever, kwargs={"poll_interval": 0.05})
     serving.start()
@@ -313,4 +305,4 @@ def test_a_fleet_answering_random_attacks_is_read_sanely(tmp_path: Path, seed: i
     # still deciding at the end: the last ticks decided without an error
     assert all(ln["error"] is None and ln["desired"] >= 1 for ln in lines[-3:]), lines[-3:]
     assert serving.is_alive() is False
-    assert _children() <= before
+    assert children() <= before
