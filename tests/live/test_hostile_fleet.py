@@ -173,7 +173,7 @@ ATTACKS = {
     "buckets-fall": lambda h, p: h.send(_set(p, f'{TTFT}_bucket{{{LABELS},le="+Inf"', "1").encode()),
     "count-inf": lambda h, p: h.send(_set(p, f"{E2E}_count{{", "+Inf").encode()),
     "sum-negative": lambda h, p: h.send(_set(p, f"{E2E}_sum{{", "-1e9").encode()),
-    # the page the replica served when the servers started, again: an old page from a cache
+    # the page the replica served at the first scrape, again: an old page from a cache
     "old-page": lambda h, p: h.send(honest_page(0.0).encode()),
     "empty": lambda h, p: h.send(b""),
     "binary": lambda h, p: h.send(random.Random(len(p)).randbytes(1 << 18)),
@@ -210,7 +210,8 @@ class HostileFleet(ThreadingHTTPServer):
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.closing = threading.Event()
-        self.started = self.wall_s()
+        #: wall time of the first scrape: the replicas "start" then (see :meth:`age_s`)
+        self.started: float | None = None
         self.answered: list[str] = []
 
     @staticmethod
@@ -218,7 +219,22 @@ class HostileFleet(ThreadingHTTPServer):
         return time.time()
 
     def age_s(self) -> float:
-        return self.wall_s() - self.started
+        """Seconds since the first scrape, not since the servers started.
+
+        ``llmscale run`` takes seconds to start (5.7 s on a loaded 2-core machine), and an old
+        page that is a replica's first page is a baseline no source can tell from an honest one:
+        there is no page before it to compare with. Counted from the servers' start, that
+        baseline was 5.7 s old, so five ticks (4.8 s) later the replica read at
+        (5.7 + 4.8) / 4.8 = 2.2x its rate, and with its three peers unknown (each counted at the
+        known replicas' mean) the fleet at 2.2x the truth: the assertion failed in 3 of 9 runs
+        of the three seeds, by how slowly the controller started, not by what it read. From the
+        first scrape, the old page is the one the fleet served at the controller's first look.
+        """
+        now = self.wall_s()
+        with self.lock:
+            if self.started is None:
+                self.started = now
+            return now - self.started
 
     def next_attack(self) -> str:
         with self.lock:
