@@ -1,4 +1,5 @@
-"""Which processes a test left behind: the child processes of a process (Linux ``/proc``).
+"""Which processes a test left behind: the child processes of a process, and what each runs
+(Linux ``/proc``).
 
 A test that starts servers, workers or forks asserts at its end that ``children() <= before``:
 nothing it started is still running or unreaped. Tests that share the process with others (the
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["children"]
+__all__ = ["children", "command_line"]
 
 
 def children(pid: int | None = None) -> set[int]:
@@ -36,3 +37,13 @@ def children(pid: int | None = None) -> set[int]:
         if len(fields) > 1 and fields[1] == str(parent):
             found.add(int(entry))
     return found
+
+
+def command_line(pid: int) -> str:
+    """The command line of ``pid``, its arguments joined by spaces; "" once it ended (a zombie's
+    is empty too) or is gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
