@@ -223,12 +223,13 @@ class HostileFleet(ThreadingHTTPServer):
 
         ``llmscale run`` takes seconds to start (5.7 s on a loaded 2-core machine), and an old
         page that is a replica's first page is a baseline no source can tell from an honest one:
-        there is no page before it to compare with. Counted from the servers' start, that
-        baseline was 5.7 s old, so five ticks (4.8 s) later the replica read at
-        (5.7 + 4.8) / 4.8 = 2.2x its rate, and with its three peers unknown (each counted at the
-        known replicas' mean) the fleet at 2.2x the truth: the assertion failed in 3 of 9 runs
-        of the three seeds, by how slowly the controller started, not by what it read. From the
-        first scrape, the old page is the one the fleet served at the controller's first look.
+        there is no page before it to compare with (docs/hostile-inputs.md lists it as not
+        covered). Counted from the servers' start, that baseline was 5.7 s old, so five ticks
+        (4.8 s) later the replica read at (5.7 + 4.8) / 4.8 = 2.2x its rate, and with its three
+        peers unknown (each counted at the known replicas' mean) the fleet at 2.2x the truth: the
+        assertion failed in 3 of 9 runs of the three seeds, by how slowly the controller
+        started, not by what it read. From the first scrape, the old page is the one the fleet
+        served at the controller's first look.
         """
         now = self.wall_s()
         with self.lock:
