@@ -21,6 +21,7 @@ from llmscale.backtest.oracle import OracleSettings, run_oracle
 from llmscale.backtest.results import PolicyResult
 from llmscale.backtest.runner import BacktestSettings
 from llmscale.workloads import make_preset, window
+from support.processes import children
 
 # an oracle search and four reference searches on eight minutes: ~2.5 CPU-minutes in pure Python
 pytestmark = pytest.mark.slow
@@ -58,7 +59,7 @@ def test_guesses_it_did_not_need_leave_no_process(case: tuple[Any, BacktestSetti
     # search asks for (they run again here, and the forks are stopped).
     w, settings, oracle = case
     reference = ReferenceSettings(rounds=0, max_headroom=0.0)
-    before = _children()
+    before = children()
     serial = run_causal_reference(w, settings, oracle, reference)
     parallel = run_causal_reference(w, settings, oracle, reference, spare_workers=lambda: 2)
     search = serial.summary["reference_search"]
@@ -67,13 +68,4 @@ def test_guesses_it_did_not_need_leave_no_process(case: tuple[Any, BacktestSetti
     assert _row(parallel) == _row(serial)
     # no process of its own left running or unreaped (other tests' servers, e.g. the session's
     # local Ray instance, may be children of this process too)
-    assert _children() <= before
-
-
-def _children() -> set[int]:
-    """PIDs of this process's children, running or not yet reaped (Linux /proc)."""
-    pids: set[int] = set()
-    for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        with open(f"/proc/{os.getpid()}/task/{task}/children", encoding="ascii") as f:
-            pids.update(int(p) for p in f.read().split())
-    return pids
+    assert children() <= before

@@ -17,28 +17,16 @@ from typing import Any
 import pytest
 from e2e_procs import EmulateProcess, Proc, decision_lines, llmscale_command, write_config
 
+from support.processes import children, command_line
 from support.prometheus_server import free_port
 from support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 
 
-def _children(pid: int) -> dict[int, str]:
-    """Live child processes of ``pid`` -> their command lines."""
-    out: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) != pid or fields[0] == "Z":
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                out[int(entry)] = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-    return out
+def _running_children(pid: int) -> dict[int, str]:
+    """Child processes of ``pid`` still running -> their command lines."""
+    return {p: cmd for p in children(pid) if (cmd := command_line(p))}
 
 
 def test_run_with_scrape_workers_ticks_and_stops_leaving_no_process(workdir: Path, procs: Any) -> None:
@@ -71,8 +59,8 @@ def test_run_with_scrape_workers_ticks_and_stops_leaving_no_process(workdir: Pat
 
     lines = wait_for("three ticks reading both replicas", ticked, 120, every_s=0.2, context=run.tail)
     assert lines[-1]["replicas"]["ready"] == 2, lines[-1]
-    workers = {p: cmd for p, cmd in _children(run.pid).items() if "llmscale.metrics._shards" in cmd}
-    assert len(workers) == 2, _children(run.pid)
+    workers = {p: cmd for p, cmd in _running_children(run.pid).items() if "llmscale.metrics._shards" in cmd}
+    assert len(workers) == 2, _running_children(run.pid)
 
     os.kill(run.pid, signal.SIGTERM)  # the run alone: its own shutdown must stop the workers
     assert run.wait(30.0) == 0, run.tail()

@@ -39,6 +39,7 @@ import pytest
 import yaml
 
 from llmscale.metrics.names import VLLM
+from support.processes import children
 
 REPLICAS = 4
 RATE_RPS = 2.5  # per replica: the fleet's truth is 10 req/s
@@ -172,7 +173,7 @@ ATTACKS = {
     "buckets-fall": lambda h, p: h.send(_set(p, f'{TTFT}_bucket{{{LABELS},le="+Inf"', "1").encode()),
     "count-inf": lambda h, p: h.send(_set(p, f"{E2E}_count{{", "+Inf").encode()),
     "sum-negative": lambda h, p: h.send(_set(p, f"{E2E}_sum{{", "-1e9").encode()),
-    # the page the replica served when the servers started, again: an old page from a cache
+    # the page the replica served at the first scrape, again: an old page from a cache
     "old-page": lambda h, p: h.send(honest_page(0.0).encode()),
     "empty": lambda h, p: h.send(b""),
     "binary": lambda h, p: h.send(random.Random(len(p)).randbytes(1 << 18)),
@@ -209,7 +210,8 @@ class HostileFleet(ThreadingHTTPServer):
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.closing = threading.Event()
-        self.started = self.wall_s()
+        #: wall time of the first scrape: the replicas "start" then (see :meth:`age_s`)
+        self.started: float | None = None
         self.answered: list[str] = []
 
     @staticmethod
@@ -217,7 +219,23 @@ class HostileFleet(ThreadingHTTPServer):
         return time.time()
 
     def age_s(self) -> float:
-        return self.wall_s() - self.started
+        """Seconds since the first scrape, not since the servers started.
+
+        ``llmscale run`` takes seconds to start (5.7 s on a loaded 2-core machine), and an old
+        page that is a replica's first page is a baseline no source can tell from an honest one:
+        there is no page before it to compare with (docs/hostile-inputs.md lists it as not
+        covered). Counted from the servers' start, that baseline was 5.7 s old, so five ticks
+        (4.8 s) later the replica read at (5.7 + 4.8) / 4.8 = 2.2x its rate, and with its three
+        peers unknown (each counted at the known replicas' mean) the fleet at 2.2x the truth: the
+        assertion failed in 3 of 9 runs of the three seeds, by how slowly the controller
+        started, not by what it read. From the first scrape, the old page is the one the fleet
+        served at the controller's first look.
+        """
+        now = self.wall_s()
+        with self.lock:
+            if self.started is None:
+                self.started = now
+            return now - self.started
 
     def next_attack(self) -> str:
         with self.lock:
@@ -228,15 +246,6 @@ class HostileFleet(ThreadingHTTPServer):
     def url(self, replica: int) -> str:
         host, port = self.server_address[:2]
         return f"http://{host}:{port}/r{replica}/metrics"
-
-
-def _children() -> set[int]:
-    """PIDs of this process's children, running or not yet reaped (Linux /proc)."""
-    pids: set[int] = set()
-    for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        with open(f"/proc/{os.getpid()}/task/{task}/children", encoding="ascii") as f:
-            pids.update(int(p) for p in f.read().split())
-    return pids
 
 
 def _config(tmp_path: Path, fleet: HostileFleet) -> Path:
@@ -264,7 +273,7 @@ def _config(tmp_path: Path, fleet: HostileFleet) -> Path:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_fleet_answering_random_attacks_is_read_sanely(tmp_path: Path, seed: int) -> None:
-    before = _children()
+    before = children()
     fleet = HostileFleet(seed)
     serving = threading.Thread(target=fleet.serve_forever, kwargs={"poll_interval": 0.05})
     serving.start()
@@ -313,4 +322,4 @@ def test_a_fleet_answering_random_attacks_is_read_sanely(tmp_path: Path, seed: i
     # still deciding at the end: the last ticks decided without an error
     assert all(ln["error"] is None and ln["desired"] >= 1 for ln in lines[-3:]), lines[-3:]
     assert serving.is_alive() is False
-    assert _children() <= before
+    assert children() <= before

@@ -21,11 +21,25 @@ stays behind. A worker reads its stdin-side pipe until it closes, so a parent th
 none running. :meth:`ShardPool.close` asks each to stop, then terminates and kills what is left,
 and waits for every one. A worker that does not answer within its bound (its shard's fetch
 time-outs plus 30 s), or that died, makes its shard's replicas unknown for that tick and is
-replaced by a fresh one on the next.
+replaced by a fresh one on the next; the shard's error and a warning in the log say how it ended
+(its exit status or the signal that killed it). A worker's stderr is the controller's, and it
+starts with ``-X faulthandler``, so a worker that crashes, even while the interpreter starts,
+leaves its traceback there.
+
+A worker killed between ticks is replaced once :meth:`subprocess.Popen.poll` can reap it,
+which is later than its main thread's end: a worker has two threads (its source's asyncio loop
+runs on the second), and until the last one has exited and unmapped the process's memory,
+``/proc/<pid>/stat`` already reads ``Z`` while ``waitpid`` still says "running" and the worker's
+end of the pipe stays open. That took from 0.2 to 52 ms on a loaded 2-core machine (20 kills,
+median 16 ms). A tick that starts in that window sends to the dying worker, reads an end of
+file, and reports its shard unknown, the worker "killed by SIGKILL"; the next tick replaces it.
+``tests/metrics/test_scrape_workers.py`` therefore waits for the pool to see the death (its
+:meth:`ShardPool.pids`), not for ``Z``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import signal
@@ -41,10 +55,14 @@ from typing import Any
 
 __all__ = ["ShardPool", "ShardReply", "shard_of"]
 
+log = logging.getLogger(__name__)
+
 #: bounds tuples the parent keeps to share between samples (a fleet has a few histogram layouts)
 _BOUNDS_KEPT = 4096
 #: seconds a stopping worker gets before it is terminated, then killed
 _STOP_GRACE_S = 5.0
+#: seconds a worker whose pipe closed gets to end, so its exit status can be told
+_EXIT_WAIT_S = 1.0
 
 
 def shard_of(url: str, shards: int) -> int:
@@ -148,7 +166,15 @@ class _Worker:
         from_child_r, from_child_w = os.pipe()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "llmscale.metrics._shards", str(to_child_r), str(from_child_w)],
+                [
+                    sys.executable,
+                    "-X",
+                    "faulthandler",
+                    "-m",
+                    "llmscale.metrics._shards",
+                    str(to_child_r),
+                    str(from_child_w),
+                ],
                 pass_fds=(to_child_r, from_child_w),
                 stdin=subprocess.DEVNULL,
                 close_fds=True,
@@ -160,6 +186,15 @@ class _Worker:
         self.outbox = Connection(to_child_w, readable=False)
         self.busy = False  # a request was sent and its answer not read
         self.outbox.send(settings)
+
+    def ended(self, wait_s: float = 0.0) -> str:
+        """How the process ended ("exited with status 1", "killed by SIGKILL"), or "still running"
+        after waiting up to ``wait_s`` seconds for it."""
+        try:
+            code = self.proc.wait(wait_s) if wait_s > 0 else self.proc.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        return _ending(code)
 
     def stop(self) -> None:
         """Ask it to stop (terminate it at once when it is still busy with an abandoned tick)."""
@@ -183,6 +218,18 @@ class _Worker:
         self.inbox.close()
 
 
+def _ending(code: int | None) -> str:
+    """An exit status in words (``Popen.returncode``: negative for the signal that killed it)."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
 class ShardPool:
     """``n`` worker processes, each a ``PodScrapeSource`` over its shard of the targets.
 
@@ -203,6 +250,8 @@ class ShardPool:
         w = self._workers[k]
         if w is None or w.proc.poll() is not None or w.busy:
             if w is not None:  # died, or still busy with a tick it was abandoned in
+                why = "did not answer its last tick" if w.proc.returncode is None else w.ended()
+                log.warning("scrape worker %d (pid %d) %s: starting a fresh one", k, w.proc.pid, why)
                 w.stop()
             # the activator's page is fetched by the first worker only
             activator = self._settings.get("activator_url") if k == 0 else None
@@ -245,8 +294,12 @@ class ShardPool:
                     continue  # left busy: replaced on the next tick
                 data = w.inbox.recv_bytes()
             except (EOFError, OSError) as e:
-                out.append(f"scrape worker {k} failed: {type(e).__name__}: {e}")
-                continue
+                # its end of the pipe closed: it ended (or is ending), say how, waiting for that
+                # no longer than its tick's bound has left
+                left = min(_EXIT_WAIT_S, max(0.0, start + timeout_s[k] - time.monotonic()))
+                why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                out.append(f"scrape worker {k} (pid {w.proc.pid}) failed: {why}, {w.ended(left)}")
+                continue  # left busy: replaced (and logged) on the next tick
             w.busy = False
             reply = pickle.loads(data)
             assert isinstance(reply, ShardReply)
