@@ -16,7 +16,9 @@ bounds) served by another fleet, with that fleet's oracle and causal reference:
   initial fleet is A100s for every policy). Oracle and reference: each type's, the cheapest by cost
   (:mod:`llmscale.backtest.mixed_reference`). Measured in cost, the mix's objective.
 
-Both are judged by the matrix's criterion with the cell's measure (``policies.judge``).
+Both are judged by the matrix's criterion with the cell's measure (``policies.judge``). The
+oracle and the reference come from :mod:`llmscale.backtest.fleet_yardsticks`, the same calls
+``llmscale backtest --disaggregated`` and ``--gpus`` make, as do the judged policy and measure.
 """
 
 from __future__ import annotations
@@ -38,10 +40,16 @@ class FleetCell:
     measure: str
 
 
+def _cell(deploy: str, cell: str, fleet: str) -> FleetCell:
+    from llmscale.backtest.fleet_yardsticks import FLEET_MEASURE, JUDGED_POLICY
+
+    return FleetCell(deploy, cell, fleet, JUDGED_POLICY[fleet], FLEET_MEASURE[fleet])
+
+
 #: name (as --deploy takes it) -> the cell
 FLEET_CELLS = {
-    "h100-8b-pd": FleetCell("h100-8b", "code/ramp", "disaggregated", "slo-disagg", "gpu_hours"),
-    "a100-8b-mix": FleetCell("a100-8b", "chat/ramp", "mixed", "gpu-mix", "cost"),
+    "h100-8b-pd": _cell("h100-8b", "code/ramp", "disaggregated"),
+    "a100-8b-mix": _cell("a100-8b", "chat/ramp", "mixed"),
 }
 #: the roster of the two-pool cell (the one-pool peers have no two-pool form but pool-wise)
 DISAGG_ROSTER = ("slo-disagg", "dynamo-disagg", "wva-saturation")
@@ -70,20 +78,20 @@ def fleet_cell_setup(name: str, duration_s: float) -> tuple[Any, Any, float, int
 def run_fleet_cell(name: str, w: Any, settings: Any, policies: list[str], jobs: int) -> list[dict[str, Any]]:
     """Every row of the fleet cell ``name``: its roster's, the oracle's and the reference's."""
     from llmscale.backtest.causal_reference import ReferenceSettings
+    from llmscale.backtest.fleet_yardsticks import disaggregated_yardsticks, mixed_yardsticks
 
     spec = FLEET_CELLS[name]
     if spec.fleet == "disaggregated":
         from llmscale.backtest.disagg import run_disaggregated
-        from llmscale.backtest.disagg_reference import run_two_pool_yardsticks
 
         rows = [run_disaggregated(w, p, settings).summary for p in DISAGG_ROSTER]
-        oracle, ref = run_two_pool_yardsticks(w, settings, ReferenceSettings())
+        oracle, ref = disaggregated_yardsticks(w, settings, ReferenceSettings())
+        assert ref is not None
         return [*rows, oracle.summary, ref.summary]
     from llmscale.backtest.compare import run_backtest
-    from llmscale.backtest.mixed_reference import run_mixed_oracle
 
     roster = [spec.default, *(p for p in policies if p != spec.default)]
     results, _, _ = run_backtest(w, roster, settings, include_oracle=False, jobs=jobs)
-    mixed = run_mixed_oracle(w, settings, reference=ReferenceSettings())
+    mixed = mixed_yardsticks(w, settings, ReferenceSettings())
     assert mixed.causal_reference is not None
     return [*(r.summary for r in results), mixed.summary, mixed.causal_reference.summary]

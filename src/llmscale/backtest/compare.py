@@ -365,11 +365,14 @@ def build_document(
 
 def _reference_doc(oracle_result: PolicyResult | None, *, with_series: bool) -> dict[str, Any]:
     """``causal_reference`` (same fields as ``oracle``) and ``price_of_foresight`` (its GPU-hours
-    / the oracle's), when the run has them; nothing otherwise, so a run without the reference
-    writes the document it wrote before it."""
+    / the oracle's; on a mixed fleet its cost / the oracle's, ``oracle.mixed_measure``), when
+    the run has them; nothing otherwise, so a run without the reference writes the document it
+    wrote before it."""
+    from llmscale.backtest.fleet_yardsticks import price_of_foresight
+
     ref = oracle_result.causal_reference if oracle_result is not None else None
     if oracle_result is None or ref is None:
         return {}
-    o_gpu, r_gpu = oracle_result.summary.get("gpu_hours"), ref.summary.get("gpu_hours")
-    price = round(float(r_gpu) / float(o_gpu), 4) if o_gpu and r_gpu is not None else None
+    measure = str(oracle_result.summary.get("mixed_measure") or "gpu_hours")
+    price = price_of_foresight(oracle_result.summary, ref.summary, measure)
     return {"causal_reference": ref.as_json(with_series=with_series), "price_of_foresight": price}

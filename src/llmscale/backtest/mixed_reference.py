@@ -33,9 +33,10 @@ cheaper than every remaining one-type answer. The row lists each type's numbers
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import IO, Any
 
 from llmscale.backtest.causal_reference import REFERENCE, ReferenceSettings, run_causal_reference
 from llmscale.backtest.oracle import OracleSettings, run_oracle
@@ -95,18 +96,25 @@ def run_mixed_oracle(
     reference: ReferenceSettings | None = None,
     *,
     spare_workers: Callable[[], int] | None = None,
+    decisions_out: IO[str] | None = None,
 ) -> PolicyResult:
     """The mixed fleet's oracle (module docstring), its ``causal_reference`` attached when
     ``reference`` is given. Each row names the type it chose (``gpu``) and every type's numbers
-    (``mixed_by_gpu``: attainment, GPU-hours, cost of the type's oracle and reference)."""
+    (``mixed_by_gpu``: attainment, GPU-hours, cost of the type's oracle and reference).
+    ``decisions_out`` gets the decision log of the chosen type's oracle (each type's is kept
+    until the choice is known)."""
     oracles: dict[str, PolicyResult] = {}
     references: dict[str, PolicyResult] = {}
+    logs: dict[str, io.StringIO] = {}
     for gpu in _types(settings):
         one = type_settings(settings, gpu)
-        result = run_oracle(workload, one, oracle, spare_workers=spare_workers)
+        log = io.StringIO() if decisions_out is not None else None
+        result = run_oracle(workload, one, oracle, spare_workers=spare_workers, decisions_out=log)
         if not _within_limit(result.summary, settings, gpu):
             continue
         oracles[gpu] = result
+        if log is not None:
+            logs[gpu] = log
         if reference is not None:
             ref = run_causal_reference(workload, one, result, reference, spare_workers=spare_workers)
             if _within_limit(ref.summary, settings, gpu):
@@ -124,6 +132,8 @@ def run_mixed_oracle(
     target = float((oracle or OracleSettings()).target)
     chosen = cheapest_by_cost(oracles, target)
     best = oracles[chosen]
+    if decisions_out is not None:
+        decisions_out.write(logs[chosen].getvalue())
     summary = dict(best.summary)
     summary.update(gpu=chosen, mixed_by_gpu=by_gpu, mixed_measure="cost")
     out = PolicyResult(summary, best.series)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from typing import Annotated, Any
@@ -498,6 +499,7 @@ def backtest(
             names,
             settings,
             with_oracle=oracle,
+            with_reference=causal_reference,
             json_out=json_out,
             decisions=decisions,
             out=out,
@@ -542,17 +544,31 @@ def backtest(
         seed_list = [seed + k for k in range(seeds)]
         workloads = [w] + [load_workload(source, s, err, quiet=True) for s in seed_list[1:]]
         per_seed = [replace(settings, seed=s, sim=replace(settings.sim, seed=s)) for s in seed_list]
+        reference = ReferenceSettings() if oracle and causal_reference else None
+        # A mixed fleet's oracle and reference are each type's, the cheapest by cost: the
+        # workload matrix's mixed cell's (backtest/fleet_yardsticks.py), run here after the
+        # policies, one seed after another.
+        mixed = bool(settings.gpus)
         runs = run_backtest_seeds(
             workloads,
             names,
             per_seed,
-            include_oracle=oracle,
+            include_oracle=oracle and not mixed,
             jobs=jobs,
             want_decisions=decisions is not None,
             on_progress=on_progress,
             ray_address=ray,
-            reference=ReferenceSettings() if oracle and causal_reference else None,
+            reference=reference,
         )
+        if oracle and mixed:
+            from llmscale.backtest.fleet_yardsticks import mixed_yardsticks
+
+            for k, (results_k, _, lines_k) in enumerate(runs):
+                sink = io.StringIO() if decisions is not None else None
+                yardstick = mixed_yardsticks(workloads[k], per_seed[k], reference, decisions_out=sink)
+                extra = sink.getvalue().splitlines(keepends=True) if sink is not None else []
+                runs[k] = (results_k, yardstick, [*lines_k, *extra])
+                on_progress(seed_label("oracle", k, seeds), float("inf"))
         for label in labels:
             on_progress(label, float("inf"))
     # With several seeds, the rows, decision log and report series are the first seed's run,

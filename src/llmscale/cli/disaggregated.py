@@ -18,17 +18,28 @@ def run_disaggregated_backtest(
     settings: Any,
     *,
     with_oracle: bool,
+    with_reference: bool,
     json_out: str | None,
     decisions: Path | None,
     out: Any,
     err: Any,
 ) -> None:
-    """Run each policy on the two pools of ``settings.disaggregated`` (and the two-pool oracle),
-    print one row per policy with each pool's GPU-hours, and write the JSON and decision log."""
+    """Run each policy on the two pools of ``settings.disaggregated``, then the two-pool oracle
+    and its causal reference (:func:`llmscale.backtest.fleet_yardsticks.disaggregated_yardsticks`,
+    what the workload matrix's two-pool cell runs); print one row per policy with each pool's
+    GPU-hours and its GPU-hours over the reference's, and write the JSON and decision log."""
     from rich.table import Table
+    from rich.text import Text
 
+    from llmscale.backtest.causal_reference import ReferenceSettings
     from llmscale.backtest.compare import build_document
-    from llmscale.backtest.disagg import run_disaggregated, run_disaggregated_oracle
+    from llmscale.backtest.disagg import run_disaggregated
+    from llmscale.backtest.fleet_yardsticks import (
+        disaggregated_yardsticks,
+        price_of_foresight,
+        reference_ratio,
+    )
+    from llmscale.report._common import ORACLE_LABEL, REFERENCE_LABEL, foresight_text, judged_text
 
     rows = []
     lines: list[str] = []
@@ -38,24 +49,37 @@ def run_disaggregated_backtest(
             rows.append(run_disaggregated(w, name, settings, decisions_out=log))
         if log is not None:
             lines.extend(log.getvalue().splitlines(keepends=True))
-    oracle = None
+    oracle = ref = None
     if with_oracle:
-        with err.status("Searching the cheapest pair of constant pool sizes (two-pool oracle)..."):
-            oracle = run_disaggregated_oracle(w, settings)
+        what = "and its causal reference " if with_reference else ""
+        with err.status(f"Searching the two-pool oracle {what}(schedules per pool)..."):
+            reference = ReferenceSettings() if with_reference else None
+            oracle, ref = disaggregated_yardsticks(w, settings, reference)
+
+    doc = build_document(w, settings, [], None, with_series=False)
+    doc["results"] = [r.as_json() for r in rows]
+    doc["oracle"] = oracle.as_json() if oracle is not None else None
+    if oracle is not None and ref is not None:
+        # The single-pool document's fields: the reference's row (with ``pools``, and each pool's
+        # schedule in ``reference_search``) and its GPU-hours over the oracle's.
+        doc["causal_reference"] = ref.as_json()
+        doc["price_of_foresight"] = price_of_foresight(oracle.summary, ref.summary, "gpu_hours")
 
     link = settings.disaggregated.interconnect
     table = Table(title=f"Disaggregated backtest: {w.name} — prefill and decode pools over {link}")
-    for col in ("Policy", "SLO attain.", "GPU hours", "prefill", "decode", "TTFT p99 s", "TPOT p99 s",
-                "KV transfer p99 s"):  # fmt: skip
+    for col in ("Policy", "SLO attain.", "GPU hours", "prefill", "decode", "x ref.", "TTFT p99 s",
+                "TPOT p99 s", "KV transfer p99 s"):  # fmt: skip
         table.add_column(col, justify="left" if col == "Policy" else "right")
 
     def fmt(v: Any, spec: str) -> str:
         return "-" if v is None else format(v, spec)
 
-    for label, r in [
-        *((r.policy, r) for r in rows),
-        *([("oracle (constant pools)", oracle)] if oracle else []),
-    ]:
+    labelled = [(r.policy, r) for r in rows]
+    labelled += [(ORACLE_LABEL, oracle)] if oracle is not None else []
+    labelled += [(REFERENCE_LABEL, ref)] if ref is not None else []
+    for i, (label, r) in enumerate(labelled):
+        if i == len(rows) and i > 0:
+            table.add_section()  # the bounds under a rule: not ranked with the policies
         s = r.summary
         att = s["slo_attainment"]
         table.add_row(
@@ -64,15 +88,16 @@ def run_disaggregated_backtest(
             f"{s['gpu_hours']:.3f}",
             f"{s['pools']['prefill']['gpu_hours']:.3f}",
             f"{s['pools']['decode']['gpu_hours']:.3f}",
+            fmt(None if ref is None else reference_ratio(s, ref.summary, "gpu_hours"), ".2f"),
             fmt(s["ttft_p99_s"], ".3g"),
             fmt(s["tpot_p99_s"], ".3g"),
             fmt(s["transfer_p99_s"], ".3g"),
         )
     out.print(table)
+    for line in (judged_text(doc), foresight_text(doc)):
+        if line:
+            out.print(Text(line, style="dim"))
     if json_out is not None:
-        doc = build_document(w, settings, [], None, with_series=False)
-        doc["results"] = [r.as_json() for r in rows]
-        doc["oracle"] = oracle.as_json() if oracle is not None else None
         write_json("backtest-disaggregated", doc, json_out, write_file=write_output)
         if json_out != "-":
             out.print(f"results: {json_out}")

@@ -33,6 +33,9 @@ __all__ = [
     "fmt_pct",
     "fmt_seconds",
     "foresight_text",
+    "judged_text",
+    "measure_of",
+    "measure_unit",
     "noise_ties",
     "number",
     "policy_style",
@@ -162,14 +165,61 @@ def rows_of(doc: Mapping[str, Any]) -> list[Row]:
     return rows
 
 
+def measure_of(doc: Mapping[str, Any]) -> tuple[str, str]:
+    """(fleet, measure) of a backtest document: ``mixed`` / ``cost`` when the oracle is the mixed
+    fleet's (``mixed_measure``), ``disaggregated`` / ``gpu_hours`` for two pools, else one pool in
+    GPU-hours (:data:`llmscale.backtest.fleet_yardsticks.FLEET_MEASURE`)."""
+    from llmscale.backtest.fleet_yardsticks import FLEET_MEASURE
+
+    oracle = doc.get("oracle")
+    oracle = oracle if isinstance(oracle, Mapping) else {}
+    if oracle.get("mixed_measure") == "cost":
+        fleet = "mixed"
+    elif oracle.get("mode") == "disaggregated":
+        fleet = "disaggregated"
+    else:
+        fleet = "single"
+    return fleet, FLEET_MEASURE[fleet]
+
+
+def measure_unit(measure: str) -> str:
+    return "GPU-hours" if measure == "gpu_hours" else measure
+
+
 def foresight_text(doc: Mapping[str, Any]) -> str:
-    """ "causal reference = ... 1.23x the oracle's GPU-hours (the price of foresight)", or ""."""
+    """ "causal reference = ... 1.23x the oracle's GPU-hours (the price of foresight)", or ""
+    (cost on a mixed fleet)."""
     price = number(doc.get("price_of_foresight"))
     if price is None:
         return ""
+    unit = measure_unit(measure_of(doc)[1])
     return (
         "causal reference = cheapest schedule found without foresight (the oracle's, delayed by "
-        f"detection + start, with headroom): {price:.2f}x the oracle's GPU-hours, the price of foresight"
+        f"detection + start, with headroom): {price:.2f}x the oracle's {unit}, the price of foresight"
+    )
+
+
+def judged_text(doc: Mapping[str, Any]) -> str:
+    """ "slo-disagg: 1.08x the causal reference's GPU-hours at 99.60% SLO attainment (the
+    reference's 99.20%)" for the policy the fleet is judged on (``slo``, ``slo-disagg`` on two
+    pools, ``gpu-mix`` by cost on a mixed fleet: the workload matrix's criterion allows 1.15x),
+    or "" without a reference or that policy."""
+    from llmscale.backtest.fleet_yardsticks import judged_policy, reference_ratio
+
+    ref = doc.get("causal_reference")
+    results = doc.get("results") or []
+    if not isinstance(ref, Mapping) or not isinstance(results, Sequence):
+        return ""
+    fleet, measure = measure_of(doc)
+    rows = {str(r.get("policy")): r for r in results if isinstance(r, Mapping)}
+    name = judged_policy(fleet, list(rows))
+    ratio = None if name is None else reference_ratio(rows[name], ref, measure)
+    if name is None or ratio is None:
+        return ""
+    return (
+        f"{name}: {ratio:.2f}x the causal reference's {measure_unit(measure)} at "
+        f"{fmt_pct(rows[name].get('slo_attainment'))} SLO attainment (the reference's "
+        f"{fmt_pct(ref.get('slo_attainment'))})"
     )
 
 

@@ -30,6 +30,7 @@ from llmscale.report._common import (
     fmt_float,
     fmt_seconds,
     foresight_text,
+    judged_text,
     noise_ties,
     number,
     report_title,
@@ -372,6 +373,8 @@ def _page(doc: Mapping[str, Any], figures: Mapping[str, go.Figure], plotly_js: s
         )
     if foresight_text(doc):
         table_caption += f" The {foresight_text(doc)}."
+    if judged_text(doc):
+        table_caption += f" {judged_text(doc)}."
     if seeds_text(doc):
         table_caption += f" {seeds_text(doc)}."
     sections = [

@@ -30,6 +30,9 @@ from llmscale.report._common import (
     best_rows,
     cell_text,
     foresight_text,
+    judged_text,
+    measure_of,
+    measure_unit,
     noise_ties,
     report_title,
     rows_of,
@@ -127,11 +130,14 @@ def legend_text(columns: Iterable[Column]) -> str:
 
 
 def _caption_bits(doc: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
+    unit = measure_unit(measure_of(doc)[1])
+    oracle_text = f"oracle = hindsight lower bound on {unit}" if any(r.is_oracle for r in rows) else ""
     bits = [
         slo_text(doc),
         "bold green = best attainment / lowest GPU-hours",
-        "oracle = hindsight lower bound on GPU-hours" if any(r.is_oracle for r in rows) else "",
+        oracle_text,
         foresight_text(doc),
+        judged_text(doc),
         seeds_text(doc),
     ]
     return [bit for bit in bits if bit]

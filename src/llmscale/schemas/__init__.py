@@ -94,6 +94,11 @@ class OracleRow(BacktestRow):
     oracle_target: float = Field(description="the attainment the search had to reach")
     oracle_trials: int = Field(description="simulations the search ran")
     oracle_search: dict[str, Any] = Field(description="the search's own counts (greedy, descent)")
+    gpu: str | None = Field(None, description="only with --gpus: the GPU type of the cheapest answer by cost")
+    mixed_by_gpu: dict[str, Any] | None = Field(
+        None, description="only with --gpus: each type's oracle and reference (attainment, GPU-hours, cost)"
+    )
+    mixed_measure: str | None = Field(None, description="only with --gpus: what the types are compared on")
 
 
 class ReferenceRow(BacktestRow):
@@ -103,6 +108,12 @@ class ReferenceRow(BacktestRow):
     reference_delay_s: float = Field(description="detection plus a cold start: when a rise serves")
     reference_target: float = Field(description="the attainment the search had to reach")
     reference_search: dict[str, Any] = Field(description="the runs tried and the schedule chosen")
+    gpu: str | None = Field(None, description="only with --gpus: the GPU type of the cheapest answer by cost")
+    mixed_by_gpu: dict[str, Any] | None = Field(
+        None, description="only with --gpus: each type's oracle and reference (attainment, GPU-hours, cost)"
+    )
+    mixed_measure: str | None = Field(None, description="only with --gpus: what the types are compared on")
+    price_of_foresight_cost: Num = Field(None, description="only with --gpus: its cost over the oracle's")
 
 
 class BacktestWorkload(_Open):
@@ -129,7 +140,7 @@ class BacktestDocument(_Closed):
     oracle: OracleRow | None
     #: the cheapest schedule found that needs no foresight (the oracle's fields), when computed
     causal_reference: ReferenceRow | None = None
-    #: its GPU-hours over the oracle's
+    #: its GPU-hours over the oracle's (its cost over the oracle's with --gpus: oracle.mixed_measure)
     price_of_foresight: Num = None
     standby_curve: list[StandbyPoint] | None = None
     seeds: dict[str, Any] | None = None
@@ -170,6 +181,31 @@ class DisaggRow(_Closed):
     wall_s: float
 
 
+class DisaggOracleRow(DisaggRow):
+    """The two-pool oracle's row: the cheapest pair of constant pool sizes, then each pool's count
+    shaped to its load (llmscale.backtest.disagg_reference)."""
+
+    oracle_pair: dict[str, Any] = Field(description="the constant pair (prefill, decode) and the target")
+    oracle_target: float = Field(description="the attainment the search had to reach")
+    oracle_interval_s: float = Field(description="the schedule's step: one pair of sizes per interval")
+    oracle_schedule: dict[str, Any] = Field(
+        description="each pool's count per interval (prefill, decode) and the candidates tried"
+    )
+
+
+class DisaggReferenceRow(DisaggRow):
+    """The two-pool causal reference's row (``causal_reference``): the oracle's schedules learnt late,
+    with headroom per pool where they miss (llmscale.backtest.disagg_reference)."""
+
+    reference_detection_s: float = Field(description="how late the schedules are learnt")
+    reference_delay_s: float = Field(description="detection plus a cold start: when a rise serves")
+    reference_target: float = Field(description="the attainment the search had to reach")
+    reference_search: dict[str, Any] = Field(
+        description="the runs tried and each pool's schedule chosen (prefill, decode)"
+    )
+    price_of_foresight: Num = Field(None, description="its GPU-hours over the oracle's")
+
+
 class DisaggDocument(_Closed):
     """``llmscale backtest --disaggregated --json``."""
 
@@ -177,8 +213,12 @@ class DisaggDocument(_Closed):
     workload: BacktestWorkload
     config: dict[str, Any]
     results: list[DisaggRow]
-    #: the cheapest pair of constant pool sizes meeting 99% (a lower bound on steady load)
-    oracle: DisaggRow | None
+    #: the two-pool oracle: the cheapest constant pair, then shaped to each pool's load
+    oracle: DisaggOracleRow | None
+    #: its causal reference (the oracle's fields), when computed
+    causal_reference: DisaggReferenceRow | None = None
+    #: its GPU-hours over the oracle's
+    price_of_foresight: Num = None
 
 
 # ---------------------------------------------------------------------------------------------
