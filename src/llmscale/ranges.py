@@ -14,7 +14,7 @@ import numbers
 import re
 from dataclasses import dataclass
 
-__all__ = ["Interval", "finite_number"]
+__all__ = ["Interval", "finite_number", "shown_value"]
 
 _NOTATION = re.compile(r"^\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*$")
 
@@ -33,6 +33,14 @@ def finite_number(value: object) -> float | None:
     except OverflowError:
         return None
     return f if math.isfinite(f) else None
+
+
+def shown_value(value: object, limit: int = 40) -> str:
+    """``value`` for a one-line message: its repr, a 400-digit integer cut to its first digits."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:12]}... ({len(text)} characters)"
 
 
 def _bound(text: str) -> float:

@@ -9,7 +9,8 @@ found with a traceback or a silently wrong answer:
   log of 1e308 serving replicas raised ZeroDivisionError in the knee, one of 1e308 bandwidth a
   ValueError in DBSCAN; -3 serving replicas read 20 unchanged ticks as "20 scale-up ticks"; a
   policy name holding U+2028 (valid JSON, raw in a string) was split into two lines, "not JSON";
-* a calibration profile with a 400-digit factor: OverflowError (``emulate --calibration``);
+* a calibration profile with a 400-digit factor: OverflowError (``emulate --calibration``), and
+  the same in a policy config's ``guards`` (``cooldown_up_s``, ``max_up_ratio``);
 * Mooncake JSONL: a repeated key was read as its last value; a first line longer than the
   64 KiB sniffed for the format, or one that is not JSON, was refused as lacking its fields;
 * ``tenants``: ``quota: true`` / ``gpus: true`` were read as 1.
@@ -173,7 +174,7 @@ def test_a_number_float_cannot_hold_is_refused_naming_line_and_field(
     assert f"decisions.jsonl:{row + 1}" in message, message
     if digits <= 4300:
         shown = ".".join(field[-2:]) if len(field) > 1 and field[0] != "replicas" else ".".join(field)
-        assert shown.split(".")[-1] in message and "digits" in message, message
+        assert shown.split(".")[-1] in message and "characters" in message, message
 
 
 @FUZZ
@@ -330,3 +331,11 @@ def test_the_analyses_survive_extreme_loads_from_any_source() -> None:
     u[:20] = 1e308
     phase = cluster_phase_diagram(h, u, np.full(40, 15.0))
     assert phase.bandwidth.size == 20 and sum(c.num_ticks for c in phase.clusters) == 20
+
+
+@pytest.mark.parametrize("name", ["cooldown_up_s", "cooldown_down_s", "stabilization_down_s", "max_up_ratio"])
+def test_a_guard_setting_float_cannot_hold_is_refused(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(f"slo:\n  guards: {{{name}: {'9' * 400}}}\n")
+    message = _one_line(invoke(["backtest", "--seeds", "0", "--policy-config", str(path)], tmp_path))
+    assert f"policy.yaml: slo.guards.{name} = 999999999999... (400 characters)" in message, message

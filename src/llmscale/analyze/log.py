@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from llmscale.errors import ConfigError
+from llmscale.ranges import shown_value
 
 __all__ = ["QUANTITIES", "TickTable", "read_decision_log", "table_from_rows"]
 
@@ -115,7 +116,7 @@ def _checked_number(where: str, field: str, v: Any, *, count: bool = False) -> N
 
     if isinstance(v, bool) or not isinstance(v, int | float):
         return
-    shown = _shown(v)
+    shown = shown_value(v)
     try:
         f = float(v)
     except OverflowError:
@@ -165,7 +166,7 @@ def _row(path: Path, lineno: int, doc: Any) -> tuple[str, str | None, dict[str, 
     t = doc.get("time_s", doc.get("ts_unix"))
     # compared, not converted: float() of a 400-digit integer raises; no clock reads 1e300 s
     if isinstance(t, bool) or not isinstance(t, int | float) or not -1e300 < t < 1e300:
-        raise ConfigError(f"{where}: field time_s (or ts_unix) = {_shown(t)}: must be a finite number")
+        raise ConfigError(f"{where}: field time_s (or ts_unix) = {shown_value(t)}: must be a finite number")
     nums = doc.get("inputs", doc.get("signals"))
     if nums is None:
         if doc.get("error") is not None:
@@ -182,7 +183,7 @@ def _row(path: Path, lineno: int, doc: Any) -> tuple[str, str | None, dict[str, 
         raise ConfigError(f"{where}: field observed must be an object, got {type(observed).__name__}")
     trace = doc.get("trace_id")
     if trace is not None and not isinstance(trace, str):
-        raise ConfigError(f"{where}: field trace_id must be a string, got {_shown(trace)}")
+        raise ConfigError(f"{where}: field trace_id must be a string, got {shown_value(trace)}")
     for key in ("spec", "ready"):
         _checked_number(where, f"replicas.{key}", replicas.get(key), count=True)
     _checked_number(where, "desired" if "desired" in doc else "final", final, count=True)
@@ -211,14 +212,6 @@ def _row(path: Path, lineno: int, doc: Any) -> tuple[str, str | None, dict[str, 
         "signals": signals,
     }
     return str(doc.get("policy", "")), trace, row
-
-
-def _shown(v: Any) -> str:
-    """``v`` for a message, a huge integer cut to its first digits."""
-    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**12:
-        text = str(v)
-        return f"{text[:12]}... ({len(text)} digits)"
-    return repr(v)[:80]
 
 
 def read_decision_log(path: str | Path, *, policy: str | None = None) -> TickTable:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from llmscale.errors import LlmscaleError
 from llmscale.guards import GuardState
-from llmscale.ranges import finite_number
+from llmscale.ranges import finite_number, shown_value
 from llmscale.types import TickRecord
 
 __all__ = [
@@ -84,7 +84,7 @@ def _time_in(v: Any, field: str) -> float:
         return -math.inf
     f = finite_number(v)
     if f is None:
-        raise StateFormatError(f"{field} = {repr(v)[:40]}, expected a finite number or null")
+        raise StateFormatError(f"{field} = {shown_value(v)}, expected a finite number or null")
     return f
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.emulate.tokens import TokenCounter, estimate_tokens
-from llmscale.ranges import finite_number
+from llmscale.ranges import finite_number, shown_value
 
 __all__ = [
     "ApiError",
@@ -207,7 +207,7 @@ def _finite(body: dict[str, Any], key: str) -> float | None:
         return None
     f = finite_number(value)
     if f is None:
-        raise ApiError(400, f"{key} = {repr(value)[:40]}: must be a number", param=key)
+        raise ApiError(400, f"{key} = {shown_value(value)}: must be a number", param=key)
     return f
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.perf.coefficients import PerfCoefficients, load_coefficients
-from llmscale.ranges import finite_number
+from llmscale.ranges import finite_number, shown_value
 
 __all__ = [
     "FACTORS",
@@ -228,7 +228,7 @@ def validate_factors(factors: Mapping[str, Any], gpu: str, where: str) -> None:
         spec = FACTOR_SPECS[name]
         if finite_number(v) is None:
             raise ConfigError(
-                f"{where}.{name} = {_shown(v)}, must be a finite number in [{spec.lo}, {spec.hi}]"
+                f"{where}.{name} = {shown_value(v)}, must be a finite number in [{spec.lo}, {spec.hi}]"
             )
         if not spec.lo <= v <= spec.hi:
             raise ConfigError(
@@ -297,14 +297,8 @@ def _num(d: Mapping[str, Any], key: str, where: str) -> float:
     v = d.get(key)
     f = finite_number(v)
     if f is None:
-        raise ConfigError(f"{where}: {key} = {_shown(v)}, must be a finite number")
+        raise ConfigError(f"{where}: {key} = {shown_value(v)}, must be a finite number")
     return f
-
-
-def _shown(v: Any) -> str:
-    """``v`` for a message: a 400-digit integer as its first digits and its length."""
-    text = repr(v)
-    return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} characters)"
 
 
 def profile_from_dict(d: Any, where: str) -> CalibrationProfile:
