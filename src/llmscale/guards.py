@@ -153,7 +153,7 @@ class GuardConfig:
         for name in ("cooldown_up_s", "cooldown_down_s", "stabilization_up_s", "stabilization_down_s"):
             v = getattr(self, name)
             # finite_number: math.isfinite() of a 400-digit YAML integer raises OverflowError
-            if not ((f := finite_number(v)) is not None and f >= 0):
+            if not ((num := finite_number(v)) is not None and num >= 0):
                 raise ConfigError(f"{name} = {shown_value(v)}, must be a finite number >= 0")
         # A negative step would move the limit to the wrong side of the fleet: max_down_step -3
         # at 10 replicas put the floor at 13, and a wish for 1 replica became 13.
@@ -169,7 +169,7 @@ class GuardConfig:
             raise ConfigError(f"gpus_per_replica = {self.gpus_per_replica}, must be >= 1")
         for name in ("max_up_ratio", "max_down_ratio"):
             v = getattr(self, name)
-            if v is not None and not ((f := finite_number(v)) is not None and f >= 1.0):
+            if v is not None and not ((num := finite_number(v)) is not None and num >= 1.0):
                 raise ConfigError(
                     f"{name} = {shown_value(v)}, must be a finite number >= 1 (a ratio of replicas)"
                 )
