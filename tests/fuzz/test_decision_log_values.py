@@ -339,3 +339,28 @@ def test_a_guard_setting_float_cannot_hold_is_refused(tmp_path: Path, name: str)
     path.write_text(f"slo:\n  guards: {{{name}: {'9' * 400}}}\n")
     message = _one_line(invoke(["backtest", "--seeds", "0", "--policy-config", str(path)], tmp_path))
     assert f"policy.yaml: slo.guards.{name} = 999999999999... (400 characters)" in message, message
+
+
+# ---- ServeGen chunk files -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("row", "says"),
+    [
+        pytest.param(
+            "0,1,1,Pareto,1,1", "field 'iat_family': unknown inter-arrival family 'Pareto'", id="family"
+        ),
+        pytest.param("0,1,1,Gamma,,", "field 'p1': not a number: ''", id="empty-parameter"),
+        pytest.param("0,,,,,", "field 'rate_rps': not a rate: ''", id="empty-rate"),
+    ],
+)
+@pytest.mark.parametrize("fmt", ["auto", "servegen"])
+def test_a_chunk_file_with_a_bad_first_row_names_the_field(
+    tmp_path: Path, row: str, says: str, fmt: str
+) -> None:
+    """A chunk named chunk-N-trace.csv is a chunk even when its first row does not parse: read as
+    a total-rate file, "0,1,1,Pareto,1,1" was a header whose "column '1' appears twice"."""
+    path = tmp_path / "chunk-1-trace.csv"
+    path.write_text(row + "\n600,1,1,Gamma,1,1\n")
+    message = _one_line(invoke([*BACKTEST, "--trace", str(path), "--format", fmt], tmp_path))
+    assert f"chunk-1-trace.csv, line 1, {says}" in message, message

@@ -36,7 +36,12 @@ from llmscale.workloads import _io
 from llmscale.workloads.lengths import LengthModel
 from llmscale.workloads.limits import MAX_ABS_TIME_S, describe_span
 from llmscale.workloads.model import Workload
-from llmscale.workloads.servegen import DEFAULT_MAX_REQUESTS, is_servegen_chunk_line, load_servegen
+from llmscale.workloads.servegen import (
+    DEFAULT_MAX_REQUESTS,
+    is_servegen_chunk_line,
+    is_servegen_chunk_name,
+    load_servegen,
+)
 from llmscale.workloads.transform import window
 
 __all__ = [
@@ -441,7 +446,7 @@ def detect_format(path: PathLike) -> str:
         return "servegen"
     if {"arrival_s", "input_tokens", "output_tokens"} <= names:
         return "csv"
-    if is_servegen_chunk_line(head):
+    if is_servegen_chunk_line(head) or is_servegen_chunk_name(lower_name):
         return "servegen"
     raise TraceFormatError(
         f"unrecognised trace format (first line {head[:80]!r}); supported formats: {_SUPPORTED}",
