@@ -13,7 +13,12 @@ found with a traceback or a silently wrong answer:
   the same in a policy config's ``guards`` (``cooldown_up_s``, ``max_up_ratio``);
 * Mooncake JSONL: a repeated key was read as its last value; a first line longer than the
   64 KiB sniffed for the format, or one that is not JSON, was refused as lacking its fields;
-* ``tenants``: ``quota: true`` / ``gpus: true`` were read as 1.
+* ``tenants``: ``quota: true`` / ``gpus: true`` were read as 1;
+* a ServeGen file named ``chunk-N-trace.csv`` whose first row has a bad family: "column '1'
+  appears twice" (it was read as a total-rate file's header);
+* Prometheus answering 1e308 at every step: ``calibrate --prometheus`` raised OverflowError (a
+  running batch float() could not hold), ``analyze`` / ``diagnose`` printed numpy's overflow
+  warnings; -5 serving replicas was read as a fleet.
 
 A row passes when the command exits 2 with one line naming the file, the line where the format
 has lines, and the field. Everything here is read, not simulated: the module runs in seconds.
@@ -364,3 +369,41 @@ def test_a_chunk_file_with_a_bad_first_row_names_the_field(
     path.write_text(row + "\n600,1,1,Gamma,1,1\n")
     message = _one_line(invoke([*BACKTEST, "--trace", str(path), "--format", fmt], tmp_path))
     assert f"chunk-1-trace.csv, line 1, {says}" in message, message
+
+
+# ---- the same numbers answered by Prometheus ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        pytest.param("1e308", "= 1e+308: beyond +-1e+15", id="1e308"),
+        pytest.param(
+            "-5",
+            "count(vllm:num_requests_running)' at t=1000: field value = -5.0: a replica count",
+            id="negative",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["analyze", "diagnose", "calibrate"])
+def test_a_prometheus_answer_no_fleet_gives_is_refused_naming_the_query(
+    tmp_path: Path, value: str, says: str, command: str
+) -> None:
+    """Every query answered with one value at each step: 1e308 reached the step-time model as a
+    running batch float() could not hold (calibrate: OverflowError) and overflowed the analyses
+    (RuntimeWarnings on stderr); -5 serving replicas was read as a fleet."""
+    from test_prometheus_answers import commands, matrix, run_cli
+
+    from support.answer_server import Reply, answer_server
+
+    times = [1000.0 + 60.0 * i for i in range(11)]
+    body = json.dumps(matrix([(t, value) for t in times])).encode()
+    with answer_server(lambda path, params: Reply(body)) as server:
+        code, _, err = run_cli(commands(server.url, tmp_path)[command])
+    assert code == 2 and "Traceback" not in err and err.count("\n") == 1, err
+    assert server.url in err, err
+    if command != "calibrate":
+        assert f"prometheus {server.url}: query " in err and says in err, err
+    elif value == "1e308":
+        assert f"prometheus {server.url}: query " in err and "outside [" in err, err
+    # calibrate at -5: no step had a sequence running, so none was measured (said so, naming the server)

@@ -34,7 +34,14 @@ import numpy as np
 from llmscale.errors import ConfigError
 from llmscale.ranges import shown_value
 
-__all__ = ["QUANTITIES", "TickTable", "read_decision_log", "table_from_rows"]
+__all__ = [
+    "MAX_MAGNITUDE",
+    "QUANTITIES",
+    "TickTable",
+    "check_tick_number",
+    "read_decision_log",
+    "table_from_rows",
+]
 
 #: quantity -> the signal names that carry it, in order of preference
 QUANTITIES: dict[str, tuple[str, ...]] = {
@@ -102,7 +109,13 @@ def _number(v: Any) -> float:
     return f if math.isfinite(f) else math.nan
 
 
-def _checked_number(where: str, field: str, v: Any, *, count: bool = False) -> None:
+#: Largest magnitude a logged number may have: far above any rate, latency or token count
+#: (1e15 req/s), far below where the analyses' squares and products overflow (1e154): a log of
+#: 1e308 bandwidths doubled to inf in the phase diagram's coordinates.
+MAX_MAGNITUDE = 1e15
+
+
+def check_tick_number(where: str, field: str, v: Any, *, count: bool = False) -> None:
     """Refuse a number no writer of the log wrote; leave non-numbers and NaN to :func:`_number`.
 
     json reads a 400-digit integer as an int that float() cannot hold (OverflowError), and
@@ -127,6 +140,8 @@ def _checked_number(where: str, field: str, v: Any, *, count: bool = False) -> N
         raise ConfigError(
             f"{where}: field {field} = {shown}: a replica count must be in [0, {MAX_REPLICAS:,}]"
         )
+    if abs(f) > MAX_MAGNITUDE:
+        raise ConfigError(f"{where}: field {field} = {shown}: beyond +-{MAX_MAGNITUDE:g}, no reading")
 
 
 def table_from_rows(
@@ -185,11 +200,11 @@ def _row(path: Path, lineno: int, doc: Any) -> tuple[str, str | None, dict[str, 
     if trace is not None and not isinstance(trace, str):
         raise ConfigError(f"{where}: field trace_id must be a string, got {shown_value(trace)}")
     for key in ("spec", "ready"):
-        _checked_number(where, f"replicas.{key}", replicas.get(key), count=True)
-    _checked_number(where, "desired" if "desired" in doc else "final", final, count=True)
+        check_tick_number(where, f"replicas.{key}", replicas.get(key), count=True)
+    check_tick_number(where, "desired" if "desired" in doc else "final", final, count=True)
     for section, values in (("observed", observed), ("inputs" if "inputs" in doc else "signals", nums)):
         for k, v in values.items():
-            _checked_number(where, f"{section}.{k}", v, count=k == "serving_replicas")
+            check_tick_number(where, f"{section}.{k}", v, count=k == "serving_replicas")
     # the fleet's numbers every line carries (controller/core.py's LOGGED_SIGNALS), then the policy's
     signals = {
         k: v
