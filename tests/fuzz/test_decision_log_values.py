@@ -407,3 +407,14 @@ def test_a_prometheus_answer_no_fleet_gives_is_refused_naming_the_query(
     elif value == "1e308":
         assert f"prometheus {server.url}: query " in err and "outside [" in err, err
     # calibrate at -5: no step had a sequence running, so none was measured (said so, naming the server)
+
+
+@pytest.mark.parametrize("key", ["temperature", "top_p"])
+def test_emulate_answers_400_to_a_sampling_number_float_cannot_hold(key: str) -> None:
+    """A request body is JSON from outside too: math.isfinite(10**400) raised OverflowError."""
+    from llmscale.emulate.openai_api import ApiError, _finite
+
+    with pytest.raises(ApiError) as err:
+        _finite({key: int("9" * 400)}, key)
+    assert err.value.status == 400 and err.value.param == key
+    assert "999999999999... (400 characters)" in str(err.value)
