@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from llmscale.errors import ConfigError
+from llmscale.ranges import finite_number, shown_value
 from llmscale.schedules import ScheduleRule, parse_schedule, scheduled_bounds
 from llmscale.types import Decision, Signals
 
@@ -151,8 +152,9 @@ class GuardConfig:
                 raise ConfigError(f"{name} = {getattr(self, name)}, must be >= 1")
         for name in ("cooldown_up_s", "cooldown_down_s", "stabilization_up_s", "stabilization_down_s"):
             v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise ConfigError(f"{name} = {v}, must be a finite number >= 0")
+            # finite_number: math.isfinite() of a 400-digit YAML integer raises OverflowError
+            if not ((num := finite_number(v)) is not None and num >= 0):
+                raise ConfigError(f"{name} = {shown_value(v)}, must be a finite number >= 0")
         # A negative step would move the limit to the wrong side of the fleet: max_down_step -3
         # at 10 replicas put the floor at 13, and a wish for 1 replica became 13.
         for name in ("max_up_step", "max_down_step", "gpu_budget"):
@@ -167,8 +169,10 @@ class GuardConfig:
             raise ConfigError(f"gpus_per_replica = {self.gpus_per_replica}, must be >= 1")
         for name in ("max_up_ratio", "max_down_ratio"):
             v = getattr(self, name)
-            if v is not None and not (math.isfinite(v) and v >= 1.0):
-                raise ConfigError(f"{name} = {v}, must be a finite number >= 1 (a ratio of replicas)")
+            if v is not None and not ((num := finite_number(v)) is not None and num >= 1.0):
+                raise ConfigError(
+                    f"{name} = {shown_value(v)}, must be a finite number >= 1 (a ratio of replicas)"
+                )
         if self.headroom_max_usage is not None and not 0.0 < self.headroom_max_usage <= 1.0:
             raise ConfigError(f"headroom_max_usage = {self.headroom_max_usage}, must be in (0, 1]")
 

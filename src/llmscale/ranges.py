@@ -14,9 +14,33 @@ import numbers
 import re
 from dataclasses import dataclass
 
-__all__ = ["Interval"]
+__all__ = ["Interval", "finite_number", "shown_value"]
 
 _NOTATION = re.compile(r"^\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*$")
+
+
+def finite_number(value: object) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else None.
+
+    What a parsed JSON or YAML number may hold: JSON integers have no size limit, and
+    ``math.isfinite(10**400)`` raises OverflowError instead of answering False, which turned a
+    400-digit factor in a calibration profile into a traceback (tests/fuzz/test_decision_log_values.py).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        f = float(value)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def shown_value(value: object, limit: int = 40) -> str:
+    """``value`` for a one-line message: its repr, a 400-digit integer cut to its first digits."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:12]}... ({len(text)} characters)"
 
 
 def _bound(text: str) -> float:

@@ -105,14 +105,18 @@ def find_knee(
     # Smooth the points, not only their values: averaging y alone over a window that shrinks at the
     # ends would bend a straight line there (its last point would sit half a bin below the line).
     xs, ys = _moving_average(x, smooth_bins), _moving_average(y, smooth_bins)
-    d2 = np.gradient(np.gradient(ys, xs, edge_order=2), xs, edge_order=2)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # 1e308 loads: inf, nan
+        d2 = np.gradient(np.gradient(ys, xs, edge_order=2), xs, edge_order=2)
     if concave:
         d2 = -d2
     peak = float(d2.max())
     # A straight line's y'' is rounding noise (1e-15 of its scale), not a bend: ask for a peak of
     # at least 1e-6 of the curve's mean slope change over its range, (y range) / (x range)^2.
-    scale = float(np.ptp(ys)) / float(np.ptp(x)) ** 2
-    if not peak > 1e-6 * scale:
+    # In numpy, so loads of 1e-306 (a range squared to 0) or 1e308 (one squared to inf) give a
+    # scale of inf or nan and no knee, not a ZeroDivisionError or a knee at rounding noise.
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        scale = np.float64(np.ptp(ys)) / np.float64(np.ptp(x)) ** 2
+    if not (np.isfinite(scale) and np.isfinite(peak) and peak > 1e-6 * scale):
         return None
     i = int(np.argmax(d2 > threshold * peak))
     return Knee(load=float(xs[i]), value=float(ys[i]), index=i, x=xs, y_median=y, y_smooth=ys, d2=d2)

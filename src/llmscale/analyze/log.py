@@ -32,8 +32,16 @@ from typing import Any
 import numpy as np
 
 from llmscale.errors import ConfigError
+from llmscale.ranges import shown_value
 
-__all__ = ["QUANTITIES", "TickTable", "read_decision_log", "table_from_rows"]
+__all__ = [
+    "MAX_MAGNITUDE",
+    "QUANTITIES",
+    "TickTable",
+    "check_tick_number",
+    "read_decision_log",
+    "table_from_rows",
+]
 
 #: quantity -> the signal names that carry it, in order of preference
 QUANTITIES: dict[str, tuple[str, ...]] = {
@@ -97,8 +105,43 @@ class TickTable:
 def _number(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return math.nan
-    f = float(v)
+    f = float(v)  # _row has refused the integers float cannot hold
     return f if math.isfinite(f) else math.nan
+
+
+#: Largest magnitude a logged number may have: far above any rate, latency or token count
+#: (1e15 req/s), far below where the analyses' squares and products overflow (1e154): a log of
+#: 1e308 bandwidths doubled to inf in the phase diagram's coordinates.
+MAX_MAGNITUDE = 1e15
+
+
+def check_tick_number(where: str, field: str, v: Any, *, count: bool = False) -> None:
+    """Refuse a number no writer of the log wrote; leave non-numbers and NaN to :func:`_number`.
+
+    json reads a 400-digit integer as an int that float() cannot hold (OverflowError), and
+    NaN/Infinity are how a writer spells a missing reading. A replica count must lie in
+    [0, MAX_REPLICAS] (10,000, the guards' bound): a log whose ``serving_replicas`` was -3 read
+    its 20 unchanged ticks as "20 scale-up ticks", and 1e308 serving replicas divided the load
+    down to 1e-306 req/s per replica, whose range squared to 0 in the knee. Other signals may be
+    negative (a trend) or a rate a hair below 0 from rounding: those are the analyses' to weigh.
+    """
+    from llmscale.guards import MAX_REPLICAS
+
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return
+    shown = shown_value(v)
+    try:
+        f = float(v)
+    except OverflowError:
+        raise ConfigError(f"{where}: field {field} = {shown}: not a finite number") from None
+    if not math.isfinite(f):
+        return
+    if count and not 0 <= f <= MAX_REPLICAS:
+        raise ConfigError(
+            f"{where}: field {field} = {shown}: a replica count must be in [0, {MAX_REPLICAS:,}]"
+        )
+    if abs(f) > MAX_MAGNITUDE:
+        raise ConfigError(f"{where}: field {field} = {shown}: beyond +-{MAX_MAGNITUDE:g}, no reading")
 
 
 def table_from_rows(
@@ -136,8 +179,9 @@ def _row(path: Path, lineno: int, doc: Any) -> tuple[str, str | None, dict[str, 
     if not isinstance(doc, dict):
         raise ConfigError(f"{where}: a decision line must be a JSON object, got {type(doc).__name__}")
     t = doc.get("time_s", doc.get("ts_unix"))
-    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
-        raise ConfigError(f"{where}: field time_s (or ts_unix) = {t!r}: must be a finite number")
+    # compared, not converted: float() of a 400-digit integer raises; no clock reads 1e300 s
+    if isinstance(t, bool) or not isinstance(t, int | float) or not -1e300 < t < 1e300:
+        raise ConfigError(f"{where}: field time_s (or ts_unix) = {shown_value(t)}: must be a finite number")
     nums = doc.get("inputs", doc.get("signals"))
     if nums is None:
         if doc.get("error") is not None:
@@ -152,6 +196,15 @@ def _row(path: Path, lineno: int, doc: Any) -> tuple[str, str | None, dict[str, 
     observed = doc.get("observed") or {}
     if not isinstance(observed, dict):
         raise ConfigError(f"{where}: field observed must be an object, got {type(observed).__name__}")
+    trace = doc.get("trace_id")
+    if trace is not None and not isinstance(trace, str):
+        raise ConfigError(f"{where}: field trace_id must be a string, got {shown_value(trace)}")
+    for key in ("spec", "ready"):
+        check_tick_number(where, f"replicas.{key}", replicas.get(key), count=True)
+    check_tick_number(where, "desired" if "desired" in doc else "final", final, count=True)
+    for section, values in (("observed", observed), ("inputs" if "inputs" in doc else "signals", nums)):
+        for k, v in values.items():
+            check_tick_number(where, f"{section}.{k}", v, count=k == "serving_replicas")
     # the fleet's numbers every line carries (controller/core.py's LOGGED_SIGNALS), then the policy's
     signals = {
         k: v
@@ -173,7 +226,7 @@ def _row(path: Path, lineno: int, doc: Any) -> tuple[str, str | None, dict[str, 
         "final": final,
         "signals": signals,
     }
-    return str(doc.get("policy", "")), doc.get("trace_id"), row
+    return str(doc.get("policy", "")), trace, row
 
 
 def read_decision_log(path: str | Path, *, policy: str | None = None) -> TickTable:
@@ -188,7 +241,9 @@ def read_decision_log(path: str | Path, *, policy: str | None = None) -> TickTab
         raise ConfigError(f"{e.path}: cannot read the decision log: {e.problem}") from e
     by_policy: dict[str, list[dict[str, Any]]] = {}
     by_trace: dict[str, tuple[str, int]] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # "\n" only: str.splitlines() also breaks at U+2028, U+0085 or \x1c, which JSON allows raw
+    # inside a string (a policy named "slo\u2028x" made line 1 "not JSON"); "\r" is JSON whitespace
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:

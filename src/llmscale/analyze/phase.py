@@ -78,7 +78,9 @@ def cluster_phase_diagram(
     h = np.asarray(entropy, float)
     u = np.asarray(bandwidth, float)
     w = np.asarray(weight_s, float)
-    ok = np.isfinite(h) & np.isfinite(u) & np.isfinite(w) & (w > 0)
+    # the weighted coordinate too: a bandwidth of 1e308 doubles to inf, which DBSCAN refuses
+    with np.errstate(over="ignore"):
+        ok = np.isfinite(h) & np.isfinite(BANDWIDTH_WEIGHT * u) & np.isfinite(w) & (w > 0)
     h, u, w = h[ok], u[ok], w[ok]
     if h.size == 0:
         labels = np.empty(0, dtype=int)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from llmscale.analyze.log import TickTable, table_from_rows
+from llmscale.analyze.log import TickTable, check_tick_number, table_from_rows
 from llmscale.errors import ConfigError
 from llmscale.metrics.names import VllmMetric as V
 
@@ -66,7 +66,15 @@ def read_prometheus_range(
     when no query has any data, a PrometheusError when Prometheus gives no usable answer."""
     from llmscale.metrics.prometheus import query_ranges
 
-    series = query_ranges(url, range_queries(selector, window), start_s, end_s, step_s, timeout_s=timeout_s)
+    queries = range_queries(selector, window)
+    series = query_ranges(url, queries, start_s, end_s, step_s, timeout_s=timeout_s)
+    # The log's edge, here: an answer of -3 serving replicas or 1e308 req/s is no fleet's
+    for name, values in series.items():
+        count = name in ("serving_replicas", "__spec", "__final")
+        for t, v in values.items():
+            check_tick_number(
+                f"prometheus {url}: query {queries[name]!r} at t={t:.0f}", "value", v, count=count
+            )
     times = sorted({t for s in series.values() for t in s})
     if not times:
         raise ConfigError(f"{url}: no data between {start_s} and {end_s} for any query of `llmscale analyze`")

@@ -48,9 +48,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from llmscale.backtest.results import PolicyResult, summarize
 from llmscale.backtest.runner import BacktestSettings, SeriesRecorder, series_step_for
@@ -97,6 +97,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: A count: YAML's ``true`` is none (lax pydantic read ``quota: true`` as a quota of 1 and
+#: ``gpus: true`` as a pool of one GPU), and ``quota: 1.0`` is refused like ``quota: 1.5``.
+#: Floats stay lax: ``6.9e9`` is a string to YAML 1.1 and a number to the reader.
+_Count = Annotated[int, Strict()]
+
+
 class _NodeCfg(_Strict):
     memory_gib: float = Field(default=2048.0, gt=0, allow_inf_nan=False)
     base_used_gib: float = Field(default=64.0, ge=0, allow_inf_nan=False)
@@ -111,7 +117,7 @@ class _ChecksCfg(_Strict):
 
 
 class _BackgroundCfg(_Strict):
-    node: int = Field(ge=0)
+    node: _Count = Field(ge=0)
     from_s: float = Field(ge=0, allow_inf_nan=False)
     to_s: float = Field(gt=0)
     used_memory_gib: float = Field(default=0.0, ge=0, allow_inf_nan=False)
@@ -121,8 +127,8 @@ class _BackgroundCfg(_Strict):
 
 class _PoolCfg(_Strict):
     gpu: str
-    gpus: int = Field(ge=1, le=4096)
-    gpus_per_node: int = Field(default=8, ge=1, le=64)
+    gpus: _Count = Field(ge=1, le=4096)
+    gpus_per_node: _Count = Field(default=8, ge=1, le=64)
     node: _NodeCfg = Field(default_factory=_NodeCfg)
     checks: _ChecksCfg = Field(default_factory=_ChecksCfg)
     background: list[_BackgroundCfg] = []
@@ -141,13 +147,13 @@ class _WorkloadCfg(_Strict):
 class _TenantCfg(_Strict):
     model: str
     profile: str
-    quota: int = Field(ge=0, le=100_000)
+    quota: _Count = Field(ge=0, le=100_000)
     policy: str
     params: dict[str, Any] = {}
     workload: _WorkloadCfg
-    min_replicas: int = Field(default=1, ge=0)
-    max_replicas: int | None = Field(default=None, ge=1)
-    initial_replicas: int = Field(default=1, ge=0)
+    min_replicas: _Count = Field(default=1, ge=0)
+    max_replicas: _Count | None = Field(default=None, ge=1)
+    initial_replicas: _Count = Field(default=1, ge=0)
     slo_ttft_s: float = Field(default=DEFAULT_DEPLOYMENT.slo_ttft_s, gt=0, allow_inf_nan=False)
     slo_tpot_s: float = Field(default=DEFAULT_DEPLOYMENT.slo_tpot_s, gt=0, allow_inf_nan=False)
 
@@ -155,7 +161,7 @@ class _TenantCfg(_Strict):
 class _TenantsCfg(_Strict):
     pool: _PoolCfg
     tenants: dict[str, _TenantCfg] = Field(min_length=1)
-    seed: int = Field(default=0, ge=0)
+    seed: _Count = Field(default=0, ge=0)
     drain_horizon_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
 
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from llmscale.errors import LlmscaleError
 from llmscale.guards import GuardState
+from llmscale.ranges import finite_number, shown_value
 from llmscale.types import TickRecord
 
 __all__ = [
@@ -81,9 +82,10 @@ def _time_out(t: float) -> float | None:
 def _time_in(v: Any, field: str) -> float:
     if v is None:
         return -math.inf
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise StateFormatError(f"{field} = {v!r}, expected a finite number or null")
-    return float(v)
+    f = finite_number(v)
+    if f is None:
+        raise StateFormatError(f"{field} = {shown_value(v)}, expected a finite number or null")
+    return f
 
 
 def state_to_dict(

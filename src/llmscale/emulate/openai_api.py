@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmscale.emulate.tokens import TokenCounter, estimate_tokens
+from llmscale.ranges import finite_number, shown_value
 
 __all__ = [
     "ApiError",
@@ -204,9 +205,10 @@ def _finite(body: dict[str, Any], key: str) -> float | None:
     value = body.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ApiError(400, f"{key} = {value!r}: must be a number", param=key)
-    return float(value)
+    f = finite_number(value)
+    if f is None:
+        raise ApiError(400, f"{key} = {shown_value(value)}: must be a number", param=key)
+    return f
 
 
 def _check_sampling(body: dict[str, Any], chat: bool) -> int | None:

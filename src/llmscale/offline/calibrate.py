@@ -46,6 +46,7 @@ from llmscale.errors import ConfigError, TraceFormatError
 from llmscale.offline.closed_batch import EngineSettings
 from llmscale.perf.coefficients import PerfCoefficients, load_coefficients
 from llmscale.perf.profile import FACTOR_SPECS, CalibrationProfile, PointError, scale_coefficients
+from llmscale.workloads.limits import MAX_TOKENS
 
 __all__ = [
     "SERVE_KINDS",
@@ -487,6 +488,18 @@ def _serve_summary_target(
     return Target(label, m, g, tp, itl, predict, kind="decode", source_kind="serve-summary")
 
 
+#: What a live step may read, per query of :func:`read_prometheus` (a finite value outside is
+#: refused, naming the query): a running batch of 1e308 reached the step-time model as an integer
+#: float() could not hold (OverflowError), where the closed-batch CSV refuses a batch above 100,000.
+_LIVE_BOUNDS: dict[str, tuple[float, float, str]] = {
+    "itl": (0.0, 3600.0, "s between tokens"),
+    "batch": (0.0, 100_000.0, "sequences running per replica"),
+    "ctx": (0.0, float(MAX_TOKENS), "tokens of context per sequence"),
+    "rate": (0.0, 1e6, "req/s per replica"),
+    "prompt": (0.0, float(MAX_TOKENS), "prompt tokens per request"),
+}
+
+
 def read_prometheus(
     url: str,
     *,
@@ -530,12 +543,20 @@ def read_prometheus(
     q_rate = f"{rate(V.E2E + '_count')} / count({V.RUNNING}{sel})"
     q_prompt = f"{rate(V.PROMPT_TOKENS)} / {rate(V.E2E + '_count')}"
     named = {"itl": q_itl, "batch": q_batch, "ctx": q_ctx, "rate": q_rate, "prompt": q_prompt}
-    series = list(query_ranges(url, named, start_s, end_s, step_s, timeout_s=timeout_s).values())
+    answers = query_ranges(url, named, start_s, end_s, step_s, timeout_s=timeout_s)
+    series = list(answers.values())
     targets = []
     for t in sorted(set.intersection(*(set(x) for x in series))):
         y, b, c, lam, p = (x[t] for x in series)
         if not all(math.isfinite(v) for v in (y, b, c, lam, p)) or y <= 0 or b < 1 or c <= 0:
-            continue
+            continue  # no request running or finished in this step: nothing measured
+        for key, v in zip(named, (y, b, c, lam, p), strict=True):
+            lo, hi, what = _LIVE_BOUNDS[key]
+            if not lo <= v <= hi:
+                raise ConfigError(
+                    f"prometheus {url}: query {named[key]!r} at t={t:.0f}: {v:g} {what}, "
+                    f"outside [{lo:g}, {hi:g}]: no fleet measures that (a broken exporter or recording rule?)"
+                )
         targets.append(
             Target(
                 f"t={t:.0f} batch {b:.1f} ctx {c:.0f} {lam:.2f} req/s",

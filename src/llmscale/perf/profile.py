@@ -39,6 +39,7 @@ from typing import Any
 
 from llmscale.errors import ConfigError
 from llmscale.perf.coefficients import PerfCoefficients, load_coefficients
+from llmscale.ranges import finite_number, shown_value
 
 __all__ = [
     "FACTORS",
@@ -225,8 +226,10 @@ def validate_factors(factors: Mapping[str, Any], gpu: str, where: str) -> None:
         raise ConfigError(f"{where}: unknown {sorted(unknown)}; known: {', '.join(PROFILE_FACTOR_NAMES)}")
     for name, v in factors.items():
         spec = FACTOR_SPECS[name]
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-            raise ConfigError(f"{where}.{name} = {v!r}, must be a finite number in [{spec.lo}, {spec.hi}]")
+        if finite_number(v) is None:
+            raise ConfigError(
+                f"{where}.{name} = {shown_value(v)}, must be a finite number in [{spec.lo}, {spec.hi}]"
+            )
         if not spec.lo <= v <= spec.hi:
             raise ConfigError(
                 f"{where}.{name} = {v!r}, must be in [{spec.lo}, {spec.hi}] ({spec.help}): a value "
@@ -292,9 +295,10 @@ def scale_coefficients(c: PerfCoefficients, factors: Mapping[str, float]) -> Per
 
 def _num(d: Mapping[str, Any], key: str, where: str) -> float:
     v = d.get(key)
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise ConfigError(f"{where}: {key} = {v!r}, must be a finite number")
-    return float(v)
+    f = finite_number(v)
+    if f is None:
+        raise ConfigError(f"{where}: {key} = {shown_value(v)}, must be a finite number")
+    return f
 
 
 def profile_from_dict(d: Any, where: str) -> CalibrationProfile:

@@ -30,12 +30,18 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from llmscale.documents import no_duplicate_keys
 from llmscale.errors import ConfigError, TraceFormatError
 from llmscale.workloads import _io
 from llmscale.workloads.lengths import LengthModel
 from llmscale.workloads.limits import MAX_ABS_TIME_S, describe_span
 from llmscale.workloads.model import Workload
-from llmscale.workloads.servegen import DEFAULT_MAX_REQUESTS, is_servegen_chunk_line, load_servegen
+from llmscale.workloads.servegen import (
+    DEFAULT_MAX_REQUESTS,
+    is_servegen_chunk_line,
+    is_servegen_chunk_name,
+    load_servegen,
+)
 from llmscale.workloads.transform import window
 
 __all__ = [
@@ -342,14 +348,16 @@ def load_mooncake(
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            # a repeated key is refused as in every other document (llmscale.documents): json keeps
+            # the last, so {"timestamp": 0, "timestamp": 9000} was silently read as 9 s
+            obj = json.loads(line, object_pairs_hook=no_duplicate_keys)
         except json.JSONDecodeError as exc:
             raise TraceFormatError(
                 f"invalid JSON: {exc.msg} (column {exc.colno})", path=where, line=line_no
             ) from None
         except (ValueError, RecursionError) as exc:
-            # ValueError: an integer of more than 4,300 digits; RecursionError: arrays nested
-            # thousands deep. Neither is a request.
+            # ValueError: an integer of more than 4,300 digits, or a repeated key; RecursionError:
+            # arrays nested thousands deep. None is a request.
             raise TraceFormatError(f"invalid JSON: {_json_refusal(exc)}", path=where, line=line_no) from None
         if not isinstance(obj, dict):
             raise TraceFormatError(
@@ -416,7 +424,11 @@ def detect_format(path: PathLike) -> str:
         try:
             obj = json.loads(head)
         except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
-            obj = None
+            # Not JSON as sniffed: a first line longer than the 64 KiB sniffed (a valid request with
+            # ~10,000 hash_ids) is cut, and a line with a stray comma is no JSON at all. The JSONL
+            # reader reads every line whole and names the line and column of what is wrong, where
+            # "no 'timestamp' fields" sent the user looking for fields that are there.
+            return "mooncake"
         if isinstance(obj, dict) and {"timestamp", "input_length"} <= obj.keys():
             return "mooncake"
         raise TraceFormatError(
@@ -434,7 +446,7 @@ def detect_format(path: PathLike) -> str:
         return "servegen"
     if {"arrival_s", "input_tokens", "output_tokens"} <= names:
         return "csv"
-    if is_servegen_chunk_line(head):
+    if is_servegen_chunk_line(head) or is_servegen_chunk_name(lower_name):
         return "servegen"
     raise TraceFormatError(
         f"unrecognised trace format (first line {head[:80]!r}); supported formats: {_SUPPORTED}",

@@ -106,6 +106,7 @@ __all__ = [
     "DEFAULT_MAX_REQUESTS",
     "RATE_SHAPES",
     "is_servegen_chunk_line",
+    "is_servegen_chunk_name",
     "load_servegen",
     "smooth_knots",
 ]
@@ -145,6 +146,11 @@ def is_servegen_chunk_line(line: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def is_servegen_chunk_name(name: str) -> bool:
+    """True for a file named as ServeGen names a client's rates, ``chunk-N-trace.csv``."""
+    return _CHUNK_NAME.search(name) is not None
 
 
 @dataclass(frozen=True)
@@ -447,9 +453,11 @@ def load_servegen(
     if not (math.isfinite(cv) and cv > 0):
         raise ConfigError(f"cv = {cv}, must be a finite number > 0")
     length_model = lengths if lengths is not None else _default_lengths(p, input_mean, output_mean)
-    # A headerless numeric first row is a per-client chunk; anything else is
-    # read as a total-rate file, whose header check then names what is missing.
-    if not p.is_dir() and not is_servegen_chunk_line(_io.first_line(p)):
+    # A headerless numeric first row, or the name chunk-N-trace.csv, is a per-client chunk, whose
+    # reader names a bad field ("0,1,1,Pareto,1,1" read as a total-rate header said "column '1'
+    # appears twice"); anything else is a total-rate file, whose header check names what is missing.
+    chunk = p.is_dir() or is_servegen_chunk_name(p.name) or is_servegen_chunk_line(_io.first_line(p))
+    if not chunk:
         return _load_total(
             p, seed, start_s, duration_s, name, length_model, cv, max_requests, max_span_s, smooth
         )
