@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from llmscale.backtest.context_check import ContextCheck, check_context, within_context
 from llmscale.backtest.feasibility import feasible_only, infeasible_summary
@@ -30,6 +30,9 @@ from llmscale.errors import ConfigError
 from llmscale.sim.config import SimConfig
 from llmscale.sim.faults import AdaptiveBatchConfig, HbmGlitch, parse_glitch
 from llmscale.workloads.model import Workload
+
+if TYPE_CHECKING:
+    from llmscale.mix.prices import GpuPrices
 
 __all__ = [
     "ROUTERS",
@@ -283,15 +286,15 @@ def with_start_tiers(
 def with_gpus_and_history(
     settings: BacktestSettings,
     gpus: str | None,
-    gpu_prices: Path | None,
+    gpu_prices: GpuPrices | None,
     history: Workload | None,
     history_period_s: float,
 ) -> BacktestSettings:
     """``settings`` with a mixed fleet's GPU types (``--gpus a100-80gb,h100-80gb``) and prices
-    (``--gpu-prices``, docs/gpu-mix.md), and the same-hour rate history seeded from ``history``,
-    a workload of the days before the run (``--history-from``, docs/history.md)."""
+    (``--gpu-prices``, read by ``load_gpu_prices``; docs/gpu-mix.md), and the same-hour rate
+    history seeded from ``history``, a workload of the days before the run (``--history-from``,
+    docs/history.md)."""
     from llmscale.history import RateHistory, history_before
-    from llmscale.mix.prices import load_gpu_prices
 
     if gpus is not None:
         names = tuple(g.strip() for g in gpus.split(",") if g.strip())
@@ -299,7 +302,7 @@ def with_gpus_and_history(
             raise ConfigError(f"--gpus {gpus!r}: name at least one GPU type, e.g. a100-80gb,h100-80gb")
         settings = replace(settings, gpus=names)
     if gpu_prices is not None:
-        settings = replace(settings, gpu_prices=load_gpu_prices(gpu_prices))
+        settings = replace(settings, gpu_prices=gpu_prices)
     if not 60.0 <= history_period_s <= 30 * 86400.0:
         raise ConfigError(f"--history-period-s = {history_period_s:g}, must be within [60, 2592000]")
     if history is not None:

@@ -427,6 +427,32 @@ def backtest(
         quantization=quantization,
         kv_cache_dtype=kv_cache_dtype,
     )
+    # The other input files are read before the run is sized (seconds of capacity search): a bad
+    # --history-from or --gpu-prices is refused at once, not after that work.
+    history = None
+    if history_from is not None:
+        history_path = Path(history_from)
+        history = load_workload(
+            workload_source(
+                history_path if history_path.exists() else None,
+                "auto",
+                None if history_path.exists() else history_from,
+                seed,
+                None,
+                None,
+                1.0,
+                rate_shape,
+                0.0,
+            ),
+            seed,
+            err,
+            quiet=True,
+        )
+    prices = None
+    if gpu_prices is not None:
+        from llmscale.mix.prices import load_gpu_prices
+
+        prices = load_gpu_prices(gpu_prices)
     settings = print_sizing(w, request, err)
     curve_sizes = _standby_sizes(standby_curve)
     check_option("--node-keep-s", node_keep_s, "[0, 604800]")
@@ -450,26 +476,7 @@ def backtest(
     # The faults join after sizing: the defaults are sized for the fleet as it runs when healthy.
     settings = with_faults(settings, faults)
     settings = replace(settings, start_unix_s=run_start_unix_s(w.meta, start_at, start_s or 0.0))
-    history = None
-    if history_from is not None:
-        history_path = Path(history_from)
-        history = load_workload(
-            workload_source(
-                history_path if history_path.exists() else None,
-                "auto",
-                None if history_path.exists() else history_from,
-                seed,
-                None,
-                None,
-                1.0,
-                rate_shape,
-                0.0,
-            ),
-            seed,
-            err,
-            quiet=True,
-        )
-    settings = with_gpus_and_history(settings, gpus, gpu_prices, history, history_period_s)
+    settings = with_gpus_and_history(settings, gpus, prices, history, history_period_s)
     if disaggregated:
         from llmscale.cli.disaggregated import run_disaggregated_backtest
         from llmscale.sim.disagg import DisaggConfig
