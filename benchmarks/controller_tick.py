@@ -387,7 +387,10 @@ def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
         end += wall_s
         while True:
             time.sleep(min(0.05, max(0.0, end - time.monotonic())))
-            now = time.monotonic()
+            # Arrivals for exactly wall_s (not for the time the last feed or the pause ran late on
+            # a loaded machine): every tick's arrivals are Poisson of the same mean, so the lagged
+            # copies (module docstring) add up counts of equal-length ticks, as a fleet's would.
+            now = min(time.monotonic(), end)
             n = int(rng.poisson(rate * (now - last) * opts["time_scale"]))
             last = now
             fleet.call(lambda s, n=n: feed(s, n), timeout_s=120.0)
@@ -575,6 +578,12 @@ def main(argv: list[str] | None = None) -> int:
         default=3,
         help="rounds of the lean-vs-aiohttp fetch comparison (0: none)",
     )
+    ap.add_argument(
+        "--plain-gc",
+        action="store_true",
+        help="leave the garbage collector as Python sets it (default: freeze after each tick, as the "
+        "live loop does: controller/gc_tick.py)",
+    )
     ap.add_argument("--live-render", action="store_true", help="emulators render every page on request")
     ap.add_argument("--max-seconds", type=float, default=1200.0, help="bound on the whole run")
     ap.add_argument("--seed", type=int, default=0)
@@ -626,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: float) -> int:
     from llmscale.config import deployment_of, parse_config
     from llmscale.controller.core import WINDOW_LEN, Controller, ControllerState, decide
+    from llmscale.controller.gc_tick import FULL_COLLECTION_EVERY_TICKS, TickCollector
     from llmscale.wiring import build_source, policy_run
 
     ready = emus.wait_ready(timeout_s=300.0 + args.warmup_s)
@@ -685,6 +695,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     last_record: Any = None
     last_signals: Any = None
     gc_clock = _GcClock()
+    collector = None if args.plain_gc else TickCollector(full_every_ticks=10**9)  # the full one: below
     unknown: list[int] = []
     layout_reads = line_reads = 0
     try:
@@ -710,6 +721,8 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             window = state.window
             t2 = time.perf_counter()
             record, state = decide(core, state, signals, now_s)
+            if collector is not None:
+                collector.after_tick()  # as the live loop does after each tick (controller/gc_tick.py)
             t3, c3 = time.perf_counter(), time.process_time()
             c3 += getattr(source, "last_worker_cpu_s", 0.0)  # the scrape workers' CPU for this tick
             if prof is not None and timed:
@@ -753,6 +766,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
         pages = [b.decode("utf-8") for b in asyncio.run(_fetch_pages([t["url"] for t in _targets(cfg)]))]
         parse_cmp = _compare_parsers(pages, [t["url"] for t in _targets(cfg)], args.baseline_pages)
         fetch_cmp = _compare_fetch(cfg, args)
+        full_gc_s = _full_collection_s(collector)
     finally:
         gc_clock.stop()
         source.close()
@@ -802,6 +816,12 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
         f"  of which the measuring process's cyclic garbage collector: median {gc_med:.3f} s "
         f"({gc_clock.full} full collections over all ticks)"
     )
+    if collector is not None:
+        print(
+            f"  the live loop's full collection once in {FULL_COLLECTION_EVERY_TICKS} ticks (not in the "
+            f"ticks above), measured with this window alive: {full_gc_s:.3f} s, "
+            f"{full_gc_s / FULL_COLLECTION_EVERY_TICKS:.3f} s a tick amortised"
+        )
     print(
         f"  tick median / machine reference: {med / ref:.2f}  (at a quiet core's reference "
         f"~{med * QUIET_REF_S / ref:.3f} s, an estimate)"
@@ -842,6 +862,20 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     )
     print(f"run took {time.monotonic() - started:.0f} s")
     return 0
+
+
+def _full_collection_s(collector: Any) -> float:
+    """Wall time of the full collection :class:`TickCollector` runs every so many ticks (window alive)."""
+    import gc
+
+    if collector is None:
+        return 0.0
+    t0 = time.perf_counter()
+    gc.unfreeze()
+    gc.collect()
+    took = time.perf_counter() - t0
+    collector.close()
+    return took
 
 
 class _GcClock:
