@@ -3,10 +3,13 @@
 A live controller's window holds ``WINDOW_LEN`` (20) observations of every replica: at 5,000
 replicas about a million tracked objects (samples, their value and histogram dicts, packed
 histograms, replica series). CPython's collector walks all of them in each full collection, and
-a tick adds enough survivors (one more observation) to start one about every tick:
-``benchmarks/controller_tick.py --replicas 5000`` counted 20 full collections in 24 ticks, a
-median 0.4 s of a tick's 2.7 CPU-s on a loaded 2-core VM, all of it spent finding nothing (a
-steady-state tick leaves no reference cycle: ``tests/controller/test_gc_tick.py``).
+a tick adds enough survivors (one more observation) to start one every tick or two, all of it
+spent finding nothing (a steady-state tick leaves no reference cycle:
+``tests/controller/test_gc_tick.py``). Measured on 1,500 replicas' emulator pages (scrape
+samples, observe, ``slo``'s decide; four ticks past a full window, runs interleaved, loaded
+2-core VM): without freezing, the collector took 0.48-0.57 CPU-s every other tick and 0.12-0.17
+between; frozen, 0.18-0.21 every tick, no spikes. ``benchmarks/controller_tick.py`` prints the
+collector's share of a tick, and ``--plain-gc`` runs it without freezing.
 
 :class:`TickCollector` freezes what is alive after each tick (``gc.freeze``: those objects are
 left out of later collections; refcounting still frees them when the window drops them), so a
