@@ -20,10 +20,32 @@ histograms, counters and gauges, and the counters move from tick to tick.
 At fleet scale (``--replicas 5000 --sim-replicas 200``) a port and a simulation per replica cost
 more than the two cores can give before the first tick, so ``--sim-replicas`` replicas are
 simulated and each emulator process also serves its share of ``--replicas`` as paths
-``/replica/<j>/metrics`` on one 127.0.0.1 listener, path ``j`` answering with the page of its
-simulated replica ``j mod n`` (so pages still change from tick to tick). The scraper sees 5,000
-distinct targets over real HTTP keep-alive connections; the listener is a minimal HTTP/1.1
-responder over the cached pages (its CPU is printed with the emulators').
+``/replica/<j>/metrics`` on one 127.0.0.1 listener. The scraper sees 5,000 distinct targets over
+real HTTP keep-alive connections; the listener is a minimal HTTP/1.1 responder over the cached
+pages (its CPU is printed with the emulators').
+
+Which page a path shows decides what the fleet's signals read, so it is chosen to keep a fleet of
+``n`` simulated replicas behaving like ``--replicas`` independent ones. Path ``j`` of a process
+with ``n`` simulated replicas is copy ``c = j // n`` of replica ``j mod n``, and shows that
+replica's page as it was ``2c`` ticks ago (each process keeps its last ``2(C-1) + 1`` page
+snapshots, ``C`` copies; the warm-up takes that many snapshots, one per tick, before the first
+scrape). Why a lag, and why every second tick:
+
+* Copies showing the *same* page (``j mod n``, no lag) move in lock-step: the fleet's per-tick
+  arrivals are ``C`` times one replica's, whose variance is ``C^2`` times, so the arrival
+  dispersion (``signals/arrivals.py``, Var/mean of per-step counts) reads ``C`` times a real
+  fleet's (25 at 5,000 over 200), and ``slo``'s capacity memo misses on nearly every tick.
+* A lag makes copies count the replica's arrivals over *different* ticks, which are independent
+  (Poisson load, a stationary fleet: a replica 10 ticks ago is as good a sample of "a replica"
+  as another replica now). Consecutive lags (``c`` ticks) would not do: the dispersion is read
+  from consecutive differences of the fleet's counts, and copy ``c+1`` at tick ``t+1`` repeats
+  copy ``c`` at tick ``t``, so the difference telescopes to two ticks' counts and the dispersion
+  reads ``1/C`` of a real fleet's. With lags ``0, 2, 4, ...`` no two copies of a replica are one
+  tick apart, every count in a difference is a different tick of a replica, and a Poisson fleet
+  reads a dispersion near 1, as ``--replicas`` independent replicas would.
+* Each path still serves a whole page of a real simulated replica (same series, same histogram
+  buckets, counters that only grow, a page that changes every tick), so parsing and vetting it
+  costs what a real replica's page costs.
 
 ``--workers N`` builds the measured source with ``metrics.scrape.workers: N``: the pages are
 fetched, parsed and vetted by N worker processes (``metrics/_shards.py``); the tick's CPU then
@@ -86,6 +108,7 @@ import signal
 import statistics
 import sys
 import time
+from collections import deque
 from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
@@ -206,15 +229,16 @@ class _PausableClock:
 class _PagesProtocol(asyncio.Protocol):
     """HTTP/1.1 keep-alive answers to ``GET /replica/<j>/metrics``: replica ``j``'s cached page.
 
-    Path ``j`` serves the page of the process's simulated replica ``j mod n`` (its pages as the
-    last snapshot left them, so the page changes from tick to tick as the simulation runs): one
-    listener stands for many replicas. Kept minimal on purpose (~30 us of CPU an answer against
-    aiohttp's ~0.4 ms): the measured process shares the machine's two cores with it, and at
-    5,000 replicas aiohttp's server alone would take ~2 s of CPU a tick.
+    Path ``j`` serves the page of the process's simulated replica ``j mod n`` as it was ``2(j // n)``
+    snapshots ago (see the module docstring: copies that count different ticks), so the page
+    changes from tick to tick as the simulation runs: one listener stands for many replicas.
+    Kept minimal on purpose (~30 us of CPU an answer against aiohttp's ~0.4 ms): the measured
+    process shares the machine's two cores with it, and at 5,000 replicas aiohttp's server
+    alone would take ~2 s of CPU a tick.
     """
 
-    def __init__(self, answers: list[list[bytes]]) -> None:
-        self._answers = answers  # answers[0]: per simulated replica, status line + headers + body
+    def __init__(self, history: deque[list[bytes]]) -> None:
+        self._history = history  # per snapshot (newest last), per simulated replica: the whole answer
         self._buf = b""
         self._transport: asyncio.Transport | None = None
 
@@ -231,14 +255,17 @@ class _PagesProtocol(asyncio.Protocol):
             head, self._buf = self._buf[:end], self._buf[end + 4 :]
             parts = head.split(b" ", 2)
             path = parts[1].split(b"/") if len(parts) == 3 else []
-            pages = self._answers[0]
+            history = self._history
             if len(path) == 4 and path[1] == b"replica" and path[2].isdigit() and path[3] == b"metrics":
-                self._transport.write(pages[int(path[2]) % len(pages)])
+                j = int(path[2])
+                n = len(history[-1])
+                lag = min(2 * (j // n), len(history) - 1)  # the warm-up fills the history first
+                self._transport.write(history[-1 - lag][j % n])
             else:
                 self._transport.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
 
 
-def _serve_pages(answers: list[list[bytes]], stop: Any) -> int:
+def _serve_pages(history: deque[list[bytes]], stop: Any) -> int:
     """Start the many-paths listener on a thread of its own (127.0.0.1, a free port); its port."""
     import threading
 
@@ -248,7 +275,7 @@ def _serve_pages(answers: list[list[bytes]], stop: Any) -> int:
     def run() -> None:
         async def main() -> None:
             loop = asyncio.get_running_loop()
-            srv = await loop.create_server(lambda: _PagesProtocol(answers), "127.0.0.1", 0, backlog=1024)
+            srv = await loop.create_server(lambda: _PagesProtocol(history), "127.0.0.1", 0, backlog=1024)
             port_box.append(srv.sockets[0].getsockname()[1])
             ready.set()
             while not stop.is_set():
@@ -292,7 +319,9 @@ def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
     deadline = time.monotonic() + opts["max_seconds"]
     live_render = opts["live_render"]
     paths = opts.get("paths", 0)  # > 0: also serve that many replica paths on one listener
-    answers: list[list[bytes]] = [[]]
+    # Path j shows copy j // n of replica j mod n, 2 (j // n) snapshots back (module docstring).
+    copies = -(-paths // opts["replicas"]) if paths else 1
+    history: deque[list[bytes]] = deque(maxlen=2 * (copies - 1) + 1)
     stop_pages = threading.Event()
     cache: dict[str | None, bytes] = {}
     if not live_render:
@@ -358,7 +387,10 @@ def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
         end += wall_s
         while True:
             time.sleep(min(0.05, max(0.0, end - time.monotonic())))
-            now = time.monotonic()
+            # Arrivals for exactly wall_s (not for the time the last feed or the pause ran late on
+            # a loaded machine): every tick's arrivals are Poisson of the same mean, so the lagged
+            # copies (module docstring) add up counts of equal-length ticks, as a fleet's would.
+            now = min(time.monotonic(), end)
             n = int(rng.poisson(rate * (now - last) * opts["time_scale"]))
             last = now
             fleet.call(lambda s, n=n: feed(s, n), timeout_s=120.0)
@@ -372,7 +404,7 @@ def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
             for name, lst in server._listeners.items():  # private: the listeners hold the collectors
                 cache[name] = page(lst.collector)
             if paths:
-                answers[0] = [_answer(cache[name]) for name in sorted(cache, key=str)]
+                history.append([_answer(cache[name]) for name in sorted(cache, key=str)])
         return float(now)
 
     try:
@@ -384,7 +416,10 @@ def _emulator_main(conn: Connection, opts: dict[str, Any]) -> None:
         ports = fleet.call(lambda s: s.replica_ports(), timeout_s=60.0)
         run_for(opts["warmup_s"])
         fleet.call(snapshot, timeout_s=300.0)
-        paths_port = _serve_pages(answers, stop_pages) if paths else None
+        while len(history) < (history.maxlen or 1) and paths:  # one snapshot a tick, as the run takes them
+            run_for(opts["run_s"])
+            fleet.call(snapshot, timeout_s=300.0)
+        paths_port = _serve_pages(history, stop_pages) if paths else None
         conn.send(("ready", (ports, paths_port)))
         while time.monotonic() < deadline:
             if not conn.poll(0.5):
@@ -508,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="replicas simulated (default --replicas, each on its own port); fewer: each emulator "
         "process also serves its share of --replicas as paths /replica/<j>/metrics on one listener, "
-        "path j showing simulated replica j mod its count",
+        "path j showing simulated replica j mod its count as it was 2 (j // count) ticks ago",
     )
     ap.add_argument("--ticks", type=int, default=7, help="timed ticks; the first is a warm-up, not counted")
     ap.add_argument("--emulators", type=int, default=2, help="emulator processes sharing the replicas")
@@ -542,6 +577,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=3,
         help="rounds of the lean-vs-aiohttp fetch comparison (0: none)",
+    )
+    ap.add_argument(
+        "--plain-gc",
+        action="store_true",
+        help="leave the garbage collector as Python sets it (default: freeze after each tick, as the "
+        "live loop does: controller/gc_tick.py)",
     )
     ap.add_argument("--live-render", action="store_true", help="emulators render every page on request")
     ap.add_argument("--max-seconds", type=float, default=1200.0, help="bound on the whole run")
@@ -594,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: float) -> int:
     from llmscale.config import deployment_of, parse_config
     from llmscale.controller.core import WINDOW_LEN, Controller, ControllerState, decide
+    from llmscale.controller.gc_tick import FULL_COLLECTION_EVERY_TICKS, TickCollector
     from llmscale.wiring import build_source, policy_run
 
     ready = emus.wait_ready(timeout_s=300.0 + args.warmup_s)
@@ -651,6 +693,9 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     state = ControllerState(policy_state=run.policy.initial_state())
     rows: list[dict[str, float]] = []
     last_record: Any = None
+    last_signals: Any = None
+    gc_clock = _GcClock()
+    collector = None if args.plain_gc else TickCollector(full_every_ticks=10**9)  # the full one: below
     unknown: list[int] = []
     layout_reads = line_reads = 0
     try:
@@ -668,6 +713,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             reads0 = (source.layout_reads, source.line_reads)
             if prof is not None and timed:
                 prof.enable()
+            gc_s0 = gc_clock.total_s
             c0, t0 = time.process_time(), time.perf_counter()
             obs = source.observe(now_s)
             t1 = time.perf_counter()
@@ -675,6 +721,8 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             window = state.window
             t2 = time.perf_counter()
             record, state = decide(core, state, signals, now_s)
+            if collector is not None:
+                collector.after_tick()  # as the live loop does after each tick (controller/gc_tick.py)
             t3, c3 = time.perf_counter(), time.process_time()
             c3 += getattr(source, "last_worker_cpu_s", 0.0)  # the scrape workers' CPU for this tick
             if prof is not None and timed:
@@ -699,9 +747,11 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
                         "total": t3 - t0,
                         "cpu": c3 - c0,
                         "cpu_emu": cpu_emu,
+                        "gc": gc_clock.total_s - gc_s0,
                     }
                 )
             last_record = record
+            last_signals = signals
             label = "warm-up" if k == fill else ("tick" if timed else "fill")
             print(
                 f"  {label:7s} {k - fill + 1 if timed else k + 1:2d}: {t3 - t0:6.3f} s "
@@ -716,7 +766,9 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
         pages = [b.decode("utf-8") for b in asyncio.run(_fetch_pages([t["url"] for t in _targets(cfg)]))]
         parse_cmp = _compare_parsers(pages, [t["url"] for t in _targets(cfg)], args.baseline_pages)
         fetch_cmp = _compare_fetch(cfg, args)
+        full_gc_s = _full_collection_s(collector)
     finally:
+        gc_clock.stop()
         source.close()
         if base_source is not None:
             base_source.close()
@@ -759,6 +811,17 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
         f"emulator processes' CPU during the tick: median {emu_med:.3f} s"
     )
     ref = min(ref_before, ref_after)
+    gc_med, _ = stat("gc")
+    print(
+        f"  of which the measuring process's cyclic garbage collector: median {gc_med:.3f} s "
+        f"({gc_clock.full} full collections over all ticks)"
+    )
+    if collector is not None:
+        print(
+            f"  the live loop's full collection once in {FULL_COLLECTION_EVERY_TICKS} ticks (not in the "
+            f"ticks above), measured with this window alive: {full_gc_s:.3f} s, "
+            f"{full_gc_s / FULL_COLLECTION_EVERY_TICKS:.3f} s a tick amortised"
+        )
     print(
         f"  tick median / machine reference: {med / ref:.2f}  (at a quiet core's reference "
         f"~{med * QUIET_REF_S / ref:.3f} s, an estimate)"
@@ -784,6 +847,10 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             f"({r.guard or 'no guard'}); fleet state {r.fleet_state}"
         )
 
+    if last_signals is not None:
+        # A fleet of independent replicas under Poisson load reads ~1 (module docstring: the lags)
+        disp = last_signals.values["arrival_dispersion"]
+        print(f"arrival dispersion the last tick read: {disp.value!r} ({disp.note})")
     print(parse_cmp)
     if fetch_cmp:
         print(fetch_cmp)
@@ -795,6 +862,49 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
     )
     print(f"run took {time.monotonic() - started:.0f} s")
     return 0
+
+
+def _full_collection_s(collector: Any) -> float:
+    """Wall time of the full collection :class:`TickCollector` runs every so many ticks (window alive)."""
+    import gc
+
+    if collector is None:
+        return 0.0
+    t0 = time.perf_counter()
+    gc.unfreeze()
+    gc.collect()
+    took = time.perf_counter() - t0
+    collector.close()
+    return took
+
+
+class _GcClock:
+    """Wall time the cyclic garbage collector spends (``gc.callbacks``), and its full collections.
+
+    A window of 20 observations of 5,000 replicas holds millions of objects; a full collection
+    walks all of them, so the collector's share of a tick is printed beside the tick.
+    """
+
+    def __init__(self) -> None:
+        import gc
+
+        self.total_s = 0.0
+        self.full = 0
+        self._t0 = 0.0
+        gc.callbacks.append(self._on)
+
+    def _on(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.total_s += time.perf_counter() - self._t0
+            self.full += info.get("generation") == 2
+
+    def stop(self) -> None:
+        import gc
+
+        if self._on in gc.callbacks:
+            gc.callbacks.remove(self._on)
 
 
 def _observe(state: Any, obs: Any, window_len: int) -> tuple[Any, Any]:

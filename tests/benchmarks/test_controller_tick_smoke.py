@@ -42,9 +42,11 @@ def test_controller_tick_benchmark_serves_many_replica_paths():
     50 replicas must run in the same process, and the decision must see all 200 replicas.
     """
     args = "--replicas 200 --sim-replicas 10 --emulators 2 --ticks 3 --window 3 --warmup-s 1"
-    args += " --baseline-pages 3 --baseline-replicas 50 --compare-fetch 1 --max-seconds 250"
+    # 20 copies of each simulated replica at lags 0, 2, ... 38 ticks: 39 snapshots before the first
+    # scrape, one a wall second (--run-s), so the warm-up is ~40 s longer than --warmup-s
+    args += " --baseline-pages 3 --baseline-replicas 50 --compare-fetch 1 --max-seconds 400"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), *args.split()], capture_output=True, text=True, timeout=330
+        [sys.executable, str(SCRIPT), *args.split()], capture_output=True, text=True, timeout=480
     )
     out = proc.stdout
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -54,4 +56,6 @@ def test_controller_tick_benchmark_serves_many_replica_paths():
     assert re.search(r"baseline: the same tick over the first 50 replicas, .* 4x the replicas", out), out
     assert re.search(r"pages read through a learnt layout in the timed ticks: 600, line by line: 0", out), out
     assert re.search(r"lean client [0-9.]+ s CPU", out), out  # every page fetched twice more, all known
+    assert re.search(r"arrival dispersion the last tick read: ", out), out
+    assert re.search(r"of which the measuring process's cyclic garbage collector: median [0-9.]+ s", out), out
     assert re.search(r"target: tick < 1 s: (PASS|MISS) .*peak memory < 1000 MB: (PASS|MISS)", out)

@@ -116,3 +116,22 @@ def test_packed_histograms_read_as_the_parsed_ones() -> None:
         p = packed[name]
         assert isinstance(p, PackedHistogram) and p.bounds is h.bounds
         assert tuple(p.cumulative) == h.cumulative and (p.sum, p.count) == (h.sum, h.count)
+
+
+@pytest.mark.parametrize("text", [pytest.param(t, id=k) for k, t in WORKED.items()])
+def test_a_packed_reader_gives_what_packing_the_plain_readers_page_gives(text: str) -> None:
+    """PageReader(packed=True), the scraper's: a layout page's histograms are sliced from its values
+    straight into PackedHistogram; the numbers must be those of packing the plain reader's page."""
+    plain, packed = PageReader(**KEEP), PageReader(**KEEP, packed=True)
+    for k, page_text in enumerate((text, revalue(text), revalue(text, scale=3.0))):
+        want, got = plain.parse(page_text, key="a"), packed.parse(page_text, key="a")
+        assert got.values == want.values and got.series == want.series and got.nan == want.nan
+        assert got.histograms.keys() == want.histograms.keys()
+        for name, h in want.histograms.items():
+            p = got.histograms[name]
+            if k:  # read through the layout (the first page is learnt, read line by line)
+                assert isinstance(p, PackedHistogram), name
+            assert p.bounds == h.bounds and tuple(p.cumulative) == tuple(h.cumulative), name
+            assert (p.sum, p.count) == (h.sum, h.count), name
+        assert _packed(got.histograms) == _packed(want.histograms)
+    assert packed.layout_reads == plain.layout_reads

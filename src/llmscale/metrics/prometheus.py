@@ -53,7 +53,7 @@ from llmscale.metrics.promapi import (
 from llmscale.metrics.promql import BACKENDS, QuerySet, default_queries, with_overrides
 from llmscale.metrics.scrape import fleet_view_of
 from llmscale.metrics.vetting import HELD_MAX, MAX_SERIES, CounterHistory, distrust
-from llmscale.types import Histogram, Observation, Phase, ReplicaSample, SubTickSeries
+from llmscale.types import HistogramView, Observation, Phase, ReplicaSample, SubTickSeries
 
 __all__ = [
     "PrometheusSource",
@@ -227,7 +227,7 @@ class PrometheusSource:
             if r.up != 1.0 or r.up_sample_s is None:
                 samples.append(ReplicaSample(name, r.phase, ok=False))
                 continue
-            hists: dict[str, Histogram] = {}
+            hists: dict[str, HistogramView] = {}
             for family, buckets in r.buckets.items():
                 h = build_histogram(buckets, r.sums.get(family, 0.0), r.counts.get(family))
                 if h is not None:

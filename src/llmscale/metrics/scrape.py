@@ -67,7 +67,13 @@ from llmscale.clock import Clock, UnixClock
 from llmscale.metrics._http import HttpError, LeanClient, Unsupported
 from llmscale.metrics._loop import LoopThread
 from llmscale.metrics._shards import ShardPool, shard_of
-from llmscale.metrics.exposition import ExpositionError, PageReader, ParsedPage, parse_exposition
+from llmscale.metrics.exposition import (
+    ExpositionError,
+    PackedHistogram,
+    PageReader,
+    ParsedPage,
+    parse_exposition,
+)
 from llmscale.metrics.names import ACTIVATOR
 from llmscale.metrics.vetting import HELD_MAX, READ_HISTOGRAMS, READ_VALUES, CounterHistory, vet_page
 from llmscale.types import FleetView, Observation, Phase, ReplicaSample
@@ -104,26 +110,12 @@ _MAX_WORKERS = 64
 WORKER_GRACE_S = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class PackedHistogram:
-    """A :class:`~llmscale.types.HistogramView` whose counts are one ``array('d')``, for the window.
-
-    A controller's window holds ``WINDOW_LEN`` (20) observations of every replica. A parsed
-    histogram's counts are a tuple of float objects (8 bytes of pointer and 24 of float each);
-    packed, 8 bytes each, and ``bounds`` is the layout's tuple, shared by every page of a source.
-    On the emulator's vLLM pages that is ~2.5x less memory per kept histogram
-    (``benchmarks/controller_tick.py --replicas 5000`` prints the peak).
-    """
-
-    bounds: tuple[float, ...]
-    cumulative: array[float]
-    sum: float
-    count: float
-
-
 def _packed(histograms: dict[str, Any]) -> dict[str, PackedHistogram]:
+    """The page's histograms packed for the window; a layout read packed them already (PageReader)."""
     return {
-        name: PackedHistogram(h.bounds, array("d", h.cumulative), h.sum, h.count)
+        name: h
+        if type(h) is PackedHistogram
+        else PackedHistogram(h.bounds, array("d", h.cumulative), h.sum, h.count)
         for name, h in histograms.items()
     }
 
@@ -242,7 +234,7 @@ class PodScrapeSource:
         self._urls: set[str] = set()  # last tick's, to close connections only gone targets used
         # Only what llmscale reads is kept (the window holds WINDOW_LEN observations of every
         # replica): see PageReader and benchmarks/controller_tick.py.
-        self._reader = PageReader(keep_values=READ_VALUES, keep_histograms=READ_HISTOGRAMS)
+        self._reader = PageReader(keep_values=READ_VALUES, keep_histograms=READ_HISTOGRAMS, packed=True)
         self._last_targets: tuple[ScrapeTarget, ...] = ()
         self.max_sample_age_s = max_sample_age_s
         self._wall = wall_clock or UnixClock()

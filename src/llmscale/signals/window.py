@@ -161,7 +161,7 @@ class Span:
     ``(observation index, sample)`` pairs are made only when asked for.
     """
 
-    __slots__ = ("_entries", "_j", "_series", "_window", "count", "first", "last", "restarted")
+    __slots__ = ("_base", "_entries", "_j", "_series", "count", "first", "last", "restarted")
 
     #: samples in the span
     count: int
@@ -173,7 +173,10 @@ class Span:
     restarted: bool
 
     def __init__(self, window: FleetWindow, series: ReplicaSeries, j: int) -> None:
-        self._window = window
+        # The window's base, not the window: the window memoises its spans, and a span holding
+        # its window back made every tick's window a reference cycle, freed only by a full
+        # collection of the cyclic garbage collector (controller/gc_tick.py keeps those rare).
+        self._base = window.base
         self._series = series
         self._j = j
         self._entries: list[tuple[int, ReplicaSample]] | None = None
@@ -201,7 +204,7 @@ class Span:
         """``(observation index, sample)`` pairs, oldest first."""
         e = self._entries
         if e is None:
-            base, j, ser = self._window.base, self._j, self._series
+            base, j, ser = self._base, self._j, self._series
             e = self._entries = [(q - base, s) for q, s in zip(ser.seqs[j:], ser.samples[j:], strict=True)]
         return e
 
