@@ -304,7 +304,8 @@ def test_two_run_processes_one_actor_and_a_failover_that_keeps_the_cooldown(
                 # once seen as a bare time-out: say whether the watch died or missed a change
                 context=lambda: (
                     f"changes {history.changes}, watch error {history.error!r}, "
-                    f"watch alive {history.alive()}, b's applied {[r for r in _records(log_b) if r['applied']]}"
+                    f"watch alive {history.alive()}, "
+                    f"b's applied {[r for r in _records(log_b) if r['applied']]}"
                 ),
             )
         b.send_signal(signal.SIGTERM)

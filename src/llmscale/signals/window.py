@@ -172,15 +172,16 @@ class Span:
     #: sample; otherwise newest - oldest is the increase (one subtraction, not one per sample)
     restarted: bool
 
-    def __init__(self, window: FleetWindow, series: ReplicaSeries, j: int) -> None:
-        # The window's base, not the window: the window memoises its spans, and a span holding
-        # its window back made every tick's window a reference cycle, freed only by a full
-        # collection of the cyclic garbage collector (controller/gc_tick.py keeps those rare).
-        self._base = window.base
+    def __init__(self, base: int, series: ReplicaSeries, j: int) -> None:
+        # The window's base (its first observation's sequence number), not the window: the window
+        # memoises its spans, and a span holding its window back made every tick's window a
+        # reference cycle, freed only by a full collection of the cyclic garbage collector
+        # (controller/gc_tick.py keeps those rare).
+        self._base = base
         self._series = series
         self._j = j
         self._entries: list[tuple[int, ReplicaSample]] | None = None
-        seqs, samples, base = series.seqs, series.samples, window.base
+        seqs, samples = series.seqs, series.samples
         self.count = len(seqs) - j
         self.first = (seqs[j] - base, samples[j])
         self.last = (seqs[-1] - base, samples[-1])
@@ -197,7 +198,7 @@ class Span:
 
     def later(self, k: int) -> Span:
         """The same replica's span without its ``k`` oldest samples (0 < k < count)."""
-        return Span(self._window, self._series, self._j + k)
+        return Span(self._base, self._series, self._j + k)
 
     @property
     def entries(self) -> list[tuple[int, ReplicaSample]]:
@@ -680,7 +681,7 @@ class FleetWindow:
         for name, ser in self.series.items():
             seqs = ser.seqs
             if seqs[-1] >= first:
-                out[name] = Span(self, ser, bisect_left(seqs, first))
+                out[name] = Span(self.base, ser, bisect_left(seqs, first))
         self._spans[start] = out
         return out
 
