@@ -68,7 +68,10 @@ GUARD_RANGES: dict[str, dict[str, float]] = {
     "max_down_ratio": {"ge": 1},
     "headroom_max_usage": {"gt": 0, "le": 1},
     "gpu_budget": {"ge": 1},
-    "gpus_per_replica": {"ge": 1},
+    # One replica is one model instance: the largest serve within a rack's NVLink domain (72 GPUs in
+    # an NVL72) or a few 8-GPU nodes. 1,024 leaves room for any of them and refuses a typo or a
+    # 400-digit number, which would turn every gpu_budget into room for zero replicas.
+    "gpus_per_replica": {"ge": 1, "le": 1024},
 }
 
 
@@ -165,8 +168,11 @@ class GuardConfig:
         for name in ("min_replicas", "max_replicas"):
             if getattr(self, name) > MAX_REPLICAS:
                 raise ConfigError(f"{name} = {getattr(self, name)}, must be <= {MAX_REPLICAS:,}")
-        if self.gpus_per_replica < 1:
-            raise ConfigError(f"gpus_per_replica = {self.gpus_per_replica}, must be >= 1")
+        most = GUARD_RANGES["gpus_per_replica"]["le"]
+        if not 1 <= self.gpus_per_replica <= most:
+            raise ConfigError(
+                f"gpus_per_replica = {shown_value(self.gpus_per_replica)}, must be within [1, {most:,.0f}]"
+            )
         for name in ("max_up_ratio", "max_down_ratio"):
             v = getattr(self, name)
             if v is not None and not ((num := finite_number(v)) is not None and num >= 1.0):

@@ -319,6 +319,27 @@ def test_a_boolean_or_float_count_in_a_tenants_file_is_refused(
     assert "tenants.yaml" in message and field in message, message
 
 
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        # lax pydantic read `true` as 1.0: a one-second TTFT SLO nobody wrote
+        pytest.param(
+            ("max_replicas: 1\n", "max_replicas: 1\n    slo_ttft_s: true\n"), "slo_ttft_s", id="slo-true"
+        ),
+        pytest.param(("tenants:\n  chat:", "tenants:\n  '':"), "tenants.", id="empty-name"),
+    ],
+)
+def test_a_boolean_number_or_an_empty_tenant_name_is_refused(
+    tmp_path: Path, edit: tuple[str, str], says: str
+) -> None:
+    path = tmp_path / "tenants.yaml"
+    text = TENANTS.format(gpus=1, quota=1, max_replicas=1)
+    assert edit[0] in text
+    path.write_text(text.replace(edit[0], edit[1], 1))
+    message = _one_line(invoke(["tenants", str(path)], tmp_path))
+    assert "tenants.yaml" in message and says in message, message
+
+
 def test_the_analyses_survive_extreme_loads_from_any_source() -> None:
     """A Prometheus range is read without the log's edge: loads of 1e-306 req/s per replica (a
     range that squares to 0: ZeroDivisionError) and bandwidths of 1e308 (doubled to inf: DBSCAN's

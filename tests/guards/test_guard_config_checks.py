@@ -19,7 +19,16 @@ from llmscale.types import Decision, FleetView, Signals
         pytest.param("max_up_step", 0, "max_up_step = 0, must be >= 1", id="up-step-zero"),
         pytest.param("max_replicas", 10**11, "max_replicas = 100000000000, must be <= 10,000", id="huge"),
         pytest.param("gpu_budget", -8, "gpu_budget = -8, must be >= 1", id="budget-negative"),
-        pytest.param("gpus_per_replica", 0, "gpus_per_replica = 0, must be >= 1", id="gpus-per-replica"),
+        pytest.param(
+            "gpus_per_replica", 0, "gpus_per_replica = 0, must be within [1, 1,024]", id="gpus-per-replica"
+        ),
+        # a 400-digit count made every gpu_budget room for zero replicas, without a word
+        pytest.param(
+            "gpus_per_replica",
+            10**400,
+            "gpus_per_replica = 100000000000... (401 characters), must be within [1, 1,024]",
+            id="gpus-per-replica-huge",
+        ),
         # NaN compares false with everything: a NaN cooldown never held anything back.
         pytest.param("cooldown_up_s", float("nan"), "cooldown_up_s = nan, must be a finite number", id="nan"),
         pytest.param("stabilization_down_s", float("inf"), "must be a finite number", id="inf"),

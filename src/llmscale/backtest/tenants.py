@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints, ValidationError
 
 from llmscale.backtest.results import PolicyResult, summarize
 from llmscale.backtest.runner import BacktestSettings, SeriesRecorder, series_step_for
@@ -103,26 +103,40 @@ class _Strict(BaseModel):
 _Count = Annotated[int, Strict()]
 
 
+def _not_a_boolean(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a boolean, not a number")
+    return value
+
+
+#: A number: lax (whole numbers and ``6.9e9``, a string to YAML 1.1, are read), but never YAML's
+#: ``true`` (read as 1.0 it made ``slo_ttft_s: true`` a one-second SLO without a word).
+_Number = Annotated[float, BeforeValidator(_not_a_boolean)]
+
+#: A tenant's name: it names the tenant's rows, decision lines and MIG quota, so it is never empty.
+_TenantName = Annotated[str, StringConstraints(min_length=1)]
+
+
 class _NodeCfg(_Strict):
-    memory_gib: float = Field(default=2048.0, gt=0, allow_inf_nan=False)
-    base_used_gib: float = Field(default=64.0, ge=0, allow_inf_nan=False)
-    replica_host_memory_gib: float = Field(default=8.0, ge=0, allow_inf_nan=False)
-    disk_read_bytes_s: float = Field(default=6.9e9, gt=0, allow_inf_nan=False)
+    memory_gib: _Number = Field(default=2048.0, gt=0, allow_inf_nan=False)
+    base_used_gib: _Number = Field(default=64.0, ge=0, allow_inf_nan=False)
+    replica_host_memory_gib: _Number = Field(default=8.0, ge=0, allow_inf_nan=False)
+    disk_read_bytes_s: _Number = Field(default=6.9e9, gt=0, allow_inf_nan=False)
 
 
 class _ChecksCfg(_Strict):
-    min_free_memory_gib: float = Field(default=2.0, ge=0, allow_inf_nan=False)
-    max_cpu_throttled_ratio: float = Field(default=0.1, gt=0, le=1)
-    max_disk_io_util: float = Field(default=0.7, gt=0, le=1)
+    min_free_memory_gib: _Number = Field(default=2.0, ge=0, allow_inf_nan=False)
+    max_cpu_throttled_ratio: _Number = Field(default=0.1, gt=0, le=1)
+    max_disk_io_util: _Number = Field(default=0.7, gt=0, le=1)
 
 
 class _BackgroundCfg(_Strict):
     node: _Count = Field(ge=0)
-    from_s: float = Field(ge=0, allow_inf_nan=False)
-    to_s: float = Field(gt=0)
-    used_memory_gib: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    cpu_throttled_ratio: float = Field(default=0.0, ge=0, le=1)
-    disk_io_util: float = Field(default=0.0, ge=0, le=1)
+    from_s: _Number = Field(ge=0, allow_inf_nan=False)
+    to_s: _Number = Field(gt=0)
+    used_memory_gib: _Number = Field(default=0.0, ge=0, allow_inf_nan=False)
+    cpu_throttled_ratio: _Number = Field(default=0.0, ge=0, le=1)
+    disk_io_util: _Number = Field(default=0.0, ge=0, le=1)
 
 
 class _PoolCfg(_Strict):
@@ -139,9 +153,9 @@ class _WorkloadCfg(_Strict):
     params: dict[str, float] = {}
     trace: str | None = None
     format: str = "auto"
-    start_s: float | None = Field(default=None, ge=0)
-    duration_s: float | None = Field(default=None, gt=0)
-    rate_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    start_s: _Number | None = Field(default=None, ge=0)
+    duration_s: _Number | None = Field(default=None, gt=0)
+    rate_scale: _Number = Field(default=1.0, gt=0, allow_inf_nan=False)
 
 
 class _TenantCfg(_Strict):
@@ -154,15 +168,15 @@ class _TenantCfg(_Strict):
     min_replicas: _Count = Field(default=1, ge=0)
     max_replicas: _Count | None = Field(default=None, ge=1)
     initial_replicas: _Count = Field(default=1, ge=0)
-    slo_ttft_s: float = Field(default=DEFAULT_DEPLOYMENT.slo_ttft_s, gt=0, allow_inf_nan=False)
-    slo_tpot_s: float = Field(default=DEFAULT_DEPLOYMENT.slo_tpot_s, gt=0, allow_inf_nan=False)
+    slo_ttft_s: _Number = Field(default=DEFAULT_DEPLOYMENT.slo_ttft_s, gt=0, allow_inf_nan=False)
+    slo_tpot_s: _Number = Field(default=DEFAULT_DEPLOYMENT.slo_tpot_s, gt=0, allow_inf_nan=False)
 
 
 class _TenantsCfg(_Strict):
     pool: _PoolCfg
-    tenants: dict[str, _TenantCfg] = Field(min_length=1)
+    tenants: dict[_TenantName, _TenantCfg] = Field(min_length=1)
     seed: _Count = Field(default=0, ge=0)
-    drain_horizon_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
+    drain_horizon_s: _Number = Field(default=1800.0, gt=0, allow_inf_nan=False)
 
 
 @dataclass(frozen=True)
