@@ -65,7 +65,8 @@ from llmscale.backtest.causal_reference import (
     uniform_headroom,
     with_levels,
 )
-from llmscale.backtest.disagg import DisaggResult, _alive, _summarize, build_disagg_fleet
+from llmscale.backtest.disagg import DisaggResult, _alive, _summarize, build_disagg_fleet, judged_attainment
+from llmscale.backtest.feasibility import infeasible_mask
 from llmscale.backtest.oracle_schedule import Grid, scale
 from llmscale.backtest.runner import BacktestSettings
 from llmscale.errors import ConfigError
@@ -223,8 +224,8 @@ def shaped_pair_schedules(
 
 
 def _meets(r: DisaggResult, target: float) -> bool:
-    att = r.summary["slo_attainment"]
-    return att is not None and float(att) >= target
+    att = judged_attainment(r.summary)
+    return att is not None and att >= target
 
 
 def run_shaped_oracle(
@@ -360,7 +361,10 @@ def run_disaggregated_reference(
         tried.append([label, r.summary["slo_attainment"], round(float(r.summary["gpu_hours"]), 5)])
         return r
 
-    n = workload.num_requests
+    # The miss budget is over the feasible requests, as the rows' judged attainment is: an
+    # infeasible request misses whatever the schedule, and no headroom is raised for it.
+    feasible = ~infeasible_mask(workload, run.settings)
+    n = int(feasible.sum())
     allowed = n - math.ceil(target * n - 1e-9)
     segment_steps = max(1, round(reference.segment_s / reference.step_s))
     base = delayed(0.0)
@@ -385,6 +389,7 @@ def run_disaggregated_reference(
         level_of.setdefault(schedule, {pool: list(v) for pool, v in levels.items()})
         attempt(f"levels#{r_round}", schedule)
         met, ttft_ok = verdicts[schedule]
+        met = met | ~feasible
         misses = int(np.count_nonzero(~met))
         if misses <= allowed:
             found = True
@@ -437,7 +442,7 @@ def run_disaggregated_reference(
 
         if uniform_headroom(meets_at, reference) is None:
             # Not even the largest headroom meets the target: the reachable attainment is.
-            target = max(float(r.summary["slo_attainment"] or 0.0) for r in runs.values())
+            target = max(judged_attainment(r.summary) or 0.0 for r in runs.values())
     # 4. The constant pair: holding it needs no foresight of when.
     constant = PairSchedule.constant(int(pair["prefill"]), int(pair["decode"]), grid.num_intervals + 1)
     attempt("constant", constant)

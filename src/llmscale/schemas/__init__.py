@@ -169,6 +169,10 @@ class DisaggRow(_Closed):
     killed_by_scale_down: int
     in_flight_at_end: int
     slo_attainment: Num = Field(description="share of all arrived requests that met the SLO")
+    infeasible: int = Field(description="requests no pool size could serve within the SLO (too long)")
+    slo_attainment_feasible: Num = Field(
+        description="attainment over the feasible requests only: what the oracle and reference are held to"
+    )
     ttft_p50_s: Num
     ttft_p99_s: Num
     tpot_p50_s: Num
