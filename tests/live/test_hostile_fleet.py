@@ -36,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import yaml
+from tests.support.run_config import standalone_run_config
 
 from llmscale.metrics.names import VLLM
 from support.processes import children
@@ -249,26 +249,8 @@ class HostileFleet(ThreadingHTTPServer):
 
 
 def _config(tmp_path: Path, fleet: HostileFleet) -> Path:
-    doc = {
-        "target": {"namespace": "serving", "name": "llm", "model": "llama-3-8b", "gpu": "h100-80gb"},
-        "metrics": {
-            "source": "scrape",
-            "scrape": {
-                "static_targets": [{"name": f"r{i}", "url": fleet.url(i)} for i in range(REPLICAS)],
-                "timeout_s": TIMEOUT_S,
-            },
-        },
-        "policy": {"name": "slo"},
-        "guards": {"min_replicas": 1, "max_replicas": 16},
-        "tick_s": TICK_S,
-        "mode": "apply",
-        "actuator": {"kind": "keda", "keda": {"listen": "127.0.0.1:0", "replicas_from": "metrics"}},
-        "server": {"listen": "127.0.0.1:0"},
-        "decision_log": {"path": str(tmp_path / "decisions.jsonl")},
-    }
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    urls = [fleet.url(i) for i in range(REPLICAS)]
+    return standalone_run_config(tmp_path, urls, tick_s=TICK_S, timeout_s=TIMEOUT_S)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

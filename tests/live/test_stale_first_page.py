@@ -38,7 +38,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
+from tests.support.run_config import standalone_run_config
 
 from llmscale.emulate import EmulateConfig, EmulatorThread
 from llmscale.metrics.exposition import parse_exposition
@@ -153,26 +153,7 @@ def fleet() -> Iterator[tuple[EmulatorThread, list[str]]]:
 
 
 def _config(tmp_path: Path, urls: list[str]) -> Path:
-    doc = {
-        "target": {"namespace": "serving", "name": "llm", "model": "llama-3-8b", "gpu": "h100-80gb"},
-        "metrics": {
-            "source": "scrape",
-            "scrape": {
-                "static_targets": [{"name": f"r{i}", "url": u} for i, u in enumerate(urls)],
-                "timeout_s": 1.0,
-            },
-        },
-        "policy": {"name": "slo"},
-        "guards": {"min_replicas": 1, "max_replicas": 16},
-        "tick_s": TICK_S,
-        "mode": "apply",
-        "actuator": {"kind": "keda", "keda": {"listen": "127.0.0.1:0", "replicas_from": "metrics"}},
-        "server": {"listen": "127.0.0.1:0"},
-        "decision_log": {"path": str(tmp_path / "decisions.jsonl")},
-    }
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return standalone_run_config(tmp_path, urls, tick_s=TICK_S, timeout_s=1.0)
 
 
 def test_old_first_pages_do_not_inflate_the_rate_read_at_start_up(tmp_path: Path, fleet) -> None:
