@@ -581,8 +581,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--plain-gc",
         action="store_true",
-        help="leave the garbage collector as Python sets it (default: freeze after each tick, as the "
-        "live loop does: controller/gc_tick.py)",
+        help="leave the garbage collector as Python sets it (default: a raised young-generation "
+        "threshold during each tick and a freeze after it, as the live loop does: controller/gc_tick.py)",
     )
     ap.add_argument("--live-render", action="store_true", help="emulators render every page on request")
     ap.add_argument("--max-seconds", type=float, default=1200.0, help="bound on the whole run")
@@ -714,6 +714,8 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             if prof is not None and timed:
                 prof.enable()
             gc_s0 = gc_clock.total_s
+            if collector is not None:
+                collector.before_tick()
             c0, t0 = time.process_time(), time.perf_counter()
             obs = source.observe(now_s)
             t1 = time.perf_counter()
@@ -728,9 +730,13 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             if prof is not None and timed:
                 prof.disable()
             if base_source is not None:
+                if collector is not None:
+                    collector.before_tick()
                 b0 = time.perf_counter()
                 base_state, base_signals = _observe(base_state, base_source.observe(now_s), window_len)
                 _, base_state = decide(core, base_state, base_signals, now_s)
+                if collector is not None:
+                    collector.after_tick()
                 if timed:
                     base_rows.append(time.perf_counter() - b0)
             cpu_emu = sum(emus.ask("cpu")) - cpu_emu0 if timed else 0.0

@@ -679,6 +679,7 @@ class LiveController:
                 delay = self.state.next_tick_s - self.clock.now_s()
                 if delay > 0 and stop.wait(delay):
                     break
+                collector.before_tick()
                 if not self._tick_within_deadline(self.clock.now_s(), stop):
                     break
                 collector.after_tick()

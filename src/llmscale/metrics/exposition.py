@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Literal, Protocol, TypeVar
 
+from llmscale._source_first import native
 from llmscale.errors import LlmscaleError
 from llmscale.metrics.names import DCGM
 from llmscale.types import Histogram, HistogramView
@@ -706,6 +707,7 @@ class _Layout:
 
     n_lines: int
     prefixes: tuple[str, ...]  # per line: a comment or blank line's whole text, a sample line's head
+    kinds: bytes  # per line: 1 for a sample line, 0 for a comment or blank line (for the C scan)
     fixed_at: Callable[[Sequence[str]], tuple[str, ...]]  # picks the comment and blank lines
     nothing_left: tuple[str, ...]  # "" for each of them
     values_at: Callable[[Sequence[str]], tuple[str, ...]]  # picks the sample lines
@@ -740,6 +742,22 @@ class _Layout:
             return None
         return texts
 
+    def read(self, text: str, packed: bool = False) -> ParsedPage | Literal[False] | None:
+        """``text`` read through this layout: its page; None when it needs the line-by-line reader
+        (a NaN, a value that is not a number); False when it does not have this layout.
+
+        The C scan (``metrics/_scan.c``) reads what it can in one pass; what it leaves (None)
+        is read by :meth:`value_texts` and :meth:`fold`, which decide.
+        """
+        if _layout_numbers is not None:
+            vals = _layout_numbers(text, self.prefixes, self.kinds)
+            if vals is not None:
+                return self.fold_numbers(vals, packed)
+        texts = self.value_texts(text)
+        if texts is None:
+            return False
+        return self.fold(texts, packed)
+
     def fold(self, texts: Sequence[str], packed: bool = False) -> ParsedPage | None:
         """The page these values make; None when they need the line-by-line reader (NaN, not a number).
 
@@ -749,6 +767,10 @@ class _Layout:
             vals = list(map(float, texts))  # reads "+Inf", "-Inf" and "NaN" as the format spells them
         except ValueError:
             return None
+        return self.fold_numbers(vals, packed)
+
+    def fold_numbers(self, vals: list[float], packed: bool = False) -> ParsedPage | None:
+        """:meth:`fold` of the values already read as numbers."""
         check = sum(vals)
         if check != check:
             return None  # a NaN (or +Inf and -Inf): _Folder skips NaN samples, this fold does not
@@ -866,11 +888,13 @@ def _layout_of(text: str, select: tuple[str, str] | None, keep: _Keep = (None, N
             )
         )
     prefixes = list(lines)
+    sample_set = set(sample_idx)
     for i, head in zip(sample_idx, heads, strict=True):
         prefixes[i] = head
     return _Layout(
         n_lines=len(lines),
         prefixes=tuple(prefixes),
+        kinds=bytes(1 if i in sample_set else 0 for i in range(len(lines))),
         fixed_at=_pick(fixed_idx),
         nothing_left=("",) * len(fixed_idx),
         values_at=_pick(sample_idx),
@@ -882,6 +906,12 @@ def _layout_of(text: str, select: tuple[str, str] | None, keep: _Keep = (None, N
         series=series,
     )
 
+
+#: the C scan of a page through its layout (metrics/_scan.c), None without it (see _Layout.read)
+_scan = native("llmscale.metrics._scan")
+_layout_numbers: Callable[[str, tuple[str, ...], bytes], list[float] | None] | None = (
+    None if _scan is None else _scan.layout_numbers
+)
 
 #: After a page whose layout cannot be learnt, this many pages of the same source are read line by
 #: line before trying again (an exporter stamping every sample with a timestamp never has a layout;
@@ -962,9 +992,8 @@ class PageReader:
         if src is None:
             src = self._sources[slot] = _Source()
         if src.layout is not None:
-            texts = src.layout.value_texts(text)
-            if texts is not None:
-                page = src.layout.fold(texts, self._packed)
+            page = src.layout.read(text, self._packed)
+            if page is not False:
                 if page is None:  # NaN or not a number: the layout stays, the values need the line reader
                     return self._by_line(text, select, source)
                 self.layout_reads += 1
@@ -987,9 +1016,8 @@ class PageReader:
             if len(self._shared) >= _SHARED_LAYOUTS:
                 self._shared.clear()  # a fleet of that many page shapes: start the offers afresh
             self._shared[skeleton] = learnt
-        texts = learnt.value_texts(text)
-        page = None if texts is None else learnt.fold(texts, self._packed)
-        if page is None:
+        page = learnt.read(text, self._packed)
+        if page is None or page is False:
             return self._by_line(text, select, source)
         self.line_reads += 1  # learning read it line by line (the marked copy)
         return page
@@ -1013,9 +1041,8 @@ class PageReader:
         layout = self._shared.get(skeleton)
         if layout is None:
             return None
-        texts = layout.value_texts(text)
-        page = None if texts is None else layout.fold(texts, self._packed)
-        if page is None:
+        page = layout.read(text, self._packed)
+        if page is None or page is False:
             return None  # not this shape after all, or a NaN: learn (or read by line) as before
         src.layout = layout
         self.layout_reads += 1

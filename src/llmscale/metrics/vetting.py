@@ -118,6 +118,10 @@ _TORN_COUNTS = 2.0
 _TORN_SHARE = 1e-3
 
 
+#: each read value's bound (PLAUSIBLE_MAX, else the counter limit): one look-up per value on a page
+_LIMITS: dict[str, float] = {n: PLAUSIBLE_MAX.get(n, _COUNTER_MAX) for n in READ_VALUES}
+
+
 def _bad(v: float) -> bool:
     return not 0.0 <= v < math.inf  # False for NaN too: every comparison with NaN is False
 
@@ -128,11 +132,13 @@ def implausible(values: Mapping[str, float]) -> str | None:
     E.g. ``vllm:num_requests_waiting = 1e9``: "implausible value(s): vllm:num_requests_waiting =
     1e+09 (at most 1e+06 on one replica)". Cost: one look-up per read name on the page.
     """
-    off = []
-    for name in values.keys() & READ_VALUES:
-        limit = PLAUSIBLE_MAX.get(name, _COUNTER_MAX)
-        if values[name] > limit:
-            off.append(f"{name} = {values[name]:.6g} (at most {limit:g} on one replica)")
+    limits = _LIMITS
+    inf = math.inf
+    off = [
+        f"{name} = {v:.6g} (at most {limits[name]:g} on one replica)"
+        for name, v in values.items()
+        if v > limits.get(name, inf)
+    ]
     if off:
         off.sort()
         return f"implausible value(s): {', '.join(off[:3])}{' ...' if len(off) > 3 else ''}"
@@ -194,6 +200,18 @@ def distrust(
     for family in histograms.keys() & READ_HISTOGRAMS:
         h = histograms[family]
         cum = h.cumulative
+        # The usual histogram in one C pass: counts that never fall from a first one >= 0 to a last
+        # one within the counter limit are all finite and >= 0 (NaN fails every comparison), and
+        # cumulative. Anything else is looked at below, which says what is wrong.
+        if (
+            cum
+            and cum[0] >= 0.0
+            and cum[-1] <= _COUNTER_MAX
+            and 0.0 <= h.count <= _COUNTER_MAX
+            and 0.0 <= h.sum <= _COUNTER_MAX
+            and all(map(le, cum, islice(cum, 1, None)))
+        ):
+            continue
         if (cum and not (min(cum) >= 0.0 and sum(cum) < math.inf)) or _bad(h.count) or _bad(h.sum):
             tail = list(cum)[-3:]
             return f"impossible histogram {family}: counts ...{tail}, sum {h.sum!r} (must be finite, >= 0)"
@@ -258,6 +276,10 @@ _RESET_FLOOR = 10.0
 _RESET_MIN_GAP_S = 60.0
 
 
+#: a read histogram's two counters, by family: ``<family>_count`` and ``<family>_sum``
+_COUNT_SUM_NAMES: dict[str, tuple[str, str]] = {f: (f"{f}_count", f"{f}_sum") for f in READ_HISTOGRAMS}
+
+
 class CounterHistory:
     """The read counters of each source at its last page, to tell a restart from a lie.
 
@@ -298,11 +320,14 @@ class CounterHistory:
 
         ``now_s``: the controller's time of this page (restarts are counted in it).
         """
-        counters = {n: page.values[n] for n in page.values.keys() & READ_COUNTERS}
-        for family in page.histograms.keys() & READ_HISTOGRAMS:
-            h = page.histograms[family]
-            counters[f"{family}_count"] = h.count
-            counters[f"{family}_sum"] = h.sum
+        values = page.values
+        counters = {n: values[n] for n in values.keys() & READ_COUNTERS}
+        names = _COUNT_SUM_NAMES
+        for family, h in page.histograms.items():
+            pair = names.get(family)
+            if pair is not None:
+                counters[pair[0]] = h.count
+                counters[pair[1]] = h.sum
         seen = self._last.get(key)
         if seen is None:
             self._last[key] = (counters, None, {})
@@ -322,9 +347,11 @@ class CounterHistory:
                         f"counter {name} is back at {now:g} {now_s - last_reset:.0f} s after it restarted "
                         f"from {before:g}: two processes answer at this address, not one restarted"
                     )
-        falls = sorted((n, old[n], v) for n, v in counters.items() if n in old and v < old[n])
+        # a name the last page lacked is compared with itself: no fall
+        falls = [(n, before, v) for n, v in counters.items() if v < (before := old.get(n, v))]
         if not falls:
             return None
+        falls.sort()
         for name, before, after in falls:
             if after > _RESET_SHARE * before and after > _RESET_FLOOR:
                 # The counters that fell keep their values from before this page: remembered, the
