@@ -582,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         "--plain-gc",
         action="store_true",
         help="leave the garbage collector as Python sets it (default: a raised young-generation "
-        "threshold during each tick and a freeze after it, as the live loop does: controller/gc_tick.py)",
+        "threshold during each tick and a freeze after it, as the live loop does: gc_tick.py)",
     )
     ap.add_argument("--live-render", action="store_true", help="emulators render every page on request")
     ap.add_argument("--max-seconds", type=float, default=1200.0, help="bound on the whole run")
@@ -635,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: float) -> int:
     from llmscale.config import deployment_of, parse_config
     from llmscale.controller.core import WINDOW_LEN, Controller, ControllerState, decide
-    from llmscale.controller.gc_tick import FULL_COLLECTION_EVERY_TICKS, TickCollector
+    from llmscale.gc_tick import FULL_COLLECTION_EVERY_TICKS, TickCollector
     from llmscale.wiring import build_source, policy_run
 
     ready = emus.wait_ready(timeout_s=300.0 + args.warmup_s)
@@ -724,7 +724,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             t2 = time.perf_counter()
             record, state = decide(core, state, signals, now_s)
             if collector is not None:
-                collector.after_tick()  # as the live loop does after each tick (controller/gc_tick.py)
+                collector.after_tick()  # as the live loop does after each tick (gc_tick.py)
             t3, c3 = time.perf_counter(), time.process_time()
             c3 += getattr(source, "last_worker_cpu_s", 0.0)  # the scrape workers' CPU for this tick
             if prof is not None and timed:

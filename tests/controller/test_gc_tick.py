@@ -1,4 +1,4 @@
-"""controller/gc_tick.py: the window is frozen between ticks, and a steady tick makes no reference cycle.
+"""gc_tick.py: the window is frozen between ticks, and a steady tick makes no reference cycle.
 
 Freezing is only sound when the objects a tick leaves behind are freed by refcounting: a tick
 whose window formed a reference cycle (spans holding their window back, as they once did) would
@@ -19,7 +19,7 @@ import pytest
 
 from llmscale.config import deployment_of, parse_config
 from llmscale.controller.core import Controller, ControllerState, decide, observe
-from llmscale.controller.gc_tick import TickCollector
+from llmscale.gc_tick import TickCollector
 from llmscale.metrics.exposition import PackedHistogram
 from llmscale.metrics.names import VllmMetric
 from llmscale.metrics.scrape import fleet_view_of
@@ -110,7 +110,7 @@ def test_a_collector_needs_a_positive_period() -> None:
 
 
 def test_a_tick_raises_the_young_threshold_and_the_tick_end_restores_it() -> None:
-    from llmscale.controller.gc_tick import TICK_GEN0_THRESHOLD
+    from llmscale.gc_tick import TICK_GEN0_THRESHOLD
 
     before = gc.get_threshold()
     collector = TickCollector()

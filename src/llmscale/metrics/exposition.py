@@ -65,7 +65,7 @@ import re
 from array import array
 from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import itemgetter, le
 from typing import Literal, Protocol, TypeVar
 
 from llmscale._source_first import native
@@ -203,6 +203,11 @@ class ParsedPage:
     #: sample names with the same series (name and label set) twice on the page: folded, a
     #: duplicated queue sample would double the queue (``metrics/vetting.py`` refuses the page)
     duplicates: frozenset[str] = frozenset()
+    #: every number on the page is finite, at least 0 and at most 2**53, and every histogram's counts
+    #: never fall: what ``metrics/vetting.py`` would check value by value, established at once for a
+    #: page read through a layout (False: not established, the vetting looks). Not part of the
+    #: page's content: two pages with the same numbers are equal whichever reader read them.
+    plain: bool = field(default=False, compare=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -717,6 +722,9 @@ class _Layout:
     multi: tuple[tuple[str, Aggregation, tuple[int, ...]], ...]  # values folded over several series
     hists: tuple[_HistPlan, ...]
     series: dict[str, int]  # as ParsedPage.series (a page with a duplicated series has no layout)
+    #: each kept histogram's counts as a (first, end) slice of the page's values, when every one is
+    #: such a run (_HistPlan.run); None otherwise (ParsedPage.plain is then never established)
+    runs: tuple[tuple[int, int], ...] | None
 
     def value_texts(self, text: str) -> tuple[str, ...] | None:
         """The value of each sample line of ``text``, or None when the page does not have this layout."""
@@ -774,6 +782,9 @@ class _Layout:
         check = sum(vals)
         if check != check:
             return None  # a NaN (or +Inf and -Inf): _Folder skips NaN samples, this fold does not
+        # ParsedPage.plain: one pass of C over the page's numbers and its histograms' runs, where the
+        # vetting would look at each kept value and each bucket (~25 us of a 352-line page)
+        plain = self.runs is not None and _plain_numbers(vals, self.runs, _PLAIN_MAX)
         values = dict(zip(self.single_names, self.single_at(vals), strict=True))
         for name, how, slots in self.multi:
             if how == "max":
@@ -782,9 +793,11 @@ class _Layout:
                 t = _total(vals, slots)
                 values[name] = t / len(slots) if how == "mean" else t
         if packed:
-            arr = array("d", vals)
-            return ParsedPage(values, {h.family: h.packed(arr, vals) for h in self.hists}, series=self.series)
-        return ParsedPage(values, {h.family: h.histogram(vals) for h in self.hists}, series=self.series)
+            arr = packed_values(vals)
+            hists: dict[str, HistogramView] = {h.family: h.packed(arr, vals) for h in self.hists}
+        else:
+            hists = {h.family: h.histogram(vals) for h in self.hists}
+        return ParsedPage(values, hists, series=self.series, plain=plain)
 
 
 #: which value names and histogram families a reader keeps (None: all of that kind)
@@ -904,6 +917,9 @@ def _layout_of(text: str, select: tuple[str, str] | None, keep: _Keep = (None, N
         multi=multi,
         hists=tuple(hists),
         series=series,
+        runs=tuple((h.run[0], h.run[1]) for h in hists if h.run is not None)
+        if all(h.run is not None for h in hists)
+        else None,
     )
 
 
@@ -911,6 +927,30 @@ def _layout_of(text: str, select: tuple[str, str] | None, keep: _Keep = (None, N
 _scan = native("llmscale.metrics._scan")
 _layout_numbers: Callable[[str, tuple[str, ...], bytes], list[float] | None] | None = (
     None if _scan is None else _scan.layout_numbers
+)
+#: ParsedPage.plain's bound: a count past 2**53 cannot count one more in a float
+_PLAIN_MAX = float(2**53)
+
+
+def plain_numbers(vals: list[float], runs: tuple[tuple[int, int], ...], most: float) -> bool:
+    """Whether every value is within [0, ``most``] and ``vals[first:end]`` never falls for every
+    ``(first, end)`` of ``runs`` (a NaN fails both); the C scan's ``plain_numbers`` in Python."""
+    return all(0.0 <= v <= most for v in vals) and all(
+        all(map(le, vals[a : b - 1], vals[a + 1 : b])) for a, b in runs
+    )
+
+
+def packed_values(vals: list[float]) -> array[float]:
+    """``array('d', vals)``: from the C scan's bytes of doubles when it is built (one copy)."""
+    if _scan is None:
+        return array("d", vals)
+    arr = array("d")
+    arr.frombytes(_scan.doubles(vals))
+    return arr
+
+
+_plain_numbers: Callable[[list[float], tuple[tuple[int, int], ...], float], bool] = (
+    plain_numbers if _scan is None else _scan.plain_numbers
 )
 
 #: After a page whose layout cannot be learnt, this many pages of the same source are read line by
@@ -946,8 +986,9 @@ class PageReader:
     see :meth:`_shared_read`). A page that breaks the layout
     without a new one to learn (malformed text) leaves the old layout in place.
 
-    On the emulator's 199-line vLLM pages, ~3x less CPU than :func:`parse_exposition`
-    (benchmarks/controller_tick.py prints both). Not thread-safe; one reader per scraper.
+    On the emulator's 352-line vLLM pages, ~13x less CPU than :func:`parse_exposition` with the C
+    scan (``metrics/_scan.c``), ~6x without it (benchmarks/controller_tick.py prints both).
+    Not thread-safe; one reader per scraper.
 
     ``keep_values`` / ``keep_histograms`` (None: all) name what the pages' results hold: a
     scraper keeps what llmscale reads (``metrics/vetting.py``'s READ_VALUES, READ_HISTOGRAMS),

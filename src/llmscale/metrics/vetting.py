@@ -162,6 +162,22 @@ def distrust_shape(series: Mapping[str, int], duplicates: Collection[str]) -> st
     return None
 
 
+#: the last page shape judged, and its verdict: pages read through one layout share its ``series``
+#: dict (never changed once built), so a fleet of one deployment is judged once, not per page
+_last_shape: tuple[Mapping[str, int], Collection[str], str | None] | None = None
+
+
+def _shape_verdict(series: Mapping[str, int], duplicates: Collection[str]) -> str | None:
+    """:func:`distrust_shape`, remembered for the last ``series`` and ``duplicates`` objects."""
+    global _last_shape
+    last = _last_shape
+    if last is not None and last[0] is series and last[1] is duplicates:
+        return last[2]
+    verdict = distrust_shape(series, duplicates)
+    _last_shape = (series, duplicates, verdict)
+    return verdict
+
+
 def _non_monotonic(cum: Sequence[float]) -> int | None:
     """Index of the first bucket that falls below the one before it by more than a torn scrape."""
     if all(map(le, cum, islice(cum, 1, None))):  # the usual case, in C
@@ -177,16 +193,21 @@ def distrust(
     values: Mapping[str, float],
     histograms: Mapping[str, HistogramView],
     nan: Collection[str] = (),
+    plain: bool = False,
 ) -> str | None:
     """Why ``values`` / ``histograms`` cannot be read as the replica's load; None when they can.
 
     ``nan``: names the page had a NaN sample for (a parser leaves those out of ``values``).
+    ``plain``: the page's numbers are known finite, in [0, 2**53], and its histograms cumulative
+    (``ParsedPage.plain``): only the plausible ranges of the read values are left to check.
     Cost: one C-level min and sum over the values on a clean page (the usual case); the read
     names are walked only when something is off somewhere on the page.
     """
     bad = [n for n in nan if n in READ_VALUES or n in READ_HISTOGRAMS]
     if bad:
         return f"NaN sample(s) of {', '.join(sorted(bad))}: no value is not zero"
+    if plain:
+        return implausible(values)
     vals = values.values()
     # NaN anywhere makes the sum NaN, a negative value the min negative, an infinity the sum infinite.
     if vals and not (min(vals) >= 0.0 and sum(vals) < math.inf):
@@ -242,9 +263,9 @@ def vet_page(
         # and the replica counted neither its rate nor the fleet's mean: 2 such pages among
         # 4 replicas read a true 40 req/s as 20 (tests/metrics/test_page_validation.py).
         return "the page has no series llmscale reads (empty, or another exporter's)"
-    why = distrust(page.values, page.histograms, page.nan)
+    why = distrust(page.values, page.histograms, page.nan, page.plain)
     if why is None and (page.series or page.duplicates):
-        why = distrust_shape(page.series, page.duplicates)
+        why = _shape_verdict(page.series, page.duplicates)
     if why is not None or not page.stamped_s:
         return why
     read = {n: t for n, t in page.stamped_s.items() if n in READ_VALUES or n in READ_HISTOGRAMS}
