@@ -160,8 +160,10 @@ def test_an_old_first_copy_scraped_by_prometheus_does_not_inflate_the_rate(fleet
             )
             wait_for(
                 f"{TICKS + 2} scrapes of every replica",
-                lambda: len(seen := prom.query("count_over_time(up[2m])")) == REPLICAS
-                and all(float(r["value"][1]) >= TICKS + 2 for r in seen),
+                lambda: (
+                    len(seen := prom.query("count_over_time(up[2m])")) == REPLICAS
+                    and all(float(r["value"][1]) >= TICKS + 2 for r in seen)
+                ),
                 (TICKS + 2) * SCRAPE_S + 30.0,
                 every_s=0.2,
             )
