@@ -83,9 +83,8 @@ def test_a_replica_is_undated_until_its_series_change_or_age(page_server, promet
     prom.wait_for('vllm:num_requests_waiting{pod="changing"} == 9', lambda r: len(r) == 1)
     first = {p: t0 for p, (t0, _) in _first_and_last(prom).items()}
     # the first time Prometheus holds the changed page
-    changed = prom.query('timestamp(vllm:num_requests_waiting{pod="changing"} == 9)')
-    # the query looks at the window every whole second: the change is seen at the second after it
-    t_changed = math.floor(float(changed[0]["value"][1])) + 1.001
+    (held,) = prom.query('vllm:num_requests_waiting{pod="changing"}[2m]')
+    t_changed = min(float(t) for t, v in held["values"] if float(v) == 9.0)
     t_aged = first["constant"] + window_s + 1.5
     wait_for(
         "Prometheus to scrape past the window",
@@ -99,15 +98,31 @@ def test_a_replica_is_undated_until_its_series_change_or_age(page_server, promet
     ) as source:
         assert source.undated_query is not None
         at_first = source.observe(max(first.values()) + 0.001)
-        at_change = source.observe(t_changed)
+        before_change = source.observe(t_changed - 0.01)
+        # the instant Prometheus holds the changed page; its query looks at the last whole second
+        at_change = source.observe(t_changed + 0.001)
         aged = source.observe(t_aged)
         assert not source.last_errors, source.last_errors
-    assert all(s.ok for o in (at_first, at_change, aged) for s in o.replicas)
+        listed = httpx.get(
+            f"{prom.url}/api/v1/query",
+            params={"query": source.undated_query, "time": f"{t_changed + 0.001:.3f}"},
+        ).json()["data"]["result"]
+    window = [at_first, before_change, at_change, aged]
+    assert all(s.ok for o in window for s in o.replicas)
     # one sample each (or the same bytes again): nothing says when they were rendered
-    assert at_first.undated_replicas == {"changing", "constant"}
-    # "changing" changed since its first sample: rendered after Prometheus first asked
+    assert at_first.undated_replicas == before_change.undated_replicas == {"changing", "constant"}
+    # "changing" changed since its first sample: rendered after Prometheus first asked. The query
+    # has not seen it yet (unless the change fell in the last millisecond of a second), but the
+    # values differ from those read while undated
+    if math.floor(t_changed + 0.001) < t_changed:
+        assert {r["metric"]["pod"] for r in listed} == {"changing", "constant"}
     assert t_changed - first["constant"] < window_s  # (the premise of the next line)
     assert at_change.undated_replicas == {"constant"}
+    # no rate from the old copy: "changing" read the same first page twice, then the changed one
+    # 0.011 s later (read from the second copy: 1,000 tokens over 0.011 s, ~90,000 tokens/s);
+    # "constant" read the same page three times (0)
+    fw = FleetWindow.build(window[:3])
+    assert counter_rates(fw).generation_tps in (None, 0.0)
     # "constant" has been scraped for longer than the window: dated, as an idle replica must be
     assert aged.undated_replicas == frozenset()
 

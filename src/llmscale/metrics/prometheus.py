@@ -20,8 +20,14 @@ Prometheus began scraping just before ``run`` started may have handed it a cold 
 first, as a pod scrape's first page may (``Observation.undated_replicas``; a counter rate starts
 only at a dated sample). It is asked before the values, not with them: an answer that says
 "changed" then holds for the values read after it, which can only be newer (Prometheus may append
-a scrape between two queries of one instant). A fleet scraped for longer than the window has no
-replica undated, and its observations are what they were without the query.
+a scrape between two queries of one instant). The query looks at the window every whole second,
+so the value read at an instant may already have changed where the query has not seen it yet: a
+replica the query lists is still dated when its values differ from those it was last read with
+while undated (the first sample's copy is one value; a different one was rendered later), and a
+replica once dated stays dated. So a replica's undated reads are all the same values, as a pod
+scrape's undated pages are the same bytes (``signals/rates.py`` relies on it). A fleet scraped
+for longer than the window has no replica undated, and its observations are what they were
+without the query.
 
 A replica is known (``ok=True``) when all its ``up`` series are 1 and fresh, and
 no metric llmscale reads has a negative, infinite or NaN value for it
@@ -165,6 +171,11 @@ class PrometheusSource:
         self.undated_query = None if read is None else undated_query(read, label, max_sample_age_s)
         self.timeout_s = timeout_s
         self._time_of = time_of
+        #: per replica listed undated so far: what it was last read with (values, buckets, sums,
+        #: counts); a read that differs was rendered after the first sample, and is dated
+        self._undated_reads: dict[str, tuple[object, ...]] = {}
+        #: replicas dated since Prometheus listed them (they stay dated)
+        self._dated: set[str] = set()
         self._headers = dict(headers or {})
         self._loop = LoopThread("llmscale-prometheus")
         self._client: Any = None  # httpx.AsyncClient, created on the loop thread
@@ -221,9 +232,7 @@ class PrometheusSource:
             samples = [ReplicaSample(name, phase, ok=False) for name, phase in sorted(self._known.items())]
         else:
             samples = self._samples(replicas, errors, now_s)
-            undated = frozenset(
-                s.replica for s in samples if s.ok and s.replica in replicas and replicas[s.replica].undated
-            )
+            undated = self._date(replicas, samples)
         self.errors_total += len(errors)
         self.last_errors = errors
         queue, self._queue_series = self._queue_series, None
@@ -276,6 +285,34 @@ class PrometheusSource:
         if len(self._counters) > len(current):
             self._counters.retain(current)
         return samples
+
+    def _date(self, replicas: dict[str, _Replica], samples: list[ReplicaSample]) -> frozenset[str]:
+        """The replicas of ``samples`` (accepted ones) whose values cannot be dated (module docstring).
+
+        Worked, 1 s scrapes and 0.5 s ticks: Prometheus first scrapes a cache's old copy A at
+        10.7 and a fresh page B at 11.7; ticks at 10.8 and 11.3 read A, the tick at 11.8 reads
+        B while the query, looking at 11.0, lists the replica still. B differs from A: dated, and
+        the rate starts at B instead of reading A -> B over 0.5 s.
+        """
+        undated: set[str] = set()
+        for s in samples:
+            r = replicas.get(s.replica)
+            if not s.ok or r is None:
+                continue
+            name = s.replica
+            read = (r.values, r.buckets, r.sums, r.counts)
+            if r.undated and name not in self._dated:
+                before = self._undated_reads.get(name)
+                if before is None or before == read:
+                    self._undated_reads[name] = read
+                    undated.add(name)
+                    continue
+            self._dated.add(name)
+            self._undated_reads.pop(name, None)
+        self._dated.intersection_update(replicas)
+        for name in [n for n in self._undated_reads if n not in replicas]:
+            del self._undated_reads[name]
+        return frozenset(undated)
 
     # -- querying (on the loop thread) ------------------------------------------------------
 
