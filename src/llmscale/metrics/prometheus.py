@@ -22,8 +22,8 @@ only at a dated sample). It is asked before the values, not with them: an answer
 "changed" then holds for the values read after it, which can only be newer (Prometheus may append
 a scrape between two queries of one instant). The query looks at the window every whole second,
 so the value read at an instant may already have changed where the query has not seen it yet: a
-replica the query lists is still dated when its values differ from those it was last read with
-while undated (the first sample's copy is one value; a different one was rendered later), and a
+replica the query lists is still dated when its engine's values (DCGM's are another exporter's)
+differ from those it was last read with while undated (the first sample's copy is one value; a different one was rendered later), and a
 replica once dated stays dated. So a replica's undated reads are all the same values, as a pod
 scrape's undated pages are the same bytes (``signals/rates.py`` relies on it). A fleet scraped
 for longer than the window has no replica undated, and its observations are what they were
@@ -66,7 +66,14 @@ from llmscale.metrics.promapi import (
     new_client,
     range_series,
 )
-from llmscale.metrics.promql import BACKENDS, QuerySet, default_queries, undated_query, with_overrides
+from llmscale.metrics.promql import (
+    BACKENDS,
+    DCGM_FIELDS,
+    QuerySet,
+    default_queries,
+    undated_query,
+    with_overrides,
+)
 from llmscale.metrics.scrape import fleet_view_of
 from llmscale.metrics.vetting import HELD_MAX, MAX_SERIES, CounterHistory, distrust
 from llmscale.types import HistogramView, Observation, Phase, ReplicaSample, SubTickSeries
@@ -171,8 +178,9 @@ class PrometheusSource:
         self.undated_query = None if read is None else undated_query(read, label, max_sample_age_s)
         self.timeout_s = timeout_s
         self._time_of = time_of
-        #: per replica listed undated so far: what it was last read with (values, buckets, sums,
-        #: counts); a read that differs was rendered after the first sample, and is dated
+        #: per replica listed undated so far: what it was last read with (the engine's values,
+        #: buckets, sums, counts); a read that differs was rendered after the first sample, and is
+        #: dated
         self._undated_reads: dict[str, tuple[object, ...]] = {}
         #: replicas dated since Prometheus listed them (they stay dated)
         self._dated: set[str] = set()
@@ -300,7 +308,10 @@ class PrometheusSource:
             if not s.ok or r is None:
                 continue
             name = s.replica
-            read = (r.values, r.buckets, r.sums, r.counts)
+            # the engine's values only, as the query reads: a GPU's utilisation moves under a
+            # cached copy of the engine's page (another exporter, not behind the cache)
+            engine = {k: v for k, v in r.values.items() if k not in DCGM_FIELDS}
+            read = (engine, r.buckets, r.sums, r.counts)
             if r.undated and name not in self._dated:
                 before = self._undated_reads.get(name)
                 if before is None or before == read:

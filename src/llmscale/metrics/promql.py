@@ -32,6 +32,7 @@ from llmscale.metrics.names import DCGM, TGI, TRITON, VLLM, VLLM_OLD, Names
 
 __all__ = [
     "BACKENDS",
+    "DCGM_FIELDS",
     "HistogramQuery",
     "QuerySet",
     "default_queries",
@@ -58,6 +59,10 @@ _DCGM_FIELDS = (
     DCGM.DRAM_ACTIVE,
     DCGM.TENSOR_ACTIVE,
 )
+#: the values read from the DCGM exporter, not the engine: a page of the engine served from a
+#: cache leaves them moving (:class:`~llmscale.metrics.prometheus.PrometheusSource` dates a replica
+#: by its engine's series only)
+DCGM_FIELDS: frozenset[str] = frozenset(_DCGM_FIELDS)
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _FAMILY = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?")
 
