@@ -20,14 +20,14 @@ Prometheus began scraping just before ``run`` started may have handed it a cold 
 first, as a pod scrape's first page may (``Observation.undated_replicas``; a counter rate starts
 only at a dated sample). It is asked before the values, not with them: an answer that says
 "changed" then holds for the values read after it, which can only be newer (Prometheus may append
-a scrape between two queries of one instant). The query looks at the window every whole second,
-so the value read at an instant may already have changed where the query has not seen it yet: a
+a scrape between two queries of one instant). The query looks at the window every whole second, so
+the value read at an instant may already have changed where the query has not seen it yet: a
 replica the query lists is still dated when its engine's values (DCGM's are another exporter's)
-differ from those it was last read with while undated (the first sample's copy is one value; a different one was rendered later), and a
-replica once dated stays dated. So a replica's undated reads are all the same values, as a pod
-scrape's undated pages are the same bytes (``signals/rates.py`` relies on it). A fleet scraped
-for longer than the window has no replica undated, and its observations are what they were
-without the query.
+differ from those it was last read with while undated (the first sample's copy is one value; a
+different one was rendered later), and a replica once dated stays dated. So a replica's undated
+reads are all the same values, as a pod scrape's undated pages are the same bytes
+(``signals/rates.py`` relies on it). A fleet scraped for longer than the window has no replica
+undated, and its observations are what they were without the query.
 
 A replica is known (``ok=True``) when all its ``up`` series are 1 and fresh, and
 no metric llmscale reads has a negative, infinite or NaN value for it
