@@ -139,7 +139,8 @@ def test_a_replica_is_undated_until_its_series_change_or_age(page_server, promet
     # values differ from those read while undated
     if math.floor(t_change) < t_changed:
         assert {r["metric"]["pod"] for r in listed} == {"changing", "constant"}
-    assert max(t_changed, t_gpu) - t_first < window_s  # (the premise of the next lines)
+    # (the premise of the next lines: no series older than the window yet)
+    assert max(t_changed, t_gpu) - min(first for _, first, _ in spans) < window_s
     assert obs["change"].undated_replicas == {"constant"}
     # "constant"'s GPUs read another value, its engine's page the same: still undated
     assert "constant" in obs["gpu"].undated_replicas
