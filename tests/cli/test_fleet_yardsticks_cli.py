@@ -131,6 +131,12 @@ def test_disaggregated_json_has_the_two_pool_oracle_and_reference_of_the_matrix(
     # The table: the reference under the oracle, and slo-disagg's ratio to it as the matrix's verdict.
     assert "causal reference" in stdout and "x ref." in stdout
     _check_judged_line(stdout, mine, "slo-disagg", "gpu_hours")
+    # ... and each row's attainment over the feasible requests beside the headline (the oracle and
+    # the reference are judged on it)
+    assert "feasible" in stdout
+    for row in mine:
+        feasible = row["slo_attainment_feasible"]
+        assert feasible is not None and f"{100 * feasible:.2f}%" in stdout, row["policy"]
 
 
 def test_mixed_json_has_the_mixed_oracle_and_reference_of_the_matrix_in_cost(
