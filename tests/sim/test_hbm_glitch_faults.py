@@ -182,14 +182,14 @@ def test_a_glitch_inside_an_iteration_slows_only_its_part_of_it(perf) -> None:  
 
 def test_the_seeds_glitch_train_costs_its_duty_cycle_not_more(perf) -> None:  # type: ignore[no-untyped-def]
     # 14.1 ms of every 83 ms at ~1/10 the speed: the replica does 69 + 1.4 ms of work per 83 ms,
-    # 85 % of its speed, so 64 x 500-token decodes (10.9 s) take ~12.5-12.9 s, not 17 s (which
+    # 85 % of its speed, so 64 x 500-token decodes (10.7 s) take ~12.5 s, not 17 s (which
     # pricing a whole iteration at the glitch's rate whenever it started inside one gave).
     normal = _fleet(perf, 64, 1000, 500)
     glitched = _fleet(perf, 64, 1000, 500, hbm_glitches=(HbmGlitch(0.0, 20.0),))
     normal.run_until(100.0)
     glitched.run_until(100.0)
     base, slow = max(normal.finish_at_s), max(glitched.finish_at_s)
-    assert base == pytest.approx(10.85, abs=0.05)
+    assert base == pytest.approx(10.70, abs=0.05)
     assert 1.10 < slow / base < 1.20
 
 
