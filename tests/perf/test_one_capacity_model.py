@@ -168,25 +168,25 @@ def test_slo_and_capacity_calibrated_ask_the_same_call(monkeypatch, prompt, outp
 @pytest.mark.parametrize(
     ("prompt", "output", "mode", "rate_rps", "batch", "itl_ms"),
     [
-        # Chat: the mean mode stops as the decode batch nears max_num_seqs (256): at 12.875
-        # req/s Little's law holds 12.875 x 202 x 0.0856 s = 223 sequences. The tail mode, at
+        # Chat: the mean mode stops as the decode batch nears max_num_seqs (256): at 13.0
+        # req/s Little's law holds 13.0 x 202 x 0.0861 s = 226 sequences. The tail mode, at
         # the in-flight context (1,155 + 211 = 1,366 tokens with outputs of CV 1, not 1,260),
-        # lands lower (12.5: past it the TPOT miss share of 211-token answers passes 1%).
-        pytest.param(1155.0, 211.0, "tail", 12.5, 181.1, 71.0, id="chat-tail"),
-        pytest.param(1155.0, 211.0, "mean", 12.875, 223.1, 85.6, id="chat-mean"),
+        # lands lower (12.625: past it the TPOT miss share of 211-token answers passes 1%).
+        pytest.param(1155.0, 211.0, "tail", 12.625, 183.2, 71.1, id="chat-tail"),
+        pytest.param(1155.0, 211.0, "mean", 13.0, 226.4, 86.1, id="chat-mean"),
         # Code completion: 30-token answers meet other prompts' 2k-token prefill chunks, and at
-        # 6.19 req/s 1% of them average over 0.1 s per token, while the mean ITL is only 13.0 ms.
+        # 6.19 req/s 1% of them average over 0.1 s per token, while the mean ITL is only 12.9 ms.
         # The mean mode runs on to where the prefill queue stops being stable (14.25 req/s: one
         # 2k-token prompt every 70 ms against its 63 ms prefill iteration plus the decode steps
         # between): 2.3x the tail mode's.
-        pytest.param(2000.0, 30.0, "tail", 6.1875, 2.35, 13.04, id="code-tail"),
-        pytest.param(2000.0, 30.0, "mean", 14.25, 40.99, 98.8, id="code-mean"),
+        pytest.param(2000.0, 30.0, "tail", 6.1875, 2.32, 12.87, id="code-tail"),
+        pytest.param(2000.0, 30.0, "mean", 14.25, 39.99, 96.43, id="code-mean"),
         # Long answers: every request averages over ~2,000 steps, so its TPOT is the mean. The
-        # mean mode runs to the batch cap (2.22 req/s x 1,948 tokens x 58.0 ms = 251); the tail
+        # mean mode runs to the batch cap (2.25 req/s x 1,948 tokens x 55.5 ms = 243); the tail
         # mode holds 2,600 tokens of context per sequence in flight (600 + 2,000 with outputs
-        # of CV 1), not 1,600, and the KV cache stops it at 174 sequences, 1.70 req/s.
-        pytest.param(600.0, 2000.0, "tail", 1.703125, 173.6, 52.66, id="reasoning-tail"),
-        pytest.param(600.0, 2000.0, "mean", 2.21875, 247.4, 57.99, id="reasoning-mean"),
+        # of CV 1), not 1,600, and the KV cache stops it at 176 sequences, 1.73 req/s.
+        pytest.param(600.0, 2000.0, "tail", 1.734375, 175.7, 52.35, id="reasoning-tail"),
+        pytest.param(600.0, 2000.0, "mean", 2.25, 240.6, 55.53, id="reasoning-mean"),
     ],
 )
 def test_worked_numbers(prompt, output, mode, rate_rps, batch, itl_ms):

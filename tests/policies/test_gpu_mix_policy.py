@@ -16,7 +16,7 @@ GPUS = ("a100-80gb", "h100-80gb", "h200")
 CTX = Deployment(min_replicas=1, max_replicas=100, gpus=GPUS)
 BASE = Signals(time_s=0.0, fleet=FleetView(spec_replicas=4, ready=4), values={})
 # Llama-3-8B chat, 1,000-token prompts and 250-token answers: per replica (tail model, fleet of 4)
-# A100 6.88 req/s at $1.30/h, H100 12.62 at $3.00, H200 14.0 at $4.00.
+# A100 7.19 req/s at $1.30/h, H100 12.88 at $3.00, H200 14.25 at $4.00.
 CHAT = {"prompt_len_mean_tokens": 1000.0, "decode_steps_mean": 250.0}
 
 
@@ -32,11 +32,11 @@ def _limited(**max_gpus: int) -> GpuPrices:
 @pytest.mark.parametrize(
     ("ctx", "values", "mix", "price"),
     [
-        # 32 req/s at utilization 0.8 = 40 req/s: 6 A100s (41.3 req/s) for $7.80/h.
+        # 32 req/s at utilization 0.8 = 40 req/s: 6 A100s (43.1 req/s) for $7.80/h.
         pytest.param(
             CTX, {"request_rate_rps": 32.0, "queue_waiting": 0.0}, {"a100-80gb": 6}, 7.80, id="a100s"
         ),
-        # At most 4 A100 GPUs: 4 A100 (27.5) + 1 H100 (12.6) = 40.1 req/s for $8.20/h.
+        # At most 4 A100 GPUs: 4 A100 (28.75) + 1 H100 (12.88) = 41.6 req/s for $8.20/h.
         pytest.param(
             replace(CTX, gpu_prices=_limited(a100_80gb=4)),
             {"request_rate_rps": 32.0, "queue_waiting": 0.0},
@@ -44,9 +44,9 @@ def _limited(**max_gpus: int) -> GpuPrices:
             8.20,
             id="a100-limit",
         ),
-        # A backlog of 600 drained in 60 s adds 10 req/s: 50 req/s, 8 A100s (55.0) for $10.40/h.
+        # A backlog of 600 drained in 60 s adds 10 req/s: 50 req/s, 7 A100s (50.3) for $9.10/h.
         pytest.param(
-            CTX, {"request_rate_rps": 32.0, "queue_waiting": 600.0}, {"a100-80gb": 8}, 10.40, id="backlog"
+            CTX, {"request_rate_rps": 32.0, "queue_waiting": 600.0}, {"a100-80gb": 7}, 9.10, id="backlog"
         ),
         # One type only (no gpus): the mix is that type's count, min_replicas 1 with no load.
         pytest.param(

@@ -21,6 +21,7 @@ from llmscale.errors import ConfigError
 
 __all__ = [
     "GPUS",
+    "HOST_CPUS",
     "MODELS",
     "SUPPORTED_TP",
     "GpuSpec",
@@ -32,6 +33,8 @@ __all__ = [
 
 #: Tensor-parallel degrees the model supports: one node of up to 8 GPUs.
 SUPPORTED_TP: Final[tuple[int, ...]] = (1, 2, 4, 8)
+#: Kinds of host CPU a GPU's serving engine runs on (:attr:`GpuSpec.host_cpu`).
+HOST_CPUS: Final[tuple[str, ...]] = ("x86", "grace")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,17 @@ class GpuSpec:
     #: Dense FP8 tensor-core FLOP/s; 0 for a GPU without FP8 tensor cores (Ampere: an FP8
     #: checkpoint runs weight-only there, its GEMMs at the bf16 rate; see precision.py).
     peak_fp8_flops: float = 0.0
+    #: The CPU the serving engine's Python runs on (scheduler, input preparation, kernel
+    #: launches): one of :data:`HOST_CPUS`. "x86" is the host of every DGX/HGX board and PCIe
+    #: server the fit's rows ran on; a GH200 superchip's host is its own Grace CPU ("grace", Arm
+    #: Neoverse V2). The fitted ``host_time_scale`` of the coefficients prices the difference.
+    host_cpu: str = "x86"
+
+    def __post_init__(self) -> None:
+        if self.host_cpu not in HOST_CPUS:
+            raise ConfigError(
+                f"gpu {self.name!r}: host_cpu = {self.host_cpu!r}, must be one of {', '.join(HOST_CPUS)}"
+            )
 
 
 _MIB: Final = 1024 * 1024
@@ -221,6 +235,7 @@ _GH200 = GpuSpec(
     nvlink_bandwidth_bytes_s=450e9,
     tdp_w=1000.0,
     peak_fp8_flops=1979e12,
+    host_cpu="grace",
 )
 
 # L40S (Ada Lovelace, AD102, sm_89): NVIDIA L40S data sheet (PB-11349, 2023): 48 GB GDDR6 with

@@ -135,6 +135,11 @@ class PerfCoefficients:
     #: (ranks wait for the slowest at 2 syncs a layer): FLOP time x (1 + penalty x (tp - 1)).
     tp_compute_penalty: float = 0.0
     default_stack: str = "vllm"
+    #: Host CPU time relative to the x86 hosts the CPU-phase and engine rows were measured on,
+    #: by :attr:`GpuSpec.host_cpu` ("grace": GH200's Arm Neoverse V2). It multiplies every
+    #: host-side term of an iteration (CPU phases, engine loop, per-sequence work, prefill
+    #: set-up, eager kernel launches), not the sampler's GPU kernels. A host absent here is 1.
+    host_time_scale: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     #: Free-form provenance (fit date, sources, held-out errors); not used by the model.
     meta: Mapping[str, Any] = field(default_factory=dict)
 
@@ -146,6 +151,10 @@ class PerfCoefficients:
                 f"no fitted coefficients for GPU family {name!r}; fitted: {', '.join(sorted(self.families))}"
             )
         return fam
+
+    def host_scale(self, host_cpu: str) -> float:
+        """Host time of ``host_cpu`` relative to an x86 host (1 for any host the fit has no factor for)."""
+        return float(self.host_time_scale.get(host_cpu, 1.0))
 
     def stack(self, name: str | None) -> StackCoefficients:
         """Coefficients of a serving stack (default :attr:`default_stack`)."""
@@ -171,6 +180,15 @@ def _family_from_dict(d: Mapping[str, Any]) -> FamilyCoefficients:
         serving_flops_scale=float(d.get("serving_flops_scale", 1.0)),
         reference_power_w=float(d.get("reference_power_w", 0.0)),
     )
+
+
+def _host_scales(d: Mapping[str, Any]) -> Mapping[str, float]:
+    out = {str(k): float(v) for k, v in d.items()}
+    for k, v in out.items():
+        # A host does the same work in a positive time; 0 would make its Python free.
+        if not 0.0 < v < float("inf"):
+            raise ConfigError(f"performance coefficients: host_time_scale.{k} = {v}, must be > 0")
+    return MappingProxyType(out)
 
 
 def coefficients_from_dict(d: Mapping[str, Any]) -> PerfCoefficients:
@@ -208,6 +226,7 @@ def coefficients_from_dict(d: Mapping[str, Any]) -> PerfCoefficients:
             ),
             tp_compute_penalty=float(model.get("tp_compute_penalty", 0.0)),
             default_stack=str(model.get("default_stack", "vllm")),
+            host_time_scale=_host_scales(model.get("host_time_scale", {})),
             meta=MappingProxyType({k: v for k, v in d.items() if k != "model"}),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -257,6 +276,7 @@ def coefficients_to_dict(c: PerfCoefficients) -> dict[str, Any]:
         },
         "tp_compute_penalty": c.tp_compute_penalty,
         "default_stack": c.default_stack,
+        "host_time_scale": dict(sorted(c.host_time_scale.items())),
     }
     out: dict[str, Any] = dict(c.meta)
     out["model"] = model

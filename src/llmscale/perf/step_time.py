@@ -38,6 +38,9 @@ mixes prefill chunks and decode sequences. Its cost is modelled as::
   fixed + per-sequence terms (+ an extra fixed term when a prefill is present).
   The fixed term holds the sampler's pass over the vocabulary, once an
   iteration: its row-wise kernels run one block per sequence, side by side.
+  Every host-side part (all but the sampler's kernels) and the eager launch
+  time are multiplied by the fitted host time of the machine's CPU
+  (``host_time_scale``: 1 on x86 hosts; a GH200's own Grace CPU is slower).
 * ``kv_read_time`` = decode context tokens x KV bytes per token per GPU /
   (HBM x eff): the decode attention stream. It is added outside the max() so
   that a decode-only iteration is *exactly affine* in the total decode
@@ -46,14 +49,16 @@ mixes prefill chunks and decode sequences. Its cost is modelled as::
 Worked example (Llama-3-8B, one H100, committed coefficients): a batch-1 decode
 step replays a CUDA graph: the 15.0 GB of matmul and LM-head weights stream in
 15.0e9 / (3.35e12 x 0.878) = 5.10 ms, the kernels' fixed times add 2.09 ms x
-0.430 (the share a graph keeps) = 0.90 ms, the serial phases 1.90 ms (0.54 of it
+0.378 (the share a graph keeps) = 0.79 ms, the serial phases 1.91 ms (0.50 of it
 the sampler's pass over the 128,256-entry vocabulary) + 0.06 ms for the sequence
-and the KV reads at 1,000 tokens 0.08 ms: 8.0 ms, against 7.3 ms per output token
-measured for Llama-2-7B on an H100 (shared/data/calibration/argonne). Prefill
-(Llama-2-7B, 4,096 tokens a V0 iteration): the GEMMs run at 989e12 x 0.688 x
-0.970 = 660 TFLOP/s on an H100 (80.3 ms) and x1.126 = 744 TFLOP/s on a GH200
+and the KV reads at 1,000 tokens 0.08 ms: 7.9 ms, against 7.3 ms per output token
+measured for Llama-2-7B on an H100 (shared/data/calibration/argonne). On a GH200
+the host's part of them (1.41 + 0.05 ms, all but the sampler) takes x1.187 on its
+Grace CPU: +0.27 ms a step.
+Prefill (Llama-2-7B, 4,096 tokens a V0 iteration): the GEMMs run at 989e12 x 0.688
+x 0.970 = 660 TFLOP/s on an H100 (80.3 ms) and x1.126 = 744 TFLOP/s on a GH200
 (71.3 ms); four such iterations, TTFT of 16 x 1,024-token prompts: 429 ms on
-H100 (measured 422) and 383 ms on GH200 (measured 357).
+H100 (measured 422) and 389 ms on GH200 (measured 357).
 """
 
 from __future__ import annotations
@@ -332,12 +337,18 @@ class PerfModel:
             self._ar_fixed_s = 0.0
             self._ar_s_per_token = 0.0
 
-        self._launch_s = layers * fam.launch_per_layer_s
+        # The host's share of an iteration runs at the speed of the machine's CPU: every term
+        # below but the sampler's (GPU kernels) is Python or kernel launches on the host.
+        # On x86 hosts the factor is exactly 1 (bit-for-bit the sums without it); a GH200's
+        # Grace host, fitted on Qwen2-7B's GH200 rows, takes longer for the same work
+        # (docs/performance-model-fit.md, "Host CPU").
+        host = c.host_scale(g.host_cpu)
+        self._launch_s = layers * fam.launch_per_layer_s * host
         self._cpu_fixed_s = (
-            c.cpu_iter_s + (c.cpu_tp_s if tp > 1 else 0.0) + st.iter_s + st.sample_s_per_vocab * m.vocab_size
-        )
-        self._cpu_per_seq_s = c.cpu_per_seq_s + st.per_seq_s + st.sample_s_per_logit * m.vocab_size
-        self._prefill_iter_s = st.prefill_iter_s
+            c.cpu_iter_s + (c.cpu_tp_s if tp > 1 else 0.0) + st.iter_s
+        ) * host + st.sample_s_per_vocab * m.vocab_size
+        self._cpu_per_seq_s = (c.cpu_per_seq_s + st.per_seq_s) * host + st.sample_s_per_logit * m.vocab_size
+        self._prefill_iter_s = st.prefill_iter_s * host
         self._decode_cache: list[DecodeAffine | None] = [None] * (DECODE_AFFINE_CACHE_SIZE + 1)
         self.kernel = StepKernel(
             flops_per_token=self._flops_per_token,
