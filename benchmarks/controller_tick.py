@@ -726,7 +726,8 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
             if collector is not None:
                 collector.after_tick()  # as the live loop does after each tick (gc_tick.py)
             t3, c3 = time.perf_counter(), time.process_time()
-            c3 += getattr(source, "last_worker_cpu_s", 0.0)  # the scrape workers' CPU for this tick
+            worker_cpu_s = getattr(source, "last_worker_cpu_s", 0.0)  # the scrape workers' CPU this tick
+            c3 += worker_cpu_s
             if prof is not None and timed:
                 prof.disable()
             if base_source is not None:
@@ -752,6 +753,7 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
                         "decide": t3 - t2,
                         "total": t3 - t0,
                         "cpu": c3 - c0,
+                        "cpu_workers": worker_cpu_s,
                         "cpu_emu": cpu_emu,
                         "gc": gc_clock.total_s - gc_s0,
                     }
@@ -816,6 +818,9 @@ def _run(args: argparse.Namespace, emus: Emulators, started: float, ref_before: 
         f"{f', and its {args.workers} scrape workers' if args.workers else ''}): median {cpu_med:.3f} s; "
         f"emulator processes' CPU during the tick: median {emu_med:.3f} s"
     )
+    if args.workers:
+        workers_med, _ = stat("cpu_workers")
+        print(f"    of which the scrape workers' (fetch, parse, vetting): median {workers_med:.3f} s")
     ref = min(ref_before, ref_after)
     gc_med, _ = stat("gc")
     print(
