@@ -21,6 +21,7 @@ Only ``asyncio``: every method runs on the caller's event loop; not thread-safe.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -36,6 +37,13 @@ _MAX_HEAD_BYTES = 64 * 1024
 #: nor a body longer than this by default (a 500-series vLLM page is ~20 KiB; DCGM node pages
 #: ~100 KiB): a 50 MB page once raised the controller to 550 MB, past its pod's 512Mi (issue 19)
 _MAX_BODY_BYTES = 8 * 1024 * 1024
+#: a chunk size is 1 to 16 hex digits (RFC 9112 7.1): not int(x, 16), which reads "-6", "0x5" and
+#: "1_0"; a size of -6 once moved the parser back onto the line it had read, for ever
+#: (docs/hostile-servers.md)
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+#: a decimal field of the status line or Content-Length: ASCII digits only (str.isdigit also
+#: passes "²", which int() refuses), at most 18 of them (int() refuses past 4,300)
+_DECIMAL = re.compile(r"[0-9]{1,18}")
 
 
 class HttpError(Exception):
@@ -76,6 +84,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._buf = bytearray()  # this request's bytes are _buf[:_n]
         self._n = 0
         self._head_end = -1  # index just after the blank line ending the header block
+        self._scanned = 0  # the header block's end is not before this index (see _advance)
         self._status = 0
         self._length: int | None = None  # Content-Length; None: chunked or until the connection closes
         self._chunked = False
@@ -95,7 +104,10 @@ class _Connection(asyncio.BufferedProtocol):
         buf = self._buf
         if len(buf) - self._n < _MIN_FREE:
             # A new, larger buffer rather than a resize: the transport may still hold a view of the old.
-            grown = bytearray(max(2 * len(buf), self._n + _READ_BYTES))
+            # Doubling stops near what an answer may hold (its body, its head, its framing): a
+            # 1 MiB limit then reads into ~1.3 MiB at most, not the 2 MiB the next doubling gives.
+            cap = self.max_body_bytes + 3 * _MAX_HEAD_BYTES
+            grown = bytearray(max(min(2 * len(buf), cap), self._n + _MIN_FREE))
             grown[: self._n] = memoryview(buf)[: self._n]
             self._buf = buf = grown
         return memoryview(buf)[self._n :]
@@ -148,6 +160,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._buf = bytearray(_READ_BYTES)  # per request: memory follows the requests in flight
         self._n = 0
         self._head_end = -1
+        self._scanned = 0
         self._length = None
         self._chunked = False
         self._chunks.clear()
@@ -187,10 +200,14 @@ class _Connection(asyncio.BufferedProtocol):
         buf = self._buf
         n = self._n
         if self._head_end < 0:
-            end = buf.find(b"\r\n\r\n", 0, n)
+            # From where the last read's search ended (less the 3 bytes a split CRLFCRLF may have
+            # there): a server sending its head one byte a read would otherwise cost a search
+            # of up to 64 KiB per byte, ~2^32 byte compares on the loop before the size limit.
+            end = buf.find(b"\r\n\r\n", self._scanned, n)
             if end < 0:
                 if n > _MAX_HEAD_BYTES:
                     raise HttpError("header block too large")
+                self._scanned = max(0, n - 3)
                 return None
             self._head(buf[:end].decode("latin-1"))
             self._head_end = self._pos = end + 4
@@ -215,7 +232,12 @@ class _Connection(asyncio.BufferedProtocol):
     def _head(self, head: str) -> None:
         status_line, _, _ = head.partition("\r\n")
         parts = status_line.split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        if (
+            len(parts) < 2
+            or parts[0] not in ("HTTP/1.0", "HTTP/1.1")
+            or len(parts[1]) != 3
+            or not _DECIMAL.fullmatch(parts[1])
+        ):
             raise HttpError(f"not an HTTP/1.x status line: {status_line[:80]!r}")
         status = int(parts[1])
         if status < 200 or 300 <= status < 400:
@@ -226,19 +248,28 @@ class _Connection(asyncio.BufferedProtocol):
         conn = _header(lowered, "connection")
         self._status = status
         self._keep = "close" not in conn and (parts[0] != "HTTP/1.0" or "keep-alive" in conn)
-        encoding = _header(lowered, "content-encoding")
+        encoding = ", ".join(_headers(lowered, "content-encoding"))
         if encoding not in ("", "identity"):
             raise Unsupported(f"Content-Encoding {encoding}")
-        length = _header(lowered, "content-length")
-        transfer = _header(lowered, "transfer-encoding")
+        # Every Content-Length and Transfer-Encoding line, not the first: two different lengths
+        # frame two different answers (RFC 9112 6.3: unrecoverable), and a second
+        # "Transfer-Encoding: gzip" under a "chunked" one compresses what the first frames.
+        lengths = {v.strip() for v in ",".join(_headers(lowered, "content-length")).split(",")} - {""}
+        transfer = ", ".join(_headers(lowered, "transfer-encoding"))
         if transfer not in ("", "chunked"):
-            raise Unsupported(f"Transfer-Encoding {transfer}")  # e.g. "gzip, chunked"
+            raise Unsupported(f"Transfer-Encoding {transfer[:80]}")  # e.g. "gzip, chunked"
+        if len(lengths) > 1:
+            shown = ", ".join(sorted(v[:20] for v in lengths)[:4])
+            raise HttpError(f"Content-Length given as different values ({shown})")
+        length = lengths.pop() if lengths else ""
         if status in (204, 304):
             self._length = 0
         elif transfer:
             self._chunked = True
+            if length:  # both framings: chunked wins, and nothing after it on this connection is trusted
+                self._keep = False
         elif length:
-            if not length.isdigit():
+            if not _DECIMAL.fullmatch(length):
                 raise HttpError(f"bad Content-Length {length[:40]!r}")
             if int(length) > self.max_body_bytes:
                 raise HttpError(f"body of {int(length)} bytes (limit {self.max_body_bytes})")
@@ -248,17 +279,21 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _advance_chunks(self) -> tuple[int, bytes] | None:
         buf, n = self._buf, self._n
+        # The bytes on the wire count too, not only the body they carry: 1-byte chunks each with a
+        # 60 KiB extension carry 1 byte in 60 KiB, and a server streaming them at loopback speed
+        # buffered gigabytes within a 2 s time-out while the body stayed far under its limit.
+        if n - self._head_end > self.max_body_bytes + _MAX_HEAD_BYTES:
+            raise HttpError(f"chunked answer larger than {self.max_body_bytes} bytes with its framing")
         while True:
             eol = buf.find(b"\r\n", self._pos, n)
             if eol < 0:
                 if n - self._pos > _MAX_HEAD_BYTES:  # a size line that never ends
                     raise HttpError("chunk size line too long")
                 return None
-            size_text = bytes(buf[self._pos : eol]).split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError as e:
-                raise HttpError(f"bad chunk size {size_text[:40]!r}") from e
+            size_text = bytes(buf[self._pos : eol]).split(b";", 1)[0].strip(b" \t")
+            if not _CHUNK_SIZE.fullmatch(size_text):
+                raise HttpError(f"bad chunk size {size_text[:40]!r}")
+            size = int(size_text, 16)
             if size == 0:
                 end = buf.find(b"\r\n\r\n", eol, n)  # the last chunk, then trailers (if any), a blank line
                 if end < 0:
@@ -291,6 +326,21 @@ def _header(lowered: str, name: str) -> str:
     start = at + len(name) + 3
     end = lowered.find("\r\n", start)
     return lowered[start : None if end < 0 else end].strip()
+
+
+def _headers(lowered: str, name: str) -> list[str]:
+    """Every value of header ``name`` in a lowered header block, in order (none when absent)."""
+    out: list[str] = []
+    key = f"\r\n{name}:"
+    at = lowered.find(key)
+    while at >= 0:
+        start = at + len(key)
+        end = lowered.find("\r\n", start)
+        out.append(lowered[start : None if end < 0 else end].strip())
+        if end < 0:
+            break
+        at = lowered.find(key, end)
+    return out
 
 
 class LeanClient:
