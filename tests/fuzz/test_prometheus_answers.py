@@ -326,6 +326,8 @@ class Fleet:
             return Reply(json.dumps(vector({"a": str(t - 1), "b": str(t - 1)}, t)).encode())
         if kind == "waiting":
             return Reply(json.dumps(vector({"a": "3", "b": "3"}, t)).encode())
+        if "num_requests_running" in query:  # a second read value: a refused "waiting" leaves one
+            return Reply(json.dumps(vector({"a": "1", "b": "1"}, t)).encode())
         return Reply(json.dumps(vector({}, t)).encode())
 
 
