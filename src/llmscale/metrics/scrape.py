@@ -641,8 +641,14 @@ class PodScrapeSource:
         if self._session is None:
             # limit=0: concurrency is bounded by the workers of _fetch_all, outside each time-out.
             # auto_decompress=False: aiohttp would inflate a gzip bomb whole (see _inflate).
+            # force_close: a connection per request. aiohttp keeps what a server sends after an
+            # answer for the next request on that connection: a server that answered one GET twice
+            # (the second 50 ms late) had the next tick read its stale second answer as the page
+            # (tests/fuzz/test_hostile_scrape_servers.py). The lean client drops a connection that
+            # receives bytes while idle; aiohttp has no such check, and only the pages the lean
+            # client leaves (https, compressed, redirected) come here.
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60),
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, force_close=True),
                 headers=self._headers,
                 auto_decompress=False,
             )
