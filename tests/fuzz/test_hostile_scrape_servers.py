@@ -408,3 +408,70 @@ def test_a_fleet_of_hostile_replicas_leaves_the_honest_one_read_on_every_tick(le
                 for s in obs.replicas
                 if s.values.get("vllm:num_requests_running", 3) != 3
             ]
+
+
+# -------------------------------------------------------------------------------------------------
+# many large pages at once: what one tick holds
+
+#: a replica server in its own process (its buffers stay out of this process's tracemalloc):
+#: ``/small`` serves a vLLM-sized page, any other path a valid page of ``argv[1]`` bytes (a comment
+#: block and one read series), with keep-alive
+LARGE_PAGE_SERVER = r"""
+import asyncio, sys
+size = int(sys.argv[1])
+small = b'vllm:num_requests_running{model_name="m"} 3\n'
+large = small + (b"# " + b"a" * 997 + b"\n") * (size // 1000)
+def answer(body):
+    return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+async def serve(r, w):
+    try:
+        while True:
+            head = await r.readuntil(b"\r\n\r\n")
+            w.write(answer(small if head.startswith(b"GET /small ") else large))
+            await w.drain()
+    except Exception:
+        pass
+    finally:
+        w.close()
+async def main():
+    s = await asyncio.start_server(serve, "127.0.0.1", 0)
+    print(s.sockets[0].getsockname()[1], flush=True)
+    await asyncio.sleep(120)
+asyncio.run(main())
+"""
+
+
+def test_many_large_pages_in_one_tick_hold_at_most_the_budget() -> None:
+    # 60 replicas serving 4 MB pages, each under the 8 MiB page limit: held together until parsed,
+    # they peaked near 250 MB (60 pages of 7.9 MB: 470 MB, past the 512Mi of a controller pod).
+    # The tick's budget for pages past 128 KiB (64 MiB) reads 17 of them.
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LARGE_PAGE_SERVER, "4000000"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        targets = [("small", f"http://127.0.0.1:{port}/small")]
+        targets += [(f"large-{i}", f"http://127.0.0.1:{port}/p{i}") for i in range(60)]
+        with PodScrapeSource(targets, timeout_s=20.0) as src:
+            tracemalloc.start()
+            try:
+                obs = src.observe(0.0)
+                peak = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            by = {s.replica: s for s in obs.replicas}
+            assert by["small"].ok, src.last_errors  # an honest page never draws on the budget
+            read = sum(s.ok for s in obs.replicas) - 1
+            # each draws its length less its free 128 KiB: 64 MiB // (4,000,044 - 131,072) = 17
+            assert read == 17, src.last_errors
+            refused = [e for n, e in src.last_errors.items() if n.startswith("large-")]
+            assert len(refused) == 60 - read and all("budget" in e for e in refused), refused[:2]
+    finally:
+        proc.kill()
+        proc.wait(10.0)
+    # 64 MiB of pages, each's read buffer while it came, the parse of one page at a time
+    assert peak < 120 * 2**20, f"peak {peak / 2**20:.0f} MiB"

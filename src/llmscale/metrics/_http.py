@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["HttpError", "LeanClient", "Unsupported"]
+__all__ = ["FREE_PAGE_BYTES", "ByteBudget", "HttpError", "LeanClient", "Unsupported"]
 
 #: what a connection reads into per request (grown when an answer is larger): see _Connection
 _READ_BYTES = 64 * 1024
@@ -48,6 +48,45 @@ _DECIMAL = re.compile(r"[0-9]{1,18}")
 
 class HttpError(Exception):
     """The server's answer is not valid HTTP/1.x (or too large); the connection is dropped."""
+
+
+#: what any one page may hold without drawing on a tick's shared budget: a vLLM page is ~20-34 KiB,
+#: a node's DCGM page ~100 KiB
+FREE_PAGE_BYTES = 128 * 1024
+#: the least a page draws from the shared budget at a time (one read's worth)
+_GRANT_BYTES = 64 * 1024
+
+
+class ByteBudget:
+    """What the pages of one tick may hold together: ``free_bytes`` each, and past that whatever
+    is left of ``shared_bytes``, drawn as a page grows.
+
+    Why: each page is bounded (``max_body_bytes``), but a tick holds every page until it is
+    parsed, so 60 replicas serving 7.9 MB pages (a comment block and one read series: a valid
+    page) held 470 MB, past the controller's 512Mi. With a budget, N pages hold at most
+    N x ``free_bytes`` + ``shared_bytes``; an honest fleet never draws on it. Event-loop code:
+    no lock.
+    """
+
+    def __init__(self, shared_bytes: int, free_bytes: int = FREE_PAGE_BYTES) -> None:
+        self.left = shared_bytes
+        self.free_bytes = free_bytes
+
+    def grant(self, allowed: int, need: int) -> int:
+        """The new allowance of a page allowed ``allowed`` bytes that now needs ``need``;
+        HttpError when the shared budget cannot give it."""
+        extra = max(need - allowed, _GRANT_BYTES)
+        if extra > self.left:
+            raise HttpError(
+                f"{need} bytes and more: the tick's budget for pages past {self.free_bytes} bytes "
+                "is spent (other large pages hold it)"
+            )
+        self.left -= extra
+        return allowed + extra
+
+    def settle(self, allowed: int, held: int) -> None:
+        """Give back what a page allowed ``allowed`` does not keep (``held`` bytes: 0 when it failed)."""
+        self.left += max(0, allowed - max(self.free_bytes, held))
 
 
 class Unsupported(Exception):
@@ -93,6 +132,9 @@ class _Connection(asyncio.BufferedProtocol):
         self._pos = 0  # chunked: where the next chunk-size line starts in _buf
         self._keep = True
         self._timer: asyncio.TimerHandle | None = None
+        #: the tick's budget this answer draws on (None: none, or the answer is settled) and its allowance
+        self._budget: ByteBudget | None = None
+        self._allowed = 0
 
     # -- asyncio.BufferedProtocol ----------------------------------------------------------
 
@@ -126,6 +168,7 @@ class _Connection(asyncio.BufferedProtocol):
             waiter.set_exception(e)
             return
         if done is not None:
+            self._settle(len(done[1]))
             self._finish()
             if not self.reusable and self.transport is not None:
                 self.transport.close()
@@ -137,6 +180,8 @@ class _Connection(asyncio.BufferedProtocol):
         waiter = self._waiter
         until_close = self._head_end >= 0 and self._length is None and not self._chunked
         body = self._body(self._head_end, self._n) if until_close else b""
+        if until_close and waiter is not None and not waiter.done():
+            self._settle(len(body))
         self._finish()
         if waiter is None or waiter.done():
             return
@@ -148,8 +193,12 @@ class _Connection(asyncio.BufferedProtocol):
 
     # -- one request -----------------------------------------------------------------------
 
-    def start(self, wire: bytes, deadline: float) -> asyncio.Future[tuple[int, bytes]]:
+    def start(
+        self, wire: bytes, deadline: float, budget: ByteBudget | None = None
+    ) -> asyncio.Future[tuple[int, bytes]]:
         """Send a request; the future gets (status, body), or TimeoutError at ``deadline`` (loop time).
+
+        ``budget``: the tick's, which an answer past its free bytes draws on (see ByteBudget).
 
         Pre: no request in flight, transport open. A timer on the connection rather than
         ``asyncio.timeout`` around the await: ~4x less CPU per request, no task cancellation.
@@ -167,6 +216,8 @@ class _Connection(asyncio.BufferedProtocol):
         self._chunked_bytes = 0
         self._pos = 0
         self._keep = True
+        self._budget = budget
+        self._allowed = 0 if budget is None else budget.free_bytes
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[tuple[int, bytes]] = loop.create_future()
         self._waiter = waiter
@@ -181,7 +232,19 @@ class _Connection(asyncio.BufferedProtocol):
         if waiter is not None and not waiter.done():
             waiter.set_exception(TimeoutError())
 
+    def _hold(self, need: int) -> None:
+        """Make room for ``need`` bytes of this answer in the tick's budget (HttpError if spent)."""
+        if self._budget is not None and need > self._allowed:
+            self._allowed = self._budget.grant(self._allowed, need)
+
+    def _settle(self, held: int) -> None:
+        """The answer ended holding ``held`` bytes: give back the rest of its allowance."""
+        if self._budget is not None:
+            self._budget.settle(self._allowed, held)
+            self._budget = None
+
     def _finish(self) -> None:
+        self._settle(0)  # a failed answer holds nothing (an answer read was settled before)
         self._waiter = None
         self._buf = bytearray()
         self._n = 0
@@ -216,6 +279,7 @@ class _Connection(asyncio.BufferedProtocol):
         if self._length is None:
             if n - self._head_end > self.max_body_bytes:
                 raise HttpError(f"body larger than {self.max_body_bytes} bytes")
+            self._hold(n - self._head_end)
             return None  # until the connection closes (connection_lost)
         have = n - self._head_end
         if have < self._length:
@@ -273,6 +337,7 @@ class _Connection(asyncio.BufferedProtocol):
                 raise HttpError(f"bad Content-Length {length[:40]!r}")
             if int(length) > self.max_body_bytes:
                 raise HttpError(f"body of {int(length)} bytes (limit {self.max_body_bytes})")
+            self._hold(int(length))  # before its bytes come
             self._length = int(length)
         else:
             self._keep = False  # the body ends with the connection
@@ -284,6 +349,7 @@ class _Connection(asyncio.BufferedProtocol):
         # buffered gigabytes within a 2 s time-out while the body stayed far under its limit.
         if n - self._head_end > self.max_body_bytes + _MAX_HEAD_BYTES:
             raise HttpError(f"chunked answer larger than {self.max_body_bytes} bytes with its framing")
+        self._hold(n - self._head_end)
         while True:
             eol = buf.find(b"\r\n", self._pos, n)
             if eol < 0:
@@ -376,10 +442,11 @@ class LeanClient:
             req = self._requests[url] = _Request(_Origin(parts.hostname, parts.port or 80), wire)
         return req
 
-    async def get(self, url: str, deadline: float) -> tuple[int, bytes]:
+    async def get(self, url: str, deadline: float, budget: ByteBudget | None = None) -> tuple[int, bytes]:
         """(status, body) of a GET to ``url``, or TimeoutError at ``deadline`` (the loop's time).
 
-        Pre: an ``http://`` URL (else :class:`Unsupported`).
+        Pre: an ``http://`` URL (else :class:`Unsupported`). ``budget``: the tick's, which a body
+        past its free bytes draws on (HttpError when spent; see :class:`ByteBudget`).
         """
         req = self._request(url)
         idle = self._idle.get(req.origin)
@@ -388,7 +455,7 @@ class LeanClient:
             if conn.transport is None or conn.transport.is_closing():
                 continue
             try:
-                return await self._exchange(conn, req, deadline)
+                return await self._exchange(conn, req, deadline, budget)
             except ConnectionResetError:
                 if conn.got_bytes:
                     raise
@@ -398,11 +465,13 @@ class LeanClient:
             _, conn = await loop.create_connection(
                 lambda: _Connection(self._max_body_bytes), req.origin.host, req.origin.port
             )
-        return await self._exchange(conn, req, deadline)
+        return await self._exchange(conn, req, deadline, budget)
 
-    async def _exchange(self, conn: _Connection, req: _Request, deadline: float) -> tuple[int, bytes]:
+    async def _exchange(
+        self, conn: _Connection, req: _Request, deadline: float, budget: ByteBudget | None
+    ) -> tuple[int, bytes]:
         try:
-            answer = await conn.start(req.wire, deadline)
+            answer = await conn.start(req.wire, deadline, budget)
         except BaseException:  # cancelled or failed mid-answer: the connection is out of step
             conn.abort()
             raise
