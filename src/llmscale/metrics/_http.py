@@ -41,6 +41,11 @@ _MAX_BODY_BYTES = 8 * 1024 * 1024
 #: "1_0"; a size of -6 once moved the parser back onto the line it had read, for ever
 #: (docs/hostile-servers.md)
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+#: chunks an answer may come in: each costs a pass of the parse loop, and 1-byte chunks streamed at
+#: loopback speed kept the event loop busy for seconds per answer (~1.4 million of them fit an
+#: 8 MiB limit with their framing), past every other replica's time-out. A page written one chunk
+#: per line (a 20 KiB vLLM page: ~270) stays far under it.
+_MAX_CHUNKS = 16_384
 #: a decimal field of the status line or Content-Length: ASCII digits only (str.isdigit also
 #: passes "²", which int() refuses), at most 18 of them (int() refuses past 4,300)
 _DECIMAL = re.compile(r"[0-9]{1,18}")
@@ -380,6 +385,8 @@ class _Connection(asyncio.BufferedProtocol):
             self._chunked_bytes += size
             if self._chunked_bytes > self.max_body_bytes:
                 raise HttpError(f"body larger than {self.max_body_bytes} bytes")
+            if len(self._chunks) >= _MAX_CHUNKS:
+                raise HttpError(f"more than {_MAX_CHUNKS} chunks")
             self._chunks.append(self._body(start, stop))
             self._pos = stop + 2
 

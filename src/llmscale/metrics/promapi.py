@@ -326,16 +326,21 @@ async def fetch(
 def new_client(timeout_s: float, headers: Mapping[str, str] | None = None, connections: int = 64) -> Any:
     """An ``httpx.AsyncClient`` for :func:`fetch` (its own per-phase time-outs are a backstop).
 
-    Every connection it opens is kept for the next request: a live tick asks ~31 queries at once
-    (vLLM with DCGM: 15 values, 5 histograms x 3, the liveness time), and with httpx's default of
-    20 kept, each tick would open and close 11 connections again. ``connections`` bounds both.
+    ``connections`` bounds the requests open at once (a live tick asks ~31 queries at once: vLLM
+    with DCGM, 15 values, 5 histograms x 3, the liveness time). No connection is kept for a later
+    request: h11 keeps whatever arrives after an answer for the next request on that connection,
+    so a server or proxy that answered one query twice (the second 50 ms late) had every later
+    query on that connection read the answer to the one before it, tick after tick (a TTFT bucket
+    query read a queue's vector; tests/fuzz/test_hostile_prometheus.py). A new connection per
+    query costs a connect; the ~31 of a tick against Prometheus's fake in the tests cost no
+    measurable CPU next to the answers' parsing.
     """
     import httpx
 
     return httpx.AsyncClient(
         timeout=httpx.Timeout(timeout_s),
         headers=dict(headers or {}),
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=0),
         follow_redirects=False,
     )
 
