@@ -18,10 +18,11 @@ dynamo_wheel="ai-dynamo==1.6.1"
 guidellm_pins="scripts/guidellm-no-torch.txt"
 # AIBrix's GPU optimizer (tests/peers/test_aibrix_gpu_optimizer.py): its solver needs PuLP only
 aibrix_wheels="aibrix==0.8.0 pulp==2.8.0"
-# setup.py compiles the simulator's hot modules with mypyc: a change to them must rebuild too.
+# setup.py compiles the simulator's hot modules with mypyc (and builds the C page scan): a change to
+# them must rebuild too.
 # (the list of compiled modules is _source_first.py's; an interpreter that cannot run gives none,
 # and ensure_prereqs below says why)
-hot="$("$py" -c 'import runpy; print(" ".join(runpy.run_path("src/llmscale/_source_first.py")["hot_module_paths"]()))' 2>/dev/null || true)"
+hot="$("$py" -c 'import runpy; m = runpy.run_path("src/llmscale/_source_first.py"); print(" ".join(m["hot_module_paths"]() + sorted(m["NATIVE_SOURCES"].values())))' 2>/dev/null || true)"
 # shellcheck disable=SC2086  # the list is space-separated paths without blanks
 want="$(cat pyproject.toml setup.py src/llmscale/_source_first.py "$guidellm_pins" $hot | sha256sum | cut -d' ' -f1)-${LLMSCALE_PURE_PYTHON:-0}-${dynamo_wheel}-${aibrix_wheels}"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then

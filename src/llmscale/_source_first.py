@@ -12,12 +12,13 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["HOT_MODULES", "hot_module_paths", "install"]
+__all__ = ["HOT_MODULES", "NATIVE_SOURCES", "hot_module_paths", "install", "native"]
 
 #: The modules setup.py compiles with mypyc: the one list (setup.py, scripts/bootstrap.sh's rebuild
 #: check and tests/sim/test_compiled.py read it from here).
@@ -30,7 +31,22 @@ HOT_MODULES = frozenset(
         "llmscale.sim.fleet",
     )
 )
+#: Modules written in C, by their source relative to the repository root: built by setup.py beside
+#: the mypyc ones and, like them, left out under ``LLMSCALE_PURE_PYTHON=1`` (their callers then run
+#: the Python code they accelerate; ``native`` says which).
+NATIVE_SOURCES = {"llmscale.metrics._scan": "src/llmscale/metrics/_scan.c"}
 _PACKAGE = Path(__file__).resolve().parent
+
+
+def native(name: str) -> ModuleType | None:
+    """The C module ``name`` of :data:`NATIVE_SOURCES`; None under ``LLMSCALE_PURE_PYTHON=1`` or when it
+    was not built (tests/sim/test_compiled.py fails a compiled install without it)."""
+    if os.environ.get("LLMSCALE_PURE_PYTHON") == "1":
+        return None
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def hot_module_paths() -> list[str]:

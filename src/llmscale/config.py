@@ -189,7 +189,8 @@ class PrometheusConfig(_Section):
     selector: str | None = None
     #: PromQL overrides per exporter metric name or histogram family (null removes one)
     queries: dict[str, str | None] = Field(default_factory=dict)
-    #: a replica whose newest sample is older than this is unknown
+    #: a replica whose newest sample is older than this is unknown; one whose read series are all
+    #: younger than this and unchanged since their first sample is undated (starts no rate)
     max_sample_age_s: float = Field(default=60.0, gt=0)
     #: read the fleet's waiting queue once a second between ticks (one range query a tick), for
     #: seed 004's queue entropy over 30 one-second lengths; needs the engines scraped every second

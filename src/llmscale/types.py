@@ -260,9 +260,11 @@ class Observation:
     #: ``time_s`` (the simulator)
     sample_lag_s: float = 0.0
     #: replicas whose page this observation cannot date: the first page accepted from the
-    #: replica's target, or the same bytes again since. Nothing on a page says when its counters
-    #: were read (exporters rarely stamp), and a cache or a sidecar that starts cold hands over
-    #: an old copy first; a counter rate never starts from such a sample (``signals/rates.py``).
+    #: replica's target, or the same bytes again since (a pod scrape); the replica's read series
+    #: all recent in Prometheus and unchanged since their first sample (``metrics/promql.py``
+    #: ``undated_query``). Nothing on a page says when its counters were read (exporters rarely
+    #: stamp), and a cache or a sidecar that starts cold hands over an old copy first; a counter
+    #: rate never starts from such a sample (``signals/rates.py``).
     #: Empty where samples are read at ``time_s`` (the simulator)
     undated_replicas: frozenset[str] = frozenset()
 

@@ -30,6 +30,7 @@ RANKS: dict[str, int] = {
     "precision": 0,
     "types": 0,
     "clock": 0,
+    "gc_tick": 0,
     "slo": 0,
     # the same-hour rate history a Signals value carries to the policies (a value, like types)
     "history": 0,

@@ -1,4 +1,4 @@
-"""controller/gc_tick.py: the window is frozen between ticks, and a steady tick makes no reference cycle.
+"""gc_tick.py: the window is frozen between ticks, and a steady tick makes no reference cycle.
 
 Freezing is only sound when the objects a tick leaves behind are freed by refcounting: a tick
 whose window formed a reference cycle (spans holding their window back, as they once did) would
@@ -19,7 +19,7 @@ import pytest
 
 from llmscale.config import deployment_of, parse_config
 from llmscale.controller.core import Controller, ControllerState, decide, observe
-from llmscale.controller.gc_tick import TickCollector
+from llmscale.gc_tick import TickCollector
 from llmscale.metrics.exposition import PackedHistogram
 from llmscale.metrics.names import VllmMetric
 from llmscale.metrics.scrape import fleet_view_of
@@ -107,3 +107,47 @@ def test_the_collector_freezes_after_a_tick_and_collects_everything_every_n_tick
 def test_a_collector_needs_a_positive_period() -> None:
     with pytest.raises(ValueError, match="full_every_ticks = 0, must be >= 1"):
         TickCollector(full_every_ticks=0)
+
+
+def test_a_tick_raises_the_young_threshold_and_the_tick_end_restores_it() -> None:
+    from llmscale.gc_tick import TICK_GEN0_THRESHOLD
+
+    before = gc.get_threshold()
+    collector = TickCollector()
+    collector.before_tick()
+    collector.before_tick()  # twice (a tick that was abandoned and retried): the first thresholds stay
+    assert gc.get_threshold() == (TICK_GEN0_THRESHOLD, *before[1:])
+    collector.after_tick()
+    assert gc.get_threshold() == before
+    collector.before_tick()
+    collector.close()  # a loop that ends mid-tick gives Python's thresholds back too
+    assert gc.get_threshold() == before
+
+
+def test_a_tick_of_many_objects_runs_no_young_collection() -> None:
+    """What the raised threshold buys: a tick keeping 100,000 new objects (a 5,000-replica tick
+    keeps a few hundred thousand) triggers no collection; at Python's 700 it triggers many."""
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    def tick() -> list[dict[str, int]]:
+        return [{"k": k} for k in range(100_000)]
+
+    collector = TickCollector()
+    gc.callbacks.append(count)
+    try:
+        kept_plain = tick()
+        plain = len(collections)
+        collections.clear()
+        collector.before_tick()
+        kept_raised = tick()
+        raised = len(collections)
+        collector.after_tick()
+    finally:
+        gc.callbacks.remove(count)
+        collector.close()
+    assert len(kept_plain) == len(kept_raised)
+    assert plain > 100 and raised == 0, (plain, raised)

@@ -23,30 +23,27 @@ and read the surge.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
 from tests.support.run_config import standalone_run_config
 
-from llmscale.emulate import EmulateConfig, EmulatorThread
+from llmscale.emulate import EmulatorThread
 from llmscale.metrics.exposition import parse_exposition
 from llmscale.metrics.names import VLLM
 from llmscale.metrics.scrape import PodScrapeSource, ScrapeTarget
 from llmscale.signals.rates import counter_rates
 from llmscale.signals.window import FleetWindow
 from llmscale.types import Observation
+from support.stale_fleet import ColdCache, Load, emulated_fleet, finished
 from support.wait import wait_for
 
 REPLICAS = 4
@@ -55,101 +52,12 @@ STALE_S = 4.0  # how old the cache's copies are when the controller first asks
 TICK_S = 0.5
 TICKS = 14
 MAX_OVER_READ = 2.0  # the 1.75x derived in the module docstring, rounded up
-MODEL = "meta-llama/Meta-Llama-3-8B"
 E2E = VLLM.e2e
-
-
-class _Load:
-    """Requests at ``rate_at(t)`` per second through the front door (64 prompt, 64 output tokens)
-    until stopped; a pool of threads sends them, so a slow answer delays no other request."""
-
-    def __init__(self, base_url: str, rate_at: Callable[[float], float]) -> None:
-        self.url = base_url + "/v1/completions"
-        self.rate_at = rate_at
-        self.stop = threading.Event()
-        self.http = httpx.Client(timeout=30.0, limits=httpx.Limits(max_connections=64))
-        self.pool = ThreadPoolExecutor(48)
-        self.thread = threading.Thread(target=self._send, daemon=True)
-        self.started = time.monotonic()
-
-    def _one(self) -> None:
-        body = {"model": MODEL, "prompt": "tok " * 64, "max_tokens": 64}
-        with contextlib.suppress(httpx.HTTPError):  # the fleet is stopping
-            self.http.post(self.url, json=body)
-
-    def _send(self) -> None:
-        due = self.started
-        while not self.stop.is_set():
-            self.pool.submit(self._one)
-            due += 1.0 / self.rate_at(due - self.started)
-            if self.stop.wait(max(0.0, due - time.monotonic())):
-                return
-
-    def __enter__(self) -> _Load:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(10.0)
-        self.pool.shutdown(wait=True, cancel_futures=True)
-        self.http.close()
-
-
-def _finished(urls: list[str]) -> float:
-    """The fleet's finished requests (the E2E histograms' counts), read from the replicas now."""
-    total = 0.0
-    for url in urls:
-        page = parse_exposition(httpx.get(url, timeout=5.0).text)
-        total += page.histograms[E2E].count
-    return total
-
-
-class _ColdCache(ThreadingHTTPServer):
-    """``/r<i>/metrics``: replica i's kept copy on its first request, its live page after."""
-
-    daemon_threads = True
-
-    def __init__(self, urls: list[str], copies: list[bytes]) -> None:
-        super().__init__(("127.0.0.1", 0), _CacheHandler)
-        self.urls, self.copies = urls, copies
-        self.lock = threading.Lock()
-        self.served: set[int] = set()
-
-    def url(self, i: int) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/r{i}/metrics"
-
-
-class _CacheHandler(BaseHTTPRequestHandler):
-    server: _ColdCache
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        cache = self.server
-        i = int(self.path.split("/")[1][1:])
-        with cache.lock:
-            first = i not in cache.served
-            cache.served.add(i)
-        body = cache.copies[i] if first else httpx.get(cache.urls[i], timeout=5.0).content
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-def _fleet() -> Iterator[tuple[EmulatorThread, list[str]]]:
-    cfg = EmulateConfig(replicas=REPLICAS, port=0, pending_s=0.0, loading_s=0.0, warmup_s=0.0, seed=1)
-    with EmulatorThread(cfg) as emu:
-        ports = emu.call(lambda server: server.replica_ports())
-        yield emu, [f"http://127.0.0.1:{p}/metrics" for _, p in sorted(ports.items())]
 
 
 @pytest.fixture
 def fleet() -> Iterator[tuple[EmulatorThread, list[str]]]:
-    yield from _fleet()
+    yield from emulated_fleet(REPLICAS)
 
 
 def _config(tmp_path: Path, urls: list[str]) -> Path:
@@ -158,22 +66,19 @@ def _config(tmp_path: Path, urls: list[str]) -> Path:
 
 def test_old_first_pages_do_not_inflate_the_rate_read_at_start_up(tmp_path: Path, fleet) -> None:
     emu, urls = fleet
-    with _Load(emu.base_url, lambda t: RATE_RPS):
+    with Load(emu.base_url, lambda t: RATE_RPS):
         # load flowing: the fleet has finished a second of it
-        wait_for("the fleet to finish requests", lambda: _finished(urls) >= RATE_RPS, 60.0, every_s=0.2)
+        wait_for("the fleet to finish requests", lambda: finished(urls) >= RATE_RPS, 60.0, every_s=0.2)
         copies = [httpx.get(u, timeout=5.0).content for u in urls]
         kept = sum(parse_exposition(c.decode()).histograms[E2E].count for c in copies)
         # the copies are STALE_S old in the fleet's own count: that many seconds of requests since
         wait_for(
             f"{STALE_S} s of requests after the copies",
-            lambda: _finished(urls) >= kept + RATE_RPS * STALE_S,
+            lambda: finished(urls) >= kept + RATE_RPS * STALE_S,
             60.0,
             every_s=0.1,
         )
-        cache = _ColdCache(urls, copies)
-        serving = threading.Thread(target=cache.serve_forever, kwargs={"poll_interval": 0.05})
-        serving.start()
-        try:
+        with ColdCache(urls, copies) as cache:
             proc = subprocess.run(
                 [
                     sys.executable,
@@ -190,10 +95,6 @@ def test_old_first_pages_do_not_inflate_the_rate_read_at_start_up(tmp_path: Path
                 timeout=TICKS * 5 + 60,
                 env={**os.environ, "KUBECONFIG": os.devnull},
             )
-        finally:
-            cache.shutdown()
-            cache.server_close()
-            serving.join(10.0)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert cache.served == set(range(REPLICAS))
     lines = [json.loads(x) for x in (tmp_path / "decisions.jsonl").read_text().splitlines()]
@@ -223,13 +124,13 @@ def test_a_surge_at_start_up_is_read_one_tick_later_at_most(fleet) -> None:
     def rate_at(t: float) -> float:
         return surge_rps if surge_at[0] and t >= surge_at[0] else base_rps
 
-    with _Load(emu.base_url, rate_at) as load:
-        wait_for("the fleet to finish requests", lambda: _finished(urls) >= base_rps, 60.0, every_s=0.2)
+    with Load(emu.base_url, rate_at) as load:
+        wait_for("the fleet to finish requests", lambda: finished(urls) >= base_rps, 60.0, every_s=0.2)
         surge_at[0] = time.monotonic() - load.started
         # the surge is on when the controller starts: a second of it finished
-        before = _finished(urls)
+        before = finished(urls)
         wait_for(
-            "the surge to finish requests", lambda: _finished(urls) >= before + surge_rps, 60.0, every_s=0.1
+            "the surge to finish requests", lambda: finished(urls) >= before + surge_rps, 60.0, every_s=0.1
         )
         targets = [ScrapeTarget(f"r{i}", u) for i, u in enumerate(urls)]
         window: list[Observation] = []

@@ -64,7 +64,6 @@ from llmscale.controller.core import (
     settle,
 )
 from llmscale.controller.decision_log import DecisionLog, DecisionLogError, LogEntry, new_trace_id
-from llmscale.controller.gc_tick import TickCollector
 from llmscale.controller.persist import (
     StateFormatError,
     StateStore,
@@ -75,6 +74,7 @@ from llmscale.controller.persist import (
 from llmscale.controller.server import ACTUATION_REASONS, ControllerMetrics
 from llmscale.deployment import Deployment
 from llmscale.errors import ActuationError, ConfigError, LlmscaleError
+from llmscale.gc_tick import TickCollector
 from llmscale.guards import GuardConfig, GuardState
 from llmscale.metrics.source import MetricSource
 from llmscale.policies.base import Policy
@@ -672,13 +672,14 @@ class LiveController:
             self.cluster = _FencedCluster(self.cluster)
         n = 0
         # The window's objects are frozen between ticks, not walked by every full collection
-        # (controller/gc_tick.py: at 5,000 replicas that walk cost about one full collection a tick).
+        # (gc_tick.py: at 5,000 replicas that walk cost about one full collection a tick).
         collector = TickCollector()
         try:
             while not stop.is_set():
                 delay = self.state.next_tick_s - self.clock.now_s()
                 if delay > 0 and stop.wait(delay):
                     break
+                collector.before_tick()
                 if not self._tick_within_deadline(self.clock.now_s(), stop):
                     break
                 collector.after_tick()

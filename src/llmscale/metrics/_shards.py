@@ -104,6 +104,7 @@ class _SetClock:
 
 def _worker(read_fd: int, write_fd: int) -> None:
     """A worker's loop: ``(settings)`` once, then ``(now_s, wall_s, targets)`` per tick, ``None`` to stop."""
+    from llmscale.gc_tick import TickCollector
     from llmscale.metrics.scrape import PodScrapeSource, ScrapeTarget
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops its workers (Ctrl-C reaches the group)
@@ -113,6 +114,9 @@ def _worker(read_fd: int, write_fd: int) -> None:
     current: list[tuple[ScrapeTarget, ...]] = [()]
     clock = _SetClock()
     source = PodScrapeSource(lambda: current[0], wall_clock=clock, **settings)
+    # A worker keeps its shard's page hashes, counters and layouts from tick to tick, as the
+    # controller keeps its window: the same collector discipline (gc_tick.py).
+    collector = TickCollector()
     try:
         while True:
             try:
@@ -122,6 +126,7 @@ def _worker(read_fd: int, write_fd: int) -> None:
             if msg is None:
                 return
             now_s, wall_s, targets = msg
+            collector.before_tick()
             c0 = time.process_time()
             current[0] = targets
             clock.t_s = wall_s
@@ -154,7 +159,10 @@ def _worker(read_fd: int, write_fd: int) -> None:
                 outbox.send_bytes(pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
             except (BrokenPipeError, OSError):
                 return
+            del obs, samples, reply  # what the tick made, gone before what it left is frozen
+            collector.after_tick()
     finally:
+        collector.close()
         source.close()
 
 

@@ -13,6 +13,22 @@ One tick is one evaluation time and a batch of instant queries
    Prometheus itself restarted), and an old value must not pass for a fresh one;
 3. the value and histogram queries of :mod:`llmscale.metrics.promql`.
 
+Between 1 and 3, with the activator's query below, one query names the replicas whose samples
+Prometheus cannot date yet (:func:`~llmscale.metrics.promql.undated_query`): every read series
+began within the last ``max_sample_age_s`` and none has changed since its first sample. A target
+Prometheus began scraping just before ``run`` started may have handed it a cold cache's old copy
+first, as a pod scrape's first page may (``Observation.undated_replicas``; a counter rate starts
+only at a dated sample). It is asked before the values, not with them: an answer that says
+"changed" then holds for the values read after it, which can only be newer (Prometheus may append
+a scrape between two queries of one instant). The query looks at the window every whole second, so
+the value read at an instant may already have changed where the query has not seen it yet: a
+replica the query lists is still dated when its engine's values (DCGM's are another exporter's)
+differ from those it was last read with while undated (the first sample's copy is one value; a
+different one was rendered later), and a replica once dated stays dated. So a replica's undated
+reads are all the same values, as a pod scrape's undated pages are the same bytes
+(``signals/rates.py`` relies on it). A fleet scraped for longer than the window has no replica
+undated, and its observations are what they were without the query.
+
 A replica is known (``ok=True``) when all its ``up`` series are 1 and fresh, and
 no metric llmscale reads has a negative, infinite or NaN value for it
 (``metrics/vetting.py``: such a value is a broken exporter, not a load).
@@ -35,7 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +66,14 @@ from llmscale.metrics.promapi import (
     new_client,
     range_series,
 )
-from llmscale.metrics.promql import BACKENDS, QuerySet, default_queries, with_overrides
+from llmscale.metrics.promql import (
+    BACKENDS,
+    DCGM_FIELDS,
+    QuerySet,
+    default_queries,
+    undated_query,
+    with_overrides,
+)
 from llmscale.metrics.scrape import fleet_view_of
 from llmscale.metrics.vetting import (
     HELD_MAX,
@@ -93,6 +116,9 @@ class _Replica:
     nan: set[str] = field(default_factory=set)
     #: why its series cannot be one replica's (a label explosion), or None
     crowded: str | None = None
+    #: Prometheus holds its read series unchanged since their first sample, all recent
+    #: (:func:`~llmscale.metrics.promql.undated_query`)
+    undated: bool = False
 
 
 Vector = list[tuple[Mapping[str, str], float, float]]  # (labels, sample time, value)
@@ -168,8 +194,18 @@ class PrometheusSource:
         self.replica_label = label
         self.phase_label = phase_label
         self.max_sample_age_s = max_sample_age_s
+        #: the replicas Prometheus cannot date yet (see the module docstring); None with a whole
+        #: :class:`QuerySet` that names no read series
+        read = self.queries.read_series
+        self.undated_query = None if read is None else undated_query(read, label, max_sample_age_s)
         self.timeout_s = timeout_s
         self._time_of = time_of
+        #: per replica listed undated so far: what it was last read with (the engine's values,
+        #: buckets, sums, counts); a read that differs was rendered after the first sample, and is
+        #: dated
+        self._undated_reads: dict[str, tuple[object, ...]] = {}
+        #: replicas dated since Prometheus listed them (they stay dated)
+        self._dated: set[str] = set()
         self._headers = dict(headers or {})
         self._loop = LoopThread("llmscale-prometheus")
         self._client: Any = None  # httpx.AsyncClient, created on the loop thread
@@ -216,15 +252,17 @@ class PrometheusSource:
         errors: dict[str, str] = {}
         at = None if self._time_of is None else self._time_of(now_s)
         self._held = None
+        undated: frozenset[str] = frozenset()
         try:
             replicas = self._loop.run(
-                lambda: self._bounded_tick(at, errors), timeout_s=self.timeout_s * 3 + 10
+                lambda: self._bounded_tick(at, errors), timeout_s=self.timeout_s * 4 + 10
             )
         except Exception as e:  # unreachable, time-out, 5xx, malformed: hold what we knew as unknown
             errors["prometheus"] = str(e) or type(e).__name__
             samples = [ReplicaSample(name, phase, ok=False) for name, phase in sorted(self._known.items())]
         else:
             samples = self._samples(replicas, errors, now_s)
+            undated = self._date(replicas, samples)
         self.errors_total += len(errors)
         self.last_errors = errors
         queue, self._queue_series = self._queue_series, None
@@ -237,6 +275,7 @@ class PrometheusSource:
             replicas=tuple(samples),
             queue_per_s=queue,
             gateway_queue=self._held,
+            undated_replicas=undated,
         )
 
     def _samples(
@@ -278,16 +317,48 @@ class PrometheusSource:
             self._counters.retain(current)
         return samples
 
+    def _date(self, replicas: dict[str, _Replica], samples: list[ReplicaSample]) -> frozenset[str]:
+        """The replicas of ``samples`` (accepted ones) whose values cannot be dated (module docstring).
+
+        Worked, 1 s scrapes and 0.5 s ticks: Prometheus first scrapes a cache's old copy A at
+        10.7 and a fresh page B at 11.7; ticks at 10.8 and 11.3 read A, the tick at 11.8 reads
+        B while the query, looking at 11.0, lists the replica still. B differs from A: dated, and
+        the rate starts at B instead of reading A -> B over 0.5 s.
+        """
+        undated: set[str] = set()
+        for s in samples:
+            r = replicas.get(s.replica)
+            if not s.ok or r is None:
+                continue
+            name = s.replica
+            # the engine's values only, as the query reads: a GPU's utilisation moves under a
+            # cached copy of the engine's page (another exporter, not behind the cache)
+            engine = {k: v for k, v in r.values.items() if k not in DCGM_FIELDS}
+            read = (engine, r.buckets, r.sums, r.counts)
+            if r.undated and name not in self._dated:
+                before = self._undated_reads.get(name)
+                if before is None or before == read:
+                    self._undated_reads[name] = read
+                    undated.add(name)
+                    continue
+            self._dated.add(name)
+            self._undated_reads.pop(name, None)
+        self._dated.intersection_update(replicas)
+        for name in [n for n in self._undated_reads if n not in replicas]:
+            del self._undated_reads[name]
+        return frozenset(undated)
+
     # -- querying (on the loop thread) ------------------------------------------------------
 
     async def _bounded_tick(self, at: float | None, errors: dict[str, str]) -> dict[str, _Replica]:
-        """:meth:`_tick` within its three requests' deadlines (liveness, the batch, the queue range).
+        """:meth:`_tick` within its four rounds' deadlines (liveness; the activator's and the undated
+        replicas' queries; the batch; the queue range).
 
         Each request ends within ``timeout_s`` already; this bound cancels the tick on the loop
         itself (a time-out of :meth:`LoopThread.run` would leave it running there), so a tick
-        never outlives its ``observe``. Worked: timeout_s 5 -> every tick over by 15.5 s.
+        never outlives its ``observe``. Worked: timeout_s 5 -> every tick over by 20.5 s.
         """
-        bound_s = self.timeout_s * 3 + 0.5
+        bound_s = self.timeout_s * 4 + 0.5
         try:
             async with asyncio.timeout(bound_s):
                 return await self._tick(at, errors)
@@ -316,8 +387,14 @@ class PrometheusSource:
             phase = None if self.phase_label is None else labels.get(self.phase_label)
             if phase in _PHASES:
                 r.phase = _PHASES[phase]
+        first: list[Awaitable[None]] = []
         if self.activator_query is not None:
-            await self._read_held(at, errors)
+            first.append(self._read_held(at, errors))
+        if replicas and self.undated_query is not None:
+            first.append(self._read_undated(self.undated_query, at, replicas, errors))
+        for done in await asyncio.gather(*first, return_exceptions=True):
+            if isinstance(done, BaseException):
+                raise done
         if not replicas:
             return replicas
 
@@ -366,6 +443,21 @@ class PrometheusSource:
                 self._held = round(v)
             else:
                 errors["activator"] = f"{self.activator_query!r}: impossible value {v}"
+
+    async def _read_undated(
+        self, expr: str, at: float | None, replicas: dict[str, _Replica], errors: dict[str, str]
+    ) -> None:
+        """Marks the replicas Prometheus cannot date yet; refused, it marks none (as before it was
+        asked: a query refused at every tick must not leave the fleet without rates)."""
+        try:
+            vector = await self._query(expr, at)
+        except PrometheusRefused as e:
+            errors["undated"] = str(e)
+            return
+        for labels, _, _ in vector:
+            r = replicas.get(labels.get(self.replica_label, ""))
+            if r is not None:
+                r.undated = True
 
     async def _queue_samples(self, at: float, errors: dict[str, str]) -> None:
         """The fleet's waiting queue each second since the last tick's (at most the last 30 s).

@@ -32,9 +32,11 @@ from llmscale.metrics.names import DCGM, TGI, TRITON, VLLM, VLLM_OLD, Names
 
 __all__ = [
     "BACKENDS",
+    "DCGM_FIELDS",
     "HistogramQuery",
     "QuerySet",
     "default_queries",
+    "undated_query",
     "with_overrides",
 ]
 
@@ -57,6 +59,10 @@ _DCGM_FIELDS = (
     DCGM.DRAM_ACTIVE,
     DCGM.TENSOR_ACTIVE,
 )
+#: the values read from the DCGM exporter, not the engine: a page of the engine served from a
+#: cache leaves them moving (:class:`~llmscale.metrics.prometheus.PrometheusSource` dates a replica
+#: by its engine's series only)
+DCGM_FIELDS: frozenset[str] = frozenset(_DCGM_FIELDS)
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _FAMILY = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?")
 
@@ -85,6 +91,9 @@ class QuerySet:
     #: a replica's series, so a label explosion (10,000 queue series) would be summed into a queue
     #: without it (None: not asked)
     series: str | None = None
+    #: the selector of the engine's read series, ``{__name__=~"...", sel}`` (gauges, counters and
+    #: histogram counts): :func:`undated_query` asks when they last changed (None: not asked)
+    read_series: str | None = None
 
 
 def _selector(name: str, sel: str) -> str:
@@ -189,7 +198,46 @@ def default_queries(
     # metric names hold no regex metacharacters ([a-zA-Z_:][a-zA-Z0-9_:]*): joined as they are
     matchers = ", ".join(m for m in (f'__name__=~"{"|".join(read)}"', sel) if m)
     series = f"count by ({replica_label}, __name__) ({{{matchers}}})"
-    return QuerySet(replica_label=replica_label, values=values, histograms=histograms, series=series)
+    return QuerySet(
+        replica_label=replica_label,
+        values=values,
+        histograms=histograms,
+        series=series,
+        read_series=f"{{{matchers}}}",
+    )
+
+
+def undated_query(read_series: str, replica_label: str, window_s: float) -> str:
+    """The replicas whose read series Prometheus cannot date yet, one series each.
+
+    Those whose series *all* began within the last ``window_s`` and none of which has changed
+    since its first sample: what Prometheus holds of them may be one old copy, scraped from a
+    cache or a sidecar exporter that started cold and served what it kept (``signals/rates.py``
+    starts no rate from such a sample). A replica with any series older than ``window_s`` is
+    dated, changed or not (Prometheus scraped it before; an idle replica's counters never move):
+    so a fleet scraped for longer than the window has none. Worked, window 60 s, 1 s scrapes:
+    a target first scraped 3 s ago whose 3 samples are the same bytes is listed; its 4th, if
+    different, was rendered after Prometheus first asked, and the replica is no longer listed.
+    """
+    w = f"{max(1, round(window_s * 1000))}ms"
+    label = replica_label
+    # Every replica with read series, less those seen to change and those held for longer than
+    # the window. A replica's series are summed, then looked at every second of the window (a
+    # subquery): changes() drops the metric name, and a replica's series of different names share
+    # their other labels, so changes() of the series themselves is refused ("same labelset").
+    # A change between two steps is seen at the next step; a replica first scraped after the last
+    # step has no point in the subquery at all, and stays listed (not seen to change).
+    return (
+        f"count by ({label}) ({read_series})"
+        f" unless on ({label}) (changes((sum by ({label}) ({read_series}))[{w}:{UNDATED_STEP}]) > 0)"
+        f" unless on ({label}) (count by ({label}) ({read_series} offset {w}))"
+    )
+
+
+#: the step of :func:`undated_query`'s subquery: a window of 60 s is 60 sums of a replica's
+#: read series (13 for vLLM; 500 replicas: 390,000 samples a tick); a change between two steps
+#: is seen at the next one
+UNDATED_STEP = "1s"
 
 
 def with_overrides(
@@ -225,4 +273,10 @@ def with_overrides(
             hists[k] = _histogram_query(m.group(1), _clean_selector(m.group(2) or "", k), base.replica_label)
         else:
             hists[k] = h
-    return QuerySet(replica_label=base.replica_label, values=vals, histograms=hists, series=base.series)
+    return QuerySet(
+        replica_label=base.replica_label,
+        values=vals,
+        histograms=hists,
+        series=base.series,
+        read_series=base.read_series,
+    )

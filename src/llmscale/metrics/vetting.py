@@ -118,6 +118,10 @@ _TORN_COUNTS = 2.0
 _TORN_SHARE = 1e-3
 
 
+#: each read value's bound (PLAUSIBLE_MAX, else the counter limit): one look-up per value on a page
+_LIMITS: dict[str, float] = {n: PLAUSIBLE_MAX.get(n, _COUNTER_MAX) for n in READ_VALUES}
+
+
 def _bad(v: float) -> bool:
     return not 0.0 <= v < math.inf  # False for NaN too: every comparison with NaN is False
 
@@ -128,11 +132,13 @@ def implausible(values: Mapping[str, float]) -> str | None:
     E.g. ``vllm:num_requests_waiting = 1e9``: "implausible value(s): vllm:num_requests_waiting =
     1e+09 (at most 1e+06 on one replica)". Cost: one look-up per read name on the page.
     """
-    off = []
-    for name in values.keys() & READ_VALUES:
-        limit = PLAUSIBLE_MAX.get(name, _COUNTER_MAX)
-        if values[name] > limit:
-            off.append(f"{name} = {values[name]:.6g} (at most {limit:g} on one replica)")
+    limits = _LIMITS
+    inf = math.inf
+    off = [
+        f"{name} = {v:.6g} (at most {limits[name]:g} on one replica)"
+        for name, v in values.items()
+        if v > limits.get(name, inf)
+    ]
     if off:
         off.sort()
         return f"implausible value(s): {', '.join(off[:3])}{' ...' if len(off) > 3 else ''}"
@@ -156,6 +162,22 @@ def distrust_shape(series: Mapping[str, int], duplicates: Collection[str]) -> st
     return None
 
 
+#: the last page shape judged, and its verdict: pages read through one layout share its ``series``
+#: dict (never changed once built), so a fleet of one deployment is judged once, not per page
+_last_shape: tuple[Mapping[str, int], Collection[str], str | None] | None = None
+
+
+def _shape_verdict(series: Mapping[str, int], duplicates: Collection[str]) -> str | None:
+    """:func:`distrust_shape`, remembered for the last ``series`` and ``duplicates`` objects."""
+    global _last_shape
+    last = _last_shape
+    if last is not None and last[0] is series and last[1] is duplicates:
+        return last[2]
+    verdict = distrust_shape(series, duplicates)
+    _last_shape = (series, duplicates, verdict)
+    return verdict
+
+
 def _non_monotonic(cum: Sequence[float]) -> int | None:
     """Index of the first bucket that falls below the one before it by more than a torn scrape."""
     if all(map(le, cum, islice(cum, 1, None))):  # the usual case, in C
@@ -171,16 +193,21 @@ def distrust(
     values: Mapping[str, float],
     histograms: Mapping[str, HistogramView],
     nan: Collection[str] = (),
+    plain: bool = False,
 ) -> str | None:
     """Why ``values`` / ``histograms`` cannot be read as the replica's load; None when they can.
 
     ``nan``: names the page had a NaN sample for (a parser leaves those out of ``values``).
+    ``plain``: the page's numbers are known finite, in [0, 2**53], and its histograms cumulative
+    (``ParsedPage.plain``): only the plausible ranges of the read values are left to check.
     Cost: one C-level min and sum over the values on a clean page (the usual case); the read
     names are walked only when something is off somewhere on the page.
     """
     bad = [n for n in nan if n in READ_VALUES or n in READ_HISTOGRAMS]
     if bad:
         return f"NaN sample(s) of {', '.join(sorted(bad))}: no value is not zero"
+    if plain:
+        return implausible(values)
     vals = values.values()
     # NaN anywhere makes the sum NaN, a negative value the min negative, an infinity the sum infinite.
     if vals and not (min(vals) >= 0.0 and sum(vals) < math.inf):
@@ -194,6 +221,18 @@ def distrust(
     for family in histograms.keys() & READ_HISTOGRAMS:
         h = histograms[family]
         cum = h.cumulative
+        # The usual histogram in one C pass: counts that never fall from a first one >= 0 to a last
+        # one within the counter limit are all finite and >= 0 (NaN fails every comparison), and
+        # cumulative. Anything else is looked at below, which says what is wrong.
+        if (
+            cum
+            and cum[0] >= 0.0
+            and cum[-1] <= _COUNTER_MAX
+            and 0.0 <= h.count <= _COUNTER_MAX
+            and 0.0 <= h.sum <= _COUNTER_MAX
+            and all(map(le, cum, islice(cum, 1, None)))
+        ):
+            continue
         if (cum and not (min(cum) >= 0.0 and sum(cum) < math.inf)) or _bad(h.count) or _bad(h.sum):
             tail = list(cum)[-3:]
             return f"impossible histogram {family}: counts ...{tail}, sum {h.sum!r} (must be finite, >= 0)"
@@ -224,9 +263,9 @@ def vet_page(
         # and the replica counted neither its rate nor the fleet's mean: 2 such pages among
         # 4 replicas read a true 40 req/s as 20 (tests/metrics/test_page_validation.py).
         return "the page has no series llmscale reads (empty, or another exporter's)"
-    why = distrust(page.values, page.histograms, page.nan)
+    why = distrust(page.values, page.histograms, page.nan, page.plain)
     if why is None and (page.series or page.duplicates):
-        why = distrust_shape(page.series, page.duplicates)
+        why = _shape_verdict(page.series, page.duplicates)
     if why is not None or not page.stamped_s:
         return why
     read = {n: t for n, t in page.stamped_s.items() if n in READ_VALUES or n in READ_HISTOGRAMS}
@@ -256,6 +295,10 @@ _RESET_FLOOR = 10.0
 #: a second restart of a replica's counters within this many seconds is not a restart (a replica
 #: that restarts every few seconds serves nothing; a page whose counters halve each scrape lies)
 _RESET_MIN_GAP_S = 60.0
+
+
+#: a read histogram's two counters, by family: ``<family>_count`` and ``<family>_sum``
+_COUNT_SUM_NAMES: dict[str, tuple[str, str]] = {f: (f"{f}_count", f"{f}_sum") for f in READ_HISTOGRAMS}
 
 
 class CounterHistory:
@@ -298,11 +341,14 @@ class CounterHistory:
 
         ``now_s``: the controller's time of this page (restarts are counted in it).
         """
-        counters = {n: page.values[n] for n in page.values.keys() & READ_COUNTERS}
-        for family in page.histograms.keys() & READ_HISTOGRAMS:
-            h = page.histograms[family]
-            counters[f"{family}_count"] = h.count
-            counters[f"{family}_sum"] = h.sum
+        values = page.values
+        counters = {n: values[n] for n in values.keys() & READ_COUNTERS}
+        names = _COUNT_SUM_NAMES
+        for family, h in page.histograms.items():
+            pair = names.get(family)
+            if pair is not None:
+                counters[pair[0]] = h.count
+                counters[pair[1]] = h.sum
         seen = self._last.get(key)
         if seen is None:
             self._last[key] = (counters, None, {})
@@ -322,9 +368,11 @@ class CounterHistory:
                         f"counter {name} is back at {now:g} {now_s - last_reset:.0f} s after it restarted "
                         f"from {before:g}: two processes answer at this address, not one restarted"
                     )
-        falls = sorted((n, old[n], v) for n, v in counters.items() if n in old and v < old[n])
+        # a name the last page lacked is compared with itself: no fall
+        falls = [(n, before, v) for n, v in counters.items() if v < (before := old.get(n, v))]
         if not falls:
             return None
+        falls.sort()
         for name, before, after in falls:
             if after > _RESET_SHARE * before and after > _RESET_FLOOR:
                 # The counters that fell keep their values from before this page: remembered, the

@@ -16,8 +16,9 @@ Rates (seed 000 3.1 names the request-shape signals; 2.4 the adaptive window):
   (``metrics/vetting.py``), so a replica back from such a stretch counts from
   its last good sample, over the time since (no spike).
   A replica's span starts at its first sample the source could date
-  (``Observation.undated_replicas``: a pod scrape's first page of a target
-  may be a cold cache's old copy; see :func:`_dated`).
+  (``Observation.undated_replicas``: a pod scrape's first page of a target,
+  or Prometheus' first samples of one, may be a cold cache's old copy; see
+  :func:`_dated`).
   So a replica made ready 30 s ago counts at its current rate, not at half
   of it; a replica whose latest scrape failed counts at its last known rate
   (unknown is not zero load), and a serving one unknown for the whole window

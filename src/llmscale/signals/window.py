@@ -176,7 +176,7 @@ class Span:
         # The window's base (its first observation's sequence number), not the window: the window
         # memoises its spans, and a span holding its window back made every tick's window a
         # reference cycle, freed only by a full collection of the cyclic garbage collector
-        # (controller/gc_tick.py keeps those rare).
+        # (gc_tick.py keeps those rare).
         self._base = base
         self._series = series
         self._j = j
