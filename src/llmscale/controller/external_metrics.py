@@ -60,6 +60,9 @@ GROUP_VERSION = "external.metrics.k8s.io/v1beta1"
 #: the metric holding every valid signal, one item per signal labelled ``signal=<name>``
 SIGNAL_METRIC = "llmscale-signal"
 _PREFIX = f"/apis/{GROUP_VERSION}"
+#: how long one read or write of a caller's connection may wait (the TLS handshake included): the
+#: API server sends a request at once; a caller silent this long is dropped, its thread freed
+CALLER_TIMEOUT_S = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +168,13 @@ class ExternalMetricsServer:
         except OSError as e:
             raise ConfigError(f"actuator.hpa.listen {host}:{port} cannot be bound: {e.strerror or e}") from e
         self._httpd.daemon_threads = True
-        self._httpd.socket = ctx.wrap_socket(self._httpd.socket, server_side=True)
+        # The handshake runs in the request's own thread, under its time-out (Handler.handle): done
+        # in accept(), as wrap_socket does by default, one caller that connected and sent nothing
+        # held the server's only accepting thread, and the HPA's requests all timed out behind it
+        # (tests/fuzz/test_hostile_callers.py).
+        self._httpd.socket = ctx.wrap_socket(
+            self._httpd.socket, server_side=True, do_handshake_on_connect=False
+        )
         self.host = host
         self.port = int(self._httpd.server_address[1])
         self._thread = threading.Thread(
@@ -271,6 +280,16 @@ class ExternalMetricsServer:
 def _handler(server: ExternalMetricsServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = CALLER_TIMEOUT_S  # each read and write of the connection, see CALLER_TIMEOUT_S
+
+        def handle(self) -> None:
+            if isinstance(self.connection, ssl.SSLSocket):
+                try:
+                    self.connection.do_handshake()
+                except (OSError, ssl.SSLError) as e:  # a time-out, a plain-text caller, a bad certificate
+                    log.debug("external metrics: TLS handshake with %s failed: %s", self.client_address, e)
+                    return
+            super().handle()
 
         def do_GET(self) -> None:
             url = urlsplit(self.path)

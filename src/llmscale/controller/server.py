@@ -44,6 +44,10 @@ CONTRACT_METRICS: tuple[str, ...] = (
     "llmscale_shadow_desired_replicas",
 )
 
+#: how long one read or write of a caller's connection may wait: a caller that connects and sends
+#: nothing (or one byte a minute) is dropped after this, not holding its thread for the process's life
+CALLER_TIMEOUT_S = 10.0
+
 _PHASES = ("node_pending", "pending", "loading", "warmup", "ready", "draining")
 ACTUATION_REASONS = ("conflict", "server_error", "forbidden", "other")
 
@@ -211,6 +215,8 @@ def _handler(
     metrics: ControllerMetrics, ready: Callable[[], bool], healthy: Callable[[], bool] | None
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = CALLER_TIMEOUT_S  # see CALLER_TIMEOUT_S
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":

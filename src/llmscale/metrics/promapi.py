@@ -39,6 +39,7 @@ from llmscale.errors import LlmscaleError
 
 __all__ = [
     "MAX_ANSWER_BYTES",
+    "MAX_ANSWER_VALUES",
     "Answer",
     "PrometheusError",
     "PrometheusMalformed",
@@ -55,6 +56,14 @@ __all__ = [
 #: limit returns ~30 bytes a point, 0.33 MB a series; the live tick's largest answer (TTFT buckets
 #: of 500 pods x 15 buckets) is ~3 MB.
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+
+#: JSON values an answer may hold, counted before it is parsed (every ",", "[" and "{" of the
+#: body: an upper bound on its values less one). Parsed, a JSON value costs ~50-100 bytes of
+#: Python objects against its 2-6 bytes of text: a 63 MiB answer of 2.2 million one-point series
+#: (``{"metric":{},"value":[1,"1"]}``) took the process to 1.35 GB and 17 s of CPU, past the
+#: controller's 512Mi. Two million values peak near 200 MB; the live tick's largest answer (TTFT
+#: buckets of 5,000 pods x 15 buckets, ~10 values a series) holds ~750,000.
+MAX_ANSWER_VALUES = 2_000_000
 
 _RESULT_TYPES = ("vector", "matrix", "scalar", "string")
 
@@ -185,6 +194,12 @@ def parse_answer(status: int, body: bytes, *, server: str, query: str) -> Answer
     def bad(why: str) -> PrometheusMalformed:
         return PrometheusMalformed(server, query, f"not a Prometheus API answer: {why}")
 
+    # Three C-level scans (~40 ms for 64 MiB) before json.loads builds an object per value.
+    values = body.count(b",") + body.count(b"[") + body.count(b"{")
+    if values > MAX_ANSWER_VALUES:
+        if status >= 500:
+            raise PrometheusUnavailable(server, query, f"HTTP {status}")
+        raise bad(f"HTTP {status}, ~{values} JSON values (limit {MAX_ANSWER_VALUES}): not parsed")
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
@@ -311,16 +326,21 @@ async def fetch(
 def new_client(timeout_s: float, headers: Mapping[str, str] | None = None, connections: int = 64) -> Any:
     """An ``httpx.AsyncClient`` for :func:`fetch` (its own per-phase time-outs are a backstop).
 
-    Every connection it opens is kept for the next request: a live tick asks ~31 queries at once
-    (vLLM with DCGM: 15 values, 5 histograms x 3, the liveness time), and with httpx's default of
-    20 kept, each tick would open and close 11 connections again. ``connections`` bounds both.
+    ``connections`` bounds the requests open at once (a live tick asks ~31 queries at once: vLLM
+    with DCGM, 15 values, 5 histograms x 3, the liveness time). No connection is kept for a later
+    request: h11 keeps whatever arrives after an answer for the next request on that connection,
+    so a server or proxy that answered one query twice (the second 50 ms late) had every later
+    query on that connection read the answer to the one before it, tick after tick (a TTFT bucket
+    query read a queue's vector; tests/fuzz/test_hostile_prometheus.py). A new connection per
+    query costs a connect; the ~31 of a tick against Prometheus's fake in the tests cost no
+    measurable CPU next to the answers' parsing.
     """
     import httpx
 
     return httpx.AsyncClient(
         timeout=httpx.Timeout(timeout_s),
         headers=dict(headers or {}),
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=0),
         follow_redirects=False,
     )
 

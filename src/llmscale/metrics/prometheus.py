@@ -75,7 +75,14 @@ from llmscale.metrics.promql import (
     with_overrides,
 )
 from llmscale.metrics.scrape import fleet_view_of
-from llmscale.metrics.vetting import HELD_MAX, MAX_SERIES, CounterHistory, distrust
+from llmscale.metrics.vetting import (
+    HELD_MAX,
+    MAX_SERIES,
+    READ_HISTOGRAMS,
+    READ_VALUES,
+    CounterHistory,
+    distrust,
+)
 from llmscale.types import HistogramView, Observation, Phase, ReplicaSample, SubTickSeries
 
 __all__ = [
@@ -115,6 +122,21 @@ class _Replica:
 
 
 Vector = list[tuple[Mapping[str, str], float, float]]  # (labels, sample time, value)
+
+
+def _nothing_read(
+    values: Mapping[str, float], hists: Mapping[str, HistogramView], nan: set[str]
+) -> str | None:
+    """Why a replica that is up has nothing to read: no series of a read name in any answer.
+
+    The pod scrape refuses such a page (``metrics/vetting.py``: read as known, a replica without
+    a request count stood in for nothing, and 2 of 4 read a true 40 req/s as 20); Prometheus gives
+    the same for an ``up`` target whose series its answers left out (a ``status: success`` with
+    partial data, a query that matches other pods). NaN series count as read: ``distrust`` names them.
+    """
+    if values.keys().isdisjoint(READ_VALUES) and hists.keys().isdisjoint(READ_HISTOGRAMS) and not nan:
+        return "up, but no series llmscale reads in Prometheus's answers (partial data, or other pods')"
+    return None
 
 
 class PrometheusSource:
@@ -275,6 +297,7 @@ class PrometheusSource:
             # zero is a broken exporter or a proxy, not load (each fall read as a reset is a burst).
             why = (
                 r.crowded
+                or _nothing_read(r.values, hists, r.nan)
                 or distrust(r.values, hists, r.nan)
                 or self._counters.went_back(name, ParsedPage(values=r.values, histograms=hists), now_s)
             )

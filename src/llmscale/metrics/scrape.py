@@ -63,7 +63,7 @@ from typing import Any, Literal
 from urllib.parse import urljoin, urlsplit
 
 from llmscale.clock import Clock, UnixClock
-from llmscale.metrics._http import HttpError, LeanClient, Unsupported
+from llmscale.metrics._http import ByteBudget, HttpError, LeanClient, Unsupported
 from llmscale.metrics._loop import LoopThread
 from llmscale.metrics._shards import ShardPool, shard_of
 from llmscale.metrics.exposition import (
@@ -105,6 +105,9 @@ _REDIRECT_POLICIES = ("never", "same-host")
 _MAX_REDIRECTS = 3
 #: scrape worker processes a source may start (metrics/_shards.py)
 _MAX_WORKERS = 64
+#: what a tick's pages may hold together past 128 KiB each (metrics/_http.py ByteBudget), unless the
+#: largest page allowed is larger: eight pages of the 8 MiB limit at once, or one of 64 MiB
+_LARGE_PAGE_BUDGET_BYTES = 64 * 1024 * 1024
 #: beyond its fetch time-outs, how long a scrape worker's answer is waited for (a wedged worker)
 WORKER_GRACE_S = 30.0
 
@@ -187,6 +190,7 @@ class PodScrapeSource:
         max_clock_ahead_s: float = 10.0,
         activator_url: str | None = None,
         workers: int = 0,
+        large_page_budget_bytes: int | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s = {timeout_s}, must be > 0")
@@ -198,6 +202,14 @@ class PodScrapeSource:
             raise ValueError(f"max_page_bytes = {max_page_bytes}, must be >= 1024")
         if max_page_lines < 1:
             raise ValueError(f"max_page_lines = {max_page_lines}, must be >= 1")
+        if large_page_budget_bytes is None:
+            large_page_budget_bytes = max(_LARGE_PAGE_BUDGET_BYTES, max_page_bytes)
+        if large_page_budget_bytes < max_page_bytes:
+            raise ValueError(
+                f"large_page_budget_bytes = {large_page_budget_bytes}, must be >= max_page_bytes "
+                f"({max_page_bytes}): else a page of the largest size allowed could never be read"
+            )
+        self.large_page_budget_bytes = large_page_budget_bytes
         if not 0 <= workers <= _MAX_WORKERS:
             raise ValueError(f"workers = {workers}, must be in [0, {_MAX_WORKERS}]")
         if follow_redirects not in _REDIRECT_POLICIES:
@@ -267,6 +279,7 @@ class PodScrapeSource:
             "follow_redirects": follow_redirects,
             "max_clock_ahead_s": max_clock_ahead_s,
             "activator_url": activator_url,
+            "large_page_budget_bytes": large_page_budget_bytes,
         }
 
     @property
@@ -594,6 +607,7 @@ class PodScrapeSource:
             self._full_urls &= self._urls
         out: dict[str, bytes | str] = {}
         todo = urls[::-1]
+        budget = ByteBudget(self.large_page_budget_bytes)
 
         # max_concurrency workers, each fetching one URL after another: at most that many requests
         # are open, and a URL's time-out starts when its worker takes it (not while it waits for
@@ -607,32 +621,32 @@ class PodScrapeSource:
         async def worker() -> None:
             while todo:
                 url = todo.pop()
-                got = out[url] = await self._fetch(url)
+                got = out[url] = await self._fetch(url, budget)
                 if isinstance(got, bytes):
                     self._slowest_page_s = max(self._slowest_page_s, loop.time() - t0)
 
         await asyncio.gather(*(worker() for _ in range(min(self.max_concurrency, len(urls)))))
         return out
 
-    async def _fetch(self, url: str) -> bytes | str:
+    async def _fetch(self, url: str, budget: ByteBudget | None = None) -> bytes | str:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         try:
             if self.lean_http and url not in self._full_urls:
                 assert self._lean is not None
                 try:
-                    status, body = await self._lean.get(url, deadline)
+                    status, body = await self._lean.get(url, deadline, budget)
                 except Unsupported:
                     self._full_urls.add(url)  # from now on (and for the rest of this time-out): aiohttp
                 else:
                     return body if status == 200 else f"{url}: HTTP {status}"
-            return await self._fetch_full(url, deadline)
+            return await self._fetch_full(url, deadline, budget)
         except TimeoutError:
             return f"{url}: no answer within {self.timeout_s:g} s"
         except (OSError, HttpError, ValueError) as e:
             return f"{url}: {type(e).__name__}: {e}"
 
-    async def _fetch_full(self, url: str, deadline: float) -> bytes | str:
+    async def _fetch_full(self, url: str, deadline: float, budget: ByteBudget | None = None) -> bytes | str:
         """aiohttp's GET (https, compressed answers, redirects as ``follow_redirects`` says), by
         ``deadline``; at most ``max_page_bytes`` read and at most that many inflated."""
         import aiohttp
@@ -640,8 +654,14 @@ class PodScrapeSource:
         if self._session is None:
             # limit=0: concurrency is bounded by the workers of _fetch_all, outside each time-out.
             # auto_decompress=False: aiohttp would inflate a gzip bomb whole (see _inflate).
+            # force_close: a connection per request. aiohttp keeps what a server sends after an
+            # answer for the next request on that connection: a server that answered one GET twice
+            # (the second 50 ms late) had the next tick read its stale second answer as the page
+            # (tests/fuzz/test_hostile_scrape_servers.py). The lean client drops a connection that
+            # receives bytes while idle; aiohttp has no such check, and only the pages the lean
+            # client leaves (https, compressed, redirected) come here.
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60),
+                connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=60, force_close=True),
                 headers=self._headers,
                 auto_decompress=False,
             )
@@ -658,29 +678,42 @@ class PodScrapeSource:
                             continue
                         if resp.status != 200:
                             return f"{url}: HTTP {resp.status}"
-                        return await self._read_bounded(url, resp)
+                        return await self._read_bounded(url, resp, budget)
                 return f"{url}: more than {_MAX_REDIRECTS} redirects"
         except aiohttp.ClientError as e:
             return f"{url}: {type(e).__name__}: {e}"
 
-    async def _read_bounded(self, url: str, resp: Any) -> bytes | str:
-        """The body of ``resp``, inflated, or why not: at most ``max_page_bytes`` either way."""
+    async def _read_bounded(self, url: str, resp: Any, budget: ByteBudget | None = None) -> bytes | str:
+        """The body of ``resp``, inflated, or why not: at most ``max_page_bytes`` either way, and
+        past 128 KiB only what ``budget`` (the tick's) still gives (metrics/_http.py ByteBudget)."""
         limit = self.max_page_bytes
         length = resp.content_length
         if length is not None and length > limit:
             return f"{url}: page of {length} bytes (limit {limit})"
-        parts: list[bytes] = []
-        got = 0
-        async for chunk in resp.content.iter_chunked(64 * 1024):
-            got += len(chunk)
-            if got > limit:
-                return f"{url}: page larger than {limit} bytes"
-            parts.append(chunk)
-        body = b"".join(parts)
-        encoding = resp.headers.get("Content-Encoding", "").strip().lower()
-        if encoding in ("", "identity"):
-            return body
-        return _inflate(url, body, encoding, limit)
+        allowed = 0 if budget is None else budget.free_bytes
+        kept = 0  # bytes the page holds once read (0 while it may still be refused)
+        try:
+            parts: list[bytes] = []
+            got = 0
+            async for chunk in resp.content.iter_chunked(64 * 1024):
+                got += len(chunk)
+                if got > limit:
+                    return f"{url}: page larger than {limit} bytes"
+                if budget is not None and got > allowed:
+                    allowed = budget.grant(allowed, got)
+                parts.append(chunk)
+            body = b"".join(parts)
+            encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+            page = body if encoding in ("", "identity") else _inflate(url, body, encoding, limit)
+            if isinstance(page, bytes) and budget is not None and len(page) > allowed:
+                allowed = budget.grant(allowed, len(page))  # inflated, it holds more
+            kept = len(page) if isinstance(page, bytes) else 0
+            return page
+        except HttpError as e:
+            return f"{url}: {e}"
+        finally:
+            if budget is not None:
+                budget.settle(allowed, kept)
 
 
 def _same_origin(a: str, b: str) -> bool:

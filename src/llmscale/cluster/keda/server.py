@@ -33,6 +33,7 @@ and only a change of activity wakes the streams.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
@@ -67,6 +68,23 @@ DEFAULT_METRIC_NAME = "llmscale-desired-replicas"
 METRIC_NAME_KEY = "metricName"
 
 ReplicasViewFn = Callable[[], tuple[ReplicaView, ...]]
+
+#: a metric name KEDA may be handed (``scalerMetadata.metricName``): it becomes part of the HPA's
+#: external metric name and of the metrics API's URL path, so no "/", no control characters, and
+#: at most 200 characters ("../../namespaces/kube-system/x" was once served back as given)
+_METRIC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+#: how much of a caller's name an error message repeats: a 1 MB name echoed whole made the status
+#: trailer itself too large, and KEDA read RESOURCE_EXHAUSTED instead of NOT_FOUND
+_ECHO_CHARS = 80
+
+
+def _echo(text: str, *, quote: bool = False) -> str:
+    """``text`` as an error message repeats it: at most ``_ECHO_CHARS`` of it, quoted when asked or
+    when it holds anything but printable characters."""
+    short = text[:_ECHO_CHARS]
+    shown = repr(short) if quote or not short.isprintable() else short
+    return shown if len(text) <= _ECHO_CHARS else f"{shown}... ({len(text)} characters)"
+
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +175,11 @@ class KedaScaler:
             raise ConfigError("KEDA ScaledObject name is empty")
         if isinstance(initial_replicas, int) and initial_replicas < 0:
             raise ConfigError(f"initial_replicas = {initial_replicas}, must be >= 0")
+        if not _METRIC_NAME.fullmatch(metric_name):
+            raise ConfigError(
+                f"{role} {namespace}/{name}: metric_name = {metric_name!r}, must be 1 to 200 letters, "
+                "digits, '.', '_' or '-', starting with a letter or digit"
+            )
         self.name = name
         self.namespace = namespace
         self.metric_name = metric_name
@@ -397,8 +420,8 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
             _abort(
                 context,
                 grpc.StatusCode.NOT_FOUND,
-                f"ScaledObject {ref.namespace}/{ref.name} is not served by this llmscale scaler "
-                f"(serving: {served})",
+                f"ScaledObject {_echo(ref.namespace)}/{_echo(ref.name)} is not served by this llmscale "
+                f"scaler (serving: {served})",
             )
         return scaler
 
@@ -415,8 +438,16 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         return desired
 
     @staticmethod
-    def _metric_name(scaler: KedaScaler, ref: pb.ScaledObjectRef) -> str:
-        return ref.scalerMetadata.get(METRIC_NAME_KEY) or scaler.metric_name
+    def _metric_name(scaler: KedaScaler, ref: pb.ScaledObjectRef, context: grpc.ServicerContext) -> str:
+        name = ref.scalerMetadata.get(METRIC_NAME_KEY) or scaler.metric_name
+        if not _METRIC_NAME.fullmatch(name):
+            _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"trigger metadata {METRIC_NAME_KEY} = {_echo(name, quote=True)}: must be 1 to 200 "
+                "letters, digits, '.', '_' or '-', starting with a letter or digit",
+            )
+        return name
 
     # --- RPCs ---------------------------------------------------------------------------
 
@@ -498,7 +529,9 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         # advanced.horizontalPodAutoscalerConfig.behavior so it does not stack on llmscale's guards.
         # A trigger with metricType: Value would instead compute ceil(metricValue * readyPods): wrong.
         # Pinned by tests/keda/test_keda_server.py::test_metric_spec_is_one_average_value_per_replica.
-        spec = pb.MetricSpec(metricName=self._metric_name(scaler, request), targetSize=1, targetSizeFloat=1.0)
+        spec = pb.MetricSpec(
+            metricName=self._metric_name(scaler, request, context), targetSize=1, targetSizeFloat=1.0
+        )
         return pb.GetMetricSpecResponse(metricSpecs=[spec])
 
     def GetMetrics(
@@ -506,15 +539,15 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
     ) -> pb.GetMetricsResponse:
         ref = request.scaledObjectRef
         scaler = self._find(ref, context)
-        name = self._metric_name(scaler, ref)
+        name = self._metric_name(scaler, ref, context)
         # KEDA strips its "s<index>-" prefix before asking, so it sends the name GetMetricSpec gave;
         # an empty name (a hand-made request) means the only metric there is.
         if request.metricName not in ("", name):
             _abort(
                 context,
                 grpc.StatusCode.NOT_FOUND,
-                f"metric {request.metricName!r} is not served for ScaledObject {ref.namespace}/{ref.name}; "
-                f"GetMetricSpec names it {name!r}",
+                f"metric {_echo(request.metricName, quote=True)} is not served for ScaledObject "
+                f"{ref.namespace}/{ref.name}; GetMetricSpec names it {name!r}",
             )
         desired = self._desired(scaler, context)
         value = pb.MetricValue(metricName=name, metricValue=desired, metricValueFloat=float(desired))
