@@ -63,11 +63,15 @@ def _scale_up_is_explained(line: dict) -> str | None:
         # The proposal is the forecast over one replica's capacity at the planned utilisation
         # (the policy caps it at its max_replicas), more than the fleet has.
         usable = cap * s["target_utilization"]
-        need = min(MAX_REPLICAS, math.ceil(s["forecast_rps"] / usable - 1e-9))
-        if line["desired_before_guards"] != need:
+        # The log writes the inputs to 4 decimals: the forecast and the capacity it was divided by
+        # are each known within half a unit of the last place, so the quotient's ceiling is too.
+        half = 0.5e-4
+        lo = math.ceil((s["forecast_rps"] - half) / ((cap + half) * s["target_utilization"]) - 1e-9)
+        hi = math.ceil((s["forecast_rps"] + half) / ((cap - half) * s["target_utilization"]) - 1e-9)
+        if not min(MAX_REPLICAS, lo) <= line["desired_before_guards"] <= min(MAX_REPLICAS, hi):
             return (
-                f"proposed {line['proposed']} != ceil(forecast {s['forecast_rps']}"
-                f" / (capacity {cap} x utilisation {s['target_utilization']}))"
+                f"proposed {line['desired_before_guards']} != ceil(forecast {s['forecast_rps']}"
+                f" / (capacity {cap} x utilisation {s['target_utilization']})) = {lo}..{hi}"
             )
         if not s["forecast_rps"] > usable * spec:
             return f"forecast {s['forecast_rps']} rps does not exceed {spec} x {usable} rps"
