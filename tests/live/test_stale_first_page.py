@@ -40,10 +40,8 @@ from llmscale.emulate import EmulatorThread
 from llmscale.metrics.exposition import parse_exposition
 from llmscale.metrics.names import VLLM
 from llmscale.metrics.scrape import PodScrapeSource, ScrapeTarget
-from llmscale.signals.rates import counter_rates
-from llmscale.signals.window import FleetWindow
 from llmscale.types import Observation
-from support.stale_fleet import ColdCache, Load, emulated_fleet, finished
+from support.stale_fleet import ColdCache, Load, emulated_fleet, finished, fleet_request_rates
 from support.wait import wait_for
 
 REPLICAS = 4
@@ -106,16 +104,6 @@ def test_old_first_pages_do_not_inflate_the_rate_read_at_start_up(tmp_path: Path
     assert read[-1] >= RATE_RPS / MAX_OVER_READ, rates
 
 
-def _rates(window: list[Observation]) -> list[float | None]:
-    """The fleet request rate read at each tick of ``window``."""
-    out: list[float | None] = []
-    fw: FleetWindow | None = None
-    for k in range(len(window)):
-        fw = FleetWindow.build(window[: k + 1], previous=fw)
-        out.append(counter_rates(fw).request_rps)
-    return out
-
-
 def test_a_surge_at_start_up_is_read_one_tick_later_at_most(fleet) -> None:
     emu, urls = fleet
     base_rps, surge_rps = RATE_RPS / 4, 3 * RATE_RPS / 4
@@ -140,8 +128,8 @@ def test_a_surge_at_start_up_is_read_one_tick_later_at_most(fleet) -> None:
                 window.append(source.observe(time.time()))
                 time.sleep(max(0.0, t0 + TICK_S * (k + 1) - time.monotonic()))
     assert window[0].undated_replicas == {f"r{i}" for i in range(REPLICAS)}
-    marked = _rates(window)
-    plain = _rates([replace(o, undated_replicas=frozenset()) for o in window])
+    marked = fleet_request_rates(window)
+    plain = fleet_request_rates([replace(o, undated_replicas=frozenset()) for o in window])
     first_plain = next(k for k, r in enumerate(plain) if r is not None)
     first_marked = next(k for k, r in enumerate(marked) if r is not None)
     assert first_marked <= first_plain + 1, (plain, marked)

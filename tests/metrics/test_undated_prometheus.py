@@ -35,9 +35,8 @@ from llmscale.metrics.prometheus import PrometheusSource
 from llmscale.metrics.promql import QuerySet, default_queries
 from llmscale.signals.rates import counter_rates
 from llmscale.signals.window import FleetWindow
-from llmscale.types import Observation
 from support.prometheus_server import PrometheusServer, TargetGroup
-from support.stale_fleet import ColdCache, Load, emulated_fleet, finished
+from support.stale_fleet import ColdCache, Load, emulated_fleet, finished, fleet_request_rates
 from support.wait import wait_for
 
 REPLICAS = 4
@@ -171,16 +170,6 @@ def fleet() -> Iterator[tuple[EmulatorThread, list[str]]]:
     yield from emulated_fleet(REPLICAS)
 
 
-def _rates(window: list[Observation]) -> list[float | None]:
-    """The fleet request rate read at each tick of ``window``."""
-    out: list[float | None] = []
-    fw: FleetWindow | None = None
-    for k in range(len(window)):
-        fw = FleetWindow.build(window[: k + 1], previous=fw)
-        out.append(counter_rates(fw).request_rps)
-    return out
-
-
 def test_an_old_first_copy_scraped_by_prometheus_does_not_inflate_the_rate(fleet, prometheus_server) -> None:
     emu, urls = fleet
     pods = {f"r{i}" for i in range(REPLICAS)}
@@ -222,8 +211,8 @@ def test_an_old_first_copy_scraped_by_prometheus_does_not_inflate_the_rate(fleet
     # every replica's second sample (fresh) is at most 1.2 s old at the third tick, so seen by a
     # whole second of the query's window
     assert all(not o.undated_replicas for o in window[2:]), [o.undated_replicas for o in window]
-    marked = _rates(window)
-    plain = _rates([replace(o, undated_replicas=frozenset()) for o in window])
+    marked = fleet_request_rates(window)
+    plain = fleet_request_rates([replace(o, undated_replicas=frozenset()) for o in window])
     # read from the old copies, as before the marks: the rate the marks prevent
     assert max(r for r in plain if r is not None) > MAX_OVER_READ * RATE_RPS, plain
     read = [r for r in marked if r is not None]

@@ -21,6 +21,9 @@ import httpx
 from llmscale.emulate import EmulateConfig, EmulatorThread
 from llmscale.metrics.exposition import parse_exposition
 from llmscale.metrics.names import VLLM
+from llmscale.signals.rates import counter_rates
+from llmscale.signals.window import FleetWindow
+from llmscale.types import Observation
 
 __all__ = ["MODEL", "ColdCache", "Load", "emulated_fleet", "finished"]
 
@@ -133,3 +136,13 @@ def emulated_fleet(replicas: int) -> Iterator[tuple[EmulatorThread, list[str]]]:
     with EmulatorThread(cfg) as emu:
         ports = emu.call(lambda server: server.replica_ports())
         yield emu, [f"http://127.0.0.1:{p}/metrics" for _, p in sorted(ports.items())]
+
+
+def fleet_request_rates(window: list[Observation]) -> list[float | None]:
+    """The fleet request rate read at each tick of ``window``, as the live loop's window reads it."""
+    out: list[float | None] = []
+    fw: FleetWindow | None = None
+    for k in range(len(window)):
+        fw = FleetWindow.build(window[: k + 1], previous=fw)
+        out.append(counter_rates(fw).request_rps)
+    return out
