@@ -47,18 +47,19 @@ def main() -> int:
     args = ap.parse_args()
     cell = next(c for c in CELLS if c.name == args.cell)
     w, settings, cap, peak = matrix_cell(args.deploy, cell)
-    # The matrix sizes the aggregated initial fleet for the first two minutes (3 replicas on
-    # chat/ramp); each pool starts with half of it rounded up (2 + 2), what slo-disagg's capacity
-    # figure asks for at that rate: a smaller prefill pool spends the first cold start (108 s)
-    # building a backlog.
-    half = max(1, -(-settings.initial_replicas // 2))
-    disagg = DisaggConfig(
-        interconnect=args.interconnect, prefill_initial_replicas=half, decode_initial_replicas=half
-    )
+    # Each pool starts as `backtest --disaggregated` starts it (and the matrix's two-pool cell):
+    # the cheapest constant pair serving the first five minutes, as the aggregated fleet starts
+    # sized for them.
+    from llmscale.backtest.disagg import initial_pools
+
+    first = replace(settings, disaggregated=DisaggConfig(interconnect=args.interconnect))
+    p, d = initial_pools(w, first)
+    disagg = replace(first.disaggregated, prefill_initial_replicas=p, decode_initial_replicas=d)
     split = replace(settings, disaggregated=disagg)
     print(
         f"{args.deploy} {cell.name} (disaggregated over {args.interconnect}): {w.num_requests:,} requests "
-        f"over {w.duration_s / 60:.0f} min; probe ~{cap:.2f} req/s per aggregated replica; peak needs {peak}"
+        f"over {w.duration_s / 60:.0f} min; probe ~{cap:.2f} req/s per aggregated replica; "
+        f"peak needs {peak}; pools start at {p} prefill + {d} decode"
     )
     rows = []
     t0 = time.perf_counter()

@@ -67,11 +67,14 @@ def fleet_cell_setup(name: str, duration_s: float) -> tuple[Any, Any, float, int
     cell = next(c for c in CELLS if c.name == spec.cell)
     w, settings, cap, peak = matrix_cell(spec.deploy, cell, duration_s=duration_s)
     if spec.fleet == "disaggregated":
-        # Each pool starts with half the aggregated initial fleet, rounded up (benchmarks/
-        # disaggregated.py): 2 + 2 where the matrix starts 3 replicas.
-        half = max(1, -(-settings.initial_replicas // 2))
-        split = DisaggConfig(prefill_initial_replicas=half, decode_initial_replicas=half)
-        return w, replace(settings, disaggregated=split), cap, peak
+        # Each pool starts as `backtest --disaggregated` starts it: the cheapest constant pair
+        # serving the first five minutes (as the aggregated fleet starts sized for them).
+        from llmscale.backtest.disagg import initial_pools
+
+        split = replace(settings, disaggregated=DisaggConfig())
+        p, d = initial_pools(w, split)
+        pools = DisaggConfig(prefill_initial_replicas=p, decode_initial_replicas=d)
+        return w, replace(settings, disaggregated=pools), cap, peak
     return w, replace(settings, gpus=MIXED_GPUS), cap, peak
 
 

@@ -48,6 +48,7 @@ _PUBLIC = {
     "length_bucket",
     "fleet_bucket",
     "decode_only_batch",
+    "packed_prefill_tokens_s",
 }
 
 

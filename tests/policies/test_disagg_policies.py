@@ -18,6 +18,7 @@ from llmscale.policies.dynamo.disagg import (
     decode_thpt_per_gpu,
     make_dynamo_disagg,
 )
+from llmscale.policies.trend import slope, slope_se
 from llmscale.types import FleetView, Signals, SignalValue
 
 LINK = INTERCONNECTS["infiniband"]
@@ -39,22 +40,81 @@ def _slo(pool: str, **params):
 
 
 def test_prefill_capacity_worked_number():
-    # docstring: ~32,000 prompt tokens/s at 2,048 tokens; 20 req/s under a 2 s TTFT, planned at
-    # u = 0.85 -> 40,960 / 27,200 -> 2
+    # docstring: a replica with prompts waiting runs full 8,192-token iterations: ~33,800 prompt
+    # tokens/s at a 2,048-token mean of CV 1 (one prompt alone: ~31,800). Its own prefill behind
+    # the queue is the iteration carrying its last chunk, 8,192 / 33,800 = 0.243 s. 20 req/s is
+    # 40,960 tokens/s, two replicas at most (k = 2): each is dealt every other arrival, so the
+    # queue's variability is (1/2 + 1) / 2 = 0.75, and the wait within the rest of the 1.895 s
+    # budget for 99% of prompts allows u = 0.877: 40,960 / (33,800 x 0.877) = 1.38 -> 2
     policy = _slo("prefill")
-    cap = policy.perf.prefill_capacity_tokens_s(8192, 2048)
-    assert 31_000 < cap < 33_000
     d, _ = policy.decide(
         sig(1, arrival_rate_rps=20.0, prompt_len_mean_tokens=2048.0), policy.initial_state(), 15
     )
+    cap = d.inputs["prefill_capacity_tokens_s"]
+    assert 33_000 < cap < 34_500
+    assert cap > policy.perf.prefill_capacity_tokens_s(8192, 2048)
     util = d.inputs["planned_util"]
-    assert util == pytest.approx(0.845, abs=0.005)
+    assert util == pytest.approx(0.877, abs=0.005)
+    budget = policy.ttft_budget_s(2048.0)
+    assert util == pytest.approx(
+        prefill_tail_util(budget, 2048 / cap, 0.01, own_s=8192 / cap, variability=0.75), abs=1e-12
+    )
     assert (d.desired, d.rule) == (math.ceil(20 * 2048 / (cap * util)), "capacity") == (2, "capacity")
-    # 40 req/s: 81,920 tokens/s is 3.7 replicas at 0.7 (4) and 3.0 at 0.845 (one fewer would miss)
+    # 40 req/s: 81,920 tokens/s is 3.5 replicas at 0.7 (4) and 2.7 at 0.89 (3)
     d, _ = policy.decide(
         sig(1, arrival_rate_rps=40.0, prompt_len_mean_tokens=2048.0), policy.initial_state(), 15
     )
-    assert d.desired == math.ceil(40 * 2048 / (cap * util)) <= math.ceil(40 * 2048 / (cap * 0.7))
+    assert d.desired == math.ceil(40 * 2048 / (cap * d.inputs["planned_util"])) == 3
+
+
+def test_prefill_reads_the_prompts_spread_and_the_arrivals_dispersion():
+    # Prompts of nearly one length (CV 0.3) pack more tokens a second and queue less than CV 1;
+    # bursty arrivals (dispersion 8) lengthen the wait tail, so the pool is planned at a lower
+    # utilisation.
+    policy = _slo("prefill")
+    base = {"arrival_rate_rps": 6.0, "prompt_len_mean_tokens": 2048.0}
+
+    def inputs(**extra):
+        d, _ = policy.decide(sig(1, **base, **extra), policy.initial_state(), 15)
+        return d.inputs
+
+    plain, even, bursty = inputs(), inputs(prompt_len_cv=0.3), inputs(arrival_dispersion=8.0)
+    assert plain["prompt_cv"] == 1.0 and plain["arrival_dispersion"] == 1.0
+    assert even["prefill_capacity_tokens_s"] > plain["prefill_capacity_tokens_s"]
+    assert even["planned_util"] > plain["planned_util"]
+    assert bursty["planned_util"] < plain["planned_util"]
+    cap = bursty["prefill_capacity_tokens_s"]
+    k = math.ceil(6.0 * 2048 / (cap * 0.9))
+    want = prefill_tail_util(policy.ttft_budget_s(2048.0), 2048 / cap, 0.01, own_s=8192 / cap,
+                             variability=(8.0 / k + 1.0) / 2)  # fmt: skip
+    assert bursty["planned_util"] == pytest.approx(max(0.7, min(0.9, want)))
+
+
+def test_a_prefill_queue_is_judged_by_the_time_it_takes_to_drain():
+    # 7 waiting 1,314-token prompts a replica drain in ~0.25 s of full iterations: no reaction;
+    # 30 take ~1.1 s, over half the wait the budget leaves: one more replica.
+    policy = _slo("prefill")
+    base = {"arrival_rate_rps": 20.0, "prompt_len_mean_tokens": 1314.0}
+    calm, _ = policy.decide(sig(2, **base, queue_per_replica=7.0), policy.initial_state(), 15)
+    deep, _ = policy.decide(sig(2, **base, queue_per_replica=30.0), policy.initial_state(), 15)
+    assert 20 < calm.inputs["queue_per_replica_max"] < 30
+    assert (calm.desired, calm.rule) == (1, "capacity")
+    assert (deep.desired, deep.rule) == (3, "prefill-queue")
+
+
+def test_decode_context_is_the_length_biased_one_in_flight():
+    # 1,000-token prompts, 400-token outputs: an arriving request's mean context over its life is
+    # 1,000 + 200, but those in flight are the long ones: CV 1 -> 1,000 + 400 x 2 / 2 = 1,400;
+    # CV 0.5 -> 1,000 + 400 x 1.25 / 2 = 1,250. A longer context fits fewer sequences in a step.
+    policy = _slo("decode")
+    base = {"arrival_rate_rps": 20.0, "prompt_len_mean_tokens": 1000.0, "decode_steps_mean": 400.0}
+    d1, _ = policy.decide(sig(4, **base), policy.initial_state(), 15)
+    d0, _ = policy.decide(sig(4, **base, output_len_cv=0.5), policy.initial_state(), 15)
+    assert (d1.inputs["context_tokens"], d0.inputs["context_tokens"]) == (1400.0, 1250.0)
+    assert d1.inputs["batch"] <= d0.inputs["batch"]
+    # bursty arrivals widen the count in flight the pool must hold within its batches
+    db, _ = policy.decide(sig(4, **base, arrival_dispersion=8.0), policy.initial_state(), 15)
+    assert db.desired >= d1.desired
 
 
 @pytest.mark.parametrize(
@@ -94,7 +154,7 @@ def test_prefill_is_planned_within_its_floor_and_ceiling():
         pytest.param(
             "prefill", 2, {"ttft_p95_s": 3.0}, 4, "ttft-over-budget", id="prefill-ttft-1.58x-its-budget"
         ),
-        pytest.param("prefill", 2, {"queue_per_replica": 9.0}, 3, "prefill-queue", id="prefill-queue-deep"),
+        pytest.param("prefill", 2, {"queue_per_replica": 40.0}, 3, "prefill-queue", id="prefill-queue-deep"),
         pytest.param(
             "prefill", 2, {"ttft_p95_s": 0.3, "queue_per_replica": 0.5}, 1, "capacity", id="prefill-calm"
         ),
@@ -239,3 +299,29 @@ def test_decode_holds_the_poisson_tail_of_sequences_in_flight(rate):
     assert d.desired == min(fixed, max(tail, math.ceil(demand / (thpt * 0.9))))
     # never more than the fixed 0.7 planned, and never planned above 90% of the capacity
     assert d.desired <= fixed and d.desired * thpt * 0.9 >= demand
+
+
+def test_a_rising_rate_is_planned_one_cold_start_ahead():
+    # 10, 12, ..., 18 req/s at 15 s ticks: the smoothed rate (alpha 0.4) rises with a slope the
+    # fit is sure of, so the pool plans for 18 + that slope, less its standard error, x 90 s (the
+    # default deployment's cold start). A rate bouncing between 10 and 12 has a slope no surer
+    # than its noise: planned as it is.
+    for pool in ("prefill", "decode"):
+        policy = _slo(pool)
+        state = policy.initial_state()
+        shape = {"prompt_len_mean_tokens": 1000.0, "decode_steps_mean": 200.0}
+        levels, level = [], None
+        for i, rate in enumerate((10.0, 12.0, 14.0, 16.0, 18.0)):
+            d, state = policy.decide(sig(2, arrival_rate_rps=rate, **shape), state, 15.0 * (i + 1))
+            level = rate if level is None else level + 0.4 * (rate - level)
+            levels.append((15.0 * (i + 1), level))
+        trend = slope(levels)
+        sure = trend - slope_se(levels, trend)
+        assert 0.0 < sure < trend
+        assert d.inputs["rate_rps"] == 18.0
+        assert d.inputs["forecast_rps"] == pytest.approx(18.0 + sure * policy.config.cold_start_s)
+        assert d.inputs["forecast_rps"] > 25.0
+        flat = policy.initial_state()
+        for i, rate in enumerate((11.0, *(10.0, 12.0) * 5, 12.0)):
+            d, flat = policy.decide(sig(2, arrival_rate_rps=rate, **shape), flat, 15.0 * (i + 1))
+        assert d.inputs["forecast_rps"] == 12.0

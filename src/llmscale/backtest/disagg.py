@@ -54,6 +54,7 @@ __all__ = [
     "DISAGG_POLICIES",
     "DisaggResult",
     "build_disagg_fleet",
+    "initial_pools",
     "judged_attainment",
     "pool_policy",
     "run_disaggregated",
@@ -344,8 +345,9 @@ def run_disaggregated_oracle(
     prefill replicas that meet the target (a bisection, each candidate a full run); then, with
     that prefill pool, the fewest decode replicas; then the prefill count again under that
     decode pool (a smaller decode pool can only slow hand-offs, never speed prefill, so it
-    only moves up). When no pair up to ``max_per_pool`` meets the target, the largest pair's
-    run is returned (its attainment below the target says so). Every reported pair ran in
+    only moves up). When no pair up to ``max_per_pool`` meets the target, the target is what
+    the largest pair reaches, and the search finds the fewest pair reaching that
+    (``oracle_pair.target`` says which). Every reported pair ran in
     full: attainment and GPU-hours are the simulator's. It searches constant fleets only, so
     a policy that follows a load that varies a lot can spend less; on steady load it is
     a lower bound (tests/backtest/test_disagg_backtest.py). ``runs`` keeps the full runs by
@@ -376,6 +378,14 @@ def run_disaggregated_oracle(
                 lo = mid + 1
         return lo
 
+    if not meets(top, top):
+        # No pair meets the target (requests that miss however large the pools: a long prompt's
+        # decode steps past the TPOT target, say): hold the search to what the largest pair
+        # reaches instead, as the one-pool oracle holds its descent to the fewest misses found,
+        # so that it trades no attainment for GPU-hours. Returning the largest pair itself made
+        # a "lower bound" no policy could fail to undercut.
+        reached = judged_attainment(run(top, top).summary)
+        target = 0.0 if reached is None else reached
     p = fewest(lambda k: meets(k, top))
     d = fewest(lambda k: meets(p, k))
     p = fewest(lambda k: k >= p and meets(k, d)) if not meets(p, d) else p
@@ -386,3 +396,35 @@ def run_disaggregated_oracle(
     summary["oracle_pair"] = {"prefill": p, "decode": d, "target": target}
     summary["wall_s"] = round(time.perf_counter() - wall0, 3)
     return DisaggResult(summary=summary, series=best.series)
+
+
+#: the stretch of the workload :func:`initial_pools` sizes the pools for: the one-pool backtest's
+#: initial fleet is sized for the same first five minutes (``backtest/setup.py``)
+FIRST_WINDOW_S = 300.0
+
+
+def initial_pools(workload: Workload, settings: BacktestSettings, *, target: float = 0.99) -> tuple[int, int]:
+    """(prefill, decode): each pool's first size when the user sets none.
+
+    The cheapest constant pair, both pools warm, that meets ``target`` on the workload's first
+    five minutes (:func:`run_disaggregated_oracle` on that window), within each pool's bounds.
+    Where no pair up to ``max_replicas`` meets it (requests that miss however large the pools),
+    the fewest pair reaching what the largest reaches.
+
+    A fixed pair would start a policy short on a workload whose first minutes need more (a
+    decode pool of 2 under load for 3 held a 5-minute window at 59% while its third replica
+    loaded), where the oracle and the causal reference start warm at their own first counts:
+    that gap would be the start's, not the policy's. The one-pool backtest sizes its initial
+    fleet for the same window, from one replica's measured capacity.
+    """
+    from llmscale.workloads.transform import window
+
+    cfg = _config(settings)
+    first = window(workload, 0.0, min(FIRST_WINDOW_S, workload.duration_s + 1.0))
+    pair = run_disaggregated_oracle(first, settings, target=target).summary["oracle_pair"]
+    lo = max(1, settings.min_replicas)
+
+    def bounded(n: int, top: int | None) -> int:
+        return max(lo, min(int(n), settings.max_replicas if top is None else top))
+
+    return bounded(pair["prefill"], cfg.prefill_max_replicas), bounded(pair["decode"], cfg.decode_max_replicas)

@@ -290,9 +290,19 @@ def backtest(
         str, typer.Option(help="--disaggregated: the KV transfer's link: nvlink, infiniband or ethernet.")
     ] = "infiniband",
     prefill_replicas: Annotated[
-        int, typer.Option(help="--disaggregated: the prefill pool's first size.")
-    ] = 2,
-    decode_replicas: Annotated[int, typer.Option(help="--disaggregated: the decode pool's first size.")] = 2,
+        int | None,
+        typer.Option(
+            help="--disaggregated: the prefill pool's first size (default: with the decode pool's, the "
+            "cheapest pair that serves the first 5 minutes)."
+        ),
+    ] = None,
+    decode_replicas: Annotated[
+        int | None,
+        typer.Option(
+            help="--disaggregated: the decode pool's first size (default: sized with the prefill pool's "
+            "for the first 5 minutes)."
+        ),
+    ] = None,
     prefill_max_replicas: Annotated[
         int | None, typer.Option(help="--disaggregated: the prefill pool's bound (default --max-replicas).")
     ] = None,
@@ -491,16 +501,31 @@ def backtest(
             ("--decode-replicas", decode_replicas),
         ):
             check_option(option, value, f"[1, {MAX_REPLICAS}]", integer=True)
-        settings = replace(
-            settings,
-            disaggregated=DisaggConfig(
-                interconnect=interconnect,
-                prefill_initial_replicas=prefill_replicas,
-                decode_initial_replicas=decode_replicas,
-                prefill_max_replicas=prefill_max_replicas,
-                decode_max_replicas=decode_max_replicas,
-            ),
+        pools = DisaggConfig(
+            interconnect=interconnect,
+            prefill_initial_replicas=prefill_replicas or 1,
+            decode_initial_replicas=decode_replicas or 1,
+            prefill_max_replicas=prefill_max_replicas,
+            decode_max_replicas=decode_max_replicas,
         )
+        settings = replace(settings, disaggregated=pools)
+        if prefill_replicas is None or decode_replicas is None:
+            from llmscale.backtest.disagg import initial_pools
+
+            with err.status("Sizing both pools for the first 5 minutes (constant pairs, simulated)..."):
+                p, d = initial_pools(w, settings)
+            pools = replace(
+                pools,
+                prefill_initial_replicas=p if prefill_replicas is None else prefill_replicas,
+                decode_initial_replicas=d if decode_replicas is None else decode_replicas,
+            )
+            settings = replace(settings, disaggregated=pools)
+            err.print(
+                f"pools start at {pools.prefill_initial_replicas} prefill and "
+                f"{pools.decode_initial_replicas} decode replicas: the cheapest pair serving the first "
+                "5 minutes (--prefill-replicas / --decode-replicas to set them)",
+                highlight=False,
+            )
         run_disaggregated_backtest(
             w,
             names,

@@ -6,31 +6,37 @@ each reads only its own pool's signals, as a live deployment's per-pool scrape
 would give them.
 
 Prefill (``pool = "prefill"``): TTFT and the prefill queue drive it.
-    Capacity: one replica prefills ``C`` prompt tokens/s in chunks of
-    ``max_num_batched_tokens`` (``PerfModel.prefill_capacity_tokens_s`` at the
-    observed mean prompt); the pool needs ``ceil(rate x ISL / (C x u))``, ``u`` the
-    utilisation the TTFT budget allows a replica's queue (:func:`prefill_tail_util`),
-    within [``target_util``, ``util_max``].
+    Capacity: a replica with prompts waiting fills each iteration with their chunks up to
+    ``max_num_batched_tokens``, so it prefills ``C`` prompt tokens/s of full iterations
+    (``replica_tails.packed_prefill_tokens_s`` at the observed mean prompt and its spread); the
+    pool needs ``ceil(rate x ISL / (C x u))``, ``u`` the utilisation the TTFT budget allows a
+    replica's queue (:func:`prefill_tail_util`: the wait left after the prompt's own iteration,
+    for arrivals of the observed dispersion), within [``target_util``, ``util_max``].
     Reaction: the pool's own P95 TTFT (queue + prefill) over its budget -- the
     SLO less the KV transfer of a mean prompt and one decode step at the ITL
     target -- asks for ``ceil(ready x ttft / budget)`` (at least one more, at
-    most twice the ready count); more than ``queue_per_replica_max`` prompts
-    waiting per replica, for one more.
-    E.g. Llama-3-8B on an H100 prefills 2,048-token prompts at about 32,000
-    tokens/s in 8,192-token chunks; 20 req/s of them under a 2 s TTFT (u = 0.85) is
-    40,960 / (32,000 x 0.85) = 1.51 -> 2 replicas (tests/policies/test_disagg_policies.py).
+    most twice the ready count); more prompts waiting per replica than half the wait budget
+    drains (at least ``queue_per_replica_max``), for one more.
+    E.g. Llama-3-8B on an H100 prefills 2,048-token prompts of CV 1 at about 33,800 tokens/s
+    in full 8,192-token iterations (one prompt alone: 31,800); 20 req/s of them under a 2 s TTFT
+    (u = 0.84) is 40,960 / (33,800 x 0.84) = 1.45 -> 2 replicas
+    (tests/policies/test_disagg_policies.py).
 
 Decode (``pool = "decode"``): inter-token latency and KV usage drive it.
     Capacity: the largest batch ``B`` whose step stays within ``itl_target_s x
-    itl_headroom`` at context ``ISL + OSL/2`` (``max_decode_batch_for_tpot``),
-    also within ``kv_high`` of the KV pool (``perf.replica_tails.decode_only_batch``); its rate
+    itl_headroom`` at the context of the sequences in flight, ``ISL + OSL (1 + cv^2) / 2``
+    (outputs in flight are length-biased: ``cv`` the observed spread of output lengths), also
+    within ``kv_high`` of the KV pool (``perf.replica_tails.decode_only_batch``); its rate
     ``T = B / step(B)`` tokens/s;
-    the pool needs ``ceil(rate x OSL / (T x u))``; ``u`` holds the Poisson count of sequences
-    in flight (``rate x OSL x B / T``, Little's law) within ``B`` per replica but for
-    ``miss_budget`` of the time, within [``target_util``, ``util_max``].
+    the pool needs ``ceil(rate x OSL / (T x u))``; ``u`` holds the count of sequences
+    in flight (``rate x OSL x B / T``, Little's law; Poisson, widened by the arrivals' index of
+    dispersion) within ``B`` per replica but for ``miss_budget`` of the time, within
+    [``target_util``, ``util_max``].
     Reaction: a P95 ITL over the target asks for ``ceil(ready x itl / target)``
     (at least one more, at most twice the ready count); the fullest replica's KV
     above ``kv_high``, for one more.
+
+Until a pool has reported them, lengths are taken as exponential (CV 1) and arrivals as Poisson.
 
 The rule that asks for more wins; a scale-down is the capacity figure, left to
 the guards' stabilisation window. While replicas of the pool are still starting
@@ -48,6 +54,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from llmscale.deployment import DEFAULT_DEPLOYMENT, Deployment
 from llmscale.errors import ConfigError
+from llmscale.policies.trend import slope, slope_se
 from llmscale.types import Decision, NoData, Signals
 
 if TYPE_CHECKING:
@@ -82,9 +89,19 @@ class PoolSloConfig:
     #: decode batches are sized for this share of the ITL target (step-time noise, mixed lengths)
     itl_headroom: float = 0.8
     kv_high: float = 0.85
+    #: prompts waiting per replica past which the prefill pool grows by one: at least this many,
+    #: and at least what drains in half the wait the TTFT budget leaves
     queue_per_replica_max: float = 4.0
     #: weight of the newest observation of the request shape (mean prompt and output)
     shape_alpha: float = 0.3
+    #: a replica asked for now serves this much later: a rising rate is planned this far ahead
+    cold_start_s: float = DEFAULT_DEPLOYMENT.cold_start_s
+    #: smoothing of the arrival rate per tick, for its trend
+    rate_alpha: float = 0.4
+    #: ticks the smoothed rate's trend is fitted over (4 at least before it is used)
+    trend_ticks: int = 8
+    #: the trend adds at most this share of the rate (a step is not extrapolated as a trend)
+    max_trend_growth: float = 1.0
     min_replicas: int = DEFAULT_DEPLOYMENT.min_replicas
     max_replicas: int = DEFAULT_DEPLOYMENT.max_replicas
 
@@ -96,6 +113,7 @@ class PoolSloConfig:
             "itl_headroom",
             "kv_high",
             "shape_alpha",
+            "rate_alpha",
             "util_max",
             "miss_budget",
         ):
@@ -104,6 +122,14 @@ class PoolSloConfig:
                 raise ConfigError(f"slo-disagg.{name} = {v}, must be in (0, 1]")
         if self.slo_ttft_s <= 0 or self.itl_target_s <= 0:
             raise ConfigError("slo-disagg: the TTFT and ITL targets must be > 0")
+        if not (isinstance(self.trend_ticks, int) and 1 <= self.trend_ticks <= 10_000):
+            raise ConfigError(
+                f"slo-disagg.trend_ticks = {self.trend_ticks!r}, must be an integer in [1, 10000]"
+            )
+        for name in ("cold_start_s", "max_trend_growth"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0.0):
+                raise ConfigError(f"slo-disagg.{name} = {v}, must be a finite number >= 0")
 
 
 @dataclass(frozen=True)
@@ -111,6 +137,13 @@ class PoolSloState:
     #: smoothed mean prompt and output lengths (None until observed)
     isl_tokens: float | None = None
     osl_tokens: float | None = None
+    #: smoothed spreads of the request shape and of the arrivals (None until observed: then 1,
+    #: exponential lengths and Poisson arrivals)
+    prompt_cv: float | None = None
+    output_cv: float | None = None
+    dispersion: float | None = None
+    #: (time, smoothed arrival rate) of the last ``trend_ticks`` ticks
+    rate_history: tuple[tuple[float, float], ...] = ()
 
 
 #: the rules that size from what the ready replicas show (latency, queue, KV), not from the load
@@ -123,22 +156,32 @@ def _smooth(prev: float | None, new: float | None, alpha: float) -> float | None
     return new if prev is None else prev + alpha * (new - prev)
 
 
-def prefill_tail_util(budget_s: float, service_s: float, miss_budget: float) -> float:
+def prefill_tail_util(
+    budget_s: float,
+    service_s: float,
+    miss_budget: float,
+    *,
+    own_s: float | None = None,
+    variability: float = 1.0,
+) -> float:
     """The highest utilisation at which a prefill replica's queueing wait exceeds what is left of
     the TTFT budget for at most ``miss_budget`` of the prompts.
 
-    A replica is taken as an M/M/1 queue of prompts, each served in ``service_s`` (mean prompt /
-    prefill tokens/s): P(wait > t) = rho x exp(-(1 - rho) t / service_s), with t = budget - service;
-    the largest rho with P <= miss_budget is bisected (the tail grows with rho). Exponential
-    service is the cautious case for prompts of unknown spread; a router spreading over n
-    replicas only shortens the wait. E.g. 2,000-token prompts on an H100 (31,900 tokens/s: 63 ms
-    each), a 1.89 s budget (2 s TTFT less the transfer and one 0.1 s decode step), 1%: t / s =
-    29.1 and rho = 0.85, where a fixed 0.7 planned 1.2x the replicas (a pool of 5 where 4 held:
-    tests/policies/test_disagg_policies.py). With a 1 s budget rho is 0.69.
+    A replica is taken as a single-server queue of prompts, each served in ``service_s`` (mean
+    prompt / the replica's prompt tokens/s) with an exponential wait (Kingman's heavy-traffic
+    form): P(wait > t) = rho x exp(-(1 - rho) t / (service_s x variability)), with t = budget -
+    ``own_s`` (the prompt's own prefill, ``service_s`` when not given) and ``variability`` =
+    (ca^2 + cs^2) / 2, the squared CVs of inter-arrival times and of service (1: Poisson arrivals
+    and exponential service, the M/M/1 queue). The largest rho with P <= miss_budget is bisected
+    (the tail grows with rho). A router spreading over n replicas only shortens the wait.
+    E.g. 2,000-token prompts at 31,900 tokens/s (63 ms each), a 1.89 s budget (2 s TTFT less the
+    transfer and one 0.1 s decode step), 1%, M/M/1: t / s = 29.1 and rho = 0.85. With a 1 s budget
+    rho is 0.69; arrivals of dispersion 5 (variability 3) at the 1.89 s budget, 0.62.
     """
-    if service_s <= 0.0 or budget_s <= service_s:
+    own = service_s if own_s is None else own_s
+    if service_s <= 0.0 or budget_s <= own or variability <= 0.0:
         return 0.0
-    ratio = (budget_s - service_s) / service_s
+    ratio = (budget_s - own) / (service_s * variability)
 
     def tail(rho: float) -> float:
         return rho * math.exp(-(1.0 - rho) * ratio)
@@ -197,18 +240,46 @@ class PoolSloPolicy:
         osl = state.osl_tokens
         if cfg.pool == "decode":
             osl = _smooth(osl, signals.get("decode_steps_mean"), cfg.shape_alpha)
-        new_state = PoolSloState(isl, osl)
+        history = state.rate_history
+        if rate is not None and math.isfinite(rate) and rate >= 0.0:
+            # the trend is fitted to the smoothed rate: a window's rate strays tick to tick, and
+            # a slope fitted to the raw one read +17% a cold start ahead on a ramp rising 6%
+            level = rate if not history else history[-1][1] + cfg.rate_alpha * (rate - history[-1][1])
+            history = (*history, (now_s, level))[-cfg.trend_ticks :]
+        new_state = PoolSloState(
+            isl,
+            osl,
+            _smooth(state.prompt_cv, signals.get("prompt_len_cv"), cfg.shape_alpha),
+            _smooth(state.output_cv, signals.get("output_len_cv"), cfg.shape_alpha),
+            _smooth(state.dispersion, signals.get("arrival_dispersion"), cfg.shape_alpha),
+            history,
+        )
+        # Until the pool has reported them: exponential lengths and Poisson arrivals.
+        prompt_cv = 1.0 if new_state.prompt_cv is None else new_state.prompt_cv
+        output_cv = 1.0 if new_state.output_cv is None else new_state.output_cv
+        dispersion = 1.0 if new_state.dispersion is None else max(1.0, new_state.dispersion)
         shape_missing = isl is None or (cfg.pool == "decode" and osl is None)
         if rate is None or shape_missing:
             return Decision(spec, "no-data", {}, "no request rate or shape observed yet", no_data=NoData()), (
                 new_state
             )
         assert isl is not None
+        # A replica asked for now serves a cold start later: a rising rate is planned that far
+        # ahead, by its trend less the trend's own standard error (a slope no surer than its
+        # noise buys nothing); a falling one is left to the guards' stabilisation. Without it a
+        # pool sized from an accurate capacity fell behind the matrix's chat ramp by a replica
+        # for the whole cold start (TTFT P95 4.5 s).
+        growth = 0.0
+        if len(history) >= 4:
+            trend = slope(list(history))
+            sure = trend - slope_se(list(history), trend)
+            growth = min(max(0.0, sure) * cfg.cold_start_s, cfg.max_trend_growth * rate)
+        planned = rate + growth
         if cfg.pool == "prefill":
-            decision = self._prefill(signals, rate, isl, ready)
+            decision = self._prefill(signals, (rate, planned), isl, ready, prompt_cv, dispersion)
         else:
             assert osl is not None
-            decision = self._decode(signals, rate, isl, osl, ready)
+            decision = self._decode(signals, (rate, planned), isl, osl, ready, output_cv, dispersion)
         if spec > ready and decision.rule in _REACTIVE:
             # Replicas are still starting: the latency the pool shows is that of the backlog
             # they were asked for, and a ratio of it would ask again for the same load (a 108 s
@@ -220,38 +291,88 @@ class PoolSloPolicy:
             decision = Decision(held, "scaling-in-progress", decision.inputs, note)
         return decision, new_state
 
-    def _prefill(self, signals: Signals, rate: float, isl: float, ready: int) -> Decision:
+    def _prefill(
+        self,
+        signals: Signals,
+        rates: tuple[float, float],
+        isl: float,
+        ready: int,
+        prompt_cv: float,
+        dispersion: float,
+    ) -> Decision:
+        """``rates``: (the arrival rate now, the rate planned for a cold start ahead)."""
         cfg = self.config
-        cap = float(self.perf.prefill_capacity_tokens_s(cfg.max_num_batched_tokens, max(1, round(isl))))
+        now_rps, rate = rates
+        from llmscale.perf.replica_tails import packed_prefill_tokens_s
+
+        # A replica with prompts waiting runs full iterations of several prompts: that rate
+        # decides whether its queue drains (one prompt alone is slower: a fixed 1,314-token
+        # prompt planned a pool of 3 where 2 held 100%).
+        cap = packed_prefill_tokens_s(self.perf, cfg.max_num_batched_tokens, isl, prompt_cv)
         demand = rate * isl
         budget = self.ttft_budget_s(isl)
-        tail_util = prefill_tail_util(budget, isl / cap, cfg.miss_budget) if cap > 0 else 0.0
+        # A prompt's own prefill, behind the queue: the full iteration that carries its last chunk
+        # (its own chunks when longer); the queue's variability: the arrivals' dispersion and
+        # the prompts' spread (a prompt's service is its length at that rate).
+        # The router hands each prompt to the replica with the fewest outstanding, so a replica
+        # among k busy ones is dealt about every k-th arrival: its inter-arrival CV^2 is the
+        # stream's divided by k (as the aggregated tail model takes it, perf/replica_tails.py).
+        own = max(isl, float(cfg.max_num_batched_tokens)) / cap if cap > 0 else 0.0
+        k = max(1, math.ceil(demand / (cap * cfg.util_max))) if cap > 0 else 1
+        variability = (dispersion / k + prompt_cv**2) / 2.0
+        tail_util = (
+            prefill_tail_util(budget, isl / cap, cfg.miss_budget, own_s=own, variability=variability)
+            if cap > 0
+            else 0.0
+        )
         util = max(cfg.target_util, min(cfg.util_max, tail_util))
         wanted = math.ceil(demand / (cap * util)) if demand > 0 else 0
+        # A queue is a warning once it takes half the wait the budget leaves to drain: a replica
+        # packing 6 prompts an iteration clears 7 waiting 1,300-token prompts in 0.25 s, nothing
+        # against a 1.65 s wait budget (a fixed 4 a replica asked for a third replica there).
+        drain_prompts = 0.5 * max(0.0, budget - own) * cap / isl if cap > 0 else 0.0
+        queue_max = max(cfg.queue_per_replica_max, drain_prompts)
         rule = "capacity"
         ttft = signals.get("ttft_p95_s")
         queue = signals.get("queue_per_replica")
         inputs: dict[str, float | None] = {
-            "rate_rps": rate,
+            "rate_rps": now_rps,
+            "forecast_rps": rate,
             "isl_tokens": isl,
+            "prompt_cv": prompt_cv,
+            "arrival_dispersion": dispersion,
             "prefill_capacity_tokens_s": cap,
             "planned_util": util,
             "capacity_replicas": float(wanted),
             "ttft_p95_s": ttft,
             "ttft_budget_s": budget,
             "queue_per_replica": queue,
+            "queue_per_replica_max": queue_max,
         }
         if ready > 0 and ttft is not None and ttft > budget:
             react = max(ready + 1, min(2 * ready, math.ceil(ready * ttft / budget)))
             if react > wanted:
                 wanted, rule = react, "ttft-over-budget"
-        if ready > 0 and queue is not None and queue > cfg.queue_per_replica_max and ready + 1 > wanted:
+        if ready > 0 and queue is not None and queue > queue_max and ready + 1 > wanted:
             wanted, rule = ready + 1, "prefill-queue"
         return Decision(_clamp(wanted, cfg.min_replicas, cfg.max_replicas), rule, inputs)
 
-    def _decode(self, signals: Signals, rate: float, isl: float, osl: float, ready: int) -> Decision:
+    def _decode(
+        self,
+        signals: Signals,
+        rates: tuple[float, float],
+        isl: float,
+        osl: float,
+        ready: int,
+        output_cv: float,
+        dispersion: float,
+    ) -> Decision:
         cfg = self.config
-        ctx = max(1, round(isl + osl / 2.0))
+        now_rps, rate = rates
+        # The context of the sequences in flight, not of an arriving one: a request stays in the
+        # batch for as many steps as it generates, so outputs in flight are length-biased,
+        # E[o^2] / E[o] = E[o] (1 + cv^2), each halfway through on average (docs/tail-model.md).
+        ctx = max(1, round(isl + osl * (1.0 + output_cv**2) / 2.0))
         from llmscale.perf.replica_tails import decode_only_batch
 
         batch = decode_only_batch(self.perf, cfg.itl_target_s * cfg.itl_headroom, ctx, cfg.max_num_seqs)
@@ -269,20 +390,24 @@ class PoolSloPolicy:
             # quantile within ``batch`` per replica. E.g. 4,800 tokens/s of demand at 128
             # sequences decoding 3,200 tokens/s each: 192 in flight, +2.33 x 13.9 = 224.3 ->
             # 2 replicas, where 0.7 planned 3. Kept between the figures at ``util_max`` and at
-            # ``target_util`` of the capacity. On the matrix's chat / ramp cell split in two
-            # pools the decode pool then cost 1.03 GPU-hours, not 1.30 (benchmarks/disaggregated.py).
+            # ``target_util`` of the capacity. Bursty arrivals widen the count: its variance is
+            # taken as the arrivals' index of dispersion times its mean (Poisson: 1).
             in_flight = demand * batch / thpt
             z = NormalDist().inv_cdf(1.0 - cfg.miss_budget)
-            tail = math.ceil((in_flight + z * math.sqrt(in_flight)) / batch)
+            tail = math.ceil((in_flight + z * math.sqrt(dispersion * in_flight)) / batch)
             ceiling = math.ceil(demand / (thpt * cfg.util_max))
             wanted = min(wanted, max(tail, ceiling))
         rule = "capacity" if reachable else "itl-unreachable"
         itl = signals.get("itl_p95_s")
         kv = signals.get("kv_usage_max")
         inputs: dict[str, float | None] = {
-            "rate_rps": rate,
+            "rate_rps": now_rps,
+            "forecast_rps": rate,
             "isl_tokens": isl,
             "osl_tokens": osl,
+            "output_cv": output_cv,
+            "arrival_dispersion": dispersion,
+            "context_tokens": float(ctx),
             "batch": float(batch),
             "decode_tokens_s": thpt,
             "capacity_replicas": float(wanted),
@@ -323,6 +448,9 @@ def make_slo_disagg(
         "kv_high",
         "queue_per_replica_max",
         "shape_alpha",
+        "rate_alpha",
+        "trend_ticks",
+        "max_trend_growth",
     }
     unknown = sorted(set(params) - allowed)
     if unknown:
@@ -338,6 +466,7 @@ def make_slo_disagg(
         max_num_batched_tokens=deployment.max_num_batched_tokens,
         max_num_seqs=deployment.max_num_seqs,
         kv_capacity_tokens=kv_tokens,
+        cold_start_s=deployment.cold_start_s,
         min_replicas=max(1, deployment.min_replicas),
         max_replicas=deployment.max_replicas,
         **params,

@@ -70,6 +70,8 @@ from llmscale.policies.params import (
     params_of,
 )
 from llmscale.policies.standby import StandbyConfig, StandbyState, standby_pool
+from llmscale.policies.trend import slope as _slope
+from llmscale.policies.trend import slope_se as _slope_se
 from llmscale.signals.histograms import LATENCY_WINDOW_S
 from llmscale.types import Decision, NoData, Signals
 
@@ -200,35 +202,6 @@ class SloState:
     #: exponentially weighted
     budget_requests: float = 0.0
     budget_misses: float = 0.0
-
-
-def _slope(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (t, y) points, per second (0 for fewer than two distinct times)."""
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    my = sum(y for _, y in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    if var <= 0.0:
-        return 0.0
-    return sum((t - mt) * (y - my) for t, y in points) / var
-
-
-def _slope_se(points: list[tuple[float, float]], slope: float) -> float:
-    """Standard error of the least-squares slope of (t, y) points, per second (0 below three points).
-
-    Worked: levels 10, 12, 10, 12 at 0, 15, 30, 45 s fit a slope of 0.027/s with residuals
-    +-0.7 to 1.0: se = sqrt(3.2 / 2 / 1,125) = 0.038/s, more than the slope itself.
-    """
-    n = len(points)
-    if n < 3:
-        return 0.0
-    mt = sum(t for t, _ in points) / n
-    my = sum(y for _, y in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    if var <= 0.0:
-        return 0.0
-    rss = sum((y - my - slope * (t - mt)) ** 2 for t, y in points)
-    return math.sqrt(rss / (n - 2) / var)
 
 
 def _spread(residuals: list[float]) -> float:
