@@ -11,7 +11,7 @@ import pytest
 from llmscale.deployment import DEFAULT_DEPLOYMENT
 from llmscale.errors import ConfigError
 from llmscale.perf.interconnect import INTERCONNECTS
-from llmscale.policies.disagg import make_slo_disagg, prefill_tail_util
+from llmscale.policies.disagg import erlang_c, make_slo_disagg, prefill_pool_replicas
 from llmscale.policies.dynamo.disagg import (
     DynamoDisaggConfig,
     DynamoDisaggPolicy,
@@ -42,10 +42,9 @@ def _slo(pool: str, **params):
 def test_prefill_capacity_worked_number():
     # docstring: a replica with prompts waiting runs full 8,192-token iterations: ~33,800 prompt
     # tokens/s at a 2,048-token mean of CV 1 (one prompt alone: ~31,800). Its own prefill behind
-    # the queue is the iteration carrying its last chunk, 8,192 / 33,800 = 0.243 s. 20 req/s is
-    # 40,960 tokens/s, two replicas at most (k = 2): each is dealt every other arrival, so the
-    # queue's variability is (1/2 + 1) / 2 = 0.75, and the wait within the rest of the 1.895 s
-    # budget for 99% of prompts allows u = 0.877: 40,960 / (33,800 x 0.877) = 1.38 -> 2
+    # the queue is the iteration carrying its last chunk, 8,192 / 33,800 = 0.243 s, which leaves
+    # 1.895 - 0.243 s of the budget to wait. 20 req/s is 1.21 Erlangs: 2 replicas (at 0.61 busy),
+    # where almost no prompt waits that long; 40 req/s, 2.43 Erlangs: 3 (at 0.81).
     policy = _slo("prefill")
     d, _ = policy.decide(
         sig(1, arrival_rate_rps=20.0, prompt_len_mean_tokens=2048.0), policy.initial_state(), 15
@@ -53,41 +52,63 @@ def test_prefill_capacity_worked_number():
     cap = d.inputs["prefill_capacity_tokens_s"]
     assert 33_000 < cap < 34_500
     assert cap > policy.perf.prefill_capacity_tokens_s(8192, 2048)
-    util = d.inputs["planned_util"]
-    assert util == pytest.approx(0.877, abs=0.005)
     budget = policy.ttft_budget_s(2048.0)
-    assert util == pytest.approx(
-        prefill_tail_util(budget, 2048 / cap, 0.01, own_s=8192 / cap, variability=0.75), abs=1e-12
-    )
-    assert (d.desired, d.rule) == (math.ceil(20 * 2048 / (cap * util)), "capacity") == (2, "capacity")
-    # 40 req/s: 81,920 tokens/s is 3.5 replicas at 0.7 (4) and 2.7 at 0.89 (3)
+    assert (d.desired, d.rule) == (2, "capacity")
+    assert d.desired == prefill_pool_replicas(20.0, 2048 / cap, budget - 8192 / cap, 0.01)
+    assert d.inputs["planned_util"] == pytest.approx(20 * 2048 / (2 * cap))
     d, _ = policy.decide(
         sig(1, arrival_rate_rps=40.0, prompt_len_mean_tokens=2048.0), policy.initial_state(), 15
     )
-    assert d.desired == math.ceil(40 * 2048 / (cap * d.inputs["planned_util"])) == 3
+    assert d.desired == 3 == math.ceil(40 * 2048 / cap / 0.9)
+
+
+@pytest.mark.parametrize(
+    ("servers", "load", "chance"),
+    [
+        pytest.param(1, 0.5, 0.5, id="one-server-waits-with-its-utilisation"),
+        pytest.param(2, 1.2, 0.45, id="two-at-1.2-erlangs"),
+        pytest.param(3, 3.0, 1.0, id="unstable"),
+        pytest.param(4, 0.0, 0.0, id="idle"),
+    ],
+)
+def test_erlang_c(servers, load, chance):
+    assert erlang_c(servers, load) == pytest.approx(chance, abs=5e-4)
+
+
+def test_a_pool_of_long_prompts_runs_cooler_than_one_of_short_prompts():
+    # Worked in the docstring: 1.3 req/s of 0.92 s prompts (1.2 Erlangs) with 0.95 s left to
+    # wait and prompt CV 1.2 need 4 replicas (0.3 busy): the chance of waiting past 0.95 s falls
+    # 0.23, 0.031, 0.0035 from 2 to 4. Short prompts at the same load run at util_max.
+    late = [erlang_c(k, 1.3 * 0.92) * math.exp(-(k - 1.3 * 0.92) * 0.95 / (0.92 * 1.22)) for k in (2, 3, 4)]
+    assert [round(x, 4) for x in late] == [0.2266, 0.0304, 0.0034]
+    assert prefill_pool_replicas(1.3, 0.92, 0.95, 0.01, variability=1.22) == 4
+    assert prefill_pool_replicas(1.3 * 0.92 / 0.01, 0.01, 1.5, 0.01) == math.ceil(1.3 * 0.92 / 0.9)
+    # no time left to wait: not plannable by the wait (the policy then plans at target_util)
+    assert prefill_pool_replicas(1.0, 0.5, 0.0, 0.01) is None
+    # bursty arrivals (variability 3) need more replicas than Poisson ones
+    assert prefill_pool_replicas(1.3, 0.92, 0.95, 0.01, variability=3.0) > 4
 
 
 def test_prefill_reads_the_prompts_spread_and_the_arrivals_dispersion():
-    # Prompts of nearly one length (CV 0.3) pack more tokens a second and queue less than CV 1;
-    # bursty arrivals (dispersion 8) lengthen the wait tail, so the pool is planned at a lower
-    # utilisation.
+    # Long prompts (8,000 tokens, 0.24 s each with 1.4 s left to wait), 12 req/s: prompts of
+    # nearly one length (CV 0.3) pack a little faster and wait less than CV 1 ones; bursty
+    # arrivals (dispersion 8) wait longer. Each moves the pool the way the queue model says.
     policy = _slo("prefill")
-    base = {"arrival_rate_rps": 6.0, "prompt_len_mean_tokens": 2048.0}
+    base = {"arrival_rate_rps": 12.0, "prompt_len_mean_tokens": 8000.0}
 
-    def inputs(**extra):
+    def decided(**extra):
         d, _ = policy.decide(sig(1, **base, **extra), policy.initial_state(), 15)
-        return d.inputs
+        return d
 
-    plain, even, bursty = inputs(), inputs(prompt_len_cv=0.3), inputs(arrival_dispersion=8.0)
-    assert plain["prompt_cv"] == 1.0 and plain["arrival_dispersion"] == 1.0
-    assert even["prefill_capacity_tokens_s"] > plain["prefill_capacity_tokens_s"]
-    assert even["planned_util"] > plain["planned_util"]
-    assert bursty["planned_util"] < plain["planned_util"]
-    cap = bursty["prefill_capacity_tokens_s"]
-    k = math.ceil(6.0 * 2048 / (cap * 0.9))
-    want = prefill_tail_util(policy.ttft_budget_s(2048.0), 2048 / cap, 0.01, own_s=8192 / cap,
-                             variability=(8.0 / k + 1.0) / 2)  # fmt: skip
-    assert bursty["planned_util"] == pytest.approx(max(0.7, min(0.9, want)))
+    plain, even, bursty = decided(), decided(prompt_len_cv=0.3), decided(arrival_dispersion=8.0)
+    assert plain.inputs["prompt_cv"] == 1.0 and plain.inputs["arrival_dispersion"] == 1.0
+    assert even.inputs["prefill_capacity_tokens_s"] > plain.inputs["prefill_capacity_tokens_s"]
+    assert even.desired <= plain.desired < bursty.desired
+    cap = bursty.inputs["prefill_capacity_tokens_s"]
+    budget = policy.ttft_budget_s(8000.0)
+    assert bursty.desired == prefill_pool_replicas(
+        12.0, 8000 / cap, budget - 8192 / cap, 0.01, variability=(8.0 + 1.0) / 2
+    )
 
 
 def test_a_prefill_queue_is_judged_by_the_time_it_takes_to_drain():
@@ -112,40 +133,22 @@ def test_decode_context_is_the_length_biased_one_in_flight():
     d0, _ = policy.decide(sig(4, **base, output_len_cv=0.5), policy.initial_state(), 15)
     assert (d1.inputs["context_tokens"], d0.inputs["context_tokens"]) == (1400.0, 1250.0)
     assert d1.inputs["batch"] <= d0.inputs["batch"]
-    # bursty arrivals widen the count in flight the pool must hold within its batches
-    db, _ = policy.decide(sig(4, **base, arrival_dispersion=8.0), policy.initial_state(), 15)
-    assert db.desired >= d1.desired
 
 
-@pytest.mark.parametrize(
-    ("budget_s", "service_s", "miss", "util"),
-    [
-        pytest.param(1.89, 2000 / 31_900, 0.01, 0.848, id="code-prompts-2s-ttft"),
-        pytest.param(0.945, 2048 / 32_000, 0.01, 0.692, id="1s-ttft-below-the-0.7-floor"),
-        pytest.param(1.89, 2000 / 31_900, 0.05, 0.901, id="looser-miss-budget-allows-more"),
-        pytest.param(0.05, 0.06, 0.01, 0.0, id="prefill-alone-outlasts-the-budget"),
-    ],
-)
-def test_prefill_tail_util(budget_s, service_s, miss, util):
-    rho = prefill_tail_util(budget_s, service_s, miss)
-    assert rho == pytest.approx(util, abs=0.002)
-    if rho > 0:
-        # the M/M/1 wait tail at rho is the miss budget
-        t = budget_s - service_s
-        assert rho * math.exp(-(1 - rho) * t / service_s) == pytest.approx(miss, rel=1e-6)
-
-
-def test_prefill_is_planned_within_its_floor_and_ceiling():
-    tight = _slo("prefill", util_max=0.75)
+def test_prefill_is_planned_within_its_ceiling_and_at_its_floor_when_no_wait_fits():
+    tight = _slo("prefill", util_max=0.5)
     d, _ = tight.decide(
-        sig(1, arrival_rate_rps=20.0, prompt_len_mean_tokens=2048.0), tight.initial_state(), 15
+        sig(1, arrival_rate_rps=40.0, prompt_len_mean_tokens=2048.0), tight.initial_state(), 15
     )
-    assert d.inputs["planned_util"] == 0.75
-    floor = _slo("prefill", target_util=0.9, util_max=0.95)
-    d, _ = floor.decide(
-        sig(1, arrival_rate_rps=20.0, prompt_len_mean_tokens=2048.0), floor.initial_state(), 15
+    assert d.inputs["planned_util"] <= 0.5
+    # prompts whose own prefill takes the whole budget: waiting decides nothing, target_util does
+    slow = _slo("prefill", target_util=0.5)
+    d, _ = slow.decide(
+        sig(1, arrival_rate_rps=1.0, prompt_len_mean_tokens=70_000.0), slow.initial_state(), 15
     )
-    assert d.inputs["planned_util"] == 0.9
+    cap = d.inputs["prefill_capacity_tokens_s"]
+    assert 70_000 / cap > slow.ttft_budget_s(70_000.0)
+    assert d.desired == math.ceil(70_000 / (cap * 0.5))
 
 
 @pytest.mark.parametrize(

@@ -427,4 +427,6 @@ def initial_pools(workload: Workload, settings: BacktestSettings, *, target: flo
     def bounded(n: int, top: int | None) -> int:
         return max(lo, min(int(n), settings.max_replicas if top is None else top))
 
-    return bounded(pair["prefill"], cfg.prefill_max_replicas), bounded(pair["decode"], cfg.decode_max_replicas)
+    return bounded(pair["prefill"], cfg.prefill_max_replicas), bounded(
+        pair["decode"], cfg.decode_max_replicas
+    )

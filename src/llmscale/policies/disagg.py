@@ -9,9 +9,10 @@ Prefill (``pool = "prefill"``): TTFT and the prefill queue drive it.
     Capacity: a replica with prompts waiting fills each iteration with their chunks up to
     ``max_num_batched_tokens``, so it prefills ``C`` prompt tokens/s of full iterations
     (``replica_tails.packed_prefill_tokens_s`` at the observed mean prompt and its spread); the
-    pool needs ``ceil(rate x ISL / (C x u))``, ``u`` the utilisation the TTFT budget allows a
-    replica's queue (:func:`prefill_tail_util`: the wait left after the prompt's own iteration,
-    for arrivals of the observed dispersion), within [``target_util``, ``util_max``].
+    pool needs the fewest replicas at which at most ``miss_budget`` of prompts wait past what the
+    TTFT budget leaves after a prompt's own iteration (:func:`prefill_pool_replicas`: one queue
+    before the pool, Erlang's C with the arrivals' dispersion and the prompts' spread), at most
+    ``util_max`` busy; ``target_util`` where the budget leaves a mean prompt no wait.
     Reaction: the pool's own P95 TTFT (queue + prefill) over its budget -- the
     SLO less the KV transfer of a mean prompt and one decode step at the ITL
     target -- asks for ``ceil(ready x ttft / budget)`` (at least one more, at
@@ -19,8 +20,7 @@ Prefill (``pool = "prefill"``): TTFT and the prefill queue drive it.
     drains (at least ``queue_per_replica_max``), for one more.
     E.g. Llama-3-8B on an H100 prefills 2,048-token prompts of CV 1 at about 33,800 tokens/s
     in full 8,192-token iterations (one prompt alone: 31,800); 20 req/s of them under a 2 s TTFT
-    (u = 0.84) is 40,960 / (33,800 x 0.84) = 1.45 -> 2 replicas
-    (tests/policies/test_disagg_policies.py).
+    are 1.21 Erlangs: 2 replicas (tests/policies/test_disagg_policies.py).
 
 Decode (``pool = "decode"``): inter-token latency and KV usage drive it.
     Capacity: the largest batch ``B`` whose step stays within ``itl_target_s x
@@ -28,10 +28,9 @@ Decode (``pool = "decode"``): inter-token latency and KV usage drive it.
     (outputs in flight are length-biased: ``cv`` the observed spread of output lengths), also
     within ``kv_high`` of the KV pool (``perf.replica_tails.decode_only_batch``); its rate
     ``T = B / step(B)`` tokens/s;
-    the pool needs ``ceil(rate x OSL / (T x u))``; ``u`` holds the count of sequences
-    in flight (``rate x OSL x B / T``, Little's law; Poisson, widened by the arrivals' index of
-    dispersion) within ``B`` per replica but for ``miss_budget`` of the time, within
-    [``target_util``, ``util_max``].
+    the pool needs ``ceil(rate x OSL / (T x u))``; ``u`` holds the Poisson count of sequences
+    in flight (``rate x OSL x B / T``, Little's law) within ``B`` per replica but for
+    ``miss_budget`` of the time, within [``target_util``, ``util_max``].
     Reaction: a P95 ITL over the target asks for ``ceil(ready x itl / target)``
     (at least one more, at most twice the ready count); the fullest replica's KV
     above ``kv_high``, for one more.
@@ -78,11 +77,12 @@ class PoolSloConfig:
     max_num_seqs: int = DEFAULT_DEPLOYMENT.max_num_seqs
     kv_capacity_tokens: int = 0
     tick_s: float = 15.0
-    #: plan each pool at this share of its capacity (queueing headroom); the prefill pool's floor
+    #: the decode pool is planned at no less than this share of its capacity, and the prefill pool
+    #: at this share where its TTFT budget leaves a mean prompt no time to wait
     target_util: float = 0.7
-    #: each pool is planned at the utilisation its latency tail allows (the prefill pool's queue
-    #: within its TTFT budget, :func:`prefill_tail_util`; the decode pool's sequences in flight
-    #: within its batch), at least ``target_util`` and at most this
+    #: each pool is planned at the utilisation its latency tail allows (the prefill pool's wait
+    #: within its TTFT budget, :func:`prefill_pool_replicas`; the decode pool's sequences in
+    #: flight within its batch), at most this
     util_max: float = 0.9
     #: share of requests those tails may put over their target
     miss_budget: float = 0.01
@@ -156,44 +156,62 @@ def _smooth(prev: float | None, new: float | None, alpha: float) -> float | None
     return new if prev is None else prev + alpha * (new - prev)
 
 
-def prefill_tail_util(
-    budget_s: float,
+def erlang_c(servers: int, load: float) -> float:
+    """The chance an arrival waits in an M/M/k queue of ``servers`` at offered ``load`` (Erlangs).
+
+    Erlang's B by its recursion ``B(k) = a B(k-1) / (k + a B(k-1))`` (stable for any k), then
+    ``C = B / (1 - (a / k)(1 - B))``; 1 when the queue is unstable (``load >= servers``).
+    E.g. 2 servers at 1.2 Erlangs: B = 0.2466, C = 0.450.
+    """
+    if servers <= 0 or load >= servers:
+        return 1.0
+    if load <= 0.0:
+        return 0.0
+    b = 1.0
+    for k in range(1, servers + 1):
+        b = load * b / (k + load * b)
+    return b / (1.0 - (load / servers) * (1.0 - b))
+
+
+def prefill_pool_replicas(
+    rate_rps: float,
     service_s: float,
+    wait_budget_s: float,
     miss_budget: float,
     *,
-    own_s: float | None = None,
     variability: float = 1.0,
-) -> float:
-    """The highest utilisation at which a prefill replica's queueing wait exceeds what is left of
-    the TTFT budget for at most ``miss_budget`` of the prompts.
+    util_max: float = 0.9,
+    max_replicas: int = 10_000,
+) -> int | None:
+    """The fewest prefill replicas at which at most ``miss_budget`` of prompts wait past
+    ``wait_budget_s`` (what the TTFT budget leaves after a prompt's own prefill), at most
+    ``util_max`` busy; None when no count up to ``max_replicas`` does (the budget leaves no wait).
 
-    A replica is taken as a single-server queue of prompts, each served in ``service_s`` (mean
-    prompt / the replica's prompt tokens/s) with an exponential wait (Kingman's heavy-traffic
-    form): P(wait > t) = rho x exp(-(1 - rho) t / (service_s x variability)), with t = budget -
-    ``own_s`` (the prompt's own prefill, ``service_s`` when not given) and ``variability`` =
-    (ca^2 + cs^2) / 2, the squared CVs of inter-arrival times and of service (1: Poisson arrivals
-    and exponential service, the M/M/1 queue). The largest rho with P <= miss_budget is bisected
-    (the tail grows with rho). A router spreading over n replicas only shortens the wait.
-    E.g. 2,000-token prompts at 31,900 tokens/s (63 ms each), a 1.89 s budget (2 s TTFT less the
-    transfer and one 0.1 s decode step), 1%, M/M/1: t / s = 29.1 and rho = 0.85. With a 1 s budget
-    rho is 0.69; arrivals of dispersion 5 (variability 3) at the 1.89 s budget, 0.62.
+    The pool is taken as one queue before ``k`` servers, each serving a prompt in ``service_s``
+    (mean prompt / a replica's prompt tokens/s): the router hands a prompt to the replica with
+    the fewest outstanding requests, which is what a shared queue does. The wait is Erlang's C
+    with the Allen-Cunneen correction for the arrivals' and the prompts' spread:
+    ``P(wait > t) = C(k, a) exp(-(k - a) t / (service_s x variability))``, ``a = rate x
+    service_s`` and ``variability = (ca^2 + cs^2) / 2`` (1: Poisson arrivals, exponential
+    service). A replica alone is the M/M/1 queue; pooled, long prompts can run far hotter than
+    one replica could, and short ones at ``util_max``. E.g. 20 req/s of 2,048-token prompts at
+    33,800 tokens/s (a = 1.21) with 1.65 s to wait: 2 replicas, the chance of any wait 0.46 and of
+    one past 1.65 s ~1e-10; 1.3 req/s of 14,600-token prompts at 15,900 tokens/s (0.92 s each, a
+    = 1.2) with 0.95 s left and prompt CV 1.2: 4 (the chance falls 0.23, 0.031, 0.0035).
     """
-    own = service_s if own_s is None else own_s
-    if service_s <= 0.0 or budget_s <= own or variability <= 0.0:
-        return 0.0
-    ratio = (budget_s - own) / (service_s * variability)
-
-    def tail(rho: float) -> float:
-        return rho * math.exp(-(1.0 - rho) * ratio)
-
-    lo, hi = 0.0, 1.0
-    for _ in range(40):
-        mid = (lo + hi) / 2.0
-        if tail(mid) <= miss_budget:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    if service_s <= 0.0 or rate_rps <= 0.0:
+        return 0
+    if wait_budget_s <= 0.0 or variability <= 0.0:
+        return None
+    load = rate_rps * service_s
+    k = max(1, math.ceil(load / util_max))
+    while k <= max_replicas:
+        if k > load:
+            late = erlang_c(k, load) * math.exp(-(k - load) * wait_budget_s / (service_s * variability))
+            if late <= miss_budget:
+                return k
+        k += 1
+    return None
 
 
 def _clamp(n: int, lo: int, hi: int) -> int:
@@ -279,7 +297,7 @@ class PoolSloPolicy:
             decision = self._prefill(signals, (rate, planned), isl, ready, prompt_cv, dispersion)
         else:
             assert osl is not None
-            decision = self._decode(signals, (rate, planned), isl, osl, ready, output_cv, dispersion)
+            decision = self._decode(signals, (rate, planned), isl, osl, ready, output_cv)
         if spec > ready and decision.rule in _REACTIVE:
             # Replicas are still starting: the latency the pool shows is that of the backlog
             # they were asked for, and a ratio of it would ask again for the same load (a 108 s
@@ -313,20 +331,29 @@ class PoolSloPolicy:
         budget = self.ttft_budget_s(isl)
         # A prompt's own prefill, behind the queue: the full iteration that carries its last chunk
         # (its own chunks when longer); the queue's variability: the arrivals' dispersion and
-        # the prompts' spread (a prompt's service is its length at that rate).
-        # The router hands each prompt to the replica with the fewest outstanding, so a replica
-        # among k busy ones is dealt about every k-th arrival: its inter-arrival CV^2 is the
-        # stream's divided by k (as the aggregated tail model takes it, perf/replica_tails.py).
+        # the prompts' spread (a prompt's service is its length at that rate). Where the budget
+        # leaves a mean prompt no wait at all, the pool is planned at ``target_util``: waiting
+        # is then not what decides its TTFT.
         own = max(isl, float(cfg.max_num_batched_tokens)) / cap if cap > 0 else 0.0
-        k = max(1, math.ceil(demand / (cap * cfg.util_max))) if cap > 0 else 1
-        variability = (dispersion / k + prompt_cv**2) / 2.0
-        tail_util = (
-            prefill_tail_util(budget, isl / cap, cfg.miss_budget, own_s=own, variability=variability)
+        variability = (dispersion + prompt_cv**2) / 2.0
+        pooled = (
+            prefill_pool_replicas(
+                rate,
+                isl / cap,
+                budget - own,
+                cfg.miss_budget,
+                variability=variability,
+                util_max=cfg.util_max,
+                max_replicas=max(cfg.max_replicas, 1),
+            )
             if cap > 0
-            else 0.0
+            else None
         )
-        util = max(cfg.target_util, min(cfg.util_max, tail_util))
-        wanted = math.ceil(demand / (cap * util)) if demand > 0 else 0
+        if pooled is None:
+            wanted = math.ceil(demand / (cap * cfg.target_util)) if demand > 0 and cap > 0 else 0
+        else:
+            wanted = pooled
+        util = demand / (cap * wanted) if wanted > 0 and cap > 0 else 0.0
         # A queue is a warning once it takes half the wait the budget leaves to drain: a replica
         # packing 6 prompts an iteration clears 7 waiting 1,300-token prompts in 0.25 s, nothing
         # against a 1.65 s wait budget (a fixed 4 a replica asked for a third replica there).
@@ -349,7 +376,15 @@ class PoolSloPolicy:
             "queue_per_replica": queue,
             "queue_per_replica_max": queue_max,
         }
-        if ready > 0 and ttft is not None and ttft > budget:
+        # More replicas shorten the wait, not a prompt's own prefill: a P95 TTFT over the budget
+        # is acted on only while the P95 wait (vLLM's queue-time histogram) takes more than half
+        # the wait the budget leaves. Long-context prompts whose prefill alone is near the budget
+        # held the P95 over it with no prompt waiting, and the reaction doubled the pool to its
+        # bound (32 replicas where 3 served them).
+        waited = signals.get("queue_time_p95_s")
+        inputs["queue_time_p95_s"] = waited
+        waiting_matters = waited is None or waited > 0.5 * max(0.0, budget - own)
+        if ready > 0 and ttft is not None and ttft > budget and waiting_matters:
             react = max(ready + 1, min(2 * ready, math.ceil(ready * ttft / budget)))
             if react > wanted:
                 wanted, rule = react, "ttft-over-budget"
@@ -365,7 +400,6 @@ class PoolSloPolicy:
         osl: float,
         ready: int,
         output_cv: float,
-        dispersion: float,
     ) -> Decision:
         cfg = self.config
         now_rps, rate = rates
@@ -390,11 +424,13 @@ class PoolSloPolicy:
             # quantile within ``batch`` per replica. E.g. 4,800 tokens/s of demand at 128
             # sequences decoding 3,200 tokens/s each: 192 in flight, +2.33 x 13.9 = 224.3 ->
             # 2 replicas, where 0.7 planned 3. Kept between the figures at ``util_max`` and at
-            # ``target_util`` of the capacity. Bursty arrivals widen the count: its variance is
-            # taken as the arrivals' index of dispersion times its mean (Poisson: 1).
+            # ``target_util`` of the capacity. The count stays Poisson on bursty arrivals too: a
+            # sequence past the batch waits for a slot, which on a burst frees within seconds
+            # (widened by the arrivals' dispersion, the matrix's chat / burst cell split in two
+            # pools held 100% either way, for 10% more GPU-hours widened).
             in_flight = demand * batch / thpt
             z = NormalDist().inv_cdf(1.0 - cfg.miss_budget)
-            tail = math.ceil((in_flight + z * math.sqrt(dispersion * in_flight)) / batch)
+            tail = math.ceil((in_flight + z * math.sqrt(in_flight)) / batch)
             ceiling = math.ceil(demand / (thpt * cfg.util_max))
             wanted = min(wanted, max(tail, ceiling))
         rule = "capacity" if reachable else "itl-unreachable"
@@ -406,7 +442,6 @@ class PoolSloPolicy:
             "isl_tokens": isl,
             "osl_tokens": osl,
             "output_cv": output_cv,
-            "arrival_dispersion": dispersion,
             "context_tokens": float(ctx),
             "batch": float(batch),
             "decode_tokens_s": thpt,
