@@ -8,11 +8,13 @@ disaggregated fleet (a controller per pool, :mod:`llmscale.backtest.disagg`); th
 oracle (the cheapest pair of constant pool sizes meeting 99%, then shaped to the load:
 :mod:`llmscale.backtest.disagg_reference`) and its causal reference. It prints attainment and
 GPU-hours, per pool too, and judges ``slo-disagg`` as the matrix judges ``slo``: min(99%, the
-reference's attainment - 0.5 points) at <= 1.15x the reference's GPU-hours. The other cells are
-not rerun (the matrix's own two-pool cell is ``policies.py --matrix --deploy h100-8b-pd``).
+reference's attainment - 0.5 points) at <= 1.15x the reference's GPU-hours. Other cells run with
+``--cell`` (the matrix's own two-pool cell is ``policies.py --matrix --deploy h100-8b-pd``).
 
-    .venv/bin/python benchmarks/disaggregated.py [--deploy h100-8b] [--cell chat/ramp] \
+    .venv/bin/python benchmarks/disaggregated.py [--deploy h100-8b] [--cell chat/ramp|a,b|all] \
         [--interconnect infiniband] [--json out.json]
+
+``--cell all`` (or a list) runs several cells and ends with one verdict line per cell.
 """
 
 from __future__ import annotations
@@ -30,34 +32,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policies import DEPLOYMENTS, matrix_cell
 
 
-def main() -> int:
+def run_cell(deploy: str, cell_name: str, interconnect: str) -> tuple[list[dict], bool, str]:
+    """(rows, judged criterion met, its one-line verdict) of one matrix cell split in two pools."""
     from llmscale.backtest.causal_reference import ReferenceSettings
-    from llmscale.backtest.disagg import run_disaggregated, run_disaggregated_oracle
+    from llmscale.backtest.disagg import initial_pools, run_disaggregated, run_disaggregated_oracle
     from llmscale.backtest.disagg_reference import run_two_pool_yardsticks
     from llmscale.backtest.runner import run_policy
-    from llmscale.perf.interconnect import INTERCONNECTS
     from llmscale.sim.disagg import DisaggConfig
     from llmscale.workloads.matrix import CELLS
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--deploy", default="h100-8b", choices=sorted(DEPLOYMENTS))
-    ap.add_argument("--cell", default="chat/ramp", choices=[c.name for c in CELLS])
-    ap.add_argument("--interconnect", default="infiniband", choices=sorted(INTERCONNECTS))
-    ap.add_argument("--json", help="write the rows here")
-    args = ap.parse_args()
-    cell = next(c for c in CELLS if c.name == args.cell)
-    w, settings, cap, peak = matrix_cell(args.deploy, cell)
+    cell = next(c for c in CELLS if c.name == cell_name)
+    w, settings, cap, peak = matrix_cell(deploy, cell)
     # Each pool starts as `backtest --disaggregated` starts it (and the matrix's two-pool cell):
     # the cheapest constant pair serving the first five minutes, as the aggregated fleet starts
     # sized for them.
-    from llmscale.backtest.disagg import initial_pools
-
-    first = replace(settings, disaggregated=DisaggConfig(interconnect=args.interconnect))
+    first = replace(settings, disaggregated=DisaggConfig(interconnect=interconnect))
     p, d = initial_pools(w, first)
-    disagg = replace(first.disaggregated, prefill_initial_replicas=p, decode_initial_replicas=d)
-    split = replace(settings, disaggregated=disagg)
+    assert first.disaggregated is not None
+    pools = replace(first.disaggregated, prefill_initial_replicas=p, decode_initial_replicas=d)
+    split = replace(settings, disaggregated=pools)
     print(
-        f"{args.deploy} {cell.name} (disaggregated over {args.interconnect}): {w.num_requests:,} requests "
+        f"{deploy} {cell.name} (disaggregated over {interconnect}): {w.num_requests:,} requests "
         f"over {w.duration_s / 60:.0f} min; probe ~{cap:.2f} req/s per aggregated replica; "
         f"peak needs {peak}; pools start at {p} prefill + {d} decode"
     )
@@ -90,17 +85,52 @@ def main() -> int:
             f"{'' if dec is None else f'{dec:.3f}':>14}"
         )
     slo = next(r for r in rows if r["policy"] == "slo-disagg")
+    att = float(slo["slo_attainment"])
     need = min(0.99, float(reference["slo_attainment"]) - 0.005)
-    ok_att = slo["slo_attainment"] >= need
-    ok_cost = slo["gpu_hours"] <= 1.15 * float(reference["gpu_hours"])
-    print(
-        f"slo-disagg: attainment {100 * slo['slo_attainment']:.2f}% (need {100 * need:.2f}%: "
-        f"{'yes' if ok_att else 'NO'}), GPU-hours {slo['gpu_hours'] / reference['gpu_hours']:.2f}x the "
-        f"two-pool causal reference ({'yes' if ok_cost else 'NO'}); oracle pair {oracle['oracle_pair']}"
+    ok_att = att >= need
+    ratio = slo["gpu_hours"] / reference["gpu_hours"]
+    ok_cost = ratio <= 1.15
+    verdict = (
+        f"slo-disagg: attainment {100 * att:.2f}% (need {100 * need:.2f}%: {'yes' if ok_att else 'NO'}), "
+        f"GPU-hours {ratio:.2f}x the two-pool causal reference ({'yes' if ok_cost else 'NO'}); "
+        f"oracle pair {oracle['oracle_pair']}"
     )
+    print(verdict)
+    return rows, ok_att and ok_cost, verdict
+
+
+def main() -> int:
+    from llmscale.perf.interconnect import INTERCONNECTS
+    from llmscale.workloads.matrix import CELLS
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--deploy", default="h100-8b", choices=sorted(DEPLOYMENTS))
+    ap.add_argument(
+        "--cell",
+        default="chat/ramp",
+        help=f"a cell or a comma-separated list of them, or 'all' ({', '.join(c.name for c in CELLS)})",
+    )
+    ap.add_argument("--interconnect", default="infiniband", choices=sorted(INTERCONNECTS))
+    ap.add_argument("--json", help="write the rows here (by cell)")
+    args = ap.parse_args()
+    names = [c.name for c in CELLS] if args.cell == "all" else args.cell.split(",")
+    unknown = [n for n in names if n not in {c.name for c in CELLS}]
+    if unknown:
+        ap.error(f"unknown cell {unknown[0]!r}; cells: {', '.join(c.name for c in CELLS)}")
+    by_cell: dict[str, list[dict]] = {}
+    verdicts = []
+    for name in names:
+        rows, ok, verdict = run_cell(args.deploy, name, args.interconnect)
+        by_cell[name] = rows
+        verdicts.append((name, ok, verdict))
+        print()
+    if len(names) > 1:
+        print(f"{sum(ok for _, ok, _ in verdicts)} of {len(verdicts)} cells met:")
+        for name, _, verdict in verdicts:
+            print(f"  {name:<22}{verdict}")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
-    return 0 if ok_att and ok_cost else 1
+        Path(args.json).write_text(json.dumps(by_cell if len(names) > 1 else by_cell[names[0]], indent=2))
+    return 0 if all(ok for _, ok, _ in verdicts) else 1
 
 
 if __name__ == "__main__":
