@@ -4,7 +4,7 @@ The elector tests run two LeaseElectors in this process (one of them behind a Fa
 can cut it off) and sample both every 10 ms: never may both say they lead. The `run` test starts
 two `llmscale run` processes against one Deployment, kills the leader with SIGKILL and checks the
 standby's takeover, its respect of the saved cooldown, and that only leaders ever scaled, each
-in its own term, against the Deployment's own history (a watch of its resourceVersions).
+in its own term, against the Deployment's own history (a watch of its spec generations).
 """
 
 from __future__ import annotations
@@ -197,44 +197,82 @@ def _records(path: Path) -> list[dict[str, Any]]:
 
 
 class _ScaleHistory:
-    """Every change of the Deployment's spec.replicas, from a watch: (resourceVersion, replicas)."""
+    """Every spec change of the Deployment, from a watch: (resourceVersion, generation, replicas).
+
+    A Deployment's ``metadata.generation`` grows by one with every change of its spec, so the
+    generations recorded are consecutive exactly when no change was missed; :meth:`check` holds
+    them to that and to a fresh read of the Deployment at the end.
+
+    The API server ends each stream after ``timeoutSeconds``; the next one resumes from the last
+    resourceVersion the client saw, bookmarks included (sent shortly before each stream's end), so
+    the version it resumes from is never older than that stream. Should the server still answer
+    410 Gone, a fresh list restarts the watch, and a change lost in between shows as a gap.
+    """
 
     def __init__(self, api: client.ApiClient, namespace: str) -> None:
         self.apps = client.AppsV1Api(api)
         self.namespace = namespace
-        self.changes: list[tuple[int, int]] = []
+        self.changes: list[tuple[int, int, int]] = []
+        self.streams = 0
         self._watch = watch.Watch()
         self._stopped = threading.Event()
         self.error: Exception | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _see(self, dep: client.V1Deployment) -> None:
+        generation = dep.metadata.generation
+        if not self.changes or generation != self.changes[-1][1]:
+            self.changes.append((int(dep.metadata.resource_version), generation, dep.spec.replicas))
+
+    def _relist(self) -> str:
+        deps = self.apps.list_namespaced_deployment(self.namespace, field_selector="metadata.name=vllm")
+        for dep in deps.items:
+            self._see(dep)
+        return str(deps.metadata.resource_version)
+
     def _run(self) -> None:
-        last = None
-        version: str | None = None
         try:
-            # The API server ends a watch after its timeout; resume from the last version seen, so a
-            # slow run (a failover plus a cooldown can pass 120 s) misses no change. Found when a
-            # stream that had ended at 120 s left the history at [3, 2, 3] on a slow machine.
+            version = self._relist()
             while not self._stopped.is_set():
-                for event in self._watch.stream(
-                    self.apps.list_namespaced_deployment,
-                    self.namespace,
-                    field_selector="metadata.name=vllm",
-                    timeout_seconds=30,
-                    **({"resource_version": version} if version else {}),
-                ):
-                    dep = event["object"]
-                    version = dep.metadata.resource_version
-                    replicas = dep.spec.replicas
-                    if replicas != last:
-                        self.changes.append((int(version), replicas))
-                        last = replicas
+                self.streams += 1
+                try:
+                    for event in self._watch.stream(
+                        self.apps.list_namespaced_deployment,
+                        self.namespace,
+                        field_selector="metadata.name=vllm",
+                        resource_version=version,
+                        allow_watch_bookmarks=True,
+                        timeout_seconds=30,
+                    ):
+                        if event["type"] != "BOOKMARK":
+                            self._see(event["object"])
+                except client.ApiException as e:
+                    if e.status != 410:
+                        raise
+                    self._watch.resource_version = self._relist()
+                version = self._watch.resource_version or version
         except Exception as e:  # a stopped watch may end its stream mid-chunk; a live one must not
             if not self._stopped.is_set():
                 self.error = e
 
-    def alive(self) -> bool:
-        return self._thread.is_alive()
+    def replicas(self) -> list[int]:
+        return [n for _, _, n in self.changes]
+
+    def describe(self) -> str:
+        return (
+            f"changes {self.changes}, watch error {self.error!r}, alive {self._thread.is_alive()}, "
+            f"{self.streams} stream(s)"
+        )
+
+    def check(self) -> None:
+        """No change missed: consecutive generations, the last one the Deployment's own now."""
+        assert self.error is None, self.describe()
+        generations = [g for _, g, _ in self.changes]
+        assert generations == list(range(generations[0], generations[0] + len(generations))), self.describe()
+        versions = [v for v, _, _ in self.changes]
+        assert versions == sorted(versions), self.describe()
+        dep = self.apps.read_namespaced_deployment("vllm", self.namespace)
+        assert (dep.metadata.generation, dep.spec.replicas) == self.changes[-1][1:], self.describe()
 
     def __enter__(self) -> _ScaleHistory:
         self._thread.start()
@@ -278,6 +316,15 @@ def test_two_run_processes_one_actor_and_a_failover_that_keeps_the_cooldown(
                 lambda: any(r["leader"] and r["applied"] and r["desired"] == 3 for r in _records(log_a)),
                 30.0,
             )
+            # That line is written ahead of the scale (decision_log.py): a kill right after it can
+            # cut a's write off (seen on a loaded machine: the API server got half a PUT, "unexpected
+            # EOF", and the Deployment stayed at 2). The failover starts once the scale has landed.
+            wait_for(
+                "a's scale to reach the Deployment",
+                lambda: apps.read_namespaced_deployment_scale("vllm", kube_namespace).spec.replicas == 3,
+                10.0,
+                context=history.describe,
+            )
 
             os.killpg(a.pid, signal.SIGKILL)
             a.wait()
@@ -301,11 +348,8 @@ def test_two_run_processes_one_actor_and_a_failover_that_keeps_the_cooldown(
                 "the watch to see b's scale",
                 lambda: len(history.changes) >= 5 or history.error,
                 10.0,
-                # once seen as a bare time-out: say whether the watch died or missed a change
                 context=lambda: (
-                    f"changes {history.changes}, watch error {history.error!r}, "
-                    f"watch alive {history.alive()}, "
-                    f"b's applied {[r for r in _records(log_b) if r['applied']]}"
+                    f"{history.describe()}; b's applied {[r for r in _records(log_b) if r['applied']]}"
                 ),
             )
         b.send_signal(signal.SIGTERM)
@@ -336,8 +380,7 @@ def test_two_run_processes_one_actor_and_a_failover_that_keeps_the_cooldown(
     assert max(r["time_s"] for r in recs_a if r["leader"]) < took["time_s"]
     standby = [r for r in recs_b if not r["leader"]]
     assert standby and all(r["time_s"] < took["time_s"] for r in standby)
-    assert history.error is None, history.error
-    # The Deployment's own history: the admin's 2, a's 3, the admin's 2, b's 3, nothing else.
-    assert [n for _, n in history.changes] == [3, 2, 3, 2, 3], history.changes
-    versions = [v for v, _ in history.changes]
-    assert versions == sorted(versions)
+    # The Deployment's own history: the admin's 2, a's 3, the admin's 2, b's 3, nothing else,
+    # and no change missed (consecutive generations, the last one what the server has now).
+    history.check()
+    assert history.replicas() == [3, 2, 3, 2, 3], history.describe()
