@@ -401,11 +401,11 @@ class SloPolicy:
         # span: arrivals over a window = served over it + growth over it. Mixed with one tick's
         # growth (15 s) the two count different spans: as a backlog drains, the window's served
         # rate still holds the drain for a minute after the queue is gone, and the estimate read
-        # 123-141 req/s on the matrix's chat / step cell at a steady 80 (the forecast planned 13
+        # 92-113 req/s on the matrix's chat / step cell at a steady 82 (the forecast planned 10
         # replicas where 7 serve it). The tick's growth is kept for the backlog path
         # (``arrivals_now``): a queue standing now shows the arrivals of the last tick, and a step
-        # must be sized at once, not as a window fills (at the step's first tick the window read
-        # 56 req/s, the tick 82).
+        # must be sized at once, not as a window fills (at the step's first backlog tick the window
+        # read 57 req/s, the tick 84).
         in_system = queue + running
         arrivals = arrivals_now = served
         dt_s = now_s - state.last_t if state.last_t is not None and now_s > state.last_t else 0.0
@@ -488,9 +488,9 @@ class SloPolicy:
         shrinking = state.last_queue is not None and queue < state.last_queue
         # The P99 covers the last latency window (60 s): after replicas became ready it still
         # holds the tail they have since cut, so a tail is read again only once a whole window
-        # has passed on the larger fleet. Worked (matrix chat/step, 8B on H100s): 60 s after a
-        # backlog cleared, the window's TTFT P99 still read 78 s beside a queue of 4 (11
-        # replicas' usual waiting room) and added a twelfth replica, held 285 s for nothing.
+        # has passed on the larger fleet: a replica added for a tail already cut is held for the
+        # stabilisation window for nothing. (On the matrix's cells and the default hour no run
+        # reaches this case: without the rule they come out the same, docs/tail-model.md.)
         ready_rose_t = state.ready_rose_t
         if state.last_ready is not None and signals.fleet.ready > state.last_ready:
             ready_rose_t = now_s
@@ -571,8 +571,8 @@ class SloPolicy:
         # Starts are cancelled by a shrink (the guards hold serving replicas only: hold_starting
         # off), so they are kept while a queue still builds: the arrival level is a 60 s
         # window's and lags a crowd's rise. Worked (matrix chat / flash, 8B on A100s): 15 s after
-        # a TPOT tail asked for 8 of 4, the level read 29 req/s of the 39 arriving, planned 5 and
-        # cancelled two starts while the queue went 8 -> 16 -> 180 (attainment 77.3% -> 73.3%).
+        # a TPOT tail asked for 8 of 4, the level read 29 req/s of the 40 arriving, planned 5 and
+        # cancelled two starts while the queue built (attainment 77.6% with the rule, 73.4% without).
         queue_builds = state.last_queue is not None and queue > state.last_queue
         if queue_builds and signals.fleet.starting > 0 and desired < current:
             desired, rule = current, "hold-starts"
