@@ -520,10 +520,14 @@ def backtest(
                 decode_initial_replicas=d if decode_replicas is None else decode_replicas,
             )
             settings = replace(settings, disaggregated=pools)
+            sized = ", ".join(
+                f"{n} {k}"
+                for n, k, given in (("prefill", p, prefill_replicas), ("decode", d, decode_replicas))
+                if given is None
+            )
             err.print(
-                f"pools start at {pools.prefill_initial_replicas} prefill and "
-                f"{pools.decode_initial_replicas} decode replicas: the cheapest pair serving the first "
-                "5 minutes (--prefill-replicas / --decode-replicas to set them)",
+                f"first pool sizes: {sized} (the cheapest constant pair serving the first 5 minutes is "
+                f"{p} + {d}); --prefill-replicas / --decode-replicas set them",
                 highlight=False,
             )
         run_disaggregated_backtest(

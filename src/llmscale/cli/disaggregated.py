@@ -57,6 +57,15 @@ def run_disaggregated_backtest(
             oracle, ref = disaggregated_yardsticks(w, settings, reference)
 
     doc = build_document(w, settings, [], None, with_series=False)
+    pools = settings.disaggregated
+    # the pools as they ran: their link, first sizes (given or sized) and bounds
+    doc["config"]["disaggregated"] = {
+        "interconnect": pools.interconnect,
+        "prefill_initial_replicas": pools.prefill_initial_replicas,
+        "decode_initial_replicas": pools.decode_initial_replicas,
+        "prefill_max_replicas": pools.prefill_max_replicas,
+        "decode_max_replicas": pools.decode_max_replicas,
+    }
     doc["results"] = [r.as_json() for r in rows]
     doc["oracle"] = oracle.as_json() if oracle is not None else None
     if oracle is not None and ref is not None:
