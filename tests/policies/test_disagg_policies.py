@@ -328,3 +328,13 @@ def test_a_rising_rate_is_planned_one_cold_start_ahead():
         for i, rate in enumerate((11.0, *(10.0, 12.0) * 5, 12.0)):
             d, flat = policy.decide(sig(2, arrival_rate_rps=rate, **shape), flat, 15.0 * (i + 1))
         assert d.inputs["forecast_rps"] == 12.0
+
+
+@pytest.mark.parametrize("rate", [math.inf, math.nan, -3.0])
+def test_a_rate_that_is_no_rate_is_held_as_missing_data(rate):
+    for pool in ("prefill", "decode"):
+        policy = _slo(pool)
+        shape = {"prompt_len_mean_tokens": 1000.0, "decode_steps_mean": 200.0}
+        d, state = policy.decide(sig(3, arrival_rate_rps=rate, **shape), policy.initial_state(), 15.0)
+        assert (d.desired, d.rule) == (3, "no-data")
+        assert state.rate_history == ()

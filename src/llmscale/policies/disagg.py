@@ -204,13 +204,20 @@ def prefill_pool_replicas(
     if wait_budget_s <= 0.0 or variability <= 0.0:
         return None
     load = rate_rps * service_s
-    k = max(1, math.ceil(load / util_max))
-    while k <= max_replicas:
+    if not math.isfinite(load):
+        return None
+    first = max(1, math.ceil(load / util_max))
+    # Erlang's B carried up k by k (the recursion erlang_c runs), not recomputed for each count
+    b = 1.0
+    for k in range(1, min(first, max_replicas + 1)):
+        b = load * b / (k + load * b)
+    for k in range(first, max_replicas + 1):
+        b = load * b / (k + load * b)
         if k > load:
-            late = erlang_c(k, load) * math.exp(-(k - load) * wait_budget_s / (service_s * variability))
+            waits = b / (1.0 - (load / k) * (1.0 - b))
+            late = waits * math.exp(-(k - load) * wait_budget_s / (service_s * variability))
             if late <= miss_budget:
                 return k
-        k += 1
     return None
 
 
@@ -254,12 +261,14 @@ class PoolSloPolicy:
         rate = signals.get("arrival_rate_rps")
         if rate is None:
             rate = signals.get("request_rate_rps")
+        if rate is not None and not (math.isfinite(rate) and rate >= 0.0):
+            rate = None  # not a rate to plan on: held as missing data
         isl = _smooth(state.isl_tokens, signals.get("prompt_len_mean_tokens"), cfg.shape_alpha)
         osl = state.osl_tokens
         if cfg.pool == "decode":
             osl = _smooth(osl, signals.get("decode_steps_mean"), cfg.shape_alpha)
         history = state.rate_history
-        if rate is not None and math.isfinite(rate) and rate >= 0.0:
+        if rate is not None:
             # the trend is fitted to the smoothed rate: a window's rate strays tick to tick, and
             # a slope fitted to the raw one read +17% a cold start ahead on a ramp rising 6%
             level = rate if not history else history[-1][1] + cfg.rate_alpha * (rate - history[-1][1])
