@@ -153,7 +153,8 @@ def test_run_reports_drift_and_adapts_toward_the_engine(workdir, procs):
         for ln in decision_lines(log_b):
             r = ln.get("drift", {}).get("itl", {}).get("ratio")
             if ln.get("drift", {}).get("events", {}).get("itl") == "back":
-                return ln if r is not None and r < 1.10 else None
+                # the alarm clears below 1.10; the log rounds the ratio to 4 decimals (1.09996 -> 1.1)
+                return ln if r is not None and r < 1.10 + 5e-5 else None
         return None
 
     back_line = wait_for("B's ITL drift back within 10%", back, 150, every_s=0.2, context=context)
@@ -183,7 +184,7 @@ def test_run_reports_drift_and_adapts_toward_the_engine(workdir, procs):
     assert min(bws) <= 0.85 and lines_b[-1]["drift"]["factors"]["host"] >= 1.0
     events_b = [ln["drift"].get("events", {}).get("itl") for ln in lines_b]
     assert events_b.count("drifting") == 1 and events_b.index("drifting") < events_b.index("back")
-    assert len(re.findall(r"model drift for default/adapting is back within 15%", run_b.stderr())) >= 1
+    assert len(re.findall(r"model drift for default/adapting is back within 10%", run_b.stderr())) >= 1
 
     # B's slo plans with the adjusted model: its capacity per replica is closer to the engine's
     # true one (the profile emulate runs) than the unadjusted model's, at the same request shape

@@ -175,7 +175,7 @@ def test_adaptation_moves_bandwidth_toward_the_engine_within_its_bounds(slow_hbm
     events = [t.events.get("itl") for t in ticks]
     assert events.count("drifting") == 1 and events.count("back") == 1
     assert events.index("drifting") < events.index("back")
-    assert any("back within 15%" in r.getMessage() for r in caplog.records)
+    assert any("back within 10%" in r.getMessage() for r in caplog.records)
     assert ticks[-1].factors == pytest.approx(monitor.factors)
 
 

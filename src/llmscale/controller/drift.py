@@ -45,6 +45,7 @@ from llmscale.perf.drift import (
     Reading,
     adapt_step,
     alarm_step,
+    clear_threshold,
     elasticities,
     predict_itl_s,
     predict_prefill_s,
@@ -415,7 +416,7 @@ class DriftMonitor:
         else:
             log.warning(
                 "model drift for %s is back within %.0f%%: %s, ratio %.2f",
-                self.target, self.settings.warn * 100, numbers, ratio,
+                self.target, clear_threshold(self.settings.warn) * 100, numbers, ratio,
             )  # fmt: skip
 
     def _export(self, readings: Mapping[str, Reading]) -> None:

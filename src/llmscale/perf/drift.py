@@ -89,6 +89,7 @@ __all__ = [
     "Reading",
     "adapt_step",
     "alarm_step",
+    "clear_threshold",
     "elasticities",
     "predict_itl_s",
     "predict_prefill_s",
@@ -272,6 +273,11 @@ class DriftAlarm:
     since_s: float | None = None
 
 
+def clear_threshold(warn: float) -> float:
+    """How near 1 a ratio must come back for a drift alarm to clear: 2/3 of ``warn`` (15% -> 10%)."""
+    return warn * 2.0 / 3.0
+
+
 def alarm_step(
     alarm: DriftAlarm, ratio: float | None, now_s: float, warn: float = 0.15, clear: float | None = None
 ) -> tuple[DriftAlarm, str | None]:
@@ -283,7 +289,7 @@ def alarm_step(
     nothing: a gap is not a recovery.
     """
     if clear is None:
-        clear = warn * 2.0 / 3.0
+        clear = clear_threshold(warn)
     if ratio is None:
         return alarm, None
     off = abs(ratio - 1.0)
